@@ -1,0 +1,36 @@
+"""spx.api — the resource's schema: spec, status, the bench's result document, CRD generation.
+
+Pure: imports neither torch nor kopf nor kubernetes.
+"""
+
+from spx.api.loading import SpecError, describe_validation_error, dump_model, load_experiment, parse_experiment, validate_spec
+from spx.api.result import (
+    RESULT_SCHEMA_VERSION,
+    SUMMARY_MAX_BYTES,
+    CandidateStats,
+    KernelResult,
+    PointResult,
+    ResultSummary,
+)
+from spx.api.spec import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    PLURAL,
+    VERSION,
+    Experiment,
+    ExperimentSpec,
+    GateSpec,
+    GatherModelSpec,
+    KernelSpec,
+    ProjectionSpec,
+)
+from spx.api.status import Condition, Environment, ExperimentStatus, KernelPoint, KernelStatus
+
+__all__ = [
+    "API_VERSION", "GROUP", "KIND", "PLURAL", "VERSION", "RESULT_SCHEMA_VERSION",
+    "CandidateStats", "Condition", "Environment", "Experiment", "ExperimentSpec", "ExperimentStatus",
+    "GateSpec", "GatherModelSpec", "KernelPoint", "KernelResult", "KernelSpec", "KernelStatus",
+    "PointResult", "ProjectionSpec", "ResultSummary", "SUMMARY_MAX_BYTES", "SpecError",
+    "describe_validation_error", "dump_model", "load_experiment", "parse_experiment", "validate_spec",
+]

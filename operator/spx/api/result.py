@@ -1,0 +1,107 @@
+"""The result document the kernel bench emits (``result.json``; JSON lines on a pod's stdout).
+
+Versioned by ``schema_version``; readers reject a document of an unknown major version. It keeps
+every sample so the analysis can be re-run offline and a partial run is never thrown away
+(``complete = False`` with ``error`` set, the points measured so far kept).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from spx.api.base import CamelModel
+from spx.api.spec import ExperimentSpec
+from spx.api.status import Environment, GatherSource, KernelPoint
+
+RESULT_SCHEMA_VERSION = "spx.dev/kernel-result/v1"
+
+Candidate = Literal["replicated", "split"]
+
+
+class CandidateStats(CamelModel):
+    """All samples of one candidate at one token count, in µs per call.
+
+    Each sample is the max over ranks of that rank's timed interval (DESIGN.md method).
+    ``iqr_pct`` = (q3 − q1) / median × 100.
+    """
+
+    samples_us: list[float] = Field(default_factory=list)
+    median_us: float = Field(gt=0)
+    q1_us: float = Field(ge=0)
+    q3_us: float = Field(ge=0)
+    iqr_pct: float = Field(ge=0)
+    kernels: list[str] = Field(default_factory=list)
+
+
+class PointResult(CamelModel):
+    """One token count: both candidates, the gather, and the correctness check.
+
+    ``padded_tokens`` = M rounded up to a multiple of TP; ``rows_per_rank`` = padded_tokens / TP.
+    ``shard_gemm_us`` is the split candidate's GEMM alone (median), ``gather_us`` its all-gather
+    alone (median; measured from the gather kernels' spans, or modelled).
+    ``max_abs_error`` is max |split − replicated| over the trimmed ``[M, N]`` output.
+    """
+
+    tokens: int = Field(gt=0)
+    padded_tokens: int = Field(gt=0)
+    rows_per_rank: int = Field(ge=0)
+    replicated: CandidateStats
+    split: CandidateStats
+    shard_gemm_us: float | None = Field(default=None, ge=0)
+    gather_us: float | None = Field(default=None, ge=0)
+    gather_source: GatherSource
+    max_abs_error: float = Field(ge=0)
+    max_abs_reference: float | None = Field(default=None, ge=0)
+
+
+class KernelResult(CamelModel):
+    """The whole bench output for one experiment run.
+
+    Raises (on validation): ``pydantic.ValidationError`` naming the bad field.
+    """
+
+    schema_version: Literal["spx.dev/kernel-result/v1"] = RESULT_SCHEMA_VERSION
+    experiment: str = "local"
+    spec: ExperimentSpec
+    environment: Environment = Field(default_factory=Environment)
+    world_size: int = Field(ge=1)
+    gemm_backend: str
+    gather_backend: str
+    gather_source: GatherSource
+    timer: str
+    device: str
+    cuda_graphs: bool
+    points: list[PointResult] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    complete: bool = True
+    error: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    wall_seconds: float | None = Field(default=None, ge=0)
+
+
+SUMMARY_SCHEMA_VERSION = "spx.dev/kernel-summary/v1"
+#: Kubernetes truncates a container's termination message at 4096 bytes.
+SUMMARY_MAX_BYTES = 4096
+
+
+class ResultSummary(CamelModel):
+    """Bounded summary of a :class:`KernelResult` (≤ ``SUMMARY_MAX_BYTES`` as compact JSON).
+
+    Written by the bench pod to its termination message (``/dev/termination-log``) so the operator
+    gets the crossover inputs even when it cannot read the pod's log. Carries every point's medians,
+    spread and error (as :class:`~spx.api.status.KernelPoint`), the fingerprint without kernel names,
+    and whether the run completed.
+    """
+
+    schema_version: Literal["spx.dev/kernel-summary/v1"] = SUMMARY_SCHEMA_VERSION
+    points: list[KernelPoint] = Field(default_factory=list)
+    environment: Environment = Field(default_factory=Environment)
+    world_size: int = Field(ge=1)
+    gemm_backend: str
+    gather_source: GatherSource
+    timer: str
+    complete: bool = True
+    error: str | None = Field(default=None, max_length=512)

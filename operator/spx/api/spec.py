@@ -1,0 +1,228 @@
+"""The ``ShardedProjectionExperiment`` spec (group ``bench.spx.dev``, version ``v1alpha1``).
+
+The same model validates a file given to ``spx run`` and the object the operator reconciles, so an
+invalid experiment is rejected before anything reaches a GPU. Field defaults describe the motivating
+case: DeepSeek-V4.1's ``fused_wqa_wkv`` projection (hidden 5120 → 1280 + 512) at TP8 on Hopper.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, StrictInt, field_validator, model_validator
+
+from spx.api.base import CamelModel
+
+GROUP = "bench.spx.dev"
+VERSION = "v1alpha1"
+KIND = "ShardedProjectionExperiment"
+PLURAL = "shardedprojectionexperiments"
+SINGULAR = "shardedprojectionexperiment"
+SHORT_NAMES = ["spx"]
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: vLLM ≥ 0.33 ``_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` (``vllm/models/deepseek_v41/attention.py``).
+VLLM_DEFAULT_THRESHOLD_TOKENS = 2048
+
+#: The seed PR's token sweep (``../shared/data/h20_tp8_fused_wqa_wkv.csv``).
+SEED_TOKENS = [6, 12, 24, 48, 96, 384, 1024, 2048, 4096, 8192, 16384]
+
+WeightFormat = Literal["fp8-block128-ue8m0", "bf16"]
+ActivationDtype = Literal["bfloat16", "float16", "float32"]
+GemmBackend = Literal["auto", "torch-bf16", "torch-fp8", "vllm"]
+GatherBackend = Literal["auto", "nccl", "gloo", "vllm", "modelled"]
+Timer = Literal["auto", "cupti", "cuda-events", "host"]
+Device = Literal["auto", "cuda", "cpu"]
+ThresholdRounding = Literal["next-power-of-two", "next-multiple-of-tp", "none"]
+
+#: Block edge of the FP8 block-scaled weight format (DeepSeek-V3/V4 checkpoints: 128×128 blocks).
+FP8_BLOCK = 128
+
+
+class ProjectionSpec(CamelModel):
+    """The projection under test: ``Y[M, N] = X[M, K] · Wᵀ`` with ``K = hidden_size``, ``N = sum(output_sizes)``.
+
+    ``output_sizes`` are the merged column blocks (``fused_wqa_wkv``: q_a 1280 + kv 512 = 1792).
+    With ``weight_format = fp8-block128-ue8m0`` the weight is FP8 e4m3 in 128×128 blocks with one
+    power-of-two (UE8M0) scale per block, as DeepSeek-V4.1 checkpoints store it; K and every output
+    size must then be multiples of 128.
+    """
+
+    name: str = Field(default="fused_wqa_wkv", min_length=1, max_length=63)
+    hidden_size: int = Field(default=5120, gt=0, le=65536)
+    output_sizes: list[int] = Field(default_factory=lambda: [1280, 512], min_length=1, max_length=16)
+    weight_format: WeightFormat = "fp8-block128-ue8m0"
+    activation_dtype: ActivationDtype = "bfloat16"
+
+    @field_validator("output_sizes")
+    @classmethod
+    def _positive_outputs(cls, v: list[int]) -> list[int]:
+        bad = [n for n in v if n <= 0]
+        if bad:
+            raise ValueError(f"every output size must be > 0, got {bad}")
+        return v
+
+    @model_validator(mode="after")
+    def _block_aligned(self) -> ProjectionSpec:
+        if self.weight_format == "fp8-block128-ue8m0":
+            if self.hidden_size % FP8_BLOCK:
+                raise ValueError(
+                    f"hiddenSize={self.hidden_size} is not a multiple of {FP8_BLOCK}, the block size of "
+                    f"weightFormat fp8-block128-ue8m0; use a multiple of {FP8_BLOCK} or weightFormat bf16"
+                )
+            bad = [n for n in self.output_sizes if n % FP8_BLOCK]
+            if bad:
+                raise ValueError(
+                    f"outputSizes {bad} are not multiples of {FP8_BLOCK}, the block size of weightFormat "
+                    f"fp8-block128-ue8m0; use multiples of {FP8_BLOCK} or weightFormat bf16"
+                )
+        return self
+
+    @property
+    def output_size(self) -> int:
+        """N, the merged output width (sum of ``output_sizes``)."""
+        return sum(self.output_sizes)
+
+
+class ParallelismSpec(CamelModel):
+    """Tensor parallelism: the number of ranks the token dimension is split over."""
+
+    tensor_parallel_size: int = Field(default=8, ge=1, le=64)
+
+
+class SweepSpec(CamelModel):
+    """Token counts (M, tokens in the batch) to measure, strictly increasing."""
+
+    tokens: list[int] = Field(default_factory=lambda: list(SEED_TOKENS), min_length=1, max_length=64)
+
+    @field_validator("tokens")
+    @classmethod
+    def _sorted_positive_unique(cls, v: list[int]) -> list[int]:
+        bad = [t for t in v if t <= 0]
+        if bad:
+            raise ValueError(f"token counts must be > 0, got {bad}")
+        dupes = sorted({t for t in v if v.count(t) > 1})
+        if dupes:
+            raise ValueError(f"token counts must be unique, {dupes} repeat; list each count once")
+        if v != sorted(v):
+            raise ValueError(f"token counts must be in increasing order, got {v}; use {sorted(v)}")
+        return v
+
+
+class GatherModelSpec(CamelModel):
+    """Parameters of the modelled all-gather, used when fewer GPUs than TP are present.
+
+    ``t_gather(M) = latency_us + (TP − 1)/TP · bytes(M, N) / bus_bandwidth`` (the nccl-tests
+    ``busbw`` convention, NVIDIA/nccl-tests ``doc/PERFORMANCE.md``), ``bytes`` = the gathered output
+    ``[M_padded, N]`` in the activation dtype.
+
+    Defaults for NVLink4 (H100/H200 SXM): NVIDIA's H100/H200 datasheets give 900 GB/s bidirectional
+    NVLink per GPU, i.e. 450 GB/s per direction; nccl-tests all-gather on 8×H100 SXM typically reaches
+    about 80% of that as bus bandwidth, hence 360 GB/s. The 10 µs latency is the order of an 8-rank
+    NCCL LL-protocol all-gather of a few KiB over NVLink. Both are priors to be replaced by a fit to
+    a measured gather sweep (``spx`` issue "Measure the crossover on 8× H200").
+    """
+
+    latency_us: float = Field(default=10.0, ge=0.0, le=10_000.0)
+    bus_bandwidth_gbps: float = Field(default=360.0, gt=0.0, le=10_000.0)
+
+    def gather_us(self, padded_tokens: int, output_size: int, dtype_bytes: int, tensor_parallel_size: int) -> float:
+        """Modelled all-gather time in µs of a ``[padded_tokens, output_size]`` output over TP ranks.
+
+        ``latency_us + (TP − 1)/TP · padded_tokens · output_size · dtype_bytes / bus_bandwidth``;
+        ``bus_bandwidth_gbps`` is in GB/s (10⁹ B/s). Zero for TP = 1 (nothing to gather).
+        """
+        tp = tensor_parallel_size
+        if tp <= 1:
+            return 0.0
+        total_bytes = padded_tokens * output_size * dtype_bytes
+        return self.latency_us + (tp - 1) / tp * total_bytes / (self.bus_bandwidth_gbps * 1e9) * 1e6
+
+
+class KernelSpec(CamelModel):
+    """How the kernel microbenchmark measures (method: DESIGN.md "The kernel benchmark method")."""
+
+    gemm_backend: GemmBackend = "auto"
+    gather: GatherBackend = "auto"
+    device: Device = "auto"
+    samples: int = Field(default=50, ge=5, le=10_000)
+    warmup: int = Field(default=5, ge=0, le=1_000)
+    l2_flush: bool = True
+    timer: Timer = "auto"
+    cuda_graphs: bool = True
+    gather_model: GatherModelSpec = Field(default_factory=GatherModelSpec)
+    seed: int = Field(default=0, ge=0)
+
+
+class GateSpec(CamelModel):
+    """What a rollout needs from the measurement.
+
+    ``threshold_tokens`` is the deployed (or proposed) ``_SHARD_FUSED_WQA_WKV_MIN_TOKENS``; the gate
+    passes when the split candidate wins by at least ``min_speedup_at_or_above_threshold`` at every
+    measured token count ≥ the threshold, and the split output matches the replicated one within
+    ``max_abs_error``. On a modelled gather the verdict is at best ``Inconclusive`` unless
+    ``allow_modelled_gather`` is true.
+    """
+
+    threshold_tokens: StrictInt = Field(default=VLLM_DEFAULT_THRESHOLD_TOKENS, gt=0, le=1 << 24)
+    min_speedup_at_or_above_threshold: float = Field(default=1.0, gt=0.0, le=100.0)
+    max_abs_error: float = Field(default=0.05, ge=0.0)
+    allow_modelled_gather: bool = False
+    threshold_rounding: ThresholdRounding = "next-power-of-two"
+
+
+class ResourcesSpec(CamelModel):
+    """Where the bench pod may run (Kubernetes only; ignored by ``spx run``)."""
+
+    gpu_products: list[str] = Field(
+        default_factory=lambda: ["NVIDIA-H200", "NVIDIA-H100-80GB-HBM3"], min_length=1, max_length=16
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32)
+
+
+class SchedulingSpec(CamelModel):
+    """Optional Kueue queue and priority class for the bench Job."""
+
+    queue_name: str | None = Field(default=None, min_length=1, max_length=63)
+    priority_class_name: str | None = Field(default=None, min_length=1, max_length=253)
+
+
+class ExperimentSpec(CamelModel):
+    """``spec`` of a ``ShardedProjectionExperiment``.
+
+    Raises:
+        pydantic.ValidationError: on any invalid field (use :func:`spx.api.load_experiment` for
+            a message naming the field path, the bad value and what is allowed).
+    """
+
+    projection: ProjectionSpec = Field(default_factory=ProjectionSpec)
+    parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
+    sweep: SweepSpec = Field(default_factory=SweepSpec)
+    kernel: KernelSpec = Field(default_factory=KernelSpec)
+    gate: GateSpec = Field(default_factory=GateSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    image: str | None = Field(default=None, min_length=1)
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    timeout_seconds: int = Field(default=3600, ge=60, le=7 * 24 * 3600)
+
+
+class ObjectMeta(CamelModel):
+    """The subset of ``metadata`` an experiment file carries; the rest is the API server's."""
+
+    model_config = CamelModel.model_config | {"extra": "allow"}
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class Experiment(CamelModel):
+    """A whole ``ShardedProjectionExperiment`` object as a user writes it for ``kubectl apply``."""
+
+    api_version: Literal["bench.spx.dev/v1alpha1"] = Field(default=API_VERSION)
+    kind: Literal["ShardedProjectionExperiment"] = KIND
+    metadata: ObjectMeta
+    spec: ExperimentSpec = Field(default_factory=ExperimentSpec)
+    status: dict[str, Any] | None = None
