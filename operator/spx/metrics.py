@@ -7,7 +7,12 @@ experiment are removed), ``candidate`` ∈ {replicated, split}, ``tokens`` ∈ t
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -81,3 +86,130 @@ LAST_RECONCILE = Gauge(
 
 PHASES = ("Pending", "Queued", "Running", "Analyzing", "Succeeded", "Failed")
 VERDICTS = ("Pass", "Fail", "Inconclusive")
+
+# Update / remove ------------------------------------------------------------------------------------
+#
+# The controller calls :func:`observe_experiment` after every status it writes (and for every
+# experiment it sees at startup, so a restarted operator re-exports the last results), and
+# :func:`forget_experiment` when an experiment is deleted. Each experiment's series are remembered so
+# the stale ones (another GPU label after a new run, the previous phase) are removed, not left behind.
+
+_LOCK = threading.Lock()
+#: (namespace, experiment) → [(collector, label values), …] of the series currently exported.
+_SERIES: dict[tuple[str, str], list[tuple[Any, tuple[str, ...]]]] = {}
+#: (namespace, experiment) → (phase, since): the phase counted in ``spx_experiments``.
+_PHASES: dict[tuple[str, str], tuple[str, float]] = {}
+
+
+def _fmt_tokens(tokens: int) -> str:
+    return str(int(tokens))
+
+
+def _set_phase_locked(key: tuple[str, str], phase: str | None, now: float) -> None:
+    old = _PHASES.get(key)
+    if old is not None and old[0] == phase:
+        return
+    if old is not None:
+        if (*key, old[0]) in _label_sets(PHASE_SINCE):
+            PHASE_SINCE.remove(*key, old[0])
+        del _PHASES[key]
+    if phase is not None:
+        _PHASES[key] = (phase, now)
+        PHASE_SINCE.labels(*key, phase).set(now)
+    counts = dict.fromkeys(PHASES, 0)
+    for ph, _ in _PHASES.values():
+        counts[ph] = counts.get(ph, 0) + 1
+    for ph, n in counts.items():
+        EXPERIMENTS.labels(ph).set(n)
+
+
+def _label_sets(collector: Any) -> set[tuple[str, ...]]:
+    # prometheus_client keeps children in ``_metrics``; reading it avoids KeyError on remove().
+    return set(getattr(collector, "_metrics", {}).keys())
+
+
+def observe_experiment(namespace: str, name: str, status: Mapping[str, Any] | None, phase_since: float | None = None) -> None:
+    """Export an experiment's status (the camelCase ``.status`` dict) as gauges.
+
+    Latency per candidate and token count, speedup per token count, crossover, recommended threshold
+    and the verdict (1 for the current one, 0 for the others) — labelled with the GPU and vLLM
+    version from the fingerprint — plus the phase counts. Series the new status no longer has are
+    removed.
+    """
+    key = (namespace, name)
+    status = status or {}
+    env = status.get("environment") or {}
+    gpu = str(env.get("gpu") or "")
+    vllm = str(env.get("vllm") or "")
+    kernel = status.get("kernel") or {}
+    wanted: list[tuple[Any, tuple[str, ...], float]] = []
+    for p in kernel.get("points") or []:
+        tokens = _fmt_tokens(p.get("tokens", 0))
+        if p.get("replicatedUs") is not None:
+            wanted.append((KERNEL_LATENCY, (namespace, name, "replicated", tokens, gpu), float(p["replicatedUs"])))
+        if p.get("splitUs") is not None:
+            wanted.append((KERNEL_LATENCY, (namespace, name, "split", tokens, gpu), float(p["splitUs"])))
+        if p.get("speedup") is not None:
+            wanted.append((KERNEL_SPEEDUP, (namespace, name, tokens, gpu), float(p["speedup"])))
+    if kernel.get("crossoverTokens") is not None:
+        wanted.append((CROSSOVER, (namespace, name, gpu, vllm), float(kernel["crossoverTokens"])))
+    if kernel.get("recommendedThresholdTokens") is not None:
+        wanted.append((RECOMMENDED_THRESHOLD, (namespace, name, gpu, vllm), float(kernel["recommendedThresholdTokens"])))
+    verdict = status.get("verdict")
+    if verdict in VERDICTS:
+        for v in VERDICTS:
+            wanted.append((VERDICT, (namespace, name, gpu, vllm, v), 1.0 if v == verdict else 0.0))
+    with _LOCK:
+        keep = {(id(c), labels) for c, labels, _ in wanted}
+        for collector, labels in _SERIES.get(key, []):
+            if (id(collector), labels) not in keep and labels in _label_sets(collector):
+                collector.remove(*labels)
+        for collector, labels, value in wanted:
+            collector.labels(*labels).set(value)
+        _SERIES[key] = [(c, labels) for c, labels, _ in wanted]
+        _set_phase_locked(key, status.get("phase"), phase_since if phase_since is not None else time.time())
+
+
+def forget_experiment(namespace: str, name: str) -> None:
+    """Remove every series of a deleted experiment."""
+    key = (namespace, name)
+    with _LOCK:
+        for collector, labels in _SERIES.pop(key, []):
+            if labels in _label_sets(collector):
+                collector.remove(*labels)
+        _set_phase_locked(key, None, time.time())
+
+
+def observe_duration(seconds: float) -> None:
+    """One experiment reached a terminal phase after ``seconds`` since its Job was created."""
+    if seconds >= 0:
+        EXPERIMENT_DURATION.observe(seconds)
+
+
+def count_reconcile(handler: str, outcome: str) -> None:
+    RECONCILES.labels(handler, outcome).inc()
+    LAST_RECONCILE.set(time.time())
+
+
+def count_error(handler: str) -> None:
+    RECONCILE_ERRORS.labels(handler).inc()
+
+
+def reset() -> None:
+    """Forget all experiment series (tests)."""
+    with _LOCK:
+        keys = list(_SERIES)
+    for ns, name in keys:
+        forget_experiment(ns, name)
+    with _LOCK:
+        for key in list(_PHASES):
+            _set_phase_locked(key, None, time.time())
+
+
+def exposition() -> bytes:
+    """The text exposition of :data:`REGISTRY` (what ``/metrics`` serves)."""
+    return generate_latest(REGISTRY)
+
+
+for _phase in PHASES:  # export zeros from the start so dashboards and alerts see every phase
+    EXPERIMENTS.labels(_phase).set(0)

@@ -11,7 +11,9 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictInt, field_validator, model_validator
 
+from spx.api.accuracy import AccuracySpec
 from spx.api.base import CamelModel
+from spx.api.serving import ServingSpec
 
 GROUP = "bench.spx.dev"
 VERSION = "v1alpha1"
@@ -205,6 +207,8 @@ class ExperimentSpec(CamelModel):
     image: str | None = Field(default=None, min_length=1)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     timeout_seconds: int = Field(default=3600, ge=60, le=7 * 24 * 3600)
+    serving: ServingSpec | None = None
+    accuracy: AccuracySpec | None = None
 
 
 class ObjectMeta(CamelModel):

@@ -10,7 +10,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
+from spx.api.serving import ServingStatus
 
 Phase = Literal["Pending", "Queued", "Running", "Analyzing", "Succeeded", "Failed"]
 Verdict = Literal["Pass", "Fail", "Inconclusive"]
@@ -108,6 +110,8 @@ class ExperimentStatus(CamelModel):
     conditions: list[Condition] = Field(default_factory=list)
     environment: Environment | None = None
     kernel: KernelStatus | None = None
+    serving: ServingStatus | None = None
+    accuracy: AccuracyStatus | None = None
     verdict: Verdict | None = None
     verdict_reasons: list[str] = Field(default_factory=list)
     result_config_map: str | None = None

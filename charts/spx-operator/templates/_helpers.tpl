@@ -1,0 +1,63 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "spx-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name: the release name, unless it already contains the chart name. */}}
+{{- define "spx-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "spx-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Selector labels: stable across upgrades. */}}
+{{- define "spx-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "spx-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "spx-operator.labels" -}}
+helm.sh/chart: {{ include "spx-operator.chart" . }}
+{{ include "spx-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: spx
+{{- end }}
+
+{{- define "spx-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "spx-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The operator image reference: a digest wins over a tag; the tag defaults to appVersion. */}}
+{{- define "spx-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The default bench image for experiments without spec.image. */}}
+{{- define "spx-operator.benchImage" -}}
+{{- printf "%s:%s" .Values.bench.image.repository (default .Chart.AppVersion .Values.bench.image.tag) }}
+{{- end }}
+
+{{/* Namespaces the operator watches; empty means the whole cluster. */}}
+{{- define "spx-operator.watchNamespaces" -}}
+{{- join "," .Values.watch.namespaces }}
+{{- end }}

@@ -1,0 +1,224 @@
+"""Serving A/B arithmetic: arm thresholds, metric extraction, per-point means and change, the gate.
+
+Pure: no I/O. The change of a point compares the *means* of the variants' arms, as the seed PR did
+(``h20_tp8_serving.csv``: arms B1 A1 A2 B2, ``change_pct`` = (mean(B) − mean(A)) / mean(A) × 100):
+
+- ``change_pct`` > 0 means the split arms' value is larger: better for throughputs, worse for
+  latencies (a negative TTFT change is an improvement).
+- ``improvement_pct`` is ``change_pct`` signed so that positive is always better.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from spx.api.serving import (
+    LATENCY_METRICS,
+    METRIC_UNITS,
+    THROUGHPUT_METRICS,
+    ServingArmSpec,
+    ServingArmStatus,
+    ServingArmValue,
+    ServingGateSpec,
+    ServingMetric,
+    ServingPointStatus,
+    ServingResult,
+    ServingStatus,
+)
+
+#: ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` of a main arm: the split never happens.
+OFF = "off"
+
+#: Scalar fields of ``vllm bench serve``'s saved JSON kept in the result document.
+SUMMARY_FIELDS: tuple[str, ...] = (
+    "duration",
+    "completed",
+    "failed",
+    "num_prompts",
+    "max_concurrency",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_output_tokens_per_s",
+    "max_concurrent_requests",
+)
+_LATENCY_STATS = ("mean", "median", "std", "p99")
+
+
+def arm_threshold(arm: ServingArmSpec, gate_threshold_tokens: int) -> str:
+    """The env value an arm runs with: ``off`` for main, else its threshold (default: the gate's)."""
+    if arm.variant == "main":
+        return OFF
+    return str(arm.threshold_tokens if arm.threshold_tokens is not None else gate_threshold_tokens)
+
+
+def run_order(arms: Sequence[ServingArmSpec]) -> list[str]:
+    """Arm names in run order (the listed order; default B1 A1 A2 B2)."""
+    return [a.name for a in arms]
+
+
+def metric_key(metric: ServingMetric) -> str:
+    """The saved-JSON key of a metric: ``mean_<m>_ms`` for latencies, the metric itself otherwise."""
+    return f"mean_{metric}_ms" if metric in LATENCY_METRICS else metric
+
+
+def metric_value(saved: Mapping[str, object], metric: ServingMetric) -> float:
+    """The compared number of one ``vllm bench serve --save-result`` JSON.
+
+    Raises:
+        ValueError: the key is missing or not a finite number (naming the key).
+    """
+    key = metric_key(metric)
+    raw = saved.get(key)
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise ValueError(f"saved result has no numeric {key!r} (got {raw!r})")
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ValueError(f"saved result's {key!r} is not finite ({value})")
+    return value
+
+
+def summary_fields(saved: Mapping[str, object]) -> dict[str, float]:
+    """The scalar numbers worth keeping from a saved JSON (throughputs, counts, latency stats)."""
+    keys = list(SUMMARY_FIELDS)
+    for m in LATENCY_METRICS:
+        keys += [f"{stat}_{m}_ms" for stat in _LATENCY_STATS]
+    out: dict[str, float] = {}
+    for key in keys:
+        raw = saved.get(key)
+        if isinstance(raw, int | float) and not isinstance(raw, bool) and math.isfinite(float(raw)):
+            out[key] = float(raw)
+    return out
+
+
+def mean(values: Sequence[float]) -> float | None:
+    """Arithmetic mean, ``None`` for no values."""
+    return sum(values) / len(values) if values else None
+
+
+def change_pct(main: float, split: float) -> float:
+    """(split − main) / main × 100.
+
+    Raises:
+        ValueError: ``main`` is zero.
+    """
+    if main == 0:
+        raise ValueError("cannot compute a change against a main value of 0")
+    return (split - main) / main * 100.0
+
+
+def improvement_pct(metric: ServingMetric, change: float) -> float:
+    """``change`` signed so that positive is better (latencies: lower is better)."""
+    return -change if metric in LATENCY_METRICS else change
+
+
+def gate_point(metric: ServingMetric, change: float | None, gate: ServingGateSpec) -> bool | None:
+    """This point's gate check; ``None`` when the metric is not gated or the change is unknown.
+
+    Throughputs need ``change ≥ min_throughput_change_pct``; TTFT needs ``change ≤
+    max_ttft_regression_pct``.
+    """
+    if change is None:
+        return None
+    if metric in THROUGHPUT_METRICS:
+        return change >= gate.min_throughput_change_pct
+    if metric == "ttft":
+        return change <= gate.max_ttft_regression_pct
+    return None
+
+
+def is_gated(metric: ServingMetric) -> bool:
+    """Whether the serving gate looks at this metric (throughputs and TTFT)."""
+    return metric in THROUGHPUT_METRICS or metric == "ttft"
+
+
+def summarize_point(
+    name: str, metric: ServingMetric, values: Sequence[ServingArmValue], gate: ServingGateSpec | None = None
+) -> ServingPointStatus:
+    """Means of the main and split arms' values (failed arms left out), the change and the check."""
+    main = [v.value for v in values if v.variant == "main" and v.value is not None]
+    split = [v.value for v in values if v.variant == "split" and v.value is not None]
+    main_mean, split_mean = mean(main), mean(split)
+    change = None
+    if main_mean is not None and split_mean is not None and main_mean != 0:
+        change = change_pct(main_mean, split_mean)
+    return ServingPointStatus(
+        name=name,
+        metric=metric,
+        unit=METRIC_UNITS[metric],
+        values=list(values),
+        main_mean=main_mean,
+        split_mean=split_mean,
+        change_pct=change,
+        improvement_pct=None if change is None else improvement_pct(metric, change),
+        passed=None if gate is None else gate_point(metric, change, gate),
+    )
+
+
+def _fmt_change(change: float) -> str:
+    return f"{change:+.2f}%"
+
+
+def gate_reasons(points: Sequence[ServingPointStatus], gate: ServingGateSpec) -> tuple[bool | None, list[str]]:
+    """The serving gate over all points: ``(passed, reasons)``.
+
+    ``False`` as soon as one gated point fails; ``None`` (inconclusive) when a gated point has no
+    value for one variant, or when no point is gated; else ``True``.
+    """
+    reasons: list[str] = []
+    failed = undecided = False
+    gated = 0
+    for p in points:
+        if not is_gated(p.metric):
+            continue
+        gated += 1
+        if p.change_pct is None:
+            undecided = True
+            reasons.append(f"{p.name}: no {p.metric} value for one variant; cannot compare")
+            continue
+        if p.metric == "ttft":
+            ok = p.change_pct <= gate.max_ttft_regression_pct
+            bound = f"≤ {gate.max_ttft_regression_pct:+.2f}% allowed TTFT regression"
+        else:
+            ok = p.change_pct >= gate.min_throughput_change_pct
+            bound = f"≥ {gate.min_throughput_change_pct:+.2f}% required throughput change"
+        if not ok:
+            failed = True
+        verdict = "ok" if ok else "FAIL"
+        reasons.append(f"{p.name}: {p.metric} change {_fmt_change(p.change_pct)} split vs main ({bound}): {verdict}")
+    if gated == 0:
+        reasons.append("no throughput or TTFT point measured: nothing to gate")
+        return None, reasons
+    if failed:
+        return False, reasons
+    return (None if undecided else True), reasons
+
+
+def summarize(result: ServingResult) -> ServingStatus:
+    """``status.serving`` from a (possibly partial) serving result document."""
+    spec = result.serving
+    points: list[ServingPointStatus] = []
+    for point in spec.points:
+        values: list[ServingArmValue] = []
+        for arm in result.arms:
+            run = next((r for r in arm.points if r.point == point.name), None)
+            values.append(ServingArmValue(arm=arm.name, variant=arm.variant, value=None if run is None else run.value))
+        points.append(summarize_point(point.name, point.metric, values, spec.gate))
+    passed, reasons = gate_reasons(points, spec.gate)
+    if result.failures:
+        reasons.append(f"{len(result.failures)} arm/point failure(s); means use the arms that finished")
+    arms = [
+        ServingArmStatus(name=a.name, variant=a.variant, threshold=a.threshold, state=a.state, message=a.error)
+        for a in result.arms
+    ]
+    return ServingStatus(
+        arms=arms,
+        points=points,
+        complete=result.complete,
+        failures=list(result.failures),
+        gate_passed=passed,
+        reasons=reasons,
+    )

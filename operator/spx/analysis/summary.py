@@ -1,0 +1,138 @@
+"""The analysis entry point: bench result → points → crossover, threshold, verdict → ``KernelStatus``.
+
+The CLI (``spx run | report | gate``) and the operator call :func:`evaluate` (or
+:func:`evaluate_result` on a whole result document), so a local run and a cluster run are judged by
+the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from spx.analysis.crossover import decided_from_quartiles, find_crossover, sorted_points, speedup
+from spx.analysis.threshold import recommended_threshold_tokens
+from spx.analysis.verdict import gate_verdict
+from spx.api.result import KernelResult, PointResult
+from spx.api.spec import GateSpec
+from spx.api.status import GatherSource, KernelPoint, KernelStatus, Verdict
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Outcome of :func:`evaluate`: what goes into ``status.kernel``, ``status.verdict`` and
+    ``status.verdictReasons``."""
+
+    kernel: KernelStatus
+    verdict: Verdict
+    reasons: list[str]
+
+
+def point_from_result(point: PointResult) -> KernelPoint:
+    """Summarise one :class:`~spx.api.result.PointResult` as a :class:`~spx.api.status.KernelPoint`.
+
+    Times are the candidates' stored medians (µs); ``speedup = replicated / split``; ``iqr_pct`` is
+    the larger of the two candidates' ``iqr_pct``; ``decided`` compares the stored ``[q1, q3]``
+    intervals (:func:`~spx.analysis.crossover.decided_from_quartiles`). ``gather_us``,
+    ``rows_per_rank`` and ``max_abs_error`` are copied.
+    """
+    rep, split = point.replicated, point.split
+    return KernelPoint(
+        tokens=point.tokens,
+        rows_per_rank=point.rows_per_rank,
+        replicated_us=rep.median_us,
+        split_us=split.median_us,
+        gather_us=point.gather_us,
+        speedup=speedup(rep.median_us, split.median_us),
+        iqr_pct=max(rep.iqr_pct, split.iqr_pct),
+        replicated_iqr_pct=rep.iqr_pct,
+        split_iqr_pct=split.iqr_pct,
+        max_abs_error=point.max_abs_error,
+        decided=decided_from_quartiles(rep.q1_us, rep.q3_us, split.q1_us, split.q3_us),
+    )
+
+
+def points_from_result(result: KernelResult) -> list[KernelPoint]:
+    """Every point of a result document as a ``KernelPoint`` (see :func:`point_from_result`), by tokens.
+
+    Raises:
+        ValueError: on a repeated token count.
+    """
+    return sorted_points(point_from_result(p) for p in result.points)
+
+
+def evaluate(
+    points: Iterable[KernelPoint],
+    gate: GateSpec,
+    gather_source: GatherSource,
+    tensor_parallel_size: int,
+    gemm_backend: str | None = None,
+    timer: str | None = None,
+) -> Evaluation:
+    """Crossover, recommended threshold and gate verdict of a sweep.
+
+    Args:
+        points: the sweep (any order); ``speedup`` and ``decided`` are taken as given (build them with
+            :func:`points_from_result`, :func:`spx.analysis.reference.parse_kernel_table` or, from
+            medians and IQRs only, :func:`spx.analysis.crossover.with_decided_from_iqr`).
+        gate: the experiment's gate; its ``threshold_rounding`` picks the recommended threshold's rule.
+        gather_source: ``measured`` or ``modelled``.
+        tensor_parallel_size: TP (≥ 1), for the ``next-multiple-of-tp`` rounding.
+        gemm_backend, timer: copied into the status for the record.
+
+    Returns:
+        :class:`Evaluation` with ``kernel.points`` sorted by tokens, ``crossover_tokens`` (the log-log
+        interpolated break-even, tokens), ``first_winning_tokens``, ``crossover_confidence``,
+        ``recommended_threshold_tokens``, and the verdict with its reasons.
+
+    Raises:
+        ValueError: on a repeated token count or ``tensor_parallel_size < 1``.
+    """
+    if tensor_parallel_size < 1:
+        raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
+    ordered = sorted_points(points)
+    crossover = find_crossover(ordered)
+    be = crossover.break_even
+    recommended = (
+        recommended_threshold_tokens(be.tokens, gate.threshold_rounding, tensor_parallel_size) if be else None
+    )
+    outcome = gate_verdict(
+        ordered, gate, gather_source, crossover=crossover, recommended_threshold_tokens=recommended
+    )
+    kernel = KernelStatus(
+        points=ordered,
+        crossover_tokens=be.tokens if be else None,
+        first_winning_tokens=crossover.first_winning_tokens,
+        crossover_confidence=crossover.confidence,
+        recommended_threshold_tokens=recommended,
+        threshold_rounding=gate.threshold_rounding,
+        gather_source=gather_source,
+        gemm_backend=gemm_backend,
+        timer=timer,
+    )
+    return Evaluation(kernel=kernel, verdict=outcome.verdict, reasons=list(outcome.reasons))
+
+
+def evaluate_result(result: KernelResult) -> Evaluation:
+    """:func:`evaluate` on a whole result document, with its spec's gate and TP size.
+
+    A partial run (``complete = False``) is judged on the points it has, and a Pass is capped at
+    Inconclusive with a reason quoting ``error``.
+
+    Raises:
+        ValueError: on a repeated token count.
+    """
+    ev = evaluate(
+        points_from_result(result),
+        result.spec.gate,
+        result.gather_source,
+        result.spec.parallelism.tensor_parallel_size,
+        gemm_backend=result.gemm_backend,
+        timer=result.timer,
+    )
+    if result.complete:
+        return ev
+    reason = f"the run did not complete ({result.error or 'no error recorded'}): judged on {len(result.points)} points"
+    if ev.verdict == "Pass":
+        return Evaluation(ev.kernel, "Inconclusive", [reason + "; the verdict is capped at Inconclusive", *ev.reasons])
+    return Evaluation(ev.kernel, ev.verdict, [*ev.reasons, reason])

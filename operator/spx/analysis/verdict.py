@@ -1,0 +1,220 @@
+"""Gate verdict (Pass | Fail | Inconclusive) of a kernel sweep against a :class:`~spx.api.spec.GateSpec`.
+
+Rules, in order of precedence:
+
+1. **Fail** when any point's ``max_abs_error`` exceeds ``gate.max_abs_error``, or a *decided* point at
+   or above ``gate.threshold_tokens`` has ``speedup < gate.min_speedup_at_or_above_threshold``.
+2. **Inconclusive** when
+   - no measured point is at or above the threshold;
+   - an *undecided* point at or above the threshold could change the outcome: always when the
+     minimum speedup is ≥ 1 (undecided means the split may not beat the replicated at all), and for a
+     minimum below 1 when the worst speedup inside the IQR intervals
+     (:func:`~spx.analysis.crossover.speedup_range`) is below that minimum;
+   - a point has no ``max_abs_error`` (the gate requires the outputs to match, which is then unknown);
+   - the gather is modelled and ``gate.allow_modelled_gather`` is false (Pass is capped at
+     Inconclusive; a Fail stays a Fail).
+3. **Pass** otherwise.
+
+Every verdict comes with human-readable reasons that cite the numbers; informative reasons (the
+break-even, how the recommended threshold compares with ``threshold_tokens``) follow the deciding ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from spx.analysis.crossover import Crossover, find_crossover, sorted_points, speedup_range, split_wins
+from spx.api.spec import GateSpec
+from spx.api.status import GatherSource, KernelPoint, Verdict
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """A verdict and the reasons behind it (deciding reasons first, then informative ones)."""
+
+    verdict: Verdict
+    reasons: tuple[str, ...]
+
+
+def _x(s: float) -> str:
+    return f"{s:.2f}×"
+
+
+def _tokens_list(tokens: Sequence[int], limit: int = 8) -> str:
+    shown = ", ".join(str(t) for t in tokens[:limit])
+    return shown + (f" and {len(tokens) - limit} more" if len(tokens) > limit else "")
+
+
+def _speedups(points: Sequence[KernelPoint]) -> str:
+    return ", ".join(f"{p.tokens}: {_x(p.speedup)}" for p in points)
+
+
+def threshold_reasons(
+    points: Sequence[KernelPoint],
+    threshold_tokens: int,
+    crossover: Crossover,
+    recommended_threshold_tokens: int | None,
+    threshold_rounding: str,
+) -> list[str]:
+    """Informative reasons on the break-even and the recommended threshold versus ``threshold_tokens``.
+
+    ``points`` must be sorted by tokens (:func:`~spx.analysis.crossover.sorted_points`). Never affects
+    the verdict.
+    """
+    reasons: list[str] = []
+    be = crossover.break_even
+    if be is None or recommended_threshold_tokens is None:
+        if points:
+            last = points[-1]
+            reasons.append(
+                f"split does not win at the largest measured count ({last.tokens} tokens: {_x(last.speedup)}): "
+                "no crossover, no threshold recommended"
+            )
+        return reasons
+    rec, thr = recommended_threshold_tokens, threshold_tokens
+    by_tokens = {p.tokens: p for p in points}
+    if be.at_or_below_smallest_measured:
+        reasons.append(
+            f"split wins at every measured count, from the smallest ({be.upper_tokens} tokens: "
+            f"{_x(by_tokens[be.upper_tokens].speedup)}): the break-even is at or below {be.upper_tokens} tokens; "
+            f"recommended threshold {rec} ({threshold_rounding}, an upper bound)"
+        )
+    else:
+        assert be.lower_tokens is not None
+        lo, hi = by_tokens[be.lower_tokens], by_tokens[be.upper_tokens]
+        reasons.append(
+            f"break-even {be.tokens:.1f} tokens ({be.interpolation} interpolation between {lo.tokens} tokens: "
+            f"{_x(lo.speedup)} and {hi.tokens} tokens: {_x(hi.speedup)}, confidence {crossover.confidence}); "
+            f"recommended threshold {rec} ({threshold_rounding})"
+        )
+        if crossover.confidence == "within-spread":
+            reasons.append(
+                f"the crossover bracket {lo.tokens}-{hi.tokens} tokens is within the candidates' spread: "
+                "the break-even is uncertain; take more samples or measure between these counts"
+            )
+    fw = crossover.first_winning_tokens
+    if rec < thr:
+        winners = [p for p in points if fw is not None and fw <= p.tokens < thr]
+        if winners:
+            reasons.append(
+                f"split already wins from {fw} tokens; threshold {thr} leaves speedup on the table at "
+                f"{winners[0].tokens}-{winners[-1].tokens} tokens ({_speedups(winners)})"
+            )
+        else:
+            reasons.append(
+                f"recommended threshold {rec} is below threshold {thr}, but no measured count in "
+                f"[{rec}, {thr}) confirms that the split wins there"
+            )
+    elif rec > thr:
+        losers = [p for p in points if thr <= p.tokens < rec and not split_wins(p)]
+        detail = f": the split does not win at {_speedups(losers)}" if losers else ""
+        reasons.append(
+            f"recommended threshold {rec} is above threshold {thr} (break-even {be.tokens:.1f} tokens){detail}"
+        )
+    else:
+        reasons.append(f"recommended threshold {rec} equals threshold {thr}")
+    return reasons
+
+
+def gate_verdict(
+    points: Iterable[KernelPoint],
+    gate: GateSpec,
+    gather_source: GatherSource,
+    *,
+    crossover: Crossover | None = None,
+    recommended_threshold_tokens: int | None = None,
+) -> GateOutcome:
+    """Judge a sweep against the gate (rules in the module docstring).
+
+    Args:
+        points: the sweep, any order; ``speedup`` and ``decided`` are taken as given.
+        gate: threshold (tokens), minimum speedup (×) at or above it, max abs error, modelled-gather
+            policy, threshold rounding (named in the reasons).
+        gather_source: ``measured`` or ``modelled``.
+        crossover: from :func:`~spx.analysis.crossover.find_crossover` (computed when omitted).
+        recommended_threshold_tokens: from :mod:`spx.analysis.threshold`; ``None`` when there is no
+            crossover. Only informs the reasons.
+
+    Raises:
+        ValueError: on a repeated token count.
+    """
+    ordered = sorted_points(points)
+    if crossover is None:
+        crossover = find_crossover(ordered)
+    thr, min_s = gate.threshold_tokens, gate.min_speedup_at_or_above_threshold
+    fail: list[str] = []
+    inconclusive: list[str] = []
+
+    if not ordered:
+        inconclusive.append("no measured points: nothing to judge")
+    for p in ordered:
+        if p.max_abs_error is not None and p.max_abs_error > gate.max_abs_error:
+            fail.append(
+                f"max abs error {p.max_abs_error:.3g} at {p.tokens} tokens exceeds maxAbsError {gate.max_abs_error:.3g}: "
+                "the split output does not match the replicated one"
+            )
+    unchecked = [p.tokens for p in ordered if p.max_abs_error is None]
+    if unchecked:
+        inconclusive.append(
+            f"no correctness check recorded at {_tokens_list(unchecked)} tokens: cannot confirm that the split "
+            f"output matches the replicated one within maxAbsError {gate.max_abs_error:.3g}"
+        )
+
+    gated = [p for p in ordered if p.tokens >= thr]
+    if ordered and not gated:
+        inconclusive.append(
+            f"no measured token count is at or above thresholdTokens {thr} (largest measured: "
+            f"{ordered[-1].tokens}): the gate cannot be checked; extend the sweep"
+        )
+    for p in gated:
+        spread = f"replicated IQR {p.replicated_iqr_pct:.1f} %, split IQR {p.split_iqr_pct:.1f} %"
+        if p.decided:
+            if p.speedup < min_s:
+                fail.append(
+                    f"at {p.tokens} tokens the speedup is {_x(p.speedup)} (replicated {p.replicated_us:.1f} µs / "
+                    f"split {p.split_us:.1f} µs), below minSpeedupAtOrAboveThreshold {_x(min_s)} required at or above "
+                    f"thresholdTokens {thr}"
+                )
+            continue
+        worst, _ = speedup_range(p)
+        if min_s >= 1.0 or worst < min_s:
+            inconclusive.append(
+                f"at {p.tokens} tokens the speedup {_x(p.speedup)} is within the candidates' spread ({spread}): "
+                f"the point is undecided and could change the verdict against minSpeedupAtOrAboveThreshold "
+                f"{_x(min_s)}; take more samples"
+            )
+
+    capped = gather_source == "modelled" and not gate.allow_modelled_gather
+    verdict: Verdict
+    if fail:
+        verdict = "Fail"
+    elif inconclusive or capped:
+        verdict = "Inconclusive"
+    else:
+        verdict = "Pass"
+
+    reasons = fail + inconclusive
+    if capped:
+        reasons.append(
+            "the gather is modelled, not measured (gatherSource modelled, allowModelledGather false): "
+            + ("the verdict is capped at Inconclusive" if verdict != "Fail" else "a Pass would be capped at Inconclusive")
+        )
+    elif gather_source == "modelled":
+        reasons.append("the gather is modelled, not measured; accepted because allowModelledGather is true")
+    if gated and not fail:
+        worst_p = min(gated, key=lambda p: p.speedup)
+        if worst_p.speedup >= min_s:
+            reasons.append(
+                f"at every measured count >= thresholdTokens {thr} the split is at least {_x(worst_p.speedup)} "
+                f"(lowest at {worst_p.tokens} tokens; minimum required {_x(min_s)}): {_speedups(gated)}"
+            )
+        else:
+            reasons.append(f"speedups at or above thresholdTokens {thr}: {_speedups(gated)}")
+    errors = [p.max_abs_error for p in ordered if p.max_abs_error is not None]
+    if errors and not any(e > gate.max_abs_error for e in errors):
+        reasons.append(f"max abs error {max(errors):.3g} <= maxAbsError {gate.max_abs_error:.3g} at every checked point")
+    reasons.extend(
+        threshold_reasons(ordered, thr, crossover, recommended_threshold_tokens, gate.threshold_rounding)
+    )
+    return GateOutcome(verdict, tuple(reasons))

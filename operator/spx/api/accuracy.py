@@ -1,0 +1,129 @@
+"""``spec.accuracy`` (optional): GSM8K through the patched vLLM, main vs split, and what it reports.
+
+The questions are asked through ``/v1/chat/completions`` as a 5-shot multi-turn chat (the few-shot
+examples as earlier user/assistant turns), greedy (temperature 0) with a fixed seed, up to
+``max_tokens`` generated, ``concurrency`` requests in flight. A reply is scored by the number after
+``####``, else its last number (:func:`spx.analysis.accuracy.extract_answer`).
+
+The runs happen on the servers of ``spec.serving``'s arms (``arms``; by default the first main and
+the first split arm in run order), after that arm's serving points, so the model is loaded once per
+arm. ``spec.accuracy`` therefore needs ``spec.serving`` (its ``points`` may be empty).
+
+The dataset is a local JSONL file baked into the bench image (``docs/serving.md`` says how): one
+``{"question": ..., "answer": "... #### 72"}`` object per line, GSM8K's own format
+(openai/grade-school-math ``test.jsonl``: 1,319 questions; ``train.jsonl`` for the few-shot turns).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+from pydantic import Field
+
+from spx.api.base import CamelModel
+from spx.api.serving import ArmVariant
+
+ACCURACY_RESULT_SCHEMA_VERSION: Final = "spx.dev/accuracy-result/v1"
+
+#: Where the bench image keeps GSM8K (``images/bench/Dockerfile`` copies the files there).
+DEFAULT_DATASET_PATH = "/opt/spx/data/gsm8k/test.jsonl"
+DEFAULT_FEWSHOT_PATH = "/opt/spx/data/gsm8k/train.jsonl"
+
+
+def _thinking_off() -> dict[str, Any]:
+    return {"thinking": False}
+
+
+class AccuracySpec(CamelModel):
+    """``spec.accuracy``: GSM8K on the main and split servers, and the bound on the split's drop.
+
+    ``num_fewshot`` examples are the first lines of ``fewshot_path`` (deterministic); ``limit`` asks
+    only the first N questions (``None``: all). ``dataset_sha256`` pins the test file's content.
+    ``chat_template_kwargs`` go to the server's chat template (DeepSeek-V3.1+/V4 templates read
+    ``thinking``; default off). ``max_request_errors``: more requests failing (HTTP error, timeout)
+    than this makes the run fail instead of scoring them as wrong.
+
+    Gate: the split arms' mean accuracy may be at most ``max_drop_points`` percentage points below
+    the main arms' mean (default 1.0: three runs of main on H20 ranged 96.36–96.97 %, 0.6 points).
+    """
+
+    dataset_path: str = Field(default=DEFAULT_DATASET_PATH, min_length=1, max_length=1024)
+    fewshot_path: str = Field(default=DEFAULT_FEWSHOT_PATH, min_length=1, max_length=1024)
+    dataset_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    num_fewshot: int = Field(default=5, ge=0, le=16)
+    limit: int | None = Field(default=None, gt=0)
+    max_tokens: int = Field(default=1024, gt=0, le=65536)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    seed: int = Field(default=0, ge=0)
+    concurrency: int = Field(default=32, gt=0, le=1024)
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=_thinking_off)
+    system_prompt: str | None = Field(default=None, max_length=8192)
+    request_timeout_seconds: float = Field(default=600.0, gt=0.0, le=24 * 3600.0)
+    max_request_errors: int = Field(default=0, ge=0)
+    arms: list[str] | None = Field(default=None, min_length=1, max_length=16)
+    max_drop_points: float = Field(default=1.0, ge=0.0, le=100.0)
+
+
+# --------------------------------------------------------------------------- result document
+
+
+class AccuracyRun(CamelModel):
+    """GSM8K on one arm's server.
+
+    ``accuracy_pct`` = correct / total × 100 over the questions asked; ``no_answer`` replies held no
+    number; ``request_errors`` requests failed (scored wrong). ``replies_file`` (JSONL) keeps every
+    question's reply, extracted answer and score.
+    """
+
+    arm: str
+    variant: ArmVariant
+    threshold: str
+    correct: int = Field(default=0, ge=0)
+    total: int = Field(default=0, ge=0)
+    no_answer: int = Field(default=0, ge=0)
+    request_errors: int = Field(default=0, ge=0)
+    accuracy_pct: float | None = Field(default=None, ge=0.0, le=100.0)
+    replies_file: str | None = None
+    wall_seconds: float | None = Field(default=None, ge=0)
+    error: str | None = None
+
+
+class AccuracyResult(CamelModel):
+    """The accuracy bench's output (``accuracy-result.json``), rewritten after every run."""
+
+    schema_version: Literal["spx.dev/accuracy-result/v1"] = ACCURACY_RESULT_SCHEMA_VERSION
+    experiment: str = "local"
+    accuracy: AccuracySpec
+    dataset_sha256: str | None = None
+    runs: list[AccuracyRun] = Field(default_factory=list)
+    complete: bool = False
+    failures: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- status
+
+
+class AccuracyRunStatus(CamelModel):
+    """One arm's GSM8K score in the status."""
+
+    arm: str
+    variant: ArmVariant
+    correct: int = Field(ge=0)
+    total: int = Field(ge=0)
+    accuracy_pct: float | None = None
+    error: str | None = None
+
+
+class AccuracyStatus(CamelModel):
+    """``status.accuracy``: per-arm scores, the variants' means, the split's drop and its gate.
+
+    ``drop_points`` = main mean − split mean (positive: the split is worse); ``gate_passed`` is
+    unset (inconclusive) when a variant has no finished run.
+    """
+
+    runs: list[AccuracyRunStatus] = Field(default_factory=list)
+    main_pct: float | None = None
+    split_pct: float | None = None
+    drop_points: float | None = None
+    gate_passed: bool | None = None
+    reasons: list[str] = Field(default_factory=list)

@@ -1,0 +1,316 @@
+"""``spec.serving`` (optional): the serving A/B of the patched vLLM, and what it reports.
+
+Each *arm* is one fresh ``vllm serve`` with ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` set by the spx
+vLLM plugin (:mod:`spx.vllm_plugin`): ``main`` arms run with ``off`` (the projection is never split),
+``split`` arms with the threshold under test. Arms run in the listed order (default B1 A1 A2 B2:
+split, main, main, split, as the seed PR ran them, so a drift over time hits both variants alike).
+Every arm runs every *point* with ``vllm bench serve … --save-result``; per point the analysis
+compares the mean of the main arms with the mean of the split arms (``change_pct``).
+
+The seed's seven points (``tests/data/h20_tp8_serving.csv``) are the default. Their ISL / OSL /
+concurrency come from the point names of that table; the prompt counts are not in it and are this
+project's choice (≥ 8 requests per point, 4 × concurrency for the throughput points).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from spx.api.base import CamelModel
+
+SERVING_RESULT_SCHEMA_VERSION: Final = "spx.dev/serving-result/v1"
+
+ArmVariant = Literal["main", "split"]
+#: What a point reports, as named in ``vllm bench serve``'s saved JSON (``mean_<metric>_ms`` for the
+#: latencies, ``<metric>`` for the throughputs).
+ServingMetric = Literal[
+    "ttft", "tpot", "itl", "e2el", "output_throughput", "total_token_throughput", "request_throughput"
+]
+LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+THROUGHPUT_METRICS: tuple[str, ...] = ("output_throughput", "total_token_throughput", "request_throughput")
+METRIC_UNITS: dict[str, str] = {
+    "ttft": "ms",
+    "tpot": "ms",
+    "itl": "ms",
+    "e2el": "ms",
+    "output_throughput": "tok/s",
+    "total_token_throughput": "tok/s",
+    "request_throughput": "req/s",
+}
+
+ArmState = Literal["Pending", "Succeeded", "Partial", "Failed", "Skipped"]
+GpuCheck = Literal["freed", "busy", "skipped"]
+
+_NAME_PATTERN = r"^[a-z0-9]([a-z0-9_.-]*[a-z0-9])?$"
+_ARM_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"
+
+
+class ServingPointSpec(CamelModel):
+    """One ``vllm bench serve`` run: random prompts of ``input_len`` tokens, ``output_len`` generated
+    (``--ignore-eos``), ``concurrency`` requests in flight, ``num_prompts`` requests in all.
+
+    ``metric`` is the number the A/B compares (``ttft`` = mean TTFT in ms, lower is better;
+    ``output_throughput`` = output tok/s, higher is better).
+    """
+
+    name: str = Field(min_length=1, max_length=63, pattern=_NAME_PATTERN)
+    input_len: int = Field(gt=0, le=1 << 22)
+    output_len: int = Field(gt=0, le=1 << 20)
+    concurrency: int = Field(gt=0, le=4096)
+    num_prompts: int = Field(gt=0, le=100_000)
+    metric: ServingMetric
+
+
+def seed_points() -> list[ServingPointSpec]:
+    """The seed PR's seven serving points (``h20_tp8_serving.csv``), prompt counts chosen by spx."""
+    raw: list[tuple[str, int, int, int, int, ServingMetric]] = [
+        ("ttft_8k_c1", 8192, 1, 1, 8, "ttft"),
+        ("ttft_32k_c1", 32768, 1, 1, 8, "ttft"),
+        ("ttft_128k_c1", 131072, 1, 1, 8, "ttft"),
+        ("8k_in_1k_out_c16", 8192, 1024, 16, 64, "output_throughput"),
+        ("8k_in_1k_out_c64", 8192, 1024, 64, 256, "output_throughput"),
+        ("1k_in_1k_out_c64", 1024, 1024, 64, 256, "output_throughput"),
+        ("1k_in_1k_out_c1", 1024, 1024, 1, 8, "output_throughput"),
+    ]
+    return [
+        ServingPointSpec(name=n, input_len=i, output_len=o, concurrency=c, num_prompts=p, metric=m)
+        for n, i, o, c, p, m in raw
+    ]
+
+
+class ServingArmSpec(CamelModel):
+    """One arm: a fresh server of one variant.
+
+    ``threshold_tokens`` is the ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` of a ``split`` arm; unset, the
+    experiment's ``gate.thresholdTokens`` is used. A ``main`` arm always runs with ``off`` and must
+    not set it.
+    """
+
+    name: str = Field(min_length=1, max_length=32, pattern=_ARM_PATTERN)
+    variant: ArmVariant
+    threshold_tokens: int | None = Field(default=None, gt=0, le=1 << 24)
+
+    @model_validator(mode="after")
+    def _main_has_no_threshold(self) -> ServingArmSpec:
+        if self.variant == "main" and self.threshold_tokens is not None:
+            raise ValueError(
+                f"arm {self.name}: a main arm runs with the split off; remove thresholdTokens "
+                f"(or make it variant: split)"
+            )
+        return self
+
+
+def default_arms() -> list[ServingArmSpec]:
+    """B1 A1 A2 B2: split, main, main, split (the seed PR's run order)."""
+    return [
+        ServingArmSpec(name="B1", variant="split"),
+        ServingArmSpec(name="A1", variant="main"),
+        ServingArmSpec(name="A2", variant="main"),
+        ServingArmSpec(name="B2", variant="split"),
+    ]
+
+
+class ServingGateSpec(CamelModel):
+    """What the serving A/B must show for a rollout (changes are split vs main, in percent).
+
+    Every throughput point must have ``change_pct ≥ min_throughput_change_pct``; every TTFT point
+    ``change_pct ≤ max_ttft_regression_pct`` (a positive TTFT change is a regression). The defaults
+    tolerate 1 % either way, the order of the spread between two arms of the same variant in the
+    seed's H20 table (1k_in_1k_out_c1: B1 338.0 vs B2 334.1 tok/s). TPOT/ITL/E2EL points are reported,
+    not gated. A point without a value for both variants makes the gate Inconclusive.
+    """
+
+    min_throughput_change_pct: float = Field(default=-1.0, ge=-100.0, le=1000.0)
+    max_ttft_regression_pct: float = Field(default=1.0, ge=-100.0, le=1000.0)
+
+
+class ServingSpec(CamelModel):
+    """``spec.serving``: the serving A/B (and the server settings ``spec.accuracy`` runs on).
+
+    Model: ``model`` is the Hugging Face id (or any name); with ``model_path`` the server loads the
+    weights from that local directory and serves them under ``served_model_name`` (default ``model``).
+    With ``model_pvc`` the operator mounts that PersistentVolumeClaim read-only at
+    ``model_mount_path`` and ``model_path`` must lie under it. ``extra_args`` are appended to
+    ``vllm serve`` (``--tensor-parallel-size`` comes from ``spec.parallelism`` unless given here);
+    ``env`` is added to the server's environment (the threshold variable is reserved).
+
+    Timeouts (seconds): ``startup_timeout_seconds`` from launch to a healthy ``/health`` (model
+    loading: DeepSeek-V4.1 from a local disk takes many minutes), ``point_timeout_seconds`` per
+    ``vllm bench serve``, ``shutdown_timeout_seconds`` from SIGTERM to SIGKILL,
+    ``gpu_release_timeout_seconds`` for the GPUs to show no compute process after the server exits.
+    """
+
+    model: str = Field(min_length=1, max_length=512)
+    revision: str | None = Field(default=None, min_length=1, max_length=128)
+    model_path: str | None = Field(default=None, min_length=1, max_length=1024)
+    model_pvc: str | None = Field(default=None, min_length=1, max_length=253)
+    model_mount_path: str = Field(default="/models", pattern=r"^/.*")
+    served_model_name: str | None = Field(default=None, min_length=1, max_length=512)
+    extra_args: list[str] = Field(default_factory=list, max_length=128)
+    env: dict[str, str] = Field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    seed: int = Field(default=0, ge=0)
+    points: list[ServingPointSpec] = Field(default_factory=seed_points, max_length=64)
+    arms: list[ServingArmSpec] = Field(default_factory=default_arms, min_length=2, max_length=16)
+    extra_bench_args: list[str] = Field(default_factory=list, max_length=64)
+    startup_timeout_seconds: int = Field(default=2400, ge=1, le=24 * 3600)
+    point_timeout_seconds: int = Field(default=3600, ge=1, le=24 * 3600)
+    shutdown_timeout_seconds: int = Field(default=120, ge=1, le=3600)
+    gpu_release_timeout_seconds: int = Field(default=120, ge=0, le=3600)
+    gate: ServingGateSpec = Field(default_factory=ServingGateSpec)
+
+    @field_validator("env")
+    @classmethod
+    def _no_reserved_env(cls, v: dict[str, str]) -> dict[str, str]:
+        reserved = {"SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS", "SPX_ARM"} & set(v)
+        if reserved:
+            raise ValueError(f"{sorted(reserved)} are set per arm by spx; remove them from serving.env")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServingSpec:
+        names = [p.name for p in self.points]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"serving.points: point names must be unique, {dupes} repeat")
+        arms = [a.name for a in self.arms]
+        dupes = sorted({n for n in arms if arms.count(n) > 1})
+        if dupes:
+            raise ValueError(f"serving.arms: arm names must be unique, {dupes} repeat")
+        variants = {a.variant for a in self.arms}
+        if variants != {"main", "split"}:
+            raise ValueError(
+                f"serving.arms needs at least one main and one split arm (got only {sorted(variants)})"
+            )
+        if self.model_pvc is not None:
+            mount = self.model_mount_path.rstrip("/") + "/"
+            if self.model_path is None or not (self.model_path + "/").startswith(mount):
+                raise ValueError(
+                    f"serving.modelPvc is mounted at {self.model_mount_path}: set serving.modelPath to the "
+                    f"weights' directory under it (got {self.model_path!r})"
+                )
+        return self
+
+    @property
+    def api_model_name(self) -> str:
+        """The model name clients send (``--served-model-name``, else ``model``)."""
+        return self.served_model_name or self.model
+
+
+# --------------------------------------------------------------------------- result document
+
+
+class ServingPointRun(CamelModel):
+    """One point of one arm as measured: the compared value and vLLM's summary fields.
+
+    ``value`` is ``None`` when the point failed (``error`` says why). ``summary`` keeps the scalar
+    fields of the saved JSON (throughputs, mean/median/p99 latencies, completed, failed, duration);
+    ``result_file`` is the JSON ``vllm bench serve --save-result`` wrote, ``log_file`` its output.
+    """
+
+    point: str
+    metric: ServingMetric
+    value: float | None = None
+    summary: dict[str, float] = Field(default_factory=dict)
+    result_file: str | None = None
+    log_file: str | None = None
+    wall_seconds: float | None = Field(default=None, ge=0)
+    error: str | None = None
+
+
+class ServingArmRun(CamelModel):
+    """One arm: its server's life and every point it ran.
+
+    ``threshold`` is the value given to ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` (``off`` or a count);
+    ``threshold_confirmed`` whether the server log shows the spx plugin's "spx: set …" line;
+    ``server_log`` the server's stdout+stderr, kept; ``gpu_check`` whether the GPUs showed no compute
+    process after the server stopped (``skipped`` without ``nvidia-smi``).
+    """
+
+    name: str
+    variant: ArmVariant
+    threshold: str
+    state: ArmState = "Pending"
+    server_command: list[str] = Field(default_factory=list)
+    server_log: str | None = None
+    server_exit_code: int | None = None
+    healthy_after_seconds: float | None = Field(default=None, ge=0)
+    threshold_confirmed: bool | None = None
+    gpu_check: GpuCheck | None = None
+    points: list[ServingPointRun] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    error: str | None = None
+
+
+class ServingResult(CamelModel):
+    """The serving bench's output (``serving-result.json``), rewritten after every measurement.
+
+    ``complete`` is false when any arm or point failed; ``failures`` names each (``arm/point: why``);
+    whatever finished is kept.
+    """
+
+    schema_version: Literal["spx.dev/serving-result/v1"] = SERVING_RESULT_SCHEMA_VERSION
+    experiment: str = "local"
+    serving: ServingSpec
+    gate_threshold_tokens: int = Field(gt=0)
+    arms: list[ServingArmRun] = Field(default_factory=list)
+    complete: bool = False
+    failures: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    error: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+
+# --------------------------------------------------------------------------- status
+
+
+class ServingArmValue(CamelModel):
+    """One arm's value at one point (``value`` unset: that arm's point failed)."""
+
+    arm: str
+    variant: ArmVariant
+    value: float | None = None
+
+
+class ServingPointStatus(CamelModel):
+    """One point summarised: each arm's value, the variants' means and the change.
+
+    ``change_pct`` = (split mean − main mean) / main mean × 100 (negative TTFT change is better);
+    ``improvement_pct`` is the same change signed so that positive is always better.
+    ``passed`` is this point's gate check (``None``: not gated or not decidable).
+    """
+
+    name: str
+    metric: ServingMetric
+    unit: str
+    values: list[ServingArmValue] = Field(default_factory=list)
+    main_mean: float | None = None
+    split_mean: float | None = None
+    change_pct: float | None = None
+    improvement_pct: float | None = None
+    passed: bool | None = None
+
+
+class ServingArmStatus(CamelModel):
+    """One arm's outcome in the status (no per-request data)."""
+
+    name: str
+    variant: ArmVariant
+    threshold: str
+    state: ArmState
+    message: str | None = None
+
+
+class ServingStatus(CamelModel):
+    """``status.serving``: the A/B summary and its gate (``gatePassed`` unset: inconclusive)."""
+
+    arms: list[ServingArmStatus] = Field(default_factory=list)
+    points: list[ServingPointStatus] = Field(default_factory=list)
+    complete: bool = False
+    failures: list[str] = Field(default_factory=list)
+    gate_passed: bool | None = None
+    reasons: list[str] = Field(default_factory=list)

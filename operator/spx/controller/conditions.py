@@ -1,0 +1,259 @@
+"""Status and condition computation: pure functions from (previous status, what happened) to status.
+
+Three conditions, always present, in this order:
+
+- ``Scheduled`` — True once the current run's pod is bound to a node. False with reason
+  ``Queued`` (held by the operator's concurrency limit), ``Suspended`` (Kueue has not admitted the
+  Job yet), ``Pending`` (Job created, pod not bound), ``Unschedulable`` or ``InvalidSpec``.
+- ``Completed`` — True once no bench process will run any more for this generation; the reason says
+  how the run ended (``JobSucceeded``, ``JobFailed``, ``DeadlineExceeded``, ``Unschedulable``,
+  ``ImagePullFailed``, ``Evicted``, ``NotRun`` …). False (``Pending`` / ``Running``) before.
+- ``Decided`` — the terminal condition a pipeline waits on (``kubectl wait --for=condition=Decided``):
+  True on *every* terminal outcome with reason ``Pass``, ``Fail``, ``Inconclusive`` (a verdict),
+  ``InvalidSpec``, ``BenchmarkFailed`` or ``InfraFailed``; False (``Pending`` / ``Queued`` /
+  ``Running`` / ``Analyzing``) before.
+
+``lastTransitionTime`` changes only when a condition's ``status`` changes (metav1.Condition
+semantics); a new reason or message alone keeps it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spx.api.status import Condition, DecidedReason, ExperimentStatus, KernelStatus, Phase, Verdict
+
+CONDITION_TYPES = ("Scheduled", "Completed", "Decided")
+TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed"})
+VERDICT_REASONS: frozenset[str] = frozenset({"Pass", "Fail", "Inconclusive"})
+FAILURE_REASONS: frozenset[str] = frozenset({"InvalidSpec", "BenchmarkFailed", "InfraFailed"})
+MAX_MESSAGE = 1024
+
+
+def now_rfc3339(now: dt.datetime | None = None) -> str:
+    """RFC 3339 UTC with second precision (``2026-01-02T03:04:05Z``), as Kubernetes writes times."""
+    now = now or dt.datetime.now(dt.UTC)
+    return now.astimezone(dt.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    """Parse a Kubernetes timestamp (``Z`` or offset, optional fraction); None if absent/invalid."""
+    if not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def _clip(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: str,
+    generation: int | None,
+) -> list[Condition]:
+    """Return ``conditions`` with ``type_`` set; ``lastTransitionTime`` kept unless ``status`` changed.
+
+    Conditions keep the canonical order (Scheduled, Completed, Decided, then any others).
+    """
+    previous = next((c for c in conditions if c.type == type_), None)
+    ltt = previous.last_transition_time if previous is not None and previous.status == status else now
+    updated = Condition(
+        type=type_,
+        status=status,  # type: ignore[arg-type]
+        reason=reason,
+        message=_clip(message),
+        last_transition_time=ltt,
+        observed_generation=generation,
+    )
+    out = [c for c in conditions if c.type != type_] + [updated]
+    order = {t: i for i, t in enumerate(CONDITION_TYPES)}
+    return sorted(out, key=lambda c: order.get(c.type, len(order)))
+
+
+def get_condition(conditions: Sequence[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the reconciler observed, as the inputs of a status transition.
+
+    ``scheduled``/``completed``/``decided`` are ``(status, reason, message)`` triples; ``None`` keeps
+    the condition as it is.
+    """
+
+    phase: Phase
+    message: str
+    scheduled: tuple[str, str, str] | None = None
+    completed: tuple[str, str, str] | None = None
+    decided: tuple[str, str, str] | None = None
+
+
+def apply_step(status: ExperimentStatus, step: Step, now: str, generation: int | None) -> ExperimentStatus:
+    """A new status with ``step`` applied (phase, message, conditions); the input is not changed."""
+    conditions = list(status.conditions)
+    for type_, triple in (("Scheduled", step.scheduled), ("Completed", step.completed), ("Decided", step.decided)):
+        if triple is not None:
+            conditions = set_condition(conditions, type_, *triple, now=now, generation=generation)
+    return status.model_copy(update={"phase": step.phase, "message": _clip(step.message), "conditions": conditions})
+
+
+def ensure_all_conditions(status: ExperimentStatus, now: str, generation: int | None) -> ExperimentStatus:
+    """Add any missing condition as Unknown/``Pending`` so a reader always finds all three."""
+    conditions = list(status.conditions)
+    for type_ in CONDITION_TYPES:
+        if get_condition(conditions, type_) is None:
+            conditions = set_condition(conditions, type_, "Unknown", "Pending", "", now, generation)
+    return status.model_copy(update={"conditions": conditions})
+
+
+def new_run(previous: ExperimentStatus, generation: int, now: str) -> ExperimentStatus:
+    """Status at the start of a run of ``generation``: results of an older generation cleared.
+
+    Conditions are carried over (so their ``lastTransitionTime`` reflect real transitions) and then
+    set back to not-yet by the caller's next :class:`Step`.
+    """
+    base = ExperimentStatus(
+        phase="Pending",
+        observed_generation=generation,
+        conditions=list(previous.conditions),
+    )
+    return ensure_all_conditions(base, now, generation)
+
+
+# Canonical steps -----------------------------------------------------------------------------------
+
+
+def queued(active: int, limit: int) -> Step:
+    msg = f"waiting for a slot: {active} of {limit} experiments are running (operator concurrency limit)"
+    return Step(
+        phase="Queued",
+        message=msg,
+        scheduled=("False", "Queued", msg),
+        completed=("False", "Pending", "the run has not started"),
+        decided=("False", "Queued", "waiting for the run"),
+    )
+
+
+def job_pending(job: str, detail: str = "") -> Step:
+    msg = detail or f"Job {job} created, waiting for its pod to be scheduled"
+    return Step(
+        phase="Pending",
+        message=msg,
+        scheduled=("False", "Pending", msg),
+        completed=("False", "Pending", "the run has not started"),
+        decided=("False", "Pending", "waiting for the run"),
+    )
+
+
+def suspended(job: str, queue: str | None) -> Step:
+    msg = f"Job {job} is suspended, waiting for Kueue admission" + (f" in LocalQueue {queue}" if queue else "")
+    return Step(
+        phase="Queued",
+        message=msg,
+        scheduled=("False", "Suspended", msg),
+        completed=("False", "Pending", "the run has not started"),
+        decided=("False", "Queued", "waiting for the run"),
+    )
+
+
+def unschedulable_waiting(job: str, detail: str) -> Step:
+    msg = f"the pod of Job {job} is unschedulable: {detail}"
+    return Step(
+        phase="Pending",
+        message=msg,
+        scheduled=("False", "Unschedulable", msg),
+        completed=("False", "Pending", "the run has not started"),
+        decided=("False", "Pending", "waiting for the run"),
+    )
+
+
+def running(job: str, node: str | None, started: bool, detail: str = "") -> Step:
+    where = f" on node {node}" if node else ""
+    msg = detail or (f"the benchmark is running{where}" if started else f"the pod of Job {job} is starting{where}")
+    return Step(
+        phase="Running",
+        message=msg,
+        scheduled=("True", "PodScheduled", f"the pod of Job {job} is bound{where}"),
+        completed=("False", "Running", msg),
+        decided=("False", "Running", "waiting for the run to finish"),
+    )
+
+
+def analyzing(job: str, completed_reason: str, completed_message: str) -> Step:
+    return Step(
+        phase="Analyzing",
+        message=f"Job {job} finished; reading and analysing its result",
+        completed=("True", completed_reason, completed_message),
+        decided=("False", "Analyzing", "reading the result"),
+    )
+
+
+def decided(verdict: Verdict, reasons: Sequence[str], completed_reason: str, completed_message: str) -> Step:
+    first = reasons[0] if reasons else ""
+    msg = f"verdict {verdict}" + (f": {first}" if first else "")
+    return Step(
+        phase="Succeeded",
+        message=msg,
+        completed=("True", completed_reason, completed_message),
+        decided=("True", verdict, "; ".join(reasons) or msg),
+    )
+
+
+def failed(
+    reason: DecidedReason,
+    message: str,
+    completed_reason: str,
+    completed_message: str | None = None,
+    scheduled: tuple[str, str, str] | None = None,
+) -> Step:
+    return Step(
+        phase="Failed",
+        message=f"{reason}: {message}",
+        scheduled=scheduled,
+        completed=("True", completed_reason, completed_message or message),
+        decided=("True", reason, message),
+    )
+
+
+def invalid_spec(problems: Sequence[str]) -> Step:
+    text = "; ".join(problems)
+    return failed(
+        "InvalidSpec",
+        f"the spec failed validation: {text}",
+        "NotRun",
+        "the run was not started: the spec is invalid",
+        scheduled=("False", "InvalidSpec", "not scheduled: the spec is invalid"),
+    )
+
+
+# Readers -------------------------------------------------------------------------------------------
+
+
+def is_terminal(status: ExperimentStatus) -> bool:
+    return status.phase in TERMINAL_PHASES
+
+
+def decided_reason(status: ExperimentStatus) -> str | None:
+    cond = get_condition(status.conditions, "Decided")
+    return cond.reason if cond is not None and cond.status == "True" else None
+
+
+def with_kernel(
+    status: ExperimentStatus,
+    kernel: KernelStatus | None,
+    verdict: Verdict | None,
+    reasons: Sequence[str],
+) -> ExperimentStatus:
+    return status.model_copy(update={"kernel": kernel, "verdict": verdict, "verdict_reasons": list(reasons)})

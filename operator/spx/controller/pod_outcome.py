@@ -1,0 +1,270 @@
+"""Classify the state of a bench Job and its pods: still going, succeeded, or failed — and whose fault.
+
+Pure: takes the Job and pod manifests as the API server returns them, the current time and the
+operator's timeouts. The reconciler acts on the :class:`Observation`.
+
+How each failure class is told apart:
+
+- **Benchmark failure** (``BenchmarkFailed``): the bench container ran and exited non-zero on its
+  own — exit code 1 (the bench failed), 2 (invalid input), a signal such as SIGSEGV, or
+  ``OOMKilled`` (the bench's memory) — and the pod carries no ``DisruptionTarget`` condition.
+- **Infrastructure failure** (``InfraFailed``): the pod never ran or was taken away —
+  ``Unschedulable`` for longer than ``schedule_timeout_s``; image pull errors (``ErrImagePull`` /
+  ``ImagePullBackOff`` past ``image_pull_timeout_s``, ``InvalidImageName`` at once); container
+  creation errors past the same timeout; pod disruptions (``DisruptionTarget`` condition or a
+  kubelet ``Evicted`` pod) beyond ``max_disruptions`` retries; the Job's ``activeDeadlineSeconds``
+  (``DeadlineExceeded``); a failed Job whose pod is gone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from spx.controller.conditions import parse_time
+from spx.runner.kubernetes import CONTAINER_NAME
+
+State = Literal["suspended", "pending", "unschedulable", "scheduled", "running", "succeeded", "failed"]
+Outcome = Literal["BenchmarkFailed", "InfraFailed"]
+
+IMAGE_PULL_FATAL = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+IMAGE_PULL_RETRYING = frozenset({"ErrImagePull", "ImagePullBackOff", "RegistryUnavailable", "SignatureValidationFailed"})
+CONTAINER_CREATE_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "PreCreateHookError", "PostStartHookError"})
+#: ``status.reason`` values of pods the node (not the bench) failed.
+NODE_POD_REASONS = frozenset({"Evicted", "Preempting", "Shutdown", "NodeShutdown", "Terminated", "NodeLost", "UnexpectedAdmissionError", "NodeAffinity", "OutOfcpu", "OutOfmemory", "OutOfpods"})
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    schedule_timeout_s: float = 900.0
+    image_pull_timeout_s: float = 300.0
+    max_disruptions: int = 3
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Where a run stands.
+
+    ``state``: ``suspended`` (Kueue), ``pending`` (no pod bound yet), ``unschedulable`` (still within
+    the timeout), ``scheduled`` (bound, container not running), ``running``, ``succeeded`` (Job
+    Complete), ``failed``. For ``failed``, ``outcome`` says whose fault and ``reason`` is the
+    ``Completed`` condition's reason. ``pod`` is the pod to read results from (the last one that
+    ran), ``abort`` whether the operator must delete the Job itself (it gave up on a Job that
+    Kubernetes would keep trying), ``recheck_after_s`` when a timeout could fire next.
+    """
+
+    state: State
+    reason: str
+    message: str
+    outcome: Outcome | None = None
+    pod: Mapping[str, Any] | None = None
+    node: str | None = None
+    abort: bool = False
+    recheck_after_s: float | None = None
+    disruptions: int = 0
+    exit_code: int | None = None
+
+
+def _conditions(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((obj.get("status") or {}).get("conditions") or [])
+
+
+def _cond(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    return next((c for c in _conditions(obj) if c.get("type") == type_), None)
+
+
+def _true(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    c = _cond(obj, type_)
+    return c if c is not None and c.get("status") == "True" else None
+
+
+def _created(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def container_status(pod: Mapping[str, Any], name: str = CONTAINER_NAME) -> Mapping[str, Any] | None:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((s for s in statuses if s.get("name") == name), statuses[0] if statuses else None)
+
+
+def terminated_state(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    cs = container_status(pod)
+    if cs is None:
+        return None
+    return (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+
+
+def termination_message(pod: Mapping[str, Any]) -> str | None:
+    term = terminated_state(pod)
+    return term.get("message") if term else None
+
+
+def is_disrupted(pod: Mapping[str, Any]) -> bool:
+    """The pod was taken away by the cluster (eviction, preemption, drain, node pressure)."""
+    if _true(pod, "DisruptionTarget"):
+        return True
+    return _phase(pod) == "Failed" and (pod.get("status") or {}).get("reason") in NODE_POD_REASONS
+
+
+def _signal_name(code: int) -> str | None:
+    if code > 128:
+        try:
+            return signal.Signals(code - 128).name
+        except ValueError:
+            return None
+    return None
+
+
+def describe_exit(term: Mapping[str, Any]) -> str:
+    code = int(term.get("exitCode", -1))
+    reason = term.get("reason") or ""
+    sig = _signal_name(code)
+    meaning = {1: "the benchmark failed", 2: "the benchmark rejected its input"}.get(code, "")
+    parts = [f"exit code {code}"]
+    if sig:
+        parts.append(sig)
+    if reason and reason not in ("Error", "Completed"):
+        parts.append(reason)
+    text = f"container {CONTAINER_NAME} ended with " + ", ".join(parts)
+    return f"{text} ({meaning})" if meaning else text
+
+
+def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int | None]:
+    """(outcome, reason, message, exit code) of a pod in phase Failed."""
+    status = pod.get("status") or {}
+    name = (pod.get("metadata") or {}).get("name", "?")
+    if is_disrupted(pod):
+        cond = _true(pod, "DisruptionTarget") or {}
+        why = cond.get("message") or status.get("message") or cond.get("reason") or status.get("reason") or "disrupted"
+        return "InfraFailed", "Evicted", f"pod {name} was disrupted: {why}", None
+    term = terminated_state(pod)
+    if term is not None:
+        code = int(term.get("exitCode", -1))
+        reason = "OOMKilled" if term.get("reason") == "OOMKilled" else ("InvalidInput" if code == 2 else "BenchmarkCrashed")
+        return "BenchmarkFailed", reason, f"pod {name}: {describe_exit(term)}", code
+    cs = container_status(pod) or {}
+    waiting = (cs.get("state") or {}).get("waiting") or {}
+    if waiting.get("reason") in IMAGE_PULL_FATAL | IMAGE_PULL_RETRYING:
+        return "InfraFailed", "ImagePullFailed", f"pod {name}: {waiting.get('reason')}: {waiting.get('message', '')}".rstrip(": "), None
+    why = status.get("message") or status.get("reason") or "the pod failed before its container ran"
+    return "InfraFailed", "PodFailed", f"pod {name}: {why}", None
+
+
+def _job_owned_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    uid = (job.get("metadata") or {}).get("uid")
+    name = (job.get("metadata") or {}).get("name")
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        owners = meta.get("ownerReferences") or []
+        labels = meta.get("labels") or {}
+        if any(o.get("uid") == uid for o in owners) or labels.get("job-name") == name or labels.get("batch.kubernetes.io/job-name") == name:
+            out.append(pod)
+    return sorted(out, key=_created)
+
+
+def _elapsed(since: str | None, now: dt.datetime) -> float | None:
+    t = parse_time(since)
+    return None if t is None else (now - t).total_seconds()
+
+
+def observe(
+    job: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    now: dt.datetime,
+    timeouts: Timeouts = Timeouts(),
+) -> Observation:
+    """Classify a Job and its pods (any pods may be passed; those of the Job are picked out)."""
+    mine = _job_owned_pods(job, pods)
+    disruptions = sum(1 for p in mine if is_disrupted(p))
+    last = mine[-1] if mine else None
+    jname = (job.get("metadata") or {}).get("name", "?")
+    spec = job.get("spec") or {}
+
+    complete = _true(job, "Complete") or _true(job, "SuccessCriteriaMet")
+    failed = _true(job, "Failed") or _true(job, "FailureTarget")
+    if complete:
+        pod = next((p for p in reversed(mine) if _phase(p) == "Succeeded"), last)
+        node = (pod or {}).get("spec", {}).get("nodeName") if pod else None
+        return Observation("succeeded", "JobSucceeded", f"Job {jname} completed", pod=pod, node=node,
+                           disruptions=disruptions, exit_code=0)
+    if failed:
+        reason = failed.get("reason") or ""
+        ran = [p for p in mine if _phase(p) == "Failed" and not is_disrupted(p)]
+        pod = ran[-1] if ran else last
+        node = (pod or {}).get("spec", {}).get("nodeName") if pod else None
+        if reason == "DeadlineExceeded":
+            deadline = spec.get("activeDeadlineSeconds")
+            return Observation("failed", "DeadlineExceeded",
+                               f"Job {jname} ran past activeDeadlineSeconds={deadline} (spec.timeoutSeconds) and was stopped",
+                               outcome="InfraFailed", pod=pod, node=node, disruptions=disruptions)
+        if pod is None:
+            return Observation("failed", "JobFailed",
+                               f"Job {jname} failed ({reason or 'no reason'}: {failed.get('message', '')}) and its pod is gone",
+                               outcome="InfraFailed", disruptions=disruptions)
+        outcome, why, msg, code = classify_failed_pod(pod)
+        return Observation("failed", why, msg, outcome=outcome, pod=pod, node=node, disruptions=disruptions, exit_code=code)
+
+    if disruptions > timeouts.max_disruptions:
+        pod = last
+        return Observation("failed", "Evicted",
+                           f"the bench pod was disrupted {disruptions} times (retry budget {timeouts.max_disruptions}); "
+                           "giving up on this node pool",
+                           outcome="InfraFailed", pod=pod, abort=True, disruptions=disruptions)
+    if spec.get("suspend"):
+        return Observation("suspended", "Suspended", f"Job {jname} is suspended", disruptions=disruptions)
+
+    current = next((p for p in reversed(mine) if _phase(p) not in ("Failed", "Succeeded")
+                    and not (p.get("metadata") or {}).get("deletionTimestamp")), None)
+    if current is None:
+        if last is not None and _phase(last) in ("Failed", "Succeeded"):
+            # The Job controller has not reacted to the pod's end yet (or is creating a replacement).
+            retry = " (replacing a disrupted pod)" if is_disrupted(last) else ""
+            return Observation("pending", "Pending", f"Job {jname}: waiting for the Job controller{retry}",
+                               disruptions=disruptions)
+        return Observation("pending", "Pending", f"Job {jname} created, waiting for its pod", disruptions=disruptions)
+
+    pname = (current.get("metadata") or {}).get("name", "?")
+    node = (current.get("spec") or {}).get("nodeName")
+    scheduled_cond = _cond(current, "PodScheduled")
+    if _phase(current) == "Pending":
+        if scheduled_cond is not None and scheduled_cond.get("status") == "False" and scheduled_cond.get("reason") == "Unschedulable":
+            elapsed = _elapsed(scheduled_cond.get("lastTransitionTime"), now) or 0.0
+            detail = scheduled_cond.get("message") or "no node fits"
+            if elapsed >= timeouts.schedule_timeout_s:
+                return Observation("failed", "Unschedulable",
+                                   f"pod {pname} stayed unschedulable for {elapsed:.0f}s "
+                                   f"(limit {timeouts.schedule_timeout_s:.0f}s): {detail}",
+                                   outcome="InfraFailed", pod=current, abort=True, disruptions=disruptions)
+            return Observation("unschedulable", "Unschedulable", detail,
+                               recheck_after_s=max(0.5, timeouts.schedule_timeout_s - elapsed), disruptions=disruptions)
+        cs = container_status(current) or {}
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        wreason = waiting.get("reason")
+        since = (scheduled_cond or {}).get("lastTransitionTime") or _created(current)
+        elapsed = _elapsed(since, now) or 0.0
+        if wreason in IMAGE_PULL_FATAL:
+            return Observation("failed", "ImagePullFailed", f"pod {pname}: {wreason}: {waiting.get('message', '')}".rstrip(": "),
+                               outcome="InfraFailed", pod=current, node=node, abort=True, disruptions=disruptions)
+        if wreason in IMAGE_PULL_RETRYING | CONTAINER_CREATE_ERRORS:
+            kind = "ImagePullFailed" if wreason in IMAGE_PULL_RETRYING else "ContainerCreateFailed"
+            if elapsed >= timeouts.image_pull_timeout_s:
+                return Observation("failed", kind,
+                                   f"pod {pname}: {wreason} for {elapsed:.0f}s (limit {timeouts.image_pull_timeout_s:.0f}s): "
+                                   f"{waiting.get('message', '')}".rstrip(": "),
+                                   outcome="InfraFailed", pod=current, node=node, abort=True, disruptions=disruptions)
+            return Observation("scheduled", wreason, f"pod {pname}: {wreason}: {waiting.get('message', '')}".rstrip(": "),
+                               node=node, recheck_after_s=max(0.5, timeouts.image_pull_timeout_s - elapsed),
+                               disruptions=disruptions)
+        if node or (scheduled_cond is not None and scheduled_cond.get("status") == "True"):
+            return Observation("scheduled", "PodScheduled", f"pod {pname} is bound to {node or 'a node'}", node=node,
+                               disruptions=disruptions)
+        return Observation("pending", "Pending", f"pod {pname} is waiting to be scheduled", disruptions=disruptions)
+    return Observation("running", "Running", f"pod {pname} is running", pod=current, node=node, disruptions=disruptions)

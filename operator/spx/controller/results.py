@@ -1,0 +1,161 @@
+"""Read what a bench pod produced: its termination message (summary) and its log (JSON lines).
+
+Pure: strings in, validated models and a list of human-readable problems out. Nothing is
+discarded here; the reconciler stores the raw inputs next to whatever validated.
+
+The bench writes (``spx run … --summary-file /dev/termination-log --jsonl``):
+
+- to its termination message, a :class:`~spx.api.ResultSummary` (compact JSON, ≤ 4 KiB);
+- to stdout, one JSON object per line: ``{"kind": "point", …}`` per measured token count, then
+  ``{"kind": "result", "result": {…}}`` with the whole :class:`~spx.api.KernelResult`. Other lines
+  (stderr is merged into the pod log) are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from spx.api.loading import describe_validation_error
+from spx.api.result import SUMMARY_MAX_BYTES, SUMMARY_SCHEMA_VERSION, KernelResult, PointResult, ResultSummary
+from spx.api.status import Environment, KernelPoint
+
+
+@dataclass
+class Collected:
+    """Everything usable from one pod, plus what was wrong (``problems``, one line each)."""
+
+    summary: ResultSummary | None = None
+    result: KernelResult | None = None
+    partial_points: list[PointResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def usable(self) -> bool:
+        return self.result is not None or self.summary is not None
+
+
+def _preview(text: str, n: int = 80) -> str:
+    text = text.strip().replace("\n", "\\n")
+    return repr(text[:n] + ("…" if len(text) > n else ""))
+
+
+def read_summary(message: str | None) -> tuple[ResultSummary | None, str | None]:
+    """Validate a termination message as a :class:`ResultSummary`; (summary, None) or (None, problem)."""
+    if message is None or not message.strip():
+        return None, "termination message: empty (the bench wrote no summary to /dev/termination-log)"
+    size = len(message.encode())
+    try:
+        doc = json.loads(message)
+    except json.JSONDecodeError as err:
+        cut = " (over the 4 KiB limit, so Kubernetes truncated it)" if size >= SUMMARY_MAX_BYTES else ""
+        return None, f"termination message: not JSON{cut}: {err.msg} at char {err.pos}; starts {_preview(message)}"
+    if not isinstance(doc, dict):
+        return None, f"termination message: expected a JSON object, got {type(doc).__name__}"
+    version = doc.get("schemaVersion")
+    if version != SUMMARY_SCHEMA_VERSION:
+        return None, f"termination message: schemaVersion {version!r} is not {SUMMARY_SCHEMA_VERSION!r}"
+    try:
+        summary = ResultSummary.model_validate(doc)
+    except ValidationError as err:
+        lines = describe_validation_error(err, "summary")
+        return None, "termination message: invalid summary: " + "; ".join(lines[:5])
+    if size > SUMMARY_MAX_BYTES:
+        return summary, f"termination message: {size} bytes, over the {SUMMARY_MAX_BYTES}-byte limit"
+    return summary, None
+
+
+def _point_payload(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    inner = obj.get("point")
+    if isinstance(inner, Mapping):
+        return inner
+    return {k: v for k, v in obj.items() if k != "kind"}
+
+
+def read_log(text: str | None) -> tuple[KernelResult | None, list[PointResult], list[str]]:
+    """Find the ``{"kind": "result"}`` line (the last valid one wins) and the point lines."""
+    if text is None:
+        return None, [], ["pod log: not available (the pod or its node is gone, or the log could not be read)"]
+    result: KernelResult | None = None
+    points: list[PointResult] = []
+    problems: list[str] = []
+    result_lines = 0
+    bad_points = 0
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{") or '"kind"' not in line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            if '"result"' in line[:40]:
+                result_lines += 1
+                problems.append(f"pod log: a result line is not valid JSON (truncated?), starts {_preview(line)}")
+            continue
+        if not isinstance(obj, dict):
+            continue
+        kind = obj.get("kind")
+        if kind == "result":
+            result_lines += 1
+            payload = obj.get("result", obj)
+            try:
+                result = KernelResult.model_validate(payload)
+            except ValidationError as err:
+                problems.append("pod log: invalid result document: " + "; ".join(describe_validation_error(err, "result")[:5]))
+        elif kind == "point":
+            try:
+                points.append(PointResult.model_validate(_point_payload(obj)))
+            except ValidationError:
+                bad_points += 1
+    if result_lines == 0:
+        problems.append(f'pod log: no {{"kind": "result"}} line ({len(points)} point line(s) found)')
+    if bad_points:
+        problems.append(f"pod log: {bad_points} point line(s) did not validate")
+    if result is not None:
+        problems = [p for p in problems if "invalid result document" not in p and "not valid JSON" not in p]
+    return result, points, problems
+
+
+def collect(termination_message: str | None, log: str | None) -> Collected:
+    """Read both channels; a valid full result makes a missing or broken summary harmless and vice versa."""
+    summary, summary_problem = read_summary(termination_message)
+    result, points, log_problems = read_log(log)
+    problems: list[str] = []
+    if summary_problem:
+        problems.append(summary_problem)
+    problems.extend(log_problems)
+    return Collected(summary=summary, result=result, partial_points=points, problems=problems)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What the analysis needs, from the full result when there is one, else from the summary."""
+
+    points: list[KernelPoint]
+    environment: Environment
+    gather_source: str
+    gemm_backend: str | None
+    timer: str | None
+    complete: bool
+    error: str | None
+    source: str
+
+
+def measurement(collected: Collected, points_from_result: Any) -> Measurement | None:
+    """Pick the best source. ``points_from_result`` is :func:`spx.analysis.points_from_result`."""
+    if collected.result is not None:
+        r = collected.result
+        env = r.environment
+        if collected.summary is not None and env.gpu is None:
+            env = collected.summary.environment
+        return Measurement(list(points_from_result(r)), env, r.gather_source, r.gemm_backend, r.timer,
+                           r.complete, r.error, "pod log")
+    if collected.summary is not None:
+        s = collected.summary
+        return Measurement(list(s.points), s.environment, s.gather_source, s.gemm_backend, s.timer,
+                           s.complete, s.error, "termination message")
+    return None

@@ -1,0 +1,96 @@
+"""``spx operator``: run the kopf operator with spx's defaults.
+
+Equivalent to ``kopf run -m spx.controller --standalone --log-format=json --liveness=… -A`` plus
+``SPX_*`` environment variables for the operator's own settings (see
+:mod:`spx.controller.config`); options given here override the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
+
+
+def kopf_args(
+    namespaces: Sequence[str] = (),
+    all_namespaces: bool = False,
+    liveness: str | None = DEFAULT_LIVENESS,
+    log_format: str = "json",
+    verbose: bool = False,
+    peering: str | None = None,
+) -> list[str]:
+    """Arguments of ``kopf run`` for these options (``-A`` when no namespace is given)."""
+    args = ["run", "-m", "spx.controller", f"--log-format={log_format}"]
+    if liveness:
+        args += ["--liveness", liveness]
+    args += ["--peering", peering] if peering else ["--standalone"]
+    for ns in namespaces:
+        args += ["-n", ns]
+    if all_namespaces or not namespaces:
+        args.append("-A")
+    if verbose:
+        args.append("--verbose")
+    return args
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``spx operator`` (for the CLI's sub-parser)."""
+    parser.add_argument("-n", "--namespace", action="append", default=[], dest="namespaces",
+                        help="namespace to watch (repeatable; glob patterns allowed); default: all")
+    parser.add_argument("-A", "--all-namespaces", action="store_true", help="watch all namespaces (default)")
+    parser.add_argument("--liveness", default=DEFAULT_LIVENESS,
+                        help=f"liveness endpoint URL, '' to disable (default {DEFAULT_LIVENESS})")
+    parser.add_argument("--log-format", default="json", choices=["json", "plain", "full"], help="log format")
+    parser.add_argument("--peering", default=None, help="kopf peering name (default: standalone)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--max-concurrent", type=int, default=None,
+                        help="experiments running at once, the rest wait Queued; 0 = no limit [SPX_MAX_CONCURRENT_EXPERIMENTS]")
+    parser.add_argument("--bench-image", default=None, help="default bench image [SPX_BENCH_IMAGE]")
+    parser.add_argument("--metrics-port", type=int, default=None, help="Prometheus port, 0 = off [SPX_METRICS_PORT]")
+    parser.add_argument("--schedule-timeout", type=float, default=None,
+                        help="seconds a pod may stay unschedulable [SPX_SCHEDULE_TIMEOUT_SECONDS]")
+
+
+_ENV_OPTIONS = {
+    "max_concurrent": "SPX_MAX_CONCURRENT_EXPERIMENTS",
+    "bench_image": "SPX_BENCH_IMAGE",
+    "metrics_port": "SPX_METRICS_PORT",
+    "schedule_timeout": "SPX_SCHEDULE_TIMEOUT_SECONDS",
+}
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    """Validate the configuration, then hand over to kopf (blocks until the operator exits)."""
+    for attr, var in _ENV_OPTIONS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            os.environ[var] = str(value)
+    from spx.controller.config import from_env
+
+    try:
+        from_env()
+    except ValueError as err:
+        print(f"spx operator: {err}")
+        return 2
+    from kopf.cli import main as kopf_main
+
+    argv = kopf_args(args.namespaces, args.all_namespaces, args.liveness or None, args.log_format,
+                     args.verbose, args.peering)
+    try:
+        kopf_main.main(args=argv, prog_name="spx operator", standalone_mode=False)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spx operator", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run_operator(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

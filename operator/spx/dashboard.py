@@ -1,0 +1,477 @@
+"""The spx Grafana dashboard, generated as code with grafana-foundation-sdk.
+
+The committed JSON (``charts/spx-operator/dashboards/spx.json``, shipped by the chart as a sidecar
+ConfigMap) is the output of :func:`dashboard_json`; ``tests/observability`` regenerates it and fails
+on drift, checks every query against the operator's metric registry (:mod:`spx.metrics`), and
+evaluates every query in a real Prometheus after an experiment completes.
+
+Regenerate after a change::
+
+    python -m spx.dashboard --write charts/spx-operator/dashboards/spx.json
+
+The operator never imports this module; ``grafana_foundation_sdk`` (a dev dependency, pinned
+exactly) is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+UID = "spx-sharded-projection"
+TITLE = "spx — sharded projection experiments"
+
+#: Label filters of the per-experiment panels (Grafana variables, single-valued).
+EXP = 'namespace="$namespace", experiment="$experiment"'
+#: Label filter of the history panels (multi-valued GPU variable).
+GPU = 'gpu=~"$gpu"'
+
+
+def build_dashboard() -> dict[str, Any]:
+    """The dashboard as a JSON-compatible dict (Grafana dashboard schema of the SDK's release)."""
+    from grafana_foundation_sdk.builders import barchart, bargauge, stat, table, timeseries
+    from grafana_foundation_sdk.builders import common as common_b
+    from grafana_foundation_sdk.builders import dashboard as dash
+    from grafana_foundation_sdk.builders.prometheus import Dataquery
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models import common
+    from grafana_foundation_sdk.models import dashboard as model
+
+    ds = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+    def query(
+        expr: str, legend: str = "__auto", ref: str = "A", *, instant: bool = False, fmt: str | None = None
+    ) -> Dataquery:
+        q = Dataquery().expr(expr).legend_format(legend).ref_id(ref).datasource(ds)
+        q = q.instant() if instant else q.range()
+        if fmt is not None:
+            from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+            q = q.format(PromQueryFormat(fmt))
+        return q
+
+    def transform(id_val: str, options: dict[str, Any]) -> model.DataTransformerConfig:
+        return model.DataTransformerConfig(id_val=id_val, options=options)
+
+    def thresholds(*steps: tuple[float | None, str]) -> dash.ThresholdsConfig:
+        return (
+            dash.ThresholdsConfig()
+            .mode(model.ThresholdsMode.ABSOLUTE)
+            .steps([model.Threshold(value=v, color=c) for v, c in steps])
+        )
+
+    log2 = common_b.ScaleDistributionConfig().type(common.ScaleDistribution.LOG).log(2)
+    # Bar charts need a string x field; sort the token counts numerically first, then make them labels.
+    tokens_in_order = [
+        transform("convertFieldType", {"conversions": [{"targetField": "tokens", "destinationType": "number"}]}),
+        transform("sortBy", {"sort": [{"field": "tokens"}]}),
+        transform("convertFieldType", {"conversions": [{"targetField": "tokens", "destinationType": "string"}]}),
+    ]
+
+    verdict_colors = [
+        model.ValueMap(
+            options={
+                "Pass": model.ValueMappingResult(text="Pass", color="green", index=0),
+                "Fail": model.ValueMappingResult(text="Fail", color="red", index=1),
+                "Inconclusive": model.ValueMappingResult(text="Inconclusive", color="orange", index=2),
+            }
+        )
+    ]
+
+    builder = (
+        dash.Dashboard(TITLE)
+        .uid(UID)
+        .description(
+            "When splitting DeepSeek-V4.1's fused_wqa_wkv projection by token across TP ranks "
+            "(+ all-gather) beats replicating it, per GPU type and vLLM version. docs/dashboard.md "
+            "explains every panel."
+        )
+        .tags(["spx", "vllm", "gpu", "benchmark"])
+        .editable()
+        .refresh("1m")
+        .time("now-7d", "now")
+        .timezone("utc")
+        .with_variable(dash.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+        .with_variable(
+            dash.QueryVariable("namespace")
+            .label("Namespace")
+            .datasource(ds)
+            .query("label_values(spx_experiment_phase_since_timestamp_seconds, namespace)")
+            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(model.VariableSort.ALPHABETICAL_ASC)
+        )
+        .with_variable(
+            dash.QueryVariable("experiment")
+            .label("Experiment")
+            .datasource(ds)
+            .query('label_values(spx_experiment_phase_since_timestamp_seconds{namespace="$namespace"}, experiment)')
+            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(model.VariableSort.ALPHABETICAL_ASC)
+        )
+        .with_variable(
+            dash.QueryVariable("gpu")
+            .label("GPU")
+            .datasource(ds)
+            .query("label_values(spx_crossover_tokens, gpu)")
+            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(model.VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+        )
+        # ---------------------------------------------------------------- the selected experiment
+        .with_row(dash.Row("Experiment $namespace/$experiment"))
+        .with_panel(
+            stat.Panel()
+            .title("Verdict")
+            .description("The gate verdict of the experiment (spx_verdict == 1): Pass, Fail or Inconclusive.")
+            .datasource(ds)
+            .with_target(query(f"spx_verdict{{{EXP}}} == 1", "{{verdict}}", instant=True))
+            .text_mode(common.BigValueTextMode.NAME)
+            .color_mode(common.BigValueColorMode.BACKGROUND)
+            .graph_mode(common.BigValueGraphMode.NONE)
+            .mappings(verdict_colors)
+            .override_by_name(
+                "Pass", [model.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "green"})]
+            )
+            .override_by_name(
+                "Fail", [model.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "red"})]
+            )
+            .override_by_name(
+                "Inconclusive",
+                [model.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "orange"})],
+            )
+            .no_value("not decided")
+            .height(5)
+            .span(6)
+        )
+        .with_panel(
+            stat.Panel()
+            .title("Crossover (tokens)")
+            .description("Interpolated break-even token count: from here on the split candidate wins.")
+            .datasource(ds)
+            .with_target(query(f"spx_crossover_tokens{{{EXP}}}", "{{gpu}} · vLLM {{vllm}}", instant=True))
+            .unit("none")
+            .decimals(0)
+            .graph_mode(common.BigValueGraphMode.NONE)
+            .no_value("no crossover")
+            .height(5)
+            .span(6)
+        )
+        .with_panel(
+            stat.Panel()
+            .title("Recommended threshold (tokens)")
+            .description("The _SHARD_FUSED_WQA_WKV_MIN_TOKENS the measurement recommends (vLLM 0.33 ships 2048).")
+            .datasource(ds)
+            .with_target(query(f"spx_recommended_threshold_tokens{{{EXP}}}", "{{gpu}} · vLLM {{vllm}}", instant=True))
+            .unit("none")
+            .decimals(0)
+            .graph_mode(common.BigValueGraphMode.NONE)
+            .thresholds(thresholds((None, "blue")))
+            .height(5)
+            .span(6)
+        )
+        .with_panel(
+            stat.Panel()
+            .title("Time in current phase")
+            .description("Seconds since the experiment entered its current phase (the series' phase label).")
+            .datasource(ds)
+            .with_target(
+                query(f"time() - spx_experiment_phase_since_timestamp_seconds{{{EXP}}}", "{{phase}}", instant=True)
+            )
+            .unit("s")
+            .text_mode(common.BigValueTextMode.VALUE_AND_NAME)
+            .graph_mode(common.BigValueGraphMode.NONE)
+            .height(5)
+            .span(6)
+        )
+        .with_panel(
+            barchart.Panel()
+            .title("Latency vs tokens per candidate")
+            .description(
+                "Median µs per call (max over ranks) of the replicated and the split candidate at each "
+                "token count. Log scale: the split bar drops below the replicated one at the crossover."
+            )
+            .datasource(ds)
+            .with_target(
+                query(
+                    f"max by (tokens, candidate) (spx_kernel_latency_microseconds{{{EXP}}})",
+                    "{{candidate}}",
+                    instant=True,
+                    fmt="table",
+                )
+            )
+            .transformations(
+                [
+                    transform(
+                        "groupingToMatrix",
+                        {"columnField": "candidate", "rowField": "tokens", "valueField": "Value", "emptyValue": "null"},
+                    ),
+                    transform("organize", {"renameByName": {"tokens\\candidate": "tokens"}}),
+                    *tokens_in_order,
+                ]
+            )
+            .x_field("tokens")
+            .unit("µs")
+            .scale_distribution(log2)
+            .axis_label("µs per call")
+            .show_value(common.VisibilityMode.NEVER)
+            .height(10)
+            .span(12)
+        )
+        .with_panel(
+            barchart.Panel()
+            .title("Speedup vs tokens (replicated ÷ split)")
+            .description("Above 1 the split candidate wins at that token count; the line marks 1.")
+            .datasource(ds)
+            .with_target(
+                query(f"max by (tokens) (spx_kernel_speedup_ratio{{{EXP}}})", "speedup", instant=True, fmt="table")
+            )
+            .transformations(
+                [
+                    transform("organize", {"excludeByName": {"Time": True}, "renameByName": {"Value": "speedup"}}),
+                    *tokens_in_order,
+                ]
+            )
+            .x_field("tokens")
+            .unit("x")
+            .decimals(2)
+            .thresholds(thresholds((None, "red"), (1.0, "green")))
+            .thresholds_style(common_b.GraphThresholdsStyleConfig().mode(common.GraphTresholdsStyleMode.LINE))
+            .color_scheme(dash.FieldColor().mode(model.FieldColorModeId.THRESHOLDS))
+            .show_value(common.VisibilityMode.NEVER)
+            .height(10)
+            .span(12)
+        )
+        # ---------------------------------------------------------------- history across runs
+        .with_row(dash.Row("Crossover history per GPU type and vLLM version"))
+        .with_panel(
+            timeseries.Panel()
+            .title("Crossover over time")
+            .description("Break-even token count per GPU type and vLLM version, across experiments.")
+            .datasource(ds)
+            .with_target(query(f"max by (gpu, vllm) (spx_crossover_tokens{{{GPU}}})", "{{gpu}} · vLLM {{vllm}}"))
+            .unit("none")
+            .decimals(0)
+            .span_nulls(True)
+            .height(9)
+            .span(12)
+        )
+        .with_panel(
+            timeseries.Panel()
+            .title("Recommended threshold over time")
+            .description("Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS per GPU type and vLLM version.")
+            .datasource(ds)
+            .with_target(
+                query(f"max by (gpu, vllm) (spx_recommended_threshold_tokens{{{GPU}}})", "{{gpu}} · vLLM {{vllm}}")
+            )
+            .unit("none")
+            .decimals(0)
+            .span_nulls(True)
+            .height(9)
+            .span(12)
+        )
+        .with_panel(
+            table.Panel()
+            .title("Verdicts")
+            .description("Current verdict of every experiment in the namespace.")
+            .datasource(ds)
+            .with_target(query('spx_verdict{namespace="$namespace"} == 1', instant=True, fmt="table"))
+            .transformations(
+                [
+                    transform(
+                        "organize",
+                        {
+                            "excludeByName": {
+                                "Time": True,
+                                "Value": True,
+                                "__name__": True,
+                                "job": True,
+                                "instance": True,
+                            },
+                            "indexByName": {"namespace": 0, "experiment": 1, "gpu": 2, "vllm": 3, "verdict": 4},
+                        },
+                    )
+                ]
+            )
+            .override_by_name(
+                "verdict",
+                [
+                    model.DynamicConfigValue(
+                        id_val="mappings",
+                        value=[
+                            {
+                                "type": "value",
+                                "options": {
+                                    "Pass": {"text": "Pass", "color": "green", "index": 0},
+                                    "Fail": {"text": "Fail", "color": "red", "index": 1},
+                                    "Inconclusive": {"text": "Inconclusive", "color": "orange", "index": 2},
+                                },
+                            }
+                        ],
+                    ),
+                    model.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background"}),
+                ],
+            )
+            .height(8)
+            .span(24)
+        )
+        # ---------------------------------------------------------------- experiments
+        .with_row(dash.Row("Experiments"))
+        .with_panel(
+            timeseries.Panel()
+            .title("Experiments by phase")
+            .description("Number of experiments per phase (spx_experiments).")
+            .datasource(ds)
+            .with_target(query("sum by (phase) (spx_experiments)", "{{phase}}"))
+            .unit("none")
+            .decimals(0)
+            .stacking(common_b.StackingConfig().mode(common.StackingMode.NORMAL))
+            .fill_opacity(30)
+            .height(8)
+            .span(8)
+        )
+        .with_panel(
+            bargauge.Panel()
+            .title("Experiment durations")
+            .description(
+                "Experiments that reached a terminal phase in the time range, by duration bucket (Job creation → terminal phase)."
+            )
+            .datasource(ds)
+            .with_target(
+                query(
+                    "sum by (le) (increase(spx_experiment_duration_seconds_bucket[$__range]))",
+                    "{{le}}",
+                    instant=True,
+                    fmt="heatmap",
+                )
+            )
+            .unit("none")
+            .decimals(0)
+            .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+            .height(8)
+            .span(8)
+        )
+        .with_panel(
+            stat.Panel()
+            .title("Mean experiment duration")
+            .description("Mean wall time from Job creation to a terminal phase, over the time range.")
+            .datasource(ds)
+            .with_target(
+                query(
+                    "sum(increase(spx_experiment_duration_seconds_sum[$__range]))"
+                    " / sum(increase(spx_experiment_duration_seconds_count[$__range]))",
+                    "mean",
+                    instant=True,
+                )
+            )
+            .unit("s")
+            .graph_mode(common.BigValueGraphMode.NONE)
+            .height(8)
+            .span(8)
+        )
+        # ---------------------------------------------------------------- the operator
+        .with_row(dash.Row("Operator health"))
+        .with_panel(
+            stat.Panel()
+            .title("Since last reconcile")
+            .description(
+                "Seconds since the operator last completed a reconcile (spx_last_reconcile_timestamp_seconds)."
+            )
+            .datasource(ds)
+            .with_target(
+                query("time() - max(spx_last_reconcile_timestamp_seconds)", "since last reconcile", instant=True)
+            )
+            .unit("s")
+            .thresholds(thresholds((None, "green"), (900, "orange"), (1800, "red")))
+            .color_mode(common.BigValueColorMode.BACKGROUND)
+            .graph_mode(common.BigValueGraphMode.NONE)
+            .height(6)
+            .span(6)
+        )
+        .with_panel(
+            timeseries.Panel()
+            .title("Reconciles by handler and outcome")
+            .description("Reconcile handler invocations per second (spx_reconcile_total).")
+            .datasource(ds)
+            .with_target(
+                query(
+                    "sum by (handler, outcome) (rate(spx_reconcile_total[$__rate_interval]))", "{{handler}} {{outcome}}"
+                )
+            )
+            .unit("ops")
+            .height(6)
+            .span(9)
+        )
+        .with_panel(
+            timeseries.Panel()
+            .title("Reconcile errors")
+            .description(
+                "Reconcile handler invocations that raised, per second (spx_reconcile_errors_total); 0 when none."
+            )
+            .datasource(ds)
+            .with_target(query("sum(rate(spx_reconcile_errors_total[$__rate_interval])) or vector(0)", "errors"))
+            .unit("ops")
+            .thresholds(thresholds((None, "green"), (1e-9, "red")))
+            .height(6)
+            .span(9)
+        )
+    )
+    encoded = JSONEncoder(sort_keys=True, indent=2).encode(builder.build())
+    result: dict[str, Any] = json.loads(encoded)
+    for number, panel in enumerate(result["panels"], start=1):  # Grafana wants unique panel ids
+        panel["id"] = number
+    return result
+
+
+def dashboard_json() -> str:
+    """The committed text of ``charts/spx-operator/dashboards/spx.json``: sorted keys, 2-space indent."""
+    return json.dumps(build_dashboard(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def panel_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(panel title, PromQL expression)`` of every query target of every panel, rows included."""
+    out: list[tuple[str, str]] = []
+
+    def visit(panels: list[dict[str, Any]]) -> None:
+        for panel in panels:
+            for target in panel.get("targets") or []:
+                if target.get("expr"):
+                    out.append((panel.get("title", ""), target["expr"]))
+            visit(panel.get("panels") or [])
+
+    visit(dashboard.get("panels") or [])
+    return out
+
+
+def variable_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(variable name, query)`` of every query variable (Grafana ``label_values(...)`` syntax)."""
+    variables = (dashboard.get("templating") or {}).get("list") or []
+    return [(v["name"], v["query"]) for v in variables if v.get("type") == "query"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m spx.dashboard [--write PATH | --check PATH]``: print, write or check the JSON."""
+    parser = argparse.ArgumentParser(prog="python -m spx.dashboard", description=__doc__.split("\n\n")[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", type=Path, metavar="PATH", help="write the dashboard JSON to PATH")
+    group.add_argument("--check", type=Path, metavar="PATH", help="exit 1 if PATH differs from the generated JSON")
+    args = parser.parse_args(argv)
+    text = dashboard_json()
+    if args.write:
+        args.write.write_text(text, encoding="utf-8")
+        return 0
+    if args.check:
+        if not args.check.exists() or args.check.read_text(encoding="utf-8") != text:
+            print(f"{args.check} is out of date; run: python -m spx.dashboard --write {args.check}", file=sys.stderr)
+            return 1
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

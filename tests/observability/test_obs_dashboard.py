@@ -1,0 +1,101 @@
+"""The Grafana dashboard is code (spx.dashboard, grafana-foundation-sdk): the committed JSON is what
+the code generates, every panel the issue asks for is there, and every query reads only metrics the
+operator exports (spx.metrics.REGISTRY)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from obslib import DASHBOARD, label_values_selector, metric_names, registry_series_names
+
+pytest.importorskip("grafana_foundation_sdk", reason="grafana-foundation-sdk (dev dependency) is not installed")
+
+from spx.dashboard import UID, build_dashboard, dashboard_json, panel_queries, variable_queries
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict:
+    return build_dashboard()
+
+
+def test_committed_json_is_the_generated_one() -> None:
+    assert DASHBOARD.read_text(encoding="utf-8") == dashboard_json(), (
+        f"{DASHBOARD} is out of date: python -m spx.dashboard --write {DASHBOARD.relative_to(DASHBOARD.parents[3])}"
+    )
+
+
+def test_generation_is_deterministic() -> None:
+    assert dashboard_json() == dashboard_json()
+
+
+REQUIRED_PANELS = {
+    # issue 4, point 4: panel title → the metric it must plot
+    "Latency vs tokens per candidate": "spx_kernel_latency_microseconds",
+    "Speedup vs tokens (replicated ÷ split)": "spx_kernel_speedup_ratio",
+    "Crossover over time": "spx_crossover_tokens",
+    "Recommended threshold over time": "spx_recommended_threshold_tokens",
+    "Verdict": "spx_verdict",
+    "Verdicts": "spx_verdict",
+    "Experiments by phase": "spx_experiments",
+    "Experiment durations": "spx_experiment_duration_seconds_bucket",
+    "Mean experiment duration": "spx_experiment_duration_seconds_sum",
+    "Time in current phase": "spx_experiment_phase_since_timestamp_seconds",
+    "Since last reconcile": "spx_last_reconcile_timestamp_seconds",
+    "Reconciles by handler and outcome": "spx_reconcile_total",
+    "Reconcile errors": "spx_reconcile_errors_total",
+}
+
+
+def test_required_panels_plot_their_metrics(dashboard: dict) -> None:
+    by_title: dict[str, set[str]] = {}
+    for title, expr in panel_queries(dashboard):
+        by_title.setdefault(title, set()).update(metric_names(expr))
+    for title, metric in REQUIRED_PANELS.items():
+        assert title in by_title, f"missing panel {title!r}"
+        assert metric in by_title[title], f"{title!r} does not query {metric}"
+
+
+def test_every_query_reads_only_exported_metrics(dashboard: dict) -> None:
+    exported = registry_series_names()
+    queries = panel_queries(dashboard) + [(name, label_values_selector(q)) for name, q in variable_queries(dashboard)]
+    assert len(queries) >= len(REQUIRED_PANELS)
+    for title, expr in queries:
+        names = metric_names(expr)
+        assert names, f"{title!r}: no metric in {expr!r}"
+        assert names <= exported, f"{title!r} reads {names - exported}, not in spx.metrics.REGISTRY"
+
+
+def test_panels_use_the_datasource_variable_and_unique_ids(dashboard: dict) -> None:
+    assert dashboard["uid"] == UID
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}"
+
+
+def test_the_operator_does_not_import_the_grafana_sdk() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, spx.cli, spx.metrics, spx.gate;"
+        "import spx.dashboard;"  # importing the module must not import the SDK either
+        "sys.exit(1 if any(m.startswith('grafana_foundation_sdk') for m in sys.modules) else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_json_is_valid_for_grafana(dashboard: dict) -> None:
+    text = json.dumps(dashboard)
+    assert "${datasource}" in text
+    assert dashboard["schemaVersion"] >= 36
+    for panel in dashboard["panels"]:
+        pos = panel["gridPos"]
+        assert 0 <= pos["x"] and pos["x"] + pos["w"] <= 24, panel["title"]

@@ -1,0 +1,307 @@
+"""``spx`` CLI without a benchmark run: validation and exit codes, crd, predict, report, summaries."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from spx.api import (
+    SUMMARY_MAX_BYTES,
+    CandidateStats,
+    Environment,
+    ExperimentSpec,
+    ExperimentStatus,
+    KernelResult,
+    PointResult,
+    ResultSummary,
+)
+from spx.cli import COMMANDS, EXIT_INVALID, EXIT_OK, apply_overrides, build_status, build_summary, main, parse_tokens
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "examples" / "quickstart.yaml"
+TP8 = REPO / "examples" / "deepseek-v41-tp8.yaml"
+CRD_FILE = REPO / "crds" / "shardedprojectionexperiments.yaml"
+
+VALID = """\
+apiVersion: bench.spx.dev/v1alpha1
+kind: ShardedProjectionExperiment
+metadata: {name: t}
+spec:
+  parallelism: {tensorParallelSize: 2}
+  sweep: {tokens: [8, 32]}
+  kernel: {device: cpu}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "exp.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# ---------------------------------------------------------------- registry
+
+
+def test_commands_registered_in_one_place() -> None:
+    assert {"run", "validate", "crd", "report", "predict"} <= set(COMMANDS)
+
+
+def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == EXIT_OK
+    assert "run" in capsys.readouterr().out
+
+
+def test_unknown_command_is_invalid_input() -> None:
+    assert main(["frobnicate"]) == EXIT_INVALID
+
+
+# ---------------------------------------------------------------- validate / run input errors
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ("  sweep: {tokens: [32, 8]}\n", "spec.sweep.tokens"),
+        ("  kernel: {samples: 1}\n", "spec.kernel.samples"),
+        ("  projection: {hiddenSize: 1000}\n", "spec.projection"),
+        ("  gate: {thresholdTokens: 2048.5}\n", "spec.gate.thresholdTokens"),
+        ("  kernal: {samples: 10}\n", "spec.kernal"),
+    ],
+)
+def test_validate_names_the_bad_field_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], patch: str, field: str
+) -> None:
+    path = write(tmp_path, "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\n"
+                 "metadata: {name: t}\nspec:\n" + patch)
+    assert main(["validate", str(path)]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert field in err
+    assert str(path) in err
+
+
+def test_validate_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == EXIT_INVALID
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_validate_prints_normalised_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    assert main(["validate", str(write(tmp_path, VALID))]) == EXIT_OK
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert doc["spec"]["projection"]["hiddenSize"] == 5120  # default filled in
+    assert doc["spec"]["sweep"]["tokens"] == [8, 32]
+
+
+@pytest.mark.parametrize("example", [QUICKSTART, TP8])
+def test_examples_are_valid_experiments(example: Path) -> None:
+    assert main(["validate", str(example)]) == EXIT_OK
+
+
+def test_tp8_example_is_the_real_thing() -> None:
+    from spx.api import load_experiment
+
+    spec = load_experiment(TP8.read_text()).spec
+    assert spec.projection.hidden_size == 5120 and spec.projection.output_sizes == [1280, 512]
+    assert spec.projection.weight_format == "fp8-block128-ue8m0"
+    assert spec.parallelism.tensor_parallel_size == 8
+    assert spec.sweep.tokens == [6, 12, 24, 48, 96, 384, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384]
+    assert (spec.kernel.samples, spec.kernel.warmup) == (50, 5)
+
+
+def test_run_with_invalid_spec_exits_2_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = write(tmp_path, VALID.replace("tokens: [8, 32]", "tokens: [8, 8]"))
+    out = tmp_path / "out"
+    assert main(["run", str(bad), "--out", str(out)]) == EXIT_INVALID
+    assert "spec.sweep.tokens" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--samples", "1"], "spec.kernel.samples"),
+        (["--gemm-backend", "cublas"], "spec.kernel.gemmBackend"),
+        (["--tokens", "8,x"], "--tokens"),
+        (["--tokens", "64,8"], "spec.sweep.tokens"),
+    ],
+)
+def test_run_overrides_are_validated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    out = tmp_path / "out"
+    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out), *args]) == EXIT_INVALID
+    assert needle in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_apply_overrides() -> None:
+    spec = apply_overrides(ExperimentSpec(), gemm_backend="torch-bf16", samples=7, tokens=[1, 2])
+    assert (spec.kernel.gemm_backend, spec.kernel.samples, spec.sweep.tokens) == ("torch-bf16", 7, [1, 2])
+    assert parse_tokens("6, 12,24") == [6, 12, 24]
+
+
+# ---------------------------------------------------------------- crd
+
+
+def test_crd_output_equals_checked_in_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["crd"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out == CRD_FILE.read_text(), "crds/ is stale: regenerate with `spx crd > crds/shardedprojectionexperiments.yaml`"
+
+
+# ---------------------------------------------------------------- predict
+
+
+def _break_even(text: str) -> float:
+    m = re.search(r"break-even: ≈ ([\d,]+) tokens", text)
+    assert m, text
+    return float(m.group(1).replace(",", ""))
+
+
+def test_predict_reproduces_the_seed_authors_break_even(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert 1300 <= _break_even(out) <= 1600  # the author: "about 1450 tokens"
+    assert "recommended threshold: 2,048 tokens" in out
+    assert "method:" in out and "6.7" in out
+    assert "16,384" in out  # the table
+
+
+def test_predict_explicit_csv_and_tp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv = REPO / "tests" / "data" / "h20_tp8_fused_wqa_wkv.csv"
+    assert main(["predict", str(csv), "--tp", "8", "--interpolation", "log-log"]) == EXIT_OK
+    assert 1100 <= _break_even(capsys.readouterr().out) <= 1400
+
+
+def test_predict_bad_table_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = write(tmp_path, "tokens,foo\n1,2\n", "bad.csv")
+    assert main(["predict", str(bad)]) == EXIT_INVALID
+    assert "header" in capsys.readouterr().err
+    assert main(["predict", str(REPO / "tests" / "data" / "h20_tp8_fused_wqa_wkv.csv"), "--tp", "4"]) == EXIT_INVALID
+
+
+# ---------------------------------------------------------------- report, status, summary (synthetic result)
+
+
+def _stats(median: float, spread: float = 0.02) -> CandidateStats:
+    samples = [median * (1 - spread), median, median * (1 + spread)]
+    return CandidateStats(samples_us=samples, median_us=median, q1_us=samples[0], q3_us=samples[2],
+                          iqr_pct=2 * spread * 100)
+
+
+def _result(tokens: list[int], *, complete: bool = True, error: str | None = None,
+            env: Environment | None = None) -> KernelResult:
+    spec = ExperimentSpec.model_validate({"sweep": {"tokens": tokens}})
+    points = []
+    for t in tokens:
+        rep = 10 + t * 0.2
+        split = 25 + t * 0.04
+        points.append(PointResult(
+            tokens=t, padded_tokens=-(-t // 8) * 8, rows_per_rank=-(-t // 8), replicated=_stats(rep),
+            split=_stats(split), shard_gemm_us=split - 15, gather_us=15.0, gather_source="measured",
+            max_abs_error=0.0,
+        ))
+    return KernelResult(
+        spec=spec, environment=env or Environment(gpu="NVIDIA H200", gpu_count=8, device="cuda"), world_size=8,
+        gemm_backend="torch-fp8", gather_backend="nccl", gather_source="measured", timer="cupti", device="cuda",
+        cuda_graphs=True, points=points, complete=complete, error=error,
+    )
+
+
+def test_report_reanalyses_a_result_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _result([6, 48, 96, 384, 1024, 2048, 4096])
+    (tmp_path / "result.json").write_text(result.model_dump_json(by_alias=True))
+    assert main(["report", str(tmp_path)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "crossover" in out and "verdict: Pass" in out
+    assert "CPU smoke run" not in out
+    assert (tmp_path / "crossover.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a stricter gate, from the command line, changes the verdict
+    assert main(["report", str(tmp_path), "--threshold-tokens", "48", "--no-plot"]) == EXIT_OK
+    assert "verdict: Fail" in capsys.readouterr().out
+
+
+def test_report_from_status_json_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from spx.analysis import evaluate_result
+
+    result = _result([6, 48, 384, 2048, 4096])
+    status = build_status(result, evaluate_result(result))
+    (tmp_path / "status.json").write_text(status.model_dump_json(by_alias=True, exclude_none=True))
+    assert main(["report", str(tmp_path / "status.json"), "--no-plot"]) == EXIT_OK
+    assert "verdict:" in capsys.readouterr().out
+
+
+def test_report_without_results_exits_2(tmp_path: Path) -> None:
+    assert main(["report", str(tmp_path)]) == EXIT_INVALID
+
+
+def test_status_of_a_completed_run() -> None:
+    from spx.analysis import evaluate_result
+
+    result = _result([6, 48, 384, 2048, 4096])
+    ev = evaluate_result(result)
+    status = ExperimentStatus.model_validate(json.loads(build_status(result, ev).model_dump_json(by_alias=True)))
+    assert status.phase == "Succeeded" and status.verdict == ev.verdict
+    conds = {c.type: c for c in status.conditions}
+    assert conds["Completed"].status == "True"
+    assert conds["Decided"].status == "True" and conds["Decided"].reason == ev.verdict
+    assert status.kernel is not None and len(status.kernel.points) == 5
+
+
+def test_status_of_a_failed_run_has_no_verdict() -> None:
+    result = _result([6, 48], complete=False, error="rank 1 failed: RuntimeError: boom")
+    status = build_status(result, None)
+    assert status.phase == "Failed" and status.verdict is None
+    conds = {c.type: c for c in status.conditions}
+    assert conds["Completed"].status == "False" and conds["Completed"].reason == "BenchmarkFailed"
+    assert conds["Decided"].status == "True" and conds["Decided"].reason == "BenchmarkFailed"
+    assert "rank 1 failed" in (status.message or "")
+
+
+def test_cpu_status_says_timings_are_meaningless() -> None:
+    from spx.analysis import evaluate_result
+
+    result = _result([6, 48, 384, 2048]).model_copy(update={"device": "cpu", "environment": Environment(device="cpu")})
+    status = build_status(result, evaluate_result(result))
+    assert "CPU smoke run: timings say nothing about GPUs" in (status.message or "")
+
+
+def test_summary_fits_and_drops_environment_before_points() -> None:
+    from spx.analysis import points_from_result
+
+    tokens = [6, 12, 24, 48, 96, 384, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384]
+    env = Environment(gpu="NVIDIA H200", gpu_count=8, driver="580.1", cuda="13.0", torch="2.11.0", nccl="2.29.7",
+                      vllm="0.33.0", node="n" * 1500, python="3.12.3", spx="0.1.0", device="cuda",
+                      kernels=[f"sm90_xmma_gemm_{i}_" + "x" * 80 for i in range(40)])
+    result = _result(tokens, env=env, complete=False, error="e" * 2000)
+    points = points_from_result(result)
+    text = build_summary(result, points)
+    assert len(text.encode()) <= SUMMARY_MAX_BYTES
+    summary = ResultSummary.model_validate_json(text)
+    assert [p.tokens for p in summary.points] == tokens
+    assert summary.environment.kernels == []
+    assert summary.environment.node is None  # environment detail went first
+    assert summary.complete is False and summary.error and len(summary.error) <= 512
+    # a small result keeps its whole fingerprint (minus kernel names)
+    small = build_summary(_result([6, 2048], env=env), points_from_result(_result([6, 2048], env=env)))
+    assert ResultSummary.model_validate_json(small).environment.node == "n" * 1500
+
+
+def test_default_nproc() -> None:
+    from spx.runner.local import default_nproc
+
+    def spec(tp: int, device: str = "auto") -> ExperimentSpec:
+        return ExperimentSpec.model_validate({"parallelism": {"tensorParallelSize": tp}, "kernel": {"device": device}})
+
+    assert default_nproc(spec(8), gpus=0) == 2
+    assert default_nproc(spec(1), gpus=0) == 1
+    assert default_nproc(spec(8), gpus=8) == 8
+    assert default_nproc(spec(4), gpus=8) == 4
+    assert default_nproc(spec(8), gpus=2) == 2
+    assert default_nproc(spec(8, "cpu"), gpus=8) == 2
