@@ -413,6 +413,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         outcome = run_local(spec, out, nproc=args.nproc, experiment=name, on_point=on_point, progress=console)
     except RunnerError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # the output directory can't be created or written
+        raise UsageError(f"cannot write results under {out}: {exc.strerror or exc}") from None
     result = outcome.result
     cpu = _is_cpu(result)
     tp = spec.parallelism.tensor_parallel_size
@@ -428,11 +430,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             analysis_error = f"analysis failed: {exc}"
     if analysis_error and result.complete:
         result = result.model_copy(update={"complete": False, "error": analysis_error})
+        (out / "result.json").write_text(result.model_dump_json(by_alias=True, indent=1) + "\n", encoding="utf-8")
     status = build_status(result, ev)
     (out / "status.json").write_text(json.dumps(dump_model(status), indent=1) + "\n", encoding="utf-8")
 
     if args.summary_file:
-        write_summary(args.summary_file, build_summary(result, points))
+        try:
+            write_summary(args.summary_file, build_summary(result, points))
+        except OSError as exc:
+            _err_console().print(f"[yellow]summary not written to {escape(args.summary_file)}:[/] {escape(str(exc))}")
 
     title = _table_title(name, result.environment, result.gemm_backend, result.gather_source, tp, cpu)
     notes = [f"{outcome.nproc} rank(s), timer {result.timer}", *[w for w in result.warnings if "CPU smoke run" not in w]]
@@ -676,6 +682,20 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from spx.gate import run
 
     return run(args)
+
+
+
+def _serving_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", type=Path, help="experiment YAML with spec.serving and/or spec.accuracy")
+    p.add_argument("--out", type=Path, default=Path("spx-out"), help="output directory")
+    p.add_argument("--vllm", default="vllm", help="the vLLM CLI (argv prefix, split on spaces)")
+
+
+@command("serving", "Run the vLLM serving A/B and GSM8K benches of an experiment (needs vLLM and GPUs).", _serving_args)
+def cmd_serving(args: argparse.Namespace) -> int:
+    from spx.bench.serving import main as serving_main
+
+    return serving_main([str(args.file), "--out", str(args.out), "--vllm", args.vllm])
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ ALL_FEATURES: dict[str, Any] = {
         "alertLabels": {"team": "ml-infra"},
     },
     "dashboard": {"enabled": True, "namespace": "monitoring", "annotations": {"grafana_folder": "spx"}},
-    "operator": {"extraEnv": [{"name": "SPX_RESYNC_SECONDS", "value": "300"}], "extraArgs": ["--verbose"]},
+    "operator": {"extraEnv": [{"name": "SPX_RESYNC_SECONDS", "value": "300"}], "verbose": True, "logFormat": "plain"},
     "podAnnotations": {"example.com/owner": "ml-infra"},
     "nodeSelector": {"kubernetes.io/os": "linux"},
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],

@@ -134,7 +134,7 @@ def test_examples_validate_against_the_crd_schema() -> None:
     ("values", "expected"),
     [
         ({"operator": {"maxConcurrentExperiments": 0}}, "/operator/maxConcurrentExperiments"),
-        ({"operator": {"gpuProducts": []}}, "/operator/gpuProducts"),
+        ({"operator": {"logFormat": "xml"}}, "/operator/logFormat"),
         ({"watch": {"namespaces": ["Bad_Namespace"]}}, "/watch/namespaces/0"),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"image": {"digest": "sha256:abc"}}, "/image/digest"),
@@ -372,3 +372,27 @@ def test_notes_render(chart: Any) -> None:
     rendered = chart.render({}, name="spx", namespace=NAMESPACE, is_install=True)
     notes = rendered["spx-operator/templates/NOTES.txt"]
     assert "kubectl wait" in notes and "condition=Decided" in notes
+
+
+@pytest.mark.parametrize("values", [{}, ALL_FEATURES], ids=["defaults", "all-features"])
+def test_deployment_args_are_accepted_by_spx_operator(chart: Any, values: dict[str, Any]) -> None:
+    """The container runs `spx operator ARGS`: ARGS must parse with the operator's own options and
+    point kopf's liveness endpoint at the port and path the probe checks."""
+    import argparse
+
+    from spx.controller.run import add_arguments, kopf_args
+
+    deployment = one(render_docs(chart, values), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "operator"
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(parser)
+    args = parser.parse_args(container["args"][1:])
+    probe = container["livenessProbe"]["httpGet"]
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}[probe["port"]]
+    assert args.liveness == f"http://0.0.0.0:{port}{probe['path']}"
+    watched = values.get("watch", {}).get("namespaces", [])
+    assert args.namespaces == watched
+    kopf = kopf_args(args.namespaces, args.all_namespaces, args.liveness, args.log_format, args.verbose, args.peering)
+    assert ("-A" in kopf) == (not watched)
+    assert "--standalone" in kopf  # one replica, no peering objects needed (and no RBAC for them)

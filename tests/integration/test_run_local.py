@@ -30,7 +30,7 @@ TOLERANCE = 0.05
 def spx(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("spx")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "spx.cli"]
-    full_env = {k: v for k, v in os.environ.items() if k != "SPX_FAULT_INJECT_RANK"}
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SPX_FAULT_INJECT")}
     full_env.update(env or {})
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
 
@@ -43,10 +43,23 @@ def quickstart_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess
     return proc, out, time.monotonic() - t0
 
 
-def test_quickstart_completes_quickly(quickstart_run: tuple[subprocess.CompletedProcess[str], Path, float]) -> None:
-    proc, _, wall = quickstart_run
+def test_quickstart_completes(quickstart_run: tuple[subprocess.CompletedProcess[str], Path, float]) -> None:
+    # its speed target (< 60 s on 2 cores) is checked by benchmarks/tool_speed.py, not here
+    proc, _, _ = quickstart_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert wall < 60, f"quickstart took {wall:.0f} s"
+
+
+def test_rank_failing_mid_sweep_keeps_earlier_points(tmp_path: Path) -> None:
+    env = {"SPX_FAULT_INJECT_RANK": "0", "SPX_FAULT_INJECT_TOKENS": "128"}
+    proc = spx("run", str(QUICKSTART), "--out", str(tmp_path), env=env, timeout=120)
+    assert proc.returncode == 1
+    assert "injected fault on rank 0 at 128 tokens" in proc.stderr
+    result = KernelResult.model_validate_json((tmp_path / "result.json").read_text())
+    assert result.complete is False and "injected fault on rank 0" in (result.error or "")
+    assert [p.tokens for p in result.points] == [8, 32]
+    status = ExperimentStatus.model_validate_json((tmp_path / "status.json").read_text())
+    assert status.phase == "Failed" and status.verdict is None
+    assert {c.type: c.reason for c in status.conditions}["Decided"] == "BenchmarkFailed"
 
 
 def test_quickstart_status(quickstart_run: tuple[subprocess.CompletedProcess[str], Path, float]) -> None:

@@ -45,7 +45,8 @@ def registry_series_names() -> set[str]:
 
 def metric_names(expr: str) -> set[str]:
     """Metric names a PromQL expression selects (identifiers outside label matchers and strings)."""
-    stripped = re.sub(r"\{[^}]*\}", "{}", expr)  # label matchers
+    stripped = re.sub(r'"(?:[^"\\]|\\.)*"' + r"|'(?:[^'\\]|\\.)*'", '""', expr)  # string literals
+    stripped = re.sub(r"\{[^}]*\}", "{}", stripped)  # label matchers
     stripped = re.sub(r"\[[^\]]*\]", "[]", stripped)  # ranges
     stripped = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", stripped)
     found = set()

@@ -65,3 +65,12 @@ def test_gpu_only_settings_fail_clearly_on_cpu():
         run_kernel_bench(small_spec(timer="cupti"))
     with pytest.raises(ValueError, match="gemmBackend: torch-fp8 needs"):
         run_kernel_bench(small_spec(gemmBackend="torch-fp8"))
+
+
+def test_fault_injection_at_a_token_count(monkeypatch):
+    monkeypatch.setenv("SPX_FAULT_INJECT_RANK", "0")
+    monkeypatch.setenv("SPX_FAULT_INJECT_TOKENS", "37")
+    seen = []
+    with pytest.raises(RuntimeError, match="injected fault on rank 0 at 37 tokens"):
+        run_kernel_bench(small_spec(), on_point=lambda p: seen.append(p.tokens))
+    assert seen == [3, 8]  # the points before the fault were delivered

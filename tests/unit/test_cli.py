@@ -305,3 +305,11 @@ def test_default_nproc() -> None:
     assert default_nproc(spec(4), gpus=8) == 4
     assert default_nproc(spec(8), gpus=2) == 2
     assert default_nproc(spec(8, "cpu"), gpus=8) == 2
+
+
+def test_run_with_impossible_nproc_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    out = tmp_path / "out"
+    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out), "--nproc", "0"]) == EXIT_INVALID
+    assert "--nproc" in capsys.readouterr().err
+    assert not out.exists()

@@ -59,3 +59,38 @@ def test_module_does_not_import_vllm_at_import_time() -> None:
 
     importlib.reload(vllm_backend)
     assert "vllm" not in sys.modules
+
+
+def test_checkpoint_weight_is_loaded_shard_by_shard_then_post_processed() -> None:
+    """The loader feeds vLLM's ``weight_loader`` the ``wq_a`` rows as shard 0 and ``wkv`` as shard 1,
+    with the matching 128-row blocks of scales (a fake layer records the calls; torch on CPU)."""
+    torch = pytest.importorskip("torch")
+    from spx.bench.weights import quantize_weight_fp8_block
+
+    w = quantize_weight_fp8_block(torch.randn(1792, 256) * 0.05)
+    calls: list[tuple[str, int, tuple[int, ...], object]] = []
+
+    class Param(torch.nn.Parameter):
+        pass
+
+    def make(name: str, shape: tuple[int, ...], dtype: object) -> object:
+        p = Param(torch.empty(shape, dtype=dtype), requires_grad=False)
+        p.weight_loader = lambda param, loaded, shard: calls.append((name, shard, tuple(loaded.shape), loaded.dtype))
+        return p
+
+    class QuantMethod:
+        processed = False
+
+        def process_weights_after_loading(self, layer: object) -> None:
+            QuantMethod.processed = True
+
+    layer = torch.nn.Module()
+    layer.register_parameter("weight", make("weight", (1792, 256), torch.float8_e4m3fn))
+    layer.register_parameter("weight_scale_inv", make("scale", (14, 2), torch.float32))
+    layer.quant_method = QuantMethod()
+    vllm_backend._load_checkpoint_weight(layer, w, [1280, 512])
+    assert calls == [
+        ("weight", 0, (1280, 256), torch.float8_e4m3fn), ("scale", 0, (10, 2), torch.float32),
+        ("weight", 1, (512, 256), torch.float8_e4m3fn), ("scale", 1, (4, 2), torch.float32),
+    ]
+    assert QuantMethod.processed

@@ -41,7 +41,9 @@ class PointResult(CamelModel):
     ``padded_tokens`` = M rounded up to a multiple of TP; ``rows_per_rank`` = padded_tokens / TP.
     ``shard_gemm_us`` is the split candidate's GEMM alone (median), ``gather_us`` its all-gather
     alone (median; measured from the gather kernels' spans, or modelled).
-    ``max_abs_error`` is max |split − replicated| over the trimmed ``[M, N]`` output.
+    ``gather_path`` names the all-gather that ran at this size (``nccl``, ``gloo``, ``vllm-custom``,
+    ``vllm-nccl``, ``modelled``, ``none``: vLLM switches from its custom all-gather to NCCL above 2 MiB
+    per shard). ``max_abs_error`` is max |split − replicated| over the trimmed ``[M, N]`` output.
     """
 
     tokens: int = Field(gt=0)
@@ -52,6 +54,7 @@ class PointResult(CamelModel):
     shard_gemm_us: float | None = Field(default=None, ge=0)
     gather_us: float | None = Field(default=None, ge=0)
     gather_source: GatherSource
+    gather_path: str | None = Field(default=None, max_length=64)
     max_abs_error: float = Field(ge=0)
     max_abs_reference: float | None = Field(default=None, ge=0)
 

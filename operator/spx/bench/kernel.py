@@ -23,6 +23,7 @@ Method (DESIGN.md "The kernel benchmark method", from the seed PR), point by poi
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import os
@@ -33,7 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spx.api.result import CandidateStats, KernelResult, PointResult
+from spx.analysis.stats import candidate_stats
+from spx.api.result import KernelResult, PointResult
 from spx.api.spec import ExperimentSpec
 from spx.bench.fingerprint import collect_environment
 from spx.bench.gemm import activation_dtype, build_projection, resolve_gemm_backend
@@ -44,7 +46,8 @@ if TYPE_CHECKING:
     from spx.bench.gemm import Projection
 
 CANDIDATES = ("replicated", "split")
-FAULT_ENV = "SPX_FAULT_INJECT_RANK"
+FAULT_ENV = "SPX_FAULT_INJECT_RANK"  # tests: this rank raises at the first point...
+FAULT_TOKENS_ENV = "SPX_FAULT_INJECT_TOKENS"  # ...or at this token count
 #: Warm-up replays per point run for at least this long as well as ``spec.kernel.warmup`` rounds: on
 #: H200 with 5 warm-ups, the first ~12 samples of the 8192-token replicated GEMM ran 5-13 % slow
 #: (222 vs 197 µs; clocks settling under the heavier load), pushing its IQR to 3.1 %.
@@ -339,6 +342,24 @@ def _capture(fn: Callable[[], torch.Tensor]) -> tuple[Any, torch.Tensor]:
     return graph, out
 
 
+def _capture_context(ctx: BenchContext) -> contextlib.AbstractContextManager[Any]:
+    """vLLM's ``graph_capture`` for ``gather: vllm`` (registers the custom all-gather's buffers), else nothing."""
+    if ctx.gather_backend == "vllm":
+        from spx.bench.vllm_backend import vllm_graph_capture
+
+        return vllm_graph_capture(ctx.device)
+    return contextlib.nullcontext()
+
+
+def gather_path(ctx: BenchContext, padded_tokens: int) -> str:
+    """Which all-gather ran at this size: ``nccl``/``gloo``, vLLM's ``custom``/``nccl``, ``modelled`` or ``none``."""
+    if ctx.gather_backend == "vllm":
+        from spx.bench.vllm_backend import GATHER_PATHS
+
+        return f"vllm-{GATHER_PATHS.get(padded_tokens, 'unknown')}"
+    return ctx.gather_backend
+
+
 def _time_gpu(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, float]:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -350,9 +371,10 @@ def _time_gpu(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, 
     outputs: dict[str, torch.Tensor] = {}
     graphs = {}
     if ctx.cuda_graphs:
-        for name, fn in fns.items():
-            graphs[name], outputs[name] = _capture(fn)
-            launch[name] = graphs[name].replay
+        with _capture_context(ctx):
+            for name, fn in fns.items():
+                graphs[name], outputs[name] = _capture(fn)
+                launch[name] = graphs[name].replay
         for out in outputs.values():  # poison, then one replay each: every element must be rewritten
             out.fill_(float("nan"))
         for name in CANDIDATES:
@@ -455,27 +477,15 @@ def _max_over_ranks(ctx: BenchContext, raw: RawSamples) -> RawSamples:
     return RawSamples(rows[0], rows[1], rows[2], raw.kernels)
 
 
-def candidate_stats(samples_us: list[float], kernels: list[str]) -> CandidateStats:
-    """Median, quartiles (``statistics.quantiles``, inclusive method) and IQR/median (%) of samples in µs."""
-    q1, median, q3 = statistics.quantiles(samples_us, n=4, method="inclusive")
-    return CandidateStats(
-        samples_us=[round(s, 3) for s in samples_us],
-        median_us=median,
-        q1_us=q1,
-        q3_us=q3,
-        iqr_pct=(q3 - q1) / median * 100 if median > 0 else 0.0,
-        kernels=kernels,
-    )
-
-
 def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
     """Measure both candidates at ``tokens``; returns the point on rank 0 (None on the others).
 
     Raises:
         RuntimeError: the correctness check failed (NaN left in an output), CUPTI saw no kernels,
-            or a fault was injected through ``SPX_FAULT_INJECT_RANK`` (tests).
+            or a fault was injected through ``SPX_FAULT_INJECT_RANK`` [+ ``SPX_FAULT_INJECT_TOKENS``] (tests).
     """
-    if os.environ.get(FAULT_ENV) == str(ctx.rank):
+    at_tokens = os.environ.get(FAULT_TOKENS_ENV)
+    if os.environ.get(FAULT_ENV) == str(ctx.rank) and at_tokens in (None, "", str(tokens)):
         raise RuntimeError(f"injected fault on rank {ctx.rank} at {tokens} tokens ({FAULT_ENV})")
     cands = build_candidates(ctx, tokens)
     raw, max_err, ref_max = _time_gpu(ctx, cands) if ctx.device.type == "cuda" else _time_host(ctx, cands)
@@ -491,17 +501,18 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         ctx.kernels_seen.update(names)
     if ctx.rank != 0:
         return None
-    split_stats = candidate_stats(raw.split, raw.kernels.get("split", []))
+    split_stats = candidate_stats([round(v, 3) for v in raw.split], raw.kernels.get("split", []))
     gather_med = statistics.median(raw.gather) if ctx.tp > 1 else 0.0
     return PointResult(
         tokens=tokens,
         padded_tokens=plan.padded_tokens,
         rows_per_rank=plan.rows_per_rank,
-        replicated=candidate_stats(raw.replicated, raw.kernels.get("replicated", [])),
+        replicated=candidate_stats([round(v, 3) for v in raw.replicated], raw.kernels.get("replicated", [])),
         split=split_stats,
         shard_gemm_us=max(0.0, split_stats.median_us - gather_med),
         gather_us=gather_med if ctx.timer != "cuda-events" or ctx.gather_source == "modelled" else None,
         gather_source=ctx.gather_source,  # type: ignore[arg-type]
+        gather_path=gather_path(ctx, plan.padded_tokens),
         max_abs_error=max_err,
         max_abs_reference=ref_max,
     )

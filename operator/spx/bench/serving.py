@@ -286,7 +286,7 @@ def nvidia_smi_argv(opts: RunnerOptions) -> list[str] | None:
     return [found] if found else None
 
 
-def gpu_processes(smi: Sequence[str]) -> list[str]:
+def gpu_processes(smi: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
     """Compute processes ``nvidia-smi`` lists (``pid, used_memory`` lines).
 
     Raises:
@@ -294,7 +294,7 @@ def gpu_processes(smi: Sequence[str]) -> list[str]:
     """
     out = subprocess.run(
         [*smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=60, check=False, env=None if env is None else dict(env),
     )
     if out.returncode != 0:
         raise RuntimeError(f"nvidia-smi exited with {out.returncode}: {out.stderr.strip()[:300]}")
@@ -309,7 +309,7 @@ def wait_gpus_free(opts: RunnerOptions, timeout: float) -> tuple[GpuCheck, str]:
     t0 = time.monotonic()
     while True:
         try:
-            procs = gpu_processes(smi)
+            procs = gpu_processes(smi, opts.env)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
             return "skipped", f"nvidia-smi failed: {err}"
         if not procs:
@@ -444,7 +444,7 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
             acc_spec = spec.accuracy if arm.name in acc_arms else None
             abort = _run_arm(spec, arm, run, index, out_dir, opts, base_env, acc_spec, dataset, acc_result, result, save)
     except BaseException as err:  # the runner itself was interrupted: keep what finished, say so
-        result.error = f"runner interrupted: {type(err).__name__}: {err}"
+        result.error = f"runner stopped: {type(err).__name__}: {err}"
         result.failures.append(result.error)
         raise
     finally:

@@ -27,6 +27,7 @@ Nothing here can run in CI; it is exercised on a GPU box with vLLM installed (``
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import socket
@@ -88,7 +89,7 @@ def ensure_vllm() -> ModuleType:
             older build).
     """
     try:
-        import vllm
+        vllm = importlib.import_module("vllm")
     except Exception as err:  # ImportError, or a broken install raising anything on import
         raise RuntimeError(
             f"gemmBackend vllm needs an importable vLLM ≥ {MIN_VLLM[0]}.{MIN_VLLM[1]} "

@@ -200,15 +200,27 @@ def analyzing(job: str, completed_reason: str, completed_message: str) -> Step:
     )
 
 
-def decided(verdict: Verdict, reasons: Sequence[str], completed_reason: str, completed_message: str) -> Step:
+def decided(
+    verdict: Verdict,
+    reasons: Sequence[str],
+    completed_reason: str,
+    completed_message: str,
+    scheduled: tuple[str, str, str] | None = None,
+) -> Step:
     first = reasons[0] if reasons else ""
     msg = f"verdict {verdict}" + (f": {first}" if first else "")
     return Step(
         phase="Succeeded",
         message=msg,
+        scheduled=scheduled,
         completed=("True", completed_reason, completed_message),
         decided=("True", verdict, "; ".join(reasons) or msg),
     )
+
+
+def ran_on(node: str | None) -> tuple[str, str, str] | None:
+    """``Scheduled`` of a finished run whose pod was bound to ``node`` (None: leave it as it is)."""
+    return ("True", "PodScheduled", f"the pod ran on node {node}") if node else None
 
 
 def failed(

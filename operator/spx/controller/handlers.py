@@ -83,6 +83,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.reporting_component = "spx-operator"
     settings.posting.event_name_prefix = "spx-operator-"
     settings.execution.max_workers = 4
+    # kopf logs "Handler … succeeded." per watch event at INFO; keep the object log to what matters.
+    if not os.environ.get("SPX_LOG_EVERY_EVENT"):
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if not os.environ.get("KOPF_RUN_PEERING"):
         settings.peering.standalone = True
 

@@ -224,11 +224,14 @@ def observe(
     current = next((p for p in reversed(mine) if _phase(p) not in ("Failed", "Succeeded")
                     and not (p.get("metadata") or {}).get("deletionTimestamp")), None)
     if current is None:
-        if last is not None and _phase(last) in ("Failed", "Succeeded"):
-            # The Job controller has not reacted to the pod's end yet (or is creating a replacement).
-            retry = " (replacing a disrupted pod)" if is_disrupted(last) else ""
-            return Observation("pending", "Pending", f"Job {jname}: waiting for the Job controller{retry}",
+        if last is not None and is_disrupted(last):
+            return Observation("pending", "Pending", f"Job {jname}: pod disrupted, waiting for its replacement",
                                disruptions=disruptions)
+        if last is not None and _phase(last) in ("Failed", "Succeeded"):
+            # The pod ended; the Job controller has not set the Job's condition yet.
+            node = (last.get("spec") or {}).get("nodeName")
+            return Observation("running", "Running", f"pod {(last.get('metadata') or {}).get('name')} ended; "
+                               "waiting for the Job's final condition", pod=last, node=node, disruptions=disruptions)
         return Observation("pending", "Pending", f"Job {jname} created, waiting for its pod", disruptions=disruptions)
 
     pname = (current.get("metadata") or {}).get("name", "?")

@@ -634,7 +634,7 @@ class Reconciler:
             )
             new = cond.with_kernel(status, evaluation.kernel, evaluation.verdict, list(evaluation.reasons))
             new = cond.apply_step(new, cond.decided(evaluation.verdict, list(evaluation.reasons), "JobSucceeded",
-                                                    obs.message), nows, generation)
+                                                    obs.message, cond.ran_on(obs.node)), nows, generation)
             events.append(("Normal" if evaluation.verdict == "Pass" else "Warning", f"Verdict{evaluation.verdict}",
                            new.message or ""))
             outcome = f"verdict-{evaluation.verdict}"
@@ -659,8 +659,8 @@ class Reconciler:
                 kernel = KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
                                       gemm_backend=meas.gemm_backend, timer=meas.timer)
             new = cond.with_kernel(status, kernel, None, [])
-            new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message),  # type: ignore[arg-type]
-                                  nows, generation)
+            new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
+                                                   scheduled=cond.ran_on(obs.node)), nows, generation)
             events.append(("Warning", reason, msg))
             outcome = reason
         new = new.model_copy(update=update)

@@ -505,13 +505,13 @@ def run_local(
     Raises:
         RunnerError: before anything starts, for an impossible ``nproc``/device.
     """
+    gpus = visible_gpus()
+    device = resolve_device(spec, gpus)
+    n = check_nproc(spec, default_nproc(spec, gpus) if nproc is None else nproc, device, gpus)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log_dir = out / LOGS_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
-    gpus = visible_gpus()
-    device = resolve_device(spec, gpus)
-    n = check_nproc(spec, default_nproc(spec, gpus) if nproc is None else nproc, device, gpus)
     points_path = out / POINTS_FILE
     with contextlib.suppress(FileNotFoundError):
         points_path.unlink()

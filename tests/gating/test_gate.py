@@ -1,0 +1,142 @@
+"""`spx gate NAME|status.json`: exit 0 on Pass, 1 on Fail, 2 on Inconclusive / undecided / unreadable.
+
+Decisions are table-tested on real ExperimentStatus documents; the command line is run as the
+installed console script on local `spx run` outputs (status.json, its directory, a `kubectl get -o
+json` dump). The cluster path runs against the emulated API server in tests/gating/test_gate_cluster.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spx.api import Condition, ExperimentStatus, dump_model
+from spx.gate import EXIT_FAIL, EXIT_PASS, EXIT_UNDECIDED, decide
+
+NOW = "2026-01-01T00:00:00Z"
+
+
+def status(
+    phase: str = "Succeeded",
+    verdict: str | None = None,
+    decided: str | None = "True",
+    reason: str | None = None,
+    generation: int = 1,
+    reasons: list[str] | None = None,
+) -> dict[str, Any]:
+    conditions = []
+    if decided is not None:
+        conditions.append(
+            Condition(
+                type="Decided",
+                status=decided,
+                reason=reason or verdict or "Running",
+                message="from the test",
+                last_transition_time=NOW,
+                observed_generation=generation,
+            )
+        )
+    model = ExperimentStatus(
+        phase=phase,
+        observed_generation=generation,
+        conditions=conditions,
+        verdict=verdict,
+        verdict_reasons=reasons or [],
+    )
+    return dump_model(model)
+
+
+CASES = [
+    ("pass", status(verdict="Pass", reasons=["split wins by ≥ 1.00× at every count ≥ 2048"]), None, EXIT_PASS, True),
+    ("fail", status(verdict="Fail", reasons=["split loses at 2048 tokens (0.93×)"]), None, EXIT_FAIL, True),
+    ("inconclusive", status(verdict="Inconclusive", reasons=["gather modelled"]), None, EXIT_UNDECIDED, True),
+    ("running", status(phase="Running", decided="False", reason="Running"), None, EXIT_UNDECIDED, False),
+    ("pending, no conditions", status(phase="Pending", decided=None), None, EXIT_UNDECIDED, False),
+    ("benchmark failed", status(phase="Failed", reason="BenchmarkFailed"), None, EXIT_UNDECIDED, True),
+    ("invalid spec", status(phase="Failed", reason="InvalidSpec"), None, EXIT_UNDECIDED, True),
+    ("stale generation", status(verdict="Pass", generation=1), 2, EXIT_UNDECIDED, False),
+    ("current generation", status(verdict="Fail", generation=3), 3, EXIT_FAIL, True),
+    ("verdict without conditions", status(verdict="Pass", decided=None), None, EXIT_PASS, True),
+    ("reason only", {**status(reason="Fail"), "verdict": None}, None, EXIT_FAIL, True),
+    ("empty", {}, None, EXIT_UNDECIDED, False),
+]
+
+
+@pytest.mark.parametrize(("doc", "generation", "code", "decided"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_decide(doc: dict[str, Any], generation: int | None, code: int, decided: bool) -> None:
+    result = decide(doc, "ml/h200", generation)
+    assert result.exit_code == code
+    assert result.decided is decided
+    assert result.line().startswith(("Pass", "Fail", "Inconclusive", "Undecided", "No verdict"))
+
+
+def test_reasons_are_reported() -> None:
+    result = decide(status(verdict="Fail", reasons=["split loses at 2048 tokens (0.93×)"]), "x")
+    assert "0.93×" in result.line()
+    stale = decide(status(verdict="Pass", generation=1), "x", 2)
+    assert "generation 1" in stale.message and "generation 2" in stale.message
+
+
+def spx_gate(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed `spx` console script (the same entry point a pipeline calls)."""
+    spx = Path(sys.executable).parent / "spx"
+    return subprocess.run([str(spx), "gate", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("verdict", "code"), [("Pass", 0), ("Fail", 1), ("Inconclusive", 2)])
+def test_cli_on_a_local_status_json(tmp_path: Path, verdict: str, code: int) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "status.json").write_text(json.dumps(status(verdict=verdict)))
+    by_dir = spx_gate(str(out))
+    assert by_dir.returncode == code, by_dir.stdout + by_dir.stderr
+    assert by_dir.stdout.startswith(verdict)
+    by_file = spx_gate(str(out / "status.json"), "--json")
+    assert by_file.returncode == code
+    assert json.loads(by_file.stdout)["verdict"] == verdict
+
+
+def test_cli_on_a_kubectl_dump(tmp_path: Path) -> None:
+    obj = {"apiVersion": "bench.spx.dev/v1alpha1", "kind": "ShardedProjectionExperiment",
+           "metadata": {"name": "x", "generation": 1}, "status": status(verdict="Fail")}  # fmt: skip
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(obj))
+    assert spx_gate(str(path)).returncode == 1
+
+
+def test_cli_unreadable_is_undecided_with_a_message(tmp_path: Path) -> None:
+    missing = spx_gate(str(tmp_path / "nope" / "status.json"))
+    assert missing.returncode == 2
+    assert "no such file" in missing.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert spx_gate(str(bad)).returncode == 2
+
+
+def test_cli_wait_gives_up_at_the_deadline(tmp_path: Path) -> None:
+    (tmp_path / "status.json").write_text(json.dumps(status(phase="Running", decided="False")))
+    proc = spx_gate(str(tmp_path), "--wait", "0.5", "--interval", "0.1")
+    assert proc.returncode == 2
+    assert proc.stdout.startswith("Undecided")
+
+
+def test_cli_on_a_real_spx_run_output(tmp_path: Path) -> None:
+    """The whole local path: `spx run` on CPU (2 gloo ranks, tiny shapes) then `spx gate` on its output."""
+    pytest.importorskip("torch")
+    root = Path(__file__).resolve().parents[2]
+    spx = Path(sys.executable).parent / "spx"
+    out = tmp_path / "run"
+    run = subprocess.run(
+        [str(spx), "run", str(root / "examples" / "quickstart.yaml"), "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert (out / "status.json").exists(), run.stdout[-2000:] + run.stderr[-2000:]
+    written = json.loads((out / "status.json").read_text())
+    expected = {"Pass": 0, "Fail": 1}.get(written.get("verdict"), 2)
+    gate = spx_gate(str(out))
+    assert gate.returncode == expected, gate.stdout + gate.stderr

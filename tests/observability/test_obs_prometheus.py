@@ -1,0 +1,327 @@
+"""A real Prometheus scraping the real operator, after real experiments.
+
+Prometheus (Debian `prometheus` 2.42) runs on loopback with the chart's rule file loaded and scrapes
+the operator (`kopf run -m spx.controller`, as the image's `spx operator` does) that reconciles
+against the emulated API server (tests/integration/emulator.py); the test kubelet
+(tests/integration/kubelet.py) runs the bench Job's command as a local process — the real CPU bench,
+`spx run` with 2 gloo ranks. One experiment completes with a verdict; a second one has a spec the
+operator rejects (InvalidSpec → phase Failed).
+
+Then every dashboard query, every dashboard variable, every recording and alerting rule expression,
+and the Argo Rollouts AnalysisTemplate's query is evaluated through Prometheus' HTTP API, and each
+must return the series the experiments' statuses imply. Finally the operator is stopped and the
+`SpxOperatorDown` expression must start returning its target.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from obslib import DASHBOARD, ROOT, RULES, label_values_selector, require_binary
+
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+emulator = pytest.importorskip("emulator", reason="tests/integration/emulator.py is not available")
+kubelet_mod = pytest.importorskip("kubelet", reason="tests/integration/kubelet.py is not available")
+pytest.importorskip("torch", reason="the CPU bench needs torch")
+
+from spx.dashboard import panel_queries, variable_queries  # noqa: E402
+
+NS = "obs"
+GOOD = "obs-quickstart"
+BROKEN = "obs-broken"
+SCRAPE = 1  # seconds: scrape and rule evaluation interval
+
+
+# --------------------------------------------------------------------------- Prometheus
+
+
+class Prometheus:
+    def __init__(self, workdir: Path, metrics_port: int) -> None:
+        self.port = emulator.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {
+            "global": {
+                "scrape_interval": f"{SCRAPE}s",
+                "evaluation_interval": f"{SCRAPE}s",
+                "scrape_timeout": f"{SCRAPE}s",
+            },
+            "rule_files": [str(RULES)],
+            "scrape_configs": [
+                {"job_name": "spx-operator", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}
+            ],
+        }
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.log = workdir / "prometheus.log"
+        self.proc = subprocess.Popen(
+            [
+                require_binary("prometheus"),
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+                "--log.level=warn",
+            ],
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"prometheus exited: {self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as rsp:
+                    if rsp.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.3)
+        raise AssertionError("prometheus did not become ready in 60 s")
+
+    def api(self, path: str, **params: Any) -> Any:
+        url = f"{self.url}/api/v1/{path}?" + urllib.parse.urlencode(params, doseq=True)
+        with urllib.request.urlopen(url, timeout=30) as rsp:
+            body = json.loads(rsp.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        data = self.api("query", query=expr)
+        assert data["resultType"] == "vector", (expr, data["resultType"])
+        return data["result"]  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _value(sample: dict[str, Any]) -> float:
+    return float(sample["value"][1])
+
+
+# --------------------------------------------------------------------------- the scenario
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    require_binary("prometheus")
+    workdir = tmp_path_factory.mktemp("obs-e2e")
+    cluster = emulator.Cluster(
+        workdir / "cluster", kubelet_factory=lambda url: kubelet_mod.Kubelet(url, workdir / "kubelet")
+    )
+    prom = None
+    try:
+        crd = yaml.safe_load(
+            (ROOT / "charts" / "spx-operator" / "crds" / "shardedprojectionexperiments.yaml").read_text()
+        )
+        cluster.call(cluster.emulator.install_crd, crd)
+        cluster.call(cluster.emulator.put_object, "", "v1", "namespaces", None,
+                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})  # fmt: skip
+        cluster.start_operator(env={"SPX_BENCH_IMAGE": "spx-bench:test", "SPX_MAX_CONCURRENT_EXPERIMENTS": "2"})
+        cluster.wait_operator_ready(60)
+        prom = Prometheus(workdir, cluster.metrics_port)
+
+        quickstart = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+        cluster.create(emulator.EXP_API, emulator.EXP_PLURAL, NS, emulator.experiment(GOOD, quickstart["spec"], NS))
+        broken_spec = {**quickstart["spec"], "sweep": {"tokens": [512, 32, 8]}}  # not increasing: InvalidSpec
+        cluster.create(emulator.EXP_API, emulator.EXP_PLURAL, NS, emulator.experiment(BROKEN, broken_spec, NS))
+
+        def decided(name: str) -> dict[str, Any] | None:
+            obj = cluster.get(emulator.EXP_API, emulator.EXP_PLURAL, NS, name)
+            cond = emulator.condition(obj, "Decided")
+            return obj if cond and cond.get("status") == "True" else None
+
+        good = cluster.wait_for(lambda: decided(GOOD), 300, f"{GOOD} to be decided")
+        broken = cluster.wait_for(lambda: decided(BROKEN), 120, f"{BROKEN} to be decided")
+        # Prometheus has seen the final state once the verdict gauge and the Failed phase are scraped
+        # and the rules have run at least once on them.
+        cluster.wait_for(
+            lambda: (
+                prom.query(f'spx_verdict{{experiment="{GOOD}"}} == 1')
+                and prom.query(f'spx_experiment_phase_since_timestamp_seconds{{experiment="{BROKEN}",phase="Failed"}}')
+                and prom.query("spx:crossover_shift_threshold_ratio")
+            ),
+            60,
+            "Prometheus to scrape the final metrics",
+        )
+        time.sleep(3 * SCRAPE)  # a few more samples for rate()/increase()
+        yield {"cluster": cluster, "prom": prom, "good": good, "broken": broken}
+    finally:
+        if prom is not None:
+            prom.close()
+        cluster.close()
+
+
+def _subst(expr: str, experiment: str = GOOD) -> str:
+    return (
+        expr.replace("$namespace", NS)
+        .replace("$experiment", experiment)
+        .replace("$gpu", ".*")
+        .replace("$__rate_interval", "1m")
+        .replace("$__range", "10m")
+    )
+
+
+def test_the_experiments_ended_as_expected(stack: dict[str, Any]) -> None:
+    good, broken = stack["good"]["status"], stack["broken"]["status"]
+    assert good["phase"] == "Succeeded" and good["verdict"] in ("Pass", "Fail", "Inconclusive"), good
+    assert broken["phase"] == "Failed" and emulator.condition(stack["broken"], "Decided")["reason"] == "InvalidSpec"
+
+
+def test_every_dashboard_query_returns_the_expected_series(stack: dict[str, Any]) -> None:
+    prom: Prometheus = stack["prom"]
+    status = stack["good"]["status"]
+    kernel = status.get("kernel") or {}
+    points = {p["tokens"]: p for p in kernel.get("points") or []}
+    gpu = (status.get("environment") or {}).get("gpu") or ""
+    crossover, threshold = kernel.get("crossoverTokens"), kernel.get("recommendedThresholdTokens")
+    assert points, "the experiment has no measured points"
+
+    queries = panel_queries(json.loads(DASHBOARD.read_text()))
+    checked = set()
+    for title, raw in queries:
+        result = prom.query(_subst(raw))
+        by = {tuple(sorted((k, v) for k, v in s["metric"].items() if k != "__name__")): _value(s) for s in result}
+        checked.add(title)
+        if title == "Verdict":
+            assert [s["metric"]["verdict"] for s in result] == [status["verdict"]], result
+        elif title == "Crossover (tokens)":
+            assert (
+                (len(result) == 1 and math.isclose(_value(result[0]), crossover))
+                if crossover is not None
+                else not result
+            )
+        elif title == "Recommended threshold (tokens)":
+            assert (len(result) == 1 and _value(result[0]) == threshold) if threshold is not None else not result
+        elif title == "Time in current phase":
+            assert len(result) == 1 and result[0]["metric"]["phase"] == "Succeeded" and 0 <= _value(result[0]) < 3600
+        elif title == "Latency vs tokens per candidate":
+            expected = {}
+            for tokens, p in points.items():
+                expected[(("candidate", "replicated"), ("tokens", str(tokens)))] = p["replicatedUs"]
+                expected[(("candidate", "split"), ("tokens", str(tokens)))] = p["splitUs"]
+            assert by.keys() == expected.keys()
+            assert all(math.isclose(by[k], v, rel_tol=1e-9) for k, v in expected.items())
+        elif title.startswith("Speedup vs tokens"):
+            assert {dict(k)["tokens"]: v for k, v in by.items()} == pytest.approx(
+                {str(t): p["speedup"] for t, p in points.items()}
+            )
+        elif title == "Crossover over time":
+            assert [dict(k).get("gpu") for k in by] == ([gpu] if crossover is not None else [])
+        elif title == "Recommended threshold over time":
+            assert len(result) == (1 if threshold is not None else 0)
+        elif title == "Verdicts":
+            assert [(s["metric"]["experiment"], s["metric"]["verdict"]) for s in result] == [(GOOD, status["verdict"])]
+        elif title == "Experiments by phase":
+            phases = {s["metric"]["phase"]: _value(s) for s in result}
+            assert phases["Succeeded"] == 1 and phases["Failed"] == 1 and phases["Running"] == 0, phases
+        elif title == "Experiment durations":
+            buckets = {s["metric"]["le"]: _value(s) for s in result}
+            assert buckets["+Inf"] > 0, buckets  # at least one experiment finished in the range
+        elif title == "Mean experiment duration":
+            assert len(result) == 1 and 0 < _value(result[0]) < 600, result
+        elif title == "Since last reconcile":
+            assert len(result) == 1 and 0 <= _value(result[0]) < 300
+        elif title == "Reconciles by handler and outcome":
+            assert result and all(_value(s) >= 0 for s in result)
+        elif title == "Reconcile errors":
+            assert len(result) == 1 and _value(result[0]) >= 0
+        else:
+            pytest.fail(f"no expectation for the dashboard panel {title!r}: add one")
+    assert len(checked) == len({t for t, _ in queries})
+
+
+def test_every_dashboard_variable_finds_the_experiment(stack: dict[str, Any]) -> None:
+    prom: Prometheus = stack["prom"]
+    crossover = ((stack["good"]["status"].get("kernel") or {}).get("crossoverTokens")) is not None
+    for name, query in variable_queries(json.loads(DASHBOARD.read_text())):
+        label = query.rsplit(",", 1)[1].strip(" )")
+        series = prom.api("series", **{"match[]": _subst(label_values_selector(query))})
+        values = {s.get(label) for s in series}
+        if name == "namespace":
+            assert NS in values
+        elif name == "experiment":
+            assert {GOOD, BROKEN} <= values
+        elif name == "gpu":
+            assert bool(values) == crossover
+        else:
+            pytest.fail(f"no expectation for the dashboard variable {name!r}")
+
+
+def test_every_rule_expression_returns_the_expected_series(stack: dict[str, Any]) -> None:
+    prom: Prometheus = stack["prom"]
+    verdict = stack["good"]["status"]["verdict"]
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    expect_firing = {
+        "SpxGateFailed": {(GOOD,)} if verdict == "Fail" else set(),
+        "SpxExperimentFailed": {(BROKEN,)},
+        "SpxExperimentStuck": set(),
+        "SpxOperatorDown": set(),
+        "SpxOperatorAbsent": set(),
+        "SpxOperatorNotReconciling": set(),
+        "SpxCrossoverShifted": set(),
+    }
+    for rule in rules:
+        result = prom.query(str(rule["expr"]))
+        if "record" in rule:
+            assert len(result) == 1, (rule["record"], result)
+            assert _value(result[0]) > 0
+            # ... and Prometheus recorded it under its name
+            labels = ",".join(f'{k}="{v}"' for k, v in (rule.get("labels") or {}).items())
+            assert prom.query(f"{rule['record']}{{{labels}}}"), rule["record"]
+            continue
+        got = {(s["metric"]["experiment"],) if "experiment" in s["metric"] else () for s in result}
+        assert got == expect_firing.pop(rule["alert"]), (rule["alert"], result)
+    assert not expect_firing, f"alerts missing from the rules: {expect_firing}"
+    # the alert states Prometheus itself computed agree
+    alerts = prom.api("alerts")["alerts"]
+    names = {(a["labels"]["alertname"], a["labels"].get("experiment")) for a in alerts}
+    assert ("SpxExperimentFailed", BROKEN) in names
+    assert not {n for n, _ in names} & {
+        "SpxOperatorDown",
+        "SpxOperatorAbsent",
+        "SpxOperatorNotReconciling",
+        "SpxExperimentStuck",
+    }
+
+
+def test_the_analysis_template_query_maps_the_verdict(stack: dict[str, Any]) -> None:
+    prom: Prometheus = stack["prom"]
+    template = yaml.safe_load((ROOT / "examples" / "gating" / "analysis-template.yaml").read_text())
+    query = template["spec"]["metrics"][0]["provider"]["prometheus"]["query"]
+    expected = {"Pass": 1.0, "Fail": -1.0, "Inconclusive": 0.0}[stack["good"]["status"]["verdict"]]
+    for experiment, value in ((GOOD, expected), (BROKEN, 0.0), ("never-applied", 0.0)):
+        q = query.replace("{{args.namespace}}", NS).replace("{{args.experiment}}", experiment)
+        (sample,) = prom.query(q)
+        assert _value(sample) == value, (experiment, sample)
+
+
+def test_operator_down_is_seen_by_its_alert_expression(stack: dict[str, Any]) -> None:
+    """Last (it stops the operator): `up{job="spx-operator"} == 0` must return the target."""
+    cluster, prom = stack["cluster"], stack["prom"]
+    expr = next(
+        r["expr"]
+        for g in yaml.safe_load(RULES.read_text())["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "SpxOperatorDown"
+    )
+    assert prom.query(expr) == []
+    cluster.stop_operator()
+    down = cluster.wait_for(lambda: prom.query(expr), 30, "the SpxOperatorDown expression to return the target")
+    assert down[0]["metric"]["job"] == "spx-operator"
+    assert down[0]["metric"]["instance"] == f"127.0.0.1:{cluster.metrics_port}"
