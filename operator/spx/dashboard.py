@@ -71,7 +71,7 @@ def build_dashboard() -> dict[str, Any]:
         transform("convertFieldType", {"conversions": [{"targetField": "tokens", "destinationType": "string"}]}),
     ]
 
-    verdict_colors = [
+    verdict_colors: list[model.ValueMap | model.RangeMap | model.RegexMap | model.SpecialValueMap] = [
         model.ValueMap(
             options={
                 "Pass": model.ValueMappingResult(text="Pass", color="green", index=0),

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from spx.api.spec import GROUP, PLURAL, VERSION
 
@@ -135,7 +135,7 @@ def _namespace_from_kubeconfig(kubeconfig: str | None, context: str | None) -> s
     from kubernetes import config
 
     try:
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     except Exception:  # no kubeconfig (e.g. in a pod): the service account's namespace
         sa_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
         return sa_ns.read_text().strip() if sa_ns.exists() else "default"
@@ -152,19 +152,19 @@ def read_cluster(
     from kubernetes.config.config_exception import ConfigException
 
     try:
-        api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+        api_client = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
     except (ConfigException, FileNotFoundError, TypeError) as err:
         if kubeconfig or context:
             raise GateError(f"cannot load kubeconfig: {err}") from None
         try:
-            config.load_incluster_config()
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
         except ConfigException:
             raise GateError(f"no kubeconfig and not in a pod: {err}") from None
         api_client = client.ApiClient()
     ns = namespace or _namespace_from_kubeconfig(kubeconfig, context)
     api = client.CustomObjectsApi(api_client)
     try:
-        obj = api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        obj = cast(dict[str, Any], api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name))
     except ApiException as err:
         if err.status == 404:
             raise GateError(f"shardedprojectionexperiment {ns}/{name} not found") from None
@@ -202,7 +202,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "target",
         metavar="NAME|status.json",
-        help="experiment name (read through kubeconfig) or a local spx run output (status.json or its directory)",
+        help="experiment name (read through kubeconfig), or a local spx run output: status.json, its directory, "
+        "or a `kubectl get -o json` dump (anything ending in .json, containing a /, or existing here is a path)",
     )
     parser.add_argument("-n", "--namespace", help="namespace of the experiment (default: the kubeconfig context's)")
     parser.add_argument(

@@ -238,6 +238,7 @@ class Emulator(kmock.KubernetesEmulator):
     _rv: int = attrs.field(default=0, init=False)
     _kinds: dict[tuple[str, str, str], Kind] = attrs.field(factory=dict, init=False)
     _schemas: dict[tuple[str, str, str], Any] = attrs.field(factory=dict, init=False)
+    _validators: dict[tuple[str, str, str], Any] = attrs.field(factory=dict, init=False)
     _history: dict[tuple[str, str, str], collections.deque[tuple[int, str, Obj, Obj | None]]] = attrs.field(factory=dict, init=False)
     _trimmed: dict[tuple[str, str, str], int] = attrs.field(factory=dict, init=False)
     _subs: dict[tuple[str, str, str], set[asyncio.Queue[tuple[int, str, Obj, Obj | None]]]] = attrs.field(factory=dict, init=False)
@@ -298,6 +299,15 @@ class Emulator(kmock.KubernetesEmulator):
         for (r, ns, _), obj in self._objects.items():
             if r == res and not obj.deleted and (namespace is None or ns == namespace):
                 out.append(copy.deepcopy(obj.last.raw))
+        return out
+
+    def versions(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> list[tuple[str, Obj]]:
+        """Every (event type, object) this object went through, oldest first (from the watch history)."""
+        out = []
+        for _, type_, obj, _ in self._history.get((group, version, plural), ()):
+            meta = obj.get("metadata", {})
+            if meta.get("name") == name and meta.get("namespace") == namespace:
+                out.append((type_, copy.deepcopy(obj)))
         return out
 
     def _iter(self, rkey: tuple[str, str, str]) -> Iterator[tuple[str | None, str, Obj]]:
@@ -405,7 +415,9 @@ class Emulator(kmock.KubernetesEmulator):
 
         pruned = prune({k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}, schema)
         pruned = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": obj.get("metadata"), **pruned}
-        validator = jsonschema.Draft4Validator(_to_jsonschema({k: v for k, v in schema.items()}))
+        validator = self._validators.get(rkey)
+        if validator is None:
+            validator = self._validators[rkey] = jsonschema.Draft4Validator(_to_jsonschema(dict(schema)))
         errors = sorted(validator.iter_errors(pruned), key=lambda e: list(e.path))
         if errors:
             lines = [f"{'.'.join(str(p) for p in e.path) or '(root)'}: {e.message}" for e in errors[:10]]
@@ -819,6 +831,62 @@ class Cluster:
             time.sleep(interval)
         raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{self.operator_log_tail()}")
 
+    # Experiment shorthands ----------------------------------------------------------------------------------
+
+    def apply(self, name: str, spec: Mapping[str, Any], namespace: str = "default") -> Obj:
+        return self.create(EXP_API, EXP_PLURAL, namespace, experiment(name, spec, namespace))
+
+    def exp(self, name: str, namespace: str = "default") -> Obj | None:
+        return self.get(EXP_API, EXP_PLURAL, namespace, name)
+
+    def wait_decided(self, name: str, timeout: float = 60, namespace: str = "default") -> Obj:
+        """Wait until ``Decided=True`` for the current generation (what ``kubectl wait`` would do)."""
+        def decided() -> Obj | None:
+            obj = self.exp(name, namespace)
+            cond = condition(obj, "Decided")
+            gen = (obj or {}).get("metadata", {}).get("generation")
+            if cond and cond["status"] == "True" and cond.get("observedGeneration") == gen:
+                return obj
+            return None
+
+        return self.wait_for(decided, timeout, f"Decided=True on {namespace}/{name}")  # type: ignore[no-any-return]
+
+    def wait_phase(self, name: str, phases: set[str], timeout: float = 60, namespace: str = "default") -> Obj:
+        return self.wait_for(  # type: ignore[no-any-return]
+            lambda: (o := self.exp(name, namespace)) and (o.get("status") or {}).get("phase") in phases and o,
+            timeout, f"{namespace}/{name} in phase {sorted(phases)}")
+
+    def history(self, name: str, namespace: str = "default") -> list[Obj]:
+        """Every version of the experiment the API server stored, oldest first."""
+        return [o for _, o in self.call(self.emulator.versions, "bench.spx.dev", "v1alpha1", EXP_PLURAL, namespace, name)]
+
+    def events(self, name: str, namespace: str = "default") -> list[Obj]:
+        return [e for e in self.list("v1", "events", namespace) if e["involvedObject"].get("name") == name]
+
+    def jobs_created(self, prefix: str, namespace: str = "default") -> list[str]:
+        """Names of every Job ever created whose name starts with ``prefix``, in creation order."""
+        times = self.call(lambda: dict(self.emulator.create_times))
+        rows = sorted((t, n) for (plural, ns, n), t in times.items() if plural == "jobs" and ns == namespace and n.startswith(prefix))
+        return [n for _, n in rows]
+
+    def owned_by(self, uid: str) -> list[tuple[str, str]]:
+        """(kind, name) of every live object with an owner reference to ``uid`` (recursively)."""
+        def scan() -> list[tuple[str, str]]:
+            found, owners = [], {uid}
+            changed = True
+            while changed:
+                changed = False
+                for rkey in self.emulator._kinds:
+                    for _, name, obj in self.emulator._iter(rkey):
+                        refs = obj.get("metadata", {}).get("ownerReferences") or []
+                        if any(r.get("uid") in owners for r in refs) and obj["metadata"]["uid"] not in owners:
+                            owners.add(obj["metadata"]["uid"])
+                            found.append((obj.get("kind", rkey[2]), name))
+                            changed = True
+            return found
+
+        return self.call(scan)  # type: ignore[no-any-return]
+
     # The operator process ---------------------------------------------------------------------------------
 
     def start_operator(self, env: Mapping[str, str] | None = None, namespaces: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
@@ -872,6 +940,13 @@ class Cluster:
     def metrics_text(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as rsp:
             return str(rsp.read().decode())
+
+    def metric_samples(self, name: str) -> list[tuple[dict[str, str], float]]:
+        """(labels, value) of every sample named ``name`` on the operator's /metrics."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        return [(dict(s.labels), s.value) for fam in text_string_to_metric_families(self.metrics_text())
+                for s in fam.samples if s.name == name]
 
     def close(self) -> None:
         self.stop_operator()

@@ -322,6 +322,66 @@ def test_operator_down_is_seen_by_its_alert_expression(stack: dict[str, Any]) ->
     )
     assert prom.query(expr) == []
     cluster.stop_operator()
-    down = cluster.wait_for(lambda: prom.query(expr), 30, "the SpxOperatorDown expression to return the target")
+    deadline = time.monotonic() + 30
+    while not (down := prom.query(expr)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert down, "the SpxOperatorDown expression did not return the stopped operator's target within 30 s"
     assert down[0]["metric"]["job"] == "spx-operator"
     assert down[0]["metric"]["instance"] == f"127.0.0.1:{cluster.metrics_port}"
+
+
+def _rbac_request(method: str, url: str) -> tuple[str, str, str] | None:
+    """``(apiGroup, resource[/subresource], verb)`` of an API request; None for discovery paths."""
+    parsed = urllib.parse.urlsplit(url)
+    parts = [p for p in parsed.path.split("/") if p]
+    params = urllib.parse.parse_qs(parsed.query)
+    if parts[:1] == ["api"] and len(parts) >= 3:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None  # /api, /apis, /apis/GROUP/VERSION, /version: discovery, allowed to everyone
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        rest = rest[2:]
+    resource, name, sub = rest[0], (rest[1] if len(rest) > 1 else None), (rest[2] if len(rest) > 2 else None)
+    if method == "GET":
+        verb = "get" if name else ("watch" if params.get("watch", ["false"])[0] in ("true", "1") else "list")
+    else:
+        verb = {
+            "POST": "create",
+            "PATCH": "patch",
+            "PUT": "update",
+            "DELETE": "delete" if name else "deletecollection",
+        }[method]
+    return group, f"{resource}/{sub}" if sub else resource, verb
+
+
+def test_the_operator_needs_no_more_than_the_charts_rbac(stack: dict[str, Any]) -> None:
+    """Every API request the operator (kopf and spx's own client) made in this scenario is allowed by
+    the ClusterRole the chart renders with its defaults: the RBAC is not too narrow."""
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed")
+    chart = helm.Chart.load(str(ROOT / "charts" / "spx-operator"))
+    try:
+        rendered = chart.render({}, name="spx", namespace="spx-system", is_install=True)
+    finally:
+        chart.close()
+    role = next(
+        d for d in yaml.safe_load_all(rendered["spx-operator/templates/rbac.yaml"]) if d and d["kind"] == "ClusterRole"
+    )
+    granted = {
+        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
+    emu = stack["cluster"].emulator
+    seen = set()
+    for request in list(emu._requests):  # kmock keeps every request it served
+        agent = dict(request.headers).get("User-Agent", "")
+        if agent != "spx-operator" and not agent.startswith("kopf/"):
+            continue  # the test kubelet and the test itself
+        needed = _rbac_request(str(request.method).split(".")[-1].upper(), str(request.url))
+        if needed is not None:
+            seen.add(needed)
+    assert seen, "no operator requests recorded"
+    assert seen <= granted, f"the operator made requests the chart's RBAC forbids: {sorted(seen - granted)}"
+    # the scenario exercised the core of the operator's rights
+    assert {("bench.spx.dev", "shardedprojectionexperiments/status", "patch"), ("batch", "jobs", "create"),
+            ("", "pods/log", "get")} <= seen, sorted(seen)  # fmt: skip

@@ -252,12 +252,14 @@ class Analysis:
 
     evaluate: Callable[..., Any]
     points_from_result: Callable[..., Any]
+    point_from_result: Callable[..., Any]
 
     @classmethod
     def load(cls) -> Analysis:
         from spx.analysis import evaluate, points_from_result
+        from spx.analysis.summary import point_from_result
 
-        return cls(evaluate=evaluate, points_from_result=points_from_result)
+        return cls(evaluate=evaluate, points_from_result=points_from_result, point_from_result=point_from_result)
 
 
 @dataclass
@@ -658,6 +660,10 @@ class Reconciler:
             if meas is not None and meas.points:
                 kernel = KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
                                       gemm_backend=meas.gemm_backend, timer=meas.timer)
+            elif collected.partial_points:  # the points the bench printed before it died
+                by_tokens = {p.tokens: p for p in collected.partial_points}
+                kernel = KernelStatus(points=[analysis.point_from_result(by_tokens[t]) for t in sorted(by_tokens)],
+                                      gather_source=collected.partial_points[-1].gather_source)
             new = cond.with_kernel(status, kernel, None, [])
             new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
                                                    scheduled=cond.ran_on(obs.node)), nows, generation)

@@ -1,0 +1,95 @@
+"""20 experiments against an operator limited to 2 concurrent runs; the metrics it exposes after."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from emulator import Cluster, condition
+from kubelet import Fault, Kubelet
+
+from spx.api.crd import build_crd
+
+pytestmark = pytest.mark.timeout(300)
+
+LIMIT = 2
+N = 20
+SPEC: dict[str, Any] = {
+    "parallelism": {"tensorParallelSize": 2},
+    "sweep": {"tokens": [8, 128, 2048, 8192]},
+    "kernel": {"device": "cpu", "samples": 5},
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    workdir = tmp_path_factory.mktemp("operator-concurrency")
+    c = Cluster(workdir, kubelet_factory=lambda url: Kubelet(
+        url, workdir, default_fault=Fault(canned=True, canned_seconds=0.4)))
+    c.emulator.install_crd(build_crd())
+    c.start_operator(env={"SPX_MAX_CONCURRENT_EXPERIMENTS": str(LIMIT)})
+    c.wait_operator_ready()
+    yield c
+    c.close()
+
+
+def max_concurrent_jobs(cluster: Cluster) -> int:
+    """Replay the Job watch history: the most Jobs that were unfinished at the same time."""
+    events = cluster.call(lambda: list(cluster.emulator._history.get(("batch", "v1", "jobs"), ())))
+    active: set[str] = set()
+    peak = 0
+    for _, type_, obj, _ in events:
+        name = obj["metadata"]["name"]
+        finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                       for c in (obj.get("status") or {}).get("conditions") or [])
+        if type_ == "DELETED" or finished:
+            active.discard(name)
+        else:
+            active.add(name)
+        peak = max(peak, len(active))
+    return peak
+
+
+def test_twenty_experiments_with_a_limit_of_two(cluster: Cluster) -> None:
+    names = [f"batch-{i:02d}" for i in range(N)]
+    for name in names:
+        cluster.apply(name, SPEC)
+    queued = cluster.wait_for(lambda: [n for n in names if (cluster.exp(n) or {}).get("status", {}).get("phase") == "Queued"],
+                              20, "experiments held in Queued")
+    held = cluster.exp(queued[-1])
+    assert condition(held, "Scheduled")["reason"] == "Queued"  # type: ignore[index]
+    assert f"of {LIMIT} experiments are running" in held["status"]["message"]  # type: ignore[index]
+
+    for name in names:
+        obj = cluster.wait_decided(name, timeout=120)
+        assert obj["status"]["phase"] == "Succeeded", (name, obj["status"].get("message"))
+
+    assert max_concurrent_jobs(cluster) == LIMIT
+    # First come, first served: Jobs were created in the order the experiments were.
+    assert [j.removesuffix("-g1") for j in cluster.jobs_created("batch-")] == names
+    phases = {lb["phase"]: v for lb, v in cluster.metric_samples("spx_experiments")}
+    assert phases["Succeeded"] == N and phases["Queued"] == 0 and phases["Running"] == 0
+    durations = {lb.get("le"): v for lb, v in cluster.metric_samples("spx_experiment_duration_seconds_bucket")}
+    assert durations["+Inf"] == N
+
+
+def test_metrics_exposition_is_valid(cluster: Cluster) -> None:
+    text = cluster.metrics_text()
+    for name in ("spx_kernel_latency_microseconds", "spx_kernel_speedup_ratio", "spx_crossover_tokens",
+                 "spx_recommended_threshold_tokens", "spx_verdict", "spx_experiments", "spx_reconcile_total",
+                 "spx_last_reconcile_timestamp_seconds"):
+        assert f"\n{name}" in text or text.startswith(name), name
+    reconciles = sum(v for lb, v in cluster.metric_samples("spx_reconcile_total"))
+    assert reconciles >= N
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package `prometheus`)")
+    out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
+    problems = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    # DESIGN.md names the latency gauge in µs; promtool's lint wants base units (seconds). That one
+    # finding is known and reported (renaming it means changing the dashboard and docs too).
+    known = 'spx_kernel_latency_microseconds use base unit "seconds" instead of "microseconds"'
+    assert [p for p in problems if p != known] == [], out.stdout + out.stderr

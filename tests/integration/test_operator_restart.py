@@ -1,0 +1,109 @@
+"""Runs that outlive the operator or change under it: restart mid-run, spec edit mid-run, delete mid-run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from emulator import EXP_API, EXP_PLURAL, Cluster, condition
+from kubelet import Fault, Kubelet
+
+from spx.api.crd import build_crd
+
+pytestmark = pytest.mark.timeout(300)
+
+SPEC: dict[str, Any] = {
+    "projection": {"hiddenSize": 1024, "outputSizes": [256, 128]},
+    "parallelism": {"tensorParallelSize": 2},
+    "sweep": {"tokens": [8, 128, 2048]},
+    "kernel": {"device": "cpu", "timer": "host", "gather": "gloo", "samples": 5, "warmup": 1,
+               "cudaGraphs": False, "l2Flush": False},
+    "timeoutSeconds": 3600,
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    workdir = tmp_path_factory.mktemp("operator-restart")
+    c = Cluster(workdir, kubelet_factory=lambda url: Kubelet(url, workdir, time_scale=0.05))
+    c.emulator.install_crd(build_crd())
+    c.start_operator()
+    c.wait_operator_ready()
+    yield c
+    c.close()
+
+
+def running(cluster: Cluster, name: str) -> dict[str, Any]:
+    return cluster.wait_phase(name, {"Running"}, timeout=30)
+
+
+def test_operator_restarted_mid_run(cluster: Cluster) -> None:
+    """SIGKILL the operator while the bench runs: the new one adopts the Job, never duplicates it."""
+    cluster.kubelet.faults["restart"] = Fault(canned=True, canned_seconds=6)  # type: ignore[union-attr]
+    cluster.apply("restart", SPEC)
+    running(cluster, "restart")
+    cluster.stop_operator(kill=True)
+    cluster.start_operator()
+    cluster.wait_operator_ready()
+    obj = cluster.wait_decided("restart", timeout=60)
+    assert obj["status"]["phase"] == "Succeeded", obj["status"]["message"]
+    assert cluster.jobs_created("restart-") == ["restart-g1"]
+    assert len(cluster.list("v1", "pods", "default", "batch.kubernetes.io/job-name=restart-g1")) == 1
+    # Restarting again after the end changes nothing: the status is level-based and final.
+    before = obj["metadata"]["resourceVersion"]
+    cluster.stop_operator()
+    cluster.start_operator()
+    cluster.wait_operator_ready()
+    cluster.wait_for(lambda: any(lb.get("experiment") == "restart" for lb, _ in cluster.metric_samples("spx_verdict")),
+                     20, "the restarted operator to re-export the verdict")
+    assert cluster.exp("restart")["metadata"]["resourceVersion"] == before  # type: ignore[index]
+    assert cluster.jobs_created("restart-") == ["restart-g1"]
+
+
+def test_spec_edited_mid_run_starts_a_new_run(cluster: Cluster) -> None:
+    cluster.kubelet.faults["edited"] = Fault(canned=True, canned_seconds=4)  # type: ignore[union-attr]
+    cluster.apply("edited", SPEC)
+    first = running(cluster, "edited")
+    assert first["status"]["jobName"] == "edited-g1"
+    new_tokens = [16, 256, 4096]
+    cluster.patch(EXP_API, EXP_PLURAL, "default", "edited", {"spec": {"sweep": {"tokens": new_tokens}}})
+    obj = cluster.wait_decided("edited", timeout=60)
+    st = obj["status"]
+    assert obj["metadata"]["generation"] == 2 and st["observedGeneration"] == 2
+    assert st["phase"] == "Succeeded" and st["jobName"] == "edited-g2"
+    assert [p["tokens"] for p in st["kernel"]["points"]] == new_tokens
+    assert cluster.jobs_created("edited-") == ["edited-g1", "edited-g2"]
+    assert cluster.get("batch/v1", "jobs", "default", "edited-g1") is None  # superseded run stopped
+    assert cluster.get("v1", "configmaps", "default", "edited-g1-result") is None  # it never finished
+    assert condition(obj, "Decided")["observedGeneration"] == 2  # type: ignore[index]
+    assert "JobDeleted" in {e["reason"] for e in cluster.events("edited")}
+
+
+def test_status_edits_do_not_start_a_new_run(cluster: Cluster) -> None:
+    """Only spec changes bump the generation; labels and status do not restart anything."""
+    cluster.kubelet.faults["labelled"] = Fault(canned=True, canned_seconds=0.5)  # type: ignore[union-attr]
+    cluster.apply("labelled", SPEC)
+    cluster.wait_decided("labelled", timeout=30)
+    cluster.patch(EXP_API, EXP_PLURAL, "default", "labelled", {"metadata": {"labels": {"team": "perf"}}})
+    obj = cluster.exp("labelled")
+    assert obj is not None and obj["metadata"]["generation"] == 1
+    assert cluster.jobs_created("labelled-") == ["labelled-g1"]
+
+
+def test_experiment_deleted_mid_run(cluster: Cluster) -> None:
+    cluster.kubelet.faults["deleted"] = Fault(canned=True, canned_seconds=60)  # type: ignore[union-attr]
+    created = cluster.apply("deleted", SPEC)
+    running(cluster, "deleted")
+    uid = created["metadata"]["uid"]
+    assert cluster.owned_by(uid)  # Job and pod exist
+    cluster.delete(EXP_API, EXP_PLURAL, "default", "deleted")
+    assert cluster.exp("deleted") is None  # no finalizer holds it
+    assert cluster.owned_by(uid) == []
+    cluster.wait_for(lambda: not any(lb.get("experiment") == "deleted" for fam in ("spx_experiment_phase_since_timestamp_seconds",)
+                                     for lb, _ in cluster.metric_samples(fam)), 10, "series of the deleted experiment removed")
+    # The same name can be used again at once: a new incarnation, a new uid, generation 1.
+    cluster.kubelet.faults["deleted"] = Fault(canned=True, canned_seconds=0.3)  # type: ignore[union-attr]
+    again = cluster.apply("deleted", SPEC)
+    assert again["metadata"]["uid"] != uid
+    assert cluster.wait_decided("deleted", timeout=30)["status"]["phase"] == "Succeeded"

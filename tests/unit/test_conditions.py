@@ -1,0 +1,291 @@
+"""Status computation: conditions and their transition times, run classification, result reading."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import pytest
+
+from spx import metrics
+from spx.api import ExperimentStatus, ResultSummary
+from spx.api.status import Condition, Environment, KernelPoint
+from spx.controller import conditions as cond
+from spx.controller.config import from_env
+from spx.controller.pod_outcome import Timeouts, describe_exit, observe
+from spx.controller.results import collect, read_summary
+
+T0 = "2026-01-01T00:00:00Z"
+T1 = "2026-01-01T00:05:00Z"
+T2 = "2026-01-01T00:09:00Z"  # a minute before NOW
+NOW = dt.datetime(2026, 1, 1, 0, 10, tzinfo=dt.UTC)
+
+
+# Conditions -------------------------------------------------------------------------------------------------
+
+
+def test_last_transition_time_changes_only_when_status_changes() -> None:
+    c = cond.set_condition([], "Decided", "False", "Running", "waiting", T0, 1)
+    c = cond.set_condition(c, "Decided", "False", "Analyzing", "reading", T1, 1)
+    assert c[0].last_transition_time == T0 and c[0].reason == "Analyzing"
+    c = cond.set_condition(c, "Decided", "True", "Pass", "ok", T1, 1)
+    assert c[0].last_transition_time == T1 and c[0].status == "True"
+
+
+def test_conditions_keep_canonical_order() -> None:
+    c: list[Condition] = []
+    for t in ("Decided", "Other", "Scheduled", "Completed"):
+        c = cond.set_condition(c, t, "False", "X", "", T0, 1)
+    assert [x.type for x in c] == ["Scheduled", "Completed", "Decided", "Other"]
+
+
+def _run_through(steps: list[tuple[cond.Step, str]]) -> ExperimentStatus:
+    status = cond.new_run(ExperimentStatus(), 1, T0)
+    for step, now in steps:
+        status = cond.apply_step(status, step, now, 1)
+    return status
+
+
+@pytest.mark.parametrize(("final", "phase", "reason"), [
+    (cond.decided("Pass", ["fine"], "JobSucceeded", "done"), "Succeeded", "Pass"),
+    (cond.decided("Fail", ["slow"], "JobSucceeded", "done"), "Succeeded", "Fail"),
+    (cond.decided("Inconclusive", ["spread"], "JobSucceeded", "done"), "Succeeded", "Inconclusive"),
+    (cond.failed("BenchmarkFailed", "exit 1", "JobFailed"), "Failed", "BenchmarkFailed"),
+    (cond.failed("InfraFailed", "evicted 4 times", "Evicted"), "Failed", "InfraFailed"),
+    (cond.invalid_spec(["spec.sweep.tokens: must be increasing"]), "Failed", "InvalidSpec"),
+])
+def test_every_terminal_outcome_sets_decided_true(final: cond.Step, phase: str, reason: str) -> None:
+    status = _run_through([(cond.job_pending("j"), T0), (cond.running("j", "n1", True), T0), (final, T1)])
+    decided = cond.get_condition(status.conditions, "Decided")
+    assert status.phase == phase
+    assert decided is not None and decided.status == "True" and decided.reason == reason
+    assert decided.last_transition_time == T1
+    assert cond.is_terminal(status) and cond.decided_reason(status) == reason
+
+
+def test_a_new_generation_resets_results_but_keeps_transition_history() -> None:
+    done = _run_through([(cond.running("j", "n1", True), T0), (cond.decided("Pass", [], "JobSucceeded", ""), T0)])
+    done = cond.with_kernel(done, None, "Pass", ["r"]).model_copy(update={"job_name": "x-g1", "observed_generation": 1})
+    fresh = cond.new_run(done, 2, T1)
+    assert fresh.verdict is None and fresh.job_name is None and fresh.observed_generation == 2 and fresh.phase == "Pending"
+    again = cond.apply_step(fresh, cond.job_pending("x-g2"), T1, 2)
+    decided = cond.get_condition(again.conditions, "Decided")
+    assert decided is not None and decided.status == "False" and decided.last_transition_time == T1
+    assert decided.observed_generation == 2
+
+
+def test_queued_and_suspended_are_not_scheduled() -> None:
+    q = _run_through([(cond.queued(2, 2), T0)])
+    assert q.phase == "Queued" and "2 of 2" in (q.message or "")
+    assert cond.get_condition(q.conditions, "Scheduled").reason == "Queued"  # type: ignore[union-attr]
+    s = _run_through([(cond.suspended("j", "gpu"), T0)])
+    assert s.phase == "Queued" and cond.get_condition(s.conditions, "Scheduled").reason == "Suspended"  # type: ignore[union-attr]
+
+
+def test_status_round_trips_through_the_wire() -> None:
+    status = _run_through([(cond.running("j", "n1", True), T0)])
+    assert ExperimentStatus.model_validate(json.loads(json.dumps(status.to_wire()))) == status
+
+
+# Run classification ------------------------------------------------------------------------------------------
+
+
+JOB_UID = "job-uid"
+
+
+def mkjob(conditions: list[dict[str, Any]] | None = None, suspend: bool = False) -> dict[str, Any]:
+    return {"metadata": {"name": "e-g1", "uid": JOB_UID}, "spec": {"suspend": suspend, "activeDeadlineSeconds": 600},
+            "status": {"conditions": conditions or []}}
+
+
+def mkpod(name: str, phase: str = "Pending", *, created: str = T0, node: str | None = None,
+          conditions: list[dict[str, Any]] | None = None, state: dict[str, Any] | None = None,
+          reason: str | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "conditions": conditions or []}
+    if state is not None:
+        status["containerStatuses"] = [{"name": "bench", "state": state}]
+    if reason:
+        status["reason"] = reason
+    spec = {"nodeName": node} if node else {}
+    return {"metadata": {"name": name, "creationTimestamp": created,
+                         "ownerReferences": [{"kind": "Job", "uid": JOB_UID, "controller": True}]},
+            "spec": spec, "status": status}
+
+
+def true(type_: str, reason: str = "", message: str = "", at: str = T0) -> dict[str, Any]:
+    return {"type": type_, "status": "True", "reason": reason, "message": message, "lastTransitionTime": at}
+
+
+def terminated(code: int, reason: str = "Error", message: str | None = None) -> dict[str, Any]:
+    t: dict[str, Any] = {"terminated": {"exitCode": code, "reason": reason}}
+    if message:
+        t["terminated"]["message"] = message
+    return t
+
+
+EVICTED = true("DisruptionTarget", "EvictionByEvictionAPI", "Eviction API: evicting")
+TIMEOUTS = Timeouts(schedule_timeout_s=300, image_pull_timeout_s=120, max_disruptions=2)
+
+
+@pytest.mark.parametrize(("job", "pods", "state", "outcome", "reason"), [
+    # still going
+    (mkjob(suspend=True), [], "suspended", None, "Suspended"),
+    (mkjob(), [], "pending", None, "Pending"),
+    (mkjob(), [mkpod("p")], "pending", None, "Pending"),
+    (mkjob(), [mkpod("p", node="n1", conditions=[true("PodScheduled")])], "scheduled", None, "PodScheduled"),
+    (mkjob(), [mkpod("p", "Running", node="n1")], "running", None, "Running"),
+    (mkjob(), [mkpod("p", "Succeeded", node="n1", state=terminated(0, "Completed"))], "running", None, "Running"),
+    (mkjob(), [mkpod("p", "Failed", node="n1", state=terminated(137), conditions=[EVICTED])], "pending", None, "Pending"),
+    (mkjob(), [mkpod("p", "Failed", conditions=[EVICTED]), mkpod("q", "Running", created=T1, node="n1")], "running", None, "Running"),
+    (mkjob(), [mkpod("p", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                       "message": "0/4 nodes: Insufficient nvidia.com/gpu", "lastTransitionTime": T2}])],
+     "unschedulable", None, "Unschedulable"),
+    (mkjob(), [mkpod("p", node="n1", conditions=[true("PodScheduled", at=T2)],
+                     state={"waiting": {"reason": "ImagePullBackOff"}})], "scheduled", None, "ImagePullBackOff"),
+    # succeeded
+    (mkjob([true("Complete")]), [mkpod("p", "Succeeded", node="n1", state=terminated(0, "Completed"))], "succeeded", None, "JobSucceeded"),
+    # benchmark failures
+    (mkjob([true("Failed", "PodFailurePolicy")]), [mkpod("p", "Failed", node="n1", state=terminated(1))],
+     "failed", "BenchmarkFailed", "BenchmarkCrashed"),
+    (mkjob([true("Failed", "PodFailurePolicy")]), [mkpod("p", "Failed", node="n1", state=terminated(2))],
+     "failed", "BenchmarkFailed", "InvalidInput"),
+    (mkjob([true("Failed", "BackoffLimitExceeded")]), [mkpod("p", "Failed", node="n1", state=terminated(137, "OOMKilled"))],
+     "failed", "BenchmarkFailed", "OOMKilled"),
+    (mkjob([true("Failed", "PodFailurePolicy")]), [mkpod("p", "Failed", node="n1", state=terminated(139))],
+     "failed", "BenchmarkFailed", "BenchmarkCrashed"),
+    # infrastructure failures
+    (mkjob([true("Failed", "DeadlineExceeded")]), [mkpod("p", "Failed", node="n1", state=terminated(137), reason="DeadlineExceeded")],
+     "failed", "InfraFailed", "DeadlineExceeded"),
+    (mkjob([true("Failed", "BackoffLimitExceeded")]), [mkpod("p", "Failed", node="n1", reason="Evicted")],
+     "failed", "InfraFailed", "Evicted"),
+    (mkjob([true("Failed", "BackoffLimitExceeded")]), [], "failed", "InfraFailed", "JobFailed"),
+    (mkjob(), [mkpod(f"p{i}", "Failed", created=f"2026-01-01T00:0{i}:00Z", conditions=[EVICTED]) for i in range(3)],
+     "failed", "InfraFailed", "Evicted"),
+    (mkjob(), [mkpod("p", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                       "message": "no GPUs", "lastTransitionTime": T0}])],
+     "failed", "InfraFailed", "Unschedulable"),
+    (mkjob(), [mkpod("p", node="n1", conditions=[true("PodScheduled", at=T0)],
+                     state={"waiting": {"reason": "ImagePullBackOff", "message": "not found"}})],
+     "failed", "InfraFailed", "ImagePullFailed"),
+    (mkjob(), [mkpod("p", node="n1", conditions=[true("PodScheduled", at=T1)], state={"waiting": {"reason": "InvalidImageName"}})],
+     "failed", "InfraFailed", "ImagePullFailed"),
+    (mkjob(), [mkpod("p", node="n1", conditions=[true("PodScheduled", at=T0)],
+                     state={"waiting": {"reason": "CreateContainerConfigError"}})],
+     "failed", "InfraFailed", "ContainerCreateFailed"),
+])
+def test_observe(job: dict, pods: list[dict], state: str, outcome: str | None, reason: str) -> None:
+    obs = observe(job, pods, NOW, TIMEOUTS)
+    assert (obs.state, obs.outcome, obs.reason) == (state, outcome, reason), obs.message
+
+
+def test_operator_aborts_only_what_kubernetes_would_keep_retrying() -> None:
+    unschedulable = mkpod("p", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                            "lastTransitionTime": T0}])
+    assert observe(mkjob(), [unschedulable], NOW, TIMEOUTS).abort
+    deadline = observe(mkjob([true("Failed", "DeadlineExceeded")]), [], NOW, TIMEOUTS)
+    assert deadline.outcome == "InfraFailed" and not deadline.abort
+
+
+def test_timeouts_say_when_to_look_again() -> None:
+    pod = mkpod("p", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                  "lastTransitionTime": T1}])
+    waiting = observe(mkjob(), [pod], NOW, Timeouts(schedule_timeout_s=900))
+    assert waiting.state == "unschedulable" and waiting.recheck_after_s == pytest.approx(600)
+    assert observe(mkjob(), [pod], NOW, Timeouts(schedule_timeout_s=300)).state == "failed"
+
+
+def test_pods_of_other_jobs_are_ignored() -> None:
+    other = mkpod("x", "Failed", state=terminated(1))
+    other["metadata"]["ownerReferences"][0]["uid"] = "someone-else"
+    assert observe(mkjob(), [other], NOW, TIMEOUTS).state == "pending"
+
+
+def test_exit_descriptions() -> None:
+    assert describe_exit({"exitCode": 139, "reason": "Error"}) == "container bench ended with exit code 139, SIGSEGV"
+    assert "rejected its input" in describe_exit({"exitCode": 2})
+    assert "OOMKilled" in describe_exit({"exitCode": 137, "reason": "OOMKilled"})
+
+
+# Result reading ------------------------------------------------------------------------------------------------
+
+
+def summary(**kw: Any) -> str:
+    s = ResultSummary(points=[KernelPoint(tokens=8, rows_per_rank=4, replicated_us=10, split_us=8, speedup=1.25)],
+                      environment=Environment(gpu="NVIDIA H200"), world_size=8, gemm_backend="torch-fp8",
+                      gather_source="measured", timer="cupti", **kw)
+    return s.model_dump_json(by_alias=True, exclude_none=True)
+
+
+@pytest.mark.parametrize(("message", "problem"), [
+    (None, "empty"),
+    ("", "empty"),
+    ("Traceback (most recent call last):", "not JSON"),
+    ('{"schemaVersion": "spx.dev/kernel-summary/v9"}', "schemaVersion"),
+    ('{"schemaVersion": "spx.dev/kernel-summary/v1", "worldSize": 0}', "invalid summary"),
+    ("[1, 2]", "expected a JSON object"),
+    (summary()[:-10], "not JSON"),
+])
+def test_bad_summaries_say_what_is_wrong(message: str | None, problem: str) -> None:
+    parsed, why = read_summary(message)
+    assert parsed is None and why is not None and problem in why
+
+
+def test_good_summary() -> None:
+    parsed, why = read_summary(summary())
+    assert why is None and parsed is not None and parsed.points[0].speedup == 1.25
+
+
+def test_collect_prefers_the_log_and_keeps_partial_points() -> None:
+    point = {"tokens": 8, "paddedTokens": 8, "rowsPerRank": 1,
+             "replicated": {"medianUs": 2, "q1Us": 1, "q3Us": 3, "iqrPct": 100},
+             "split": {"medianUs": 1, "q1Us": 1, "q3Us": 1, "iqrPct": 0}, "gatherSource": "measured", "maxAbsError": 0}
+    log = "starting\n" + json.dumps({"kind": "point", "point": point}) + "\nKilled\n"
+    got = collect(summary(complete=False, error="rank 1 died"), log)
+    assert got.result is None and got.summary is not None and len(got.partial_points) == 1
+    assert any("no {" in p for p in got.problems)
+    nothing = collect(None, None)
+    assert not nothing.usable and len(nothing.problems) == 2
+
+
+# Configuration --------------------------------------------------------------------------------------------------
+
+
+def test_config_from_env() -> None:
+    cfg = from_env({"SPX_MAX_CONCURRENT_EXPERIMENTS": "2", "SPX_BENCH_IMAGE": "img:1", "SPX_SCHEDULE_TIMEOUT_SECONDS": "30",
+                    "SPX_BENCH_COMMAND": "python -m spx run", "SPX_BENCH_SERVICE_ACCOUNT": "", "SPX_BENCH_ENV_NCCL_DEBUG": "INFO"})
+    assert cfg.max_concurrent == 2 and cfg.bench_image == "img:1" and cfg.schedule_timeout_s == 30.0
+    assert cfg.bench_command == ("python", "-m", "spx", "run") and cfg.bench_service_account is None
+    assert cfg.extra_env == {"NCCL_DEBUG": "INFO"}
+    with pytest.raises(ValueError, match="SPX_MAX_CONCURRENT_EXPERIMENTS"):
+        from_env({"SPX_MAX_CONCURRENT_EXPERIMENTS": "two"})
+
+
+# Metrics ----------------------------------------------------------------------------------------------------------
+
+
+def _samples(name: str) -> list[tuple[dict[str, str], float]]:
+    return [(s.labels, s.value) for fam in metrics.REGISTRY.collect() for s in fam.samples if s.name == name]
+
+
+def test_metrics_follow_status_and_are_removed_with_the_experiment() -> None:
+    metrics.reset()
+    status = {
+        "phase": "Succeeded", "verdict": "Fail",
+        "environment": {"gpu": "NVIDIA H200", "vllm": "0.33.0"},
+        "kernel": {"crossoverTokens": 3000.0, "recommendedThresholdTokens": 4096,
+                   "points": [{"tokens": 2048, "replicatedUs": 30.0, "splitUs": 33.0, "speedup": 0.91}]},
+    }
+    metrics.observe_experiment("ns", "exp", status)
+    verdicts = {lb["verdict"]: v for lb, v in _samples("spx_verdict") if lb["experiment"] == "exp"}
+    assert verdicts == {"Pass": 0.0, "Fail": 1.0, "Inconclusive": 0.0}
+    assert ({"namespace": "ns", "experiment": "exp", "candidate": "split", "tokens": "2048", "gpu": "NVIDIA H200"}, 33.0) in _samples(
+        "spx_kernel_latency_microseconds")
+    assert dict((lb["phase"], v) for lb, v in _samples("spx_experiments"))["Succeeded"] == 1
+    # A new run on another GPU: the old GPU's series go.
+    metrics.observe_experiment("ns", "exp", {"phase": "Running", "environment": {"gpu": "NVIDIA H100"}})
+    assert not [lb for lb, _ in _samples("spx_kernel_latency_microseconds") if lb["experiment"] == "exp"]
+    assert dict((lb["phase"], v) for lb, v in _samples("spx_experiments"))["Running"] == 1
+    metrics.forget_experiment("ns", "exp")
+    assert not [lb for fam in metrics.REGISTRY.collect() for s in fam.samples for lb in [s.labels] if lb.get("experiment") == "exp"]
+    assert all(v == 0 for _, v in _samples("spx_experiments"))
