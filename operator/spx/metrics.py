@@ -95,14 +95,20 @@ VERDICTS = ("Pass", "Fail", "Inconclusive")
 # the stale ones (another GPU label after a new run, the previous phase) are removed, not left behind.
 
 _LOCK = threading.Lock()
-#: (namespace, experiment) → [(collector, label values), …] of the series currently exported.
-_SERIES: dict[tuple[str, str], list[tuple[Any, tuple[str, ...]]]] = {}
+#: (namespace, experiment) → [(collector, label values, value), …] of the series currently exported.
+_SERIES: dict[tuple[str, str], list[tuple[Any, tuple[str, ...], float]]] = {}
 #: (namespace, experiment) → (phase, since): the phase counted in ``spx_experiments``.
 _PHASES: dict[tuple[str, str], tuple[str, float]] = {}
+_PHASE_COUNTS: dict[str, int] = dict.fromkeys(PHASES, 0)
 
 
 def _fmt_tokens(tokens: int) -> str:
     return str(int(tokens))
+
+
+def _label_sets(collector: Any) -> set[tuple[str, ...]]:
+    # prometheus_client keeps children in ``_metrics``; reading it avoids KeyError on remove().
+    return set(getattr(collector, "_metrics", {}).keys())
 
 
 def _set_phase_locked(key: tuple[str, str], phase: str | None, now: float) -> None:
@@ -113,19 +119,13 @@ def _set_phase_locked(key: tuple[str, str], phase: str | None, now: float) -> No
         if (*key, old[0]) in _label_sets(PHASE_SINCE):
             PHASE_SINCE.remove(*key, old[0])
         del _PHASES[key]
+        _PHASE_COUNTS[old[0]] = _PHASE_COUNTS.get(old[0], 1) - 1
+        EXPERIMENTS.labels(old[0]).set(_PHASE_COUNTS[old[0]])
     if phase is not None:
         _PHASES[key] = (phase, now)
         PHASE_SINCE.labels(*key, phase).set(now)
-    counts = dict.fromkeys(PHASES, 0)
-    for ph, _ in _PHASES.values():
-        counts[ph] = counts.get(ph, 0) + 1
-    for ph, n in counts.items():
-        EXPERIMENTS.labels(ph).set(n)
-
-
-def _label_sets(collector: Any) -> set[tuple[str, ...]]:
-    # prometheus_client keeps children in ``_metrics``; reading it avoids KeyError on remove().
-    return set(getattr(collector, "_metrics", {}).keys())
+        _PHASE_COUNTS[phase] = _PHASE_COUNTS.get(phase, 0) + 1
+        EXPERIMENTS.labels(phase).set(_PHASE_COUNTS[phase])
 
 
 def observe_experiment(namespace: str, name: str, status: Mapping[str, Any] | None, phase_since: float | None = None) -> None:
@@ -134,7 +134,7 @@ def observe_experiment(namespace: str, name: str, status: Mapping[str, Any] | No
     Latency per candidate and token count, speedup per token count, crossover, recommended threshold
     and the verdict (1 for the current one, 0 for the others) — labelled with the GPU and vLLM
     version from the fingerprint — plus the phase counts. Series the new status no longer has are
-    removed.
+    removed; an unchanged status costs a comparison.
     """
     key = (namespace, name)
     status = status or {}
@@ -160,13 +160,15 @@ def observe_experiment(namespace: str, name: str, status: Mapping[str, Any] | No
         for v in VERDICTS:
             wanted.append((VERDICT, (namespace, name, gpu, vllm, v), 1.0 if v == verdict else 0.0))
     with _LOCK:
-        keep = {(id(c), labels) for c, labels, _ in wanted}
-        for collector, labels in _SERIES.get(key, []):
-            if (id(collector), labels) not in keep and labels in _label_sets(collector):
-                collector.remove(*labels)
-        for collector, labels, value in wanted:
-            collector.labels(*labels).set(value)
-        _SERIES[key] = [(c, labels) for c, labels, _ in wanted]
+        previous = _SERIES.get(key)
+        if previous != wanted:
+            keep = {(id(c), labels) for c, labels, _ in wanted}
+            for collector, labels, _ in previous or []:
+                if (id(collector), labels) not in keep and labels in _label_sets(collector):
+                    collector.remove(*labels)
+            for collector, labels, value in wanted:
+                collector.labels(*labels).set(value)
+            _SERIES[key] = wanted
         _set_phase_locked(key, status.get("phase"), phase_since if phase_since is not None else time.time())
 
 
@@ -174,7 +176,7 @@ def forget_experiment(namespace: str, name: str) -> None:
     """Remove every series of a deleted experiment."""
     key = (namespace, name)
     with _LOCK:
-        for collector, labels in _SERIES.pop(key, []):
+        for collector, labels, _ in _SERIES.pop(key, []):
             if labels in _label_sets(collector):
                 collector.remove(*labels)
         _set_phase_locked(key, None, time.time())

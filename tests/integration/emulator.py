@@ -152,10 +152,15 @@ def field_selector(text: str | None) -> Callable[[Mapping[str, Any]], bool]:
     return lambda obj: all(t(obj) for t in tests)
 
 
+def clone(obj: Any) -> Any:
+    """A deep copy of a JSON document (several times faster than copy.deepcopy)."""
+    return json.loads(json.dumps(obj))
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
+        return patch
     result = dict(target) if isinstance(target, Mapping) else {}
     for key, value in patch.items():
         if value is None:
@@ -239,6 +244,9 @@ class Emulator(kmock.KubernetesEmulator):
     _kinds: dict[tuple[str, str, str], Kind] = attrs.field(factory=dict, init=False)
     _schemas: dict[tuple[str, str, str], Any] = attrs.field(factory=dict, init=False)
     _validators: dict[tuple[str, str, str], Any] = attrs.field(factory=dict, init=False)
+    _index: dict[tuple[str, str, str], dict[tuple[str | None, str], Obj]] = attrs.field(factory=dict, init=False)
+    _res: dict[tuple[str, str, str], kmock.resource] = attrs.field(factory=dict, init=False)
+    _json: dict[int, tuple[Obj, bytes]] = attrs.field(factory=dict, init=False)
     _history: dict[tuple[str, str, str], collections.deque[tuple[int, str, Obj, Obj | None]]] = attrs.field(factory=dict, init=False)
     _trimmed: dict[tuple[str, str, str], int] = attrs.field(factory=dict, init=False)
     _subs: dict[tuple[str, str, str], set[asyncio.Queue[tuple[int, str, Obj, Obj | None]]]] = attrs.field(factory=dict, init=False)
@@ -278,28 +286,27 @@ class Emulator(kmock.KubernetesEmulator):
     def put_object(self, group: str, version: str, plural: str, namespace: str | None, obj: Obj) -> Obj:
         """Create an object directly (test setup), with API-server metadata."""
         rkey = (group, version, plural)
-        self._create(rkey, namespace, copy.deepcopy(obj))
+        self._create(rkey, namespace, clone(obj))
         return self.get_object(group, version, plural, namespace, obj["metadata"]["name"]) or {}
 
     # Object access ---------------------------------------------------------------------------------
 
     def _okey(self, rkey: tuple[str, str, str], namespace: str | None, name: str) -> tuple[kmock.resource, str | None, str]:
-        return (kmock.resource(*rkey), namespace, name)
+        res = self._res.get(rkey)
+        if res is None:
+            res = self._res[rkey] = kmock.resource(*rkey)
+        return (res, namespace, name)
+
+    def _raw(self, rkey: tuple[str, str, str], namespace: str | None, name: str) -> Obj | None:
+        """The stored object itself (never mutate it: stored versions are immutable)."""
+        return self._index.get(rkey, {}).get((namespace, name))
 
     def get_object(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> Obj | None:
-        key = self._okey((group, version, plural), namespace, name)
-        if key not in self._objects:
-            return None
-        obj = self._objects[key]
-        return None if obj.deleted else copy.deepcopy(obj.last.raw)
+        obj = self._raw((group, version, plural), namespace, name)
+        return None if obj is None else clone(obj)
 
     def list_objects(self, group: str, version: str, plural: str, namespace: str | None = None) -> list[Obj]:
-        res = kmock.resource(group, version, plural)
-        out = []
-        for (r, ns, _), obj in self._objects.items():
-            if r == res and not obj.deleted and (namespace is None or ns == namespace):
-                out.append(copy.deepcopy(obj.last.raw))
-        return out
+        return [clone(obj) for ns, _, obj in self._iter((group, version, plural)) if namespace is None or ns == namespace]
 
     def versions(self, group: str, version: str, plural: str, namespace: str | None, name: str) -> list[tuple[str, Obj]]:
         """Every (event type, object) this object went through, oldest first (from the watch history)."""
@@ -311,12 +318,16 @@ class Emulator(kmock.KubernetesEmulator):
         return out
 
     def _iter(self, rkey: tuple[str, str, str]) -> Iterator[tuple[str | None, str, Obj]]:
-        res = kmock.resource(*rkey)
-        for (r, ns, name), obj in self._objects.items():
-            if r == res and not obj.deleted:
-                yield ns, name, obj.last.raw
+        for (ns, name), obj in list(self._index.get(rkey, {}).items()):
+            yield ns, name, obj
 
     def _store(self, rkey: tuple[str, str, str], namespace: str | None, name: str, obj: Obj | None) -> None:
+        """Store a new version (or a deletion); kmock's ``objects`` view mirrors the last two."""
+        index = self._index.setdefault(rkey, {})
+        if obj is None:
+            index.pop((namespace, name), None)
+        else:
+            index[(namespace, name)] = obj
         key = self._okey(rkey, namespace, name)
         if obj is None:
             if key in self._objects:
@@ -342,6 +353,16 @@ class Emulator(kmock.KubernetesEmulator):
             self._trimmed[rkey] = dropped[0]
         for q in list(self._subs.get(rkey, ())):
             q.put_nowait((rv, type_, obj, old))
+
+    def _event_bytes(self, type_: str, obj: Obj) -> bytes:
+        """One watch-event line; each stored version is serialised once for all watchers."""
+        cached = self._json.get(id(obj))
+        if cached is None or cached[0] is not obj:
+            if len(self._json) > 20_000:
+                self._json.clear()
+            cached = (obj, json.dumps(obj).encode())
+            self._json[id(obj)] = cached
+        return b'{"type": "' + type_.encode() + b'", "object": ' + cached[1] + b"}\n"
 
     # Request routing ---------------------------------------------------------------------------------
 
@@ -369,7 +390,7 @@ class Emulator(kmock.KubernetesEmulator):
                 body = request.data if isinstance(request.data, dict) else None
                 if body is None:
                     raise ApiProblem(400, "BadRequest", "the body must be a JSON object")
-                obj = self._create(rkey, request.namespace, copy.deepcopy(body))
+                obj = self._create(rkey, request.namespace, body)
                 return aiohttp.web.json_response(obj, status=201)
             if method == "PATCH" and request.name:
                 ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
@@ -399,7 +420,7 @@ class Emulator(kmock.KubernetesEmulator):
         match_labels = label_selector(params.get("labelSelector"))
         match_fields = field_selector(params.get("fieldSelector"))
         items = [
-            copy.deepcopy(obj) for ns, _, obj in self._iter(rkey)
+            obj for ns, _, obj in self._iter(rkey)
             if (namespace is None or ns == namespace)
             and match_labels(obj.get("metadata", {}).get("labels") or {}) and match_fields(obj)
         ]
@@ -407,11 +428,24 @@ class Emulator(kmock.KubernetesEmulator):
         return {"apiVersion": api_version, "kind": f"{kind.kind}List",
                 "metadata": {"resourceVersion": str(self._rv)}, "items": items}
 
-    def _validate_cr(self, rkey: tuple[str, str, str], obj: Obj) -> Obj:
+    def _validate_cr(self, rkey: tuple[str, str, str], obj: Obj, only_status: bool = False) -> Obj:
         schema = self._schemas.get(rkey)
         if schema is None:
             return obj
         import jsonschema
+
+        if only_status and "status" in (schema.get("properties") or {}):
+            # A status write: prune and validate the status stanza (the rest is unchanged).
+            sschema = schema["properties"]["status"]
+            status = prune(obj.get("status"), sschema) if "status" in obj else None
+            validator = self._validators.get((*rkey, "status"))  # type: ignore[arg-type]
+            if validator is None:
+                validator = self._validators[(*rkey, "status")] = jsonschema.Draft4Validator(_to_jsonschema(dict(sschema)))  # type: ignore[index]
+            errs = sorted(validator.iter_errors(status), key=lambda e: list(e.path)) if status is not None else []
+            if errs:
+                lines = [f"status.{'.'.join(str(p) for p in e.path)}: {e.message}" for e in errs[:10]]
+                raise ApiProblem(422, "Invalid", f"{obj.get('kind')} {obj.get('metadata', {}).get('name')!r} is invalid: " + "; ".join(lines))
+            return {**obj, "status": status} if status is not None else obj
 
         pruned = prune({k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}, schema)
         pruned = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": obj.get("metadata"), **pruned}
@@ -445,8 +479,7 @@ class Emulator(kmock.KubernetesEmulator):
             raise ApiProblem(422, "Invalid", f"metadata.name {name!r}: a lowercase RFC 1123 subdomain is required")
         if rkey == ("batch", "v1", "jobs") and len(name) > 63:
             raise ApiProblem(422, "Invalid", f"Job {name!r}: metadata.name must be no more than 63 characters")
-        key = self._okey(rkey, namespace, name)
-        if key in self._objects and not self._objects[key].deleted:
+        if self._raw(rkey, namespace, name) is not None:
             raise ApiProblem(409, "AlreadyExists", f'{rkey[2]} "{name}" already exists')
         meta.update({
             "name": name,
@@ -472,7 +505,7 @@ class Emulator(kmock.KubernetesEmulator):
         self._store(rkey, namespace, name, body)
         self.create_times[(rkey[2], namespace, name)] = time.monotonic()
         self._emit(rkey, "ADDED", body)
-        return copy.deepcopy(body)
+        return body
 
     @staticmethod
     def _default_job(job: Obj) -> None:
@@ -486,16 +519,16 @@ class Emulator(kmock.KubernetesEmulator):
                        "controller-uid": uid, "job-name": name})
 
     def _current(self, rkey: tuple[str, str, str], namespace: str | None, name: str) -> Obj:
-        key = self._okey(rkey, namespace, name)
-        if key not in self._objects or self._objects[key].deleted:
+        obj = self._raw(rkey, namespace, name)
+        if obj is None:
             raise ApiProblem(404, "NotFound", f'{rkey[2]} "{name}" not found')
-        return copy.deepcopy(self._objects[key].last.raw)
+        return obj
 
     def _commit(self, rkey: tuple[str, str, str], kind: Kind, namespace: str | None, name: str, old: Obj, new: Obj,
                 subresource: str | None) -> Obj:
         """Apply the subresource split, immutables and generation; store and emit if changed."""
         if subresource == "status":
-            merged = copy.deepcopy(old)
+            merged = dict(old)
             if "status" in new:
                 merged["status"] = new["status"]
             else:
@@ -507,13 +540,13 @@ class Emulator(kmock.KubernetesEmulator):
             new = {k: v for k, v in new.items() if k != "status"}
             if "status" in old:
                 new["status"] = old["status"]
-        meta = new.setdefault("metadata", {})
+        meta = new["metadata"] = dict(new.get("metadata") or {})
         for field in ("uid", "creationTimestamp", "name", "namespace", "generation", "resourceVersion", "deletionTimestamp"):
             if field in old["metadata"]:
                 meta[field] = old["metadata"][field]
             else:
                 meta.pop(field, None)
-        new = self._validate_cr(rkey, new)
+        new = self._validate_cr(rkey, new, only_status=subresource == "status")
         if new == old:
             return old
         spec_old = {k: v for k, v in old.items() if k not in ("metadata", "status")}
@@ -526,7 +559,7 @@ class Emulator(kmock.KubernetesEmulator):
             return new
         self._store(rkey, namespace, name, new)
         self._emit(rkey, "MODIFIED", new, old)
-        return copy.deepcopy(new)
+        return new
 
     def _patch(self, rkey: tuple[str, str, str], kind: Kind, namespace: str | None, name: str, subresource: str | None,
                ctype: str, data: Any) -> Obj:
@@ -535,7 +568,7 @@ class Emulator(kmock.KubernetesEmulator):
             if not isinstance(data, list):
                 raise ApiProblem(400, "BadRequest", "a JSON patch must be a list of operations")
             try:
-                new = jsonpatch.apply_patch(old, data, in_place=False)
+                new = jsonpatch.apply_patch(clone(old), data, in_place=True)
             except jsonpatch.JsonPatchTestFailed as err:
                 raise ApiProblem(422, "Invalid", f"the server rejected our request due to an error in our request: {err}") from None
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as err:
@@ -560,7 +593,7 @@ class Emulator(kmock.KubernetesEmulator):
         want_rv = (data.get("metadata") or {}).get("resourceVersion")
         if want_rv is not None and want_rv != old["metadata"]["resourceVersion"]:
             raise ApiProblem(409, "Conflict", f'Operation cannot be fulfilled on {rkey[2]} "{name}": the object has been modified')
-        return self._commit(rkey, kind, namespace, name, old, copy.deepcopy(data), subresource)
+        return self._commit(rkey, kind, namespace, name, old, data, subresource)
 
     def _delete(self, rkey: tuple[str, str, str], namespace: str | None, name: str, policy: str) -> Obj:
         old = self._current(rkey, namespace, name)
@@ -568,7 +601,7 @@ class Emulator(kmock.KubernetesEmulator):
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
                 return old
-            new = copy.deepcopy(old)
+            new = {**old, "metadata": dict(old["metadata"])}
             new["metadata"]["deletionTimestamp"] = now_rfc3339()
             new["metadata"]["resourceVersion"] = self._next_rv()
             self._store(rkey, namespace, name, new)
@@ -577,7 +610,7 @@ class Emulator(kmock.KubernetesEmulator):
         return self._remove(rkey, namespace, name, old, policy)
 
     def _remove(self, rkey: tuple[str, str, str], namespace: str | None, name: str, obj: Obj, policy: str) -> Obj:
-        final = copy.deepcopy(obj)
+        final = {**obj, "metadata": dict(obj["metadata"])}
         final["metadata"]["resourceVersion"] = self._next_rv()
         self._store(rkey, namespace, name, None)
         self._emit(rkey, "DELETED", final)
@@ -594,7 +627,7 @@ class Emulator(kmock.KubernetesEmulator):
                     dependents.append((rkey, ns, name, obj))
         for rkey, ns, name, obj in dependents:
             if policy == "Orphan":
-                new = copy.deepcopy(obj)
+                new = {**obj, "metadata": dict(obj["metadata"])}
                 new["metadata"]["ownerReferences"] = [r for r in obj["metadata"]["ownerReferences"] if r.get("uid") != owner_uid]
                 new["metadata"]["resourceVersion"] = self._next_rv()
                 self._store(rkey, ns, name, new)
@@ -641,7 +674,7 @@ class Emulator(kmock.KubernetesEmulator):
             return ((namespace is None or meta.get("namespace") == namespace)
                     and match_labels(meta.get("labels") or {}) and match_fields(obj))
 
-        def translate(type_: str, obj: Obj, old: Obj | None) -> Obj | None:
+        def translate(type_: str, obj: Obj, old: Obj | None) -> bytes | None:
             now_in, was_in = matches(obj), matches(old)
             if type_ == "MODIFIED":
                 if now_in and not was_in:
@@ -652,14 +685,14 @@ class Emulator(kmock.KubernetesEmulator):
                     return None
             elif not now_in:
                 return None
-            return {"type": type_, "object": obj}
+            return self._event_bytes(type_, obj)
 
         queue: asyncio.Queue[tuple[int, str, Obj, Obj | None]] = asyncio.Queue()
         since = params.get("resourceVersion")
-        initial: list[Obj] = []
+        initial: list[bytes] = []
         gone = False
         if since in (None, "", "0"):
-            initial = [{"type": "ADDED", "object": copy.deepcopy(obj)} for _, _, obj in self._iter(rkey) if matches(obj)]
+            initial = [self._event_bytes("ADDED", obj) for _, _, obj in self._iter(rkey) if matches(obj)]
         else:
             since_rv = int(since)
             if since_rv < self._trimmed.get(rkey, 0):
@@ -683,7 +716,7 @@ class Emulator(kmock.KubernetesEmulator):
                     "message": f"too old resource version: {since}"}}).encode() + b"\n")
                 return response
             for ev in initial:
-                await response.write(json.dumps(ev).encode() + b"\n")
+                await response.write(ev)
             timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
             deadline = time.monotonic() + timeout if timeout else None
             bookmarks = params.get("allowWatchBookmarks") in ("true", "1")
@@ -704,7 +737,11 @@ class Emulator(kmock.KubernetesEmulator):
                     continue
                 ev = translate(type_, obj, old)
                 if ev is not None:
-                    await response.write(json.dumps(ev).encode() + b"\n")
+                    await response.write(ev)
+                    if rkey[2] == "shardedprojectionexperiments" and type_ == "ADDED":
+                        if not hasattr(self, "sent_at"):
+                            self.sent_at = {}
+                        self.sent_at.setdefault(obj["metadata"]["name"], time.monotonic())
         except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
             pass
         finally:

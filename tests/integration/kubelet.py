@@ -79,6 +79,8 @@ class Fault:
     canned_exit: int = 0
     canned_summary: str | None = "valid"  # "valid", "garbage", None (none written)
     canned_result: bool = True
+    #: Seconds between binding the pod and its container running (image pull, container start).
+    start_delay: float = 0.0
 
 
 # Canned bench output -------------------------------------------------------------------------------
@@ -380,6 +382,9 @@ class Kubelet:
                      "state": {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}}}]})
             return await self._idle_until_gone(st, deadline), name
 
+        if fault.start_delay:
+            await self._patch_status("pod", ns, name, {"phase": "Pending", "conditions": [scheduled]})
+            await asyncio.sleep(fault.start_delay)
         run = PodRun(ns, name, self.workdir / "pods" / f"{ns}_{name}", self.workdir / "pods" / f"{ns}_{name}" / "log")
         run.dir.mkdir(parents=True, exist_ok=True)
         self.pods[(ns, name)] = run

@@ -3,7 +3,14 @@
 Pure: imports neither torch nor kopf nor kubernetes.
 """
 
-from spx.api.loading import SpecError, describe_validation_error, dump_model, load_experiment, parse_experiment, validate_spec
+from spx.api.loading import (
+    SpecError,
+    describe_validation_error,
+    dump_model,
+    load_experiment,
+    parse_experiment,
+    validate_spec,
+)
 from spx.api.result import (
     RESULT_SCHEMA_VERSION,
     SUMMARY_MAX_BYTES,

@@ -63,10 +63,10 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
         if len(variants) != 1:
             raise ValueError(f"cannot express a union of {len(variants)} types structurally: {node}")
         rest = {k: v for k, v in node.items() if k != "anyOf"}
-        out = _structural({**variants[0], **rest}, defs)
+        flat: dict[str, Any] = _structural({**variants[0], **rest}, defs)
         if nullable:
-            out["nullable"] = True
-        return out
+            flat["nullable"] = True
+        return flat
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP:

@@ -7,7 +7,7 @@ every sample so the analysis can be re-run offline and a partial run is never th
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
@@ -15,7 +15,7 @@ from spx.api.base import CamelModel
 from spx.api.spec import ExperimentSpec
 from spx.api.status import Environment, GatherSource, KernelPoint
 
-RESULT_SCHEMA_VERSION = "spx.dev/kernel-result/v1"
+RESULT_SCHEMA_VERSION: Final = "spx.dev/kernel-result/v1"
 
 Candidate = Literal["replicated", "split"]
 
@@ -85,7 +85,7 @@ class KernelResult(CamelModel):
     wall_seconds: float | None = Field(default=None, ge=0)
 
 
-SUMMARY_SCHEMA_VERSION = "spx.dev/kernel-summary/v1"
+SUMMARY_SCHEMA_VERSION: Final = "spx.dev/kernel-summary/v1"
 #: Kubernetes truncates a container's termination message at 4096 bytes.
 SUMMARY_MAX_BYTES = 4096
 

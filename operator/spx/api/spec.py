@@ -7,7 +7,7 @@ case: DeepSeek-V4.1's ``fused_wqa_wkv`` projection (hidden 5120 → 1280 + 512) 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, StrictInt, field_validator, model_validator
 
@@ -17,11 +17,11 @@ from spx.api.serving import ServingSpec
 
 GROUP = "bench.spx.dev"
 VERSION = "v1alpha1"
-KIND = "ShardedProjectionExperiment"
+KIND: Final = "ShardedProjectionExperiment"
 PLURAL = "shardedprojectionexperiments"
 SINGULAR = "shardedprojectionexperiment"
 SHORT_NAMES = ["spx"]
-API_VERSION = f"{GROUP}/{VERSION}"
+API_VERSION: Final = "bench.spx.dev/v1alpha1"
 
 #: vLLM ≥ 0.33 ``_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` (``vllm/models/deepseek_v41/attention.py``).
 VLLM_DEFAULT_THRESHOLD_TOKENS = 2048
@@ -52,7 +52,9 @@ class ProjectionSpec(CamelModel):
 
     name: str = Field(default="fused_wqa_wkv", min_length=1, max_length=63)
     hidden_size: int = Field(default=5120, gt=0, le=65536)
-    output_sizes: list[int] = Field(default_factory=lambda: [1280, 512], min_length=1, max_length=16)
+    output_sizes: list[Annotated[int, Field(gt=0, le=65536)]] = Field(
+        default_factory=lambda: [1280, 512], min_length=1, max_length=16
+    )
     weight_format: WeightFormat = "fp8-block128-ue8m0"
     activation_dtype: ActivationDtype = "bfloat16"
 
@@ -95,7 +97,9 @@ class ParallelismSpec(CamelModel):
 class SweepSpec(CamelModel):
     """Token counts (M, tokens in the batch) to measure, strictly increasing."""
 
-    tokens: list[int] = Field(default_factory=lambda: list(SEED_TOKENS), min_length=1, max_length=64)
+    tokens: list[Annotated[int, Field(gt=0, le=1 << 24)]] = Field(
+        default_factory=lambda: list(SEED_TOKENS), min_length=1, max_length=64
+    )
 
     @field_validator("tokens")
     @classmethod

@@ -16,6 +16,7 @@ reading in :mod:`spx.controller.results`, statuses in :mod:`spx.controller.condi
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime as dt
 import logging
 import random
@@ -37,6 +38,7 @@ from spx.controller.pod_outcome import Observation, observe, termination_message
 from spx.controller.results import collect, measurement
 from spx.runner.kubernetes import (
     CONTAINER_NAME,
+    LABEL_EXPERIMENT_UID,
     LABEL_GENERATION,
     build_job,
     build_result_configmap,
@@ -174,32 +176,37 @@ class Store:
 
 
 class WorkQueue:
-    """Deduplicating work queue: a key is queued at most once and processed by one worker at a time.
+    """Deduplicating two-level work queue: a key is queued at most once and processed by one worker
+    at a time.
 
-    A key added while it is being processed is processed again right after. ``add_after`` schedules
-    a key (the earliest pending time wins).
+    A key added while it is being processed is processed again right after. ``urgent`` keys (new
+    experiments and new generations, which wait for a Job) go before the rest (progress of runs
+    already started), so a burst of applies is admitted before the follow-up work. ``add_after``
+    schedules a key (the earliest pending time wins).
     """
 
     def __init__(self) -> None:
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._queued: set[Key] = set()
+        self._urgent: collections.deque[Key] = collections.deque()
+        self._normal: collections.deque[Key] = collections.deque()
+        self._available = asyncio.Semaphore(0)
+        self._queued: dict[Key, bool] = {}  # key → urgent
         self._active: set[Key] = set()
-        self._dirty: set[Key] = set()
+        self._dirty: dict[Key, bool] = {}
         self._timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
-        self.enqueued_at: dict[Key, float] = {}
 
     def __len__(self) -> int:
         return len(self._queued)
 
-    def add(self, key: Key) -> None:
+    def add(self, key: Key, urgent: bool = False) -> None:
         if key in self._active:
-            self._dirty.add(key)
+            self._dirty[key] = self._dirty.get(key, False) or urgent
             return
-        if key in self._queued:
+        queued = self._queued.get(key)
+        if queued is not None and (queued or not urgent):
             return
-        self._queued.add(key)
-        self.enqueued_at.setdefault(key, time.monotonic())
-        self._queue.put_nowait(key)
+        self._queued[key] = urgent
+        (self._urgent if urgent else self._normal).append(key)
+        self._available.release()
 
     def add_after(self, key: Key, delay: float) -> None:
         if delay <= 0:
@@ -220,17 +227,18 @@ class WorkQueue:
         self._timers[key] = (when, loop.call_at(when, fire))
 
     async def get(self) -> Key:
-        key = await self._queue.get()
-        self._queued.discard(key)
-        self._active.add(key)
-        return key
+        while True:
+            await self._available.acquire()
+            key = self._urgent.popleft() if self._urgent else self._normal.popleft()
+            if key in self._queued and key not in self._active:  # else: a stale entry of a promoted key
+                del self._queued[key]
+                self._active.add(key)
+                return key
 
     def done(self, key: Key) -> None:
         self._active.discard(key)
-        self.enqueued_at.pop(key, None)
         if key in self._dirty:
-            self._dirty.discard(key)
-            self.add(key)
+            self.add(key, self._dirty.pop(key))
 
     def close(self) -> None:
         for _, handle in self._timers.values():
@@ -273,6 +281,9 @@ class Reconciler:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _reserved: set[Key] = field(default_factory=set)
     _failures: dict[Key, int] = field(default_factory=dict)
+    _own_writes: set[tuple[str, str, str, str]] = field(default_factory=set)
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
+    _synced_jobs: set[str] = field(default_factory=set)
     last_reconcile: float = 0.0
 
     # Lifecycle -------------------------------------------------------------------------------------
@@ -283,6 +294,8 @@ class Reconciler:
         self._tasks.append(asyncio.create_task(self._resync(), name="spx-resync"))
 
     async def stop(self) -> None:
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=5)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -326,18 +339,50 @@ class Reconciler:
 
     # Events from kopf --------------------------------------------------------------------------------
 
+    def _echo(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        """Is this watch event the echo of the operator's own write (nothing new to react to)?"""
+        meta = _meta(obj)
+        mark = (kind, str(meta.get("namespace")), str(meta.get("name")), str(meta.get("resourceVersion")))
+        if mark in self._own_writes:
+            self._own_writes.discard(mark)
+            return True
+        return False
+
+    def _wrote(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = _meta(obj)
+        if len(self._own_writes) > 100_000:  # echoes lost to a watch reconnect: forget them
+            self._own_writes.clear()
+        self._own_writes.add((kind, str(meta.get("namespace")), str(meta.get("name")), str(meta.get("resourceVersion"))))
+
     def on_experiment(self, event_type: str | None, obj: dict[str, Any]) -> None:
         deleted = event_type == "DELETED"
         self.store.put_experiment(obj, deleted=deleted)
+        if not deleted and self._echo(KIND, obj):
+            return
         key = Store._key(obj)
-        self.queue.add(key)
+        meta = _meta(obj)
+        new_run = (obj.get("status") or {}).get("observedGeneration") != meta.get("generation")
+        if new_run and not hasattr(self, "_tseen"):
+            self._tseen = {}
+        if new_run:
+            self._tseen.setdefault(key, time.monotonic())
+        self.queue.add(key, urgent=new_run and not deleted)
         if deleted:
+            for job in self.store.jobs_of(str(meta.get("uid"))):  # garbage-collected with it
+                for pod in self.store.pods_of(str(_meta(job).get("uid"))):
+                    self.store.put_pod(pod, deleted=True)
+                self.store.put_job(job, deleted=True)
+                self._synced_jobs.discard(str(_meta(job).get("uid")))
             self.wake_queued()
 
     def on_job(self, event_type: str | None, obj: dict[str, Any]) -> None:
         deleted = event_type == "DELETED"
         old = self.store.jobs.get(Store._key(obj))
         self.store.put_job(obj, deleted=deleted)
+        if deleted:
+            self._synced_jobs.discard(str(_meta(obj).get("uid")))
+        elif self._echo("Job", obj):
+            return
         key = self.store.experiment_of_job(obj)
         if key is not None:
             self.queue.add(key)
@@ -460,12 +505,28 @@ class Reconciler:
         if job is None:
             return await self._start_run(exp, spec, status, jname, now)
         self._reserved.discard(key)
-        pods = self.store.pods_of(str(_meta(job).get("uid")))
+        job_uid = str(_meta(job).get("uid"))
+        if job_uid not in self._synced_jobs:
+            await self._sync_pods(namespace, uid, job_uid)
+        pods = self.store.pods_of(job_uid)
         obs = observe(job, pods, now, self.config.timeouts)
         return await self._follow_run(exp, spec, status, job, obs, now)
 
+    async def _sync_pods(self, namespace: str, experiment_uid: str, job_uid: str) -> None:
+        """List a Job's pods from the API server once (the watch may not have delivered them yet)."""
+        items = (await self.client.get(resource_path("v1", "pods", namespace),
+                                       params={"labelSelector": f"{LABEL_EXPERIMENT_UID}={experiment_uid}"})).get("items") or []
+        for pod in items:
+            pod.setdefault("apiVersion", "v1")
+            pod.setdefault("kind", "Pod")
+            self.store.put_pod(pod)
+        self._synced_jobs.add(job_uid)
+
     async def _start_run(self, exp: dict[str, Any], spec: ExperimentSpec, status: ExperimentStatus, jname: str,
                          now: dt.datetime) -> str:
+        if not hasattr(self, "_tstart"):
+            self._tstart = {}
+        self._tstart.setdefault(Store._key(exp), time.monotonic())
         key = Store._key(exp)
         namespace, name = key
         meta = _meta(exp)
@@ -528,6 +589,10 @@ class Reconciler:
                     return "job-conflict"
                 logger.info("Job %s/%s already exists and is ours; adopting it", namespace, jname)
             self.store.put_job(job)
+            import sys as _s
+            print("TIMING", key[1], self._tseen.get(key), time.monotonic(), getattr(self, "_tstart", {}).get(key), file=_s.stderr)
+            self._wrote("Job", job)
+            self._synced_jobs.add(str(_meta(job).get("uid")))
         finally:
             self._reserved.discard(key)
 
@@ -712,9 +777,10 @@ class Reconciler:
                 raise Requeue(0, "the experiment changed; recomputing") from None
             raise
         self.store.put_experiment(updated)
+        self._wrote(KIND, updated)
         metrics.observe_experiment(namespace, name, updated.get("status"), self._phase_since(status))
         for type_, reason, message in events or []:
-            await self.post_event(updated, type_, reason, message)
+            self.post_event_soon(updated, type_, reason, message)
         return updated
 
     async def _store_configmap(self, namespace: str, manifest: dict[str, Any]) -> None:
@@ -738,9 +804,15 @@ class Reconciler:
                 if not err.not_found:
                     raise
             self.store.put_job(job, deleted=True)
-            await self.post_event(exp, "Normal", "JobDeleted", f"deleted Job {jname}: {why}")
+            self.post_event_soon(exp, "Normal", "JobDeleted", f"deleted Job {jname}: {why}")
         if jobs:
             self.wake_queued()
+
+    def post_event_soon(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post an event in the background: the reconcile does not wait for it."""
+        task = asyncio.get_running_loop().create_task(self.post_event(obj, type_, reason, message))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def post_event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """Post a core/v1 Event about the experiment; failures are logged, never raised."""

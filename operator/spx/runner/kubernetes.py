@@ -384,7 +384,7 @@ def build_result_configmap(
         data["summary.json"] = clipped
         budget -= len(clipped.encode())
     if result is not None:
-        text = json.dumps(result, indent=1, sort_keys=True)
+        text = json.dumps(result, sort_keys=True, separators=(",", ":"))
         left = _fit(data, binary, "result.json", text, budget - 2048)
         if "result.json" not in data and "result.json.gz" not in binary:
             slim = json.loads(json.dumps(result))
@@ -393,7 +393,7 @@ def build_result_configmap(
                     if isinstance(point.get(cand), dict):
                         point[cand]["samplesUs"] = []
             notes.append("result.json: per-sample arrays (samplesUs) left out to fit the 1 MiB ConfigMap limit")
-            left = _fit(data, binary, "result.json", json.dumps(slim, indent=1, sort_keys=True), budget - 2048)
+            left = _fit(data, binary, "result.json", json.dumps(slim, sort_keys=True, separators=(",", ":")), budget - 2048)
         budget = left + 2048
     if notes:
         text = "\n".join(notes) + "\n"
