@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(example: str, backend: str | None, out: Path) -> tuple[float, dict, int]:
-    cmd = [sys.executable, "-m", "spx", "run", str(ROOT / "examples" / example), "--out", str(out)]
+    cmd = [sys.executable, "-m", "spx", "run", str(ROOT / "examples" / example), "--out", str(out), "--overwrite"]
     if backend:
         cmd += ["--gemm-backend", backend]
     t0 = time.monotonic()

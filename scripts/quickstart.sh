@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 if command -v nvidia-smi >/dev/null 2>&1 && .venv/bin/python -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  exec .venv/bin/spx run examples/deepseek-v41-tp8.yaml --out spx-out "$@"
+  exec .venv/bin/spx run examples/deepseek-v41-tp8.yaml --out spx-out --overwrite "$@"
 else
-  exec .venv/bin/spx run examples/quickstart.yaml --out spx-out "$@"
+  exec .venv/bin/spx run examples/quickstart.yaml --out spx-out --overwrite "$@"
 fi

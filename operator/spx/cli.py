@@ -1,7 +1,7 @@
 """``spx`` — the command line: run an experiment on this host, validate it, print the CRD, report, predict.
 
 Exit codes: 0 the command did its job (for ``run``: the benchmark completed, whatever the verdict),
-1 the benchmark failed (a rank crashed, timed out, was interrupted), 2 invalid input (an invalid
+1 the benchmark failed (a rank crashed or timed out), 130 interrupted (SIGINT), 2 invalid input (an invalid
 experiment file, a bad option, an impossible ``--nproc``).
 
 Adding a command: write ``_NAME_args(parser)`` (its options) and ``cmd_NAME(args) -> int`` and
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
 EXIT_INVALID = 2
 
 DEFAULT_OUT_ROOT = "spx-runs"
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         _err_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
     except SpecError as exc:
-        _err_console().print(f"[bold red]error:[/] {exc}", highlight=False, markup=False)
+        _err_console().print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return EXIT_INVALID
     except BrokenPipeError:  # `spx crd | head`
         return EXIT_OK
@@ -159,6 +160,8 @@ def read_experiment(path: str) -> Experiment:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a UTF-8 text file: give an experiment YAML") from None
     return load_experiment(text, source=path)
 
 
@@ -209,6 +212,7 @@ def analyse(
     gather_source: Any,
     gemm_backend: str | None,
     timer: str | None,
+    cpu: bool = False,
 ) -> Evaluation:
     from spx.analysis import evaluate
 
@@ -219,6 +223,7 @@ def analyse(
         spec.parallelism.tensor_parallel_size,
         gemm_backend=gemm_backend,
         timer=timer,
+        device="cpu" if cpu else None,
     )
 
 
@@ -388,6 +393,48 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="also write a compact ResultSummary (≤ 4096 bytes) here, e.g. /dev/termination-log")
     p.add_argument("--jsonl", action="store_true",
                    help='JSON lines on stdout: {"kind":"point","point":{...}} per point, then {"kind":"result","result":{...}}; human output goes to stderr')
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results of an earlier run in --out (default: refuse, so nothing measured is lost)")
+
+
+#: Files a run writes into --out; an earlier run's are cleared by --overwrite (never others).
+RUN_OUTPUTS = ("result.json", "status.json", "crossover.png", "points.partial.jsonl")
+
+
+def prepare_out_dir(out: Path, overwrite: bool) -> None:
+    """Refuse to mix two runs in one directory; with ``overwrite``, clear the earlier run's files.
+
+    Raises:
+        UsageError: ``out`` is a file, or holds an earlier run and ``overwrite`` is false.
+    """
+    import shutil
+
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a directory")
+    earlier = [name for name in RUN_OUTPUTS if (out / name).exists()]
+    if not earlier:
+        return
+    if not overwrite:
+        raise UsageError(
+            f"--out {out} already holds a run ({', '.join(earlier)}); pass --overwrite to replace it, "
+            "or choose another --out"
+        )
+    for name in earlier:
+        (out / name).unlink()
+    shutil.rmtree(out / "logs", ignore_errors=True)
+
+
+def check_writable(path: str) -> None:
+    """Fail before measuring when the summary file can't be written (``/dev/termination-log`` in a pod).
+
+    Raises:
+        UsageError: the file can't be opened for writing.
+    """
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--summary-file {path} is not writable: {exc.strerror or exc}") from None
 
 
 @command("run", "Run an experiment's kernel benchmark on this host (one process per rank).", _run_args)
@@ -403,6 +450,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / name
     console = make_console(stderr=bool(args.jsonl))
     stdout = sys.stdout
+    prepare_out_dir(out, args.overwrite)
+    if args.summary_file:
+        check_writable(args.summary_file)
+    tp = spec.parallelism.tensor_parallel_size
+    if args.nproc is not None and args.nproc > tp:
+        console.print(f"note: --nproc {args.nproc} capped at tensorParallelSize {tp}", highlight=False, markup=False)
 
     on_point: Callable[[PointResult], None] | None = None
     if args.jsonl:
@@ -417,7 +470,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write results under {out}: {exc.strerror or exc}") from None
     result = outcome.result
     cpu = _is_cpu(result)
-    tp = spec.parallelism.tensor_parallel_size
 
     ev = None
     analysis_error = None
@@ -425,7 +477,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.points:
         try:
             points = points_from_result(result)
-            ev = analyse(points, spec, result.gather_source, result.gemm_backend, result.timer)
+            ev = analyse(points, spec, result.gather_source, result.gemm_backend, result.timer, cpu=cpu)
         except ValueError as exc:
             analysis_error = f"analysis failed: {exc}"
     if analysis_error and result.complete:
@@ -475,6 +527,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             highlight=False,
             markup=False,
         )
+        if (result.error or "").startswith("interrupted (SIGINT)"):
+            return EXIT_INTERRUPTED
         return EXIT_FAILED
     return EXIT_OK
 
@@ -523,6 +577,8 @@ def _load_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a UTF-8 text file") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not JSON: {exc}") from None
 
@@ -536,6 +592,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from spx.report import print_report
 
     target = Path(args.dir)
+    if not target.exists():
+        raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
     directory = target if target.is_dir() else target.parent
     result_path = target if target.is_file() and target.name != "status.json" else directory / "result.json"
     status_path = target if target.is_file() and target.name == "status.json" else directory / "status.json"
@@ -578,7 +636,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not points:
         raise UsageError(f"{result_path} has no points to report")
 
-    ev = analyse(points, spec, gather_source, gemm, timer)
+    ev = analyse(points, spec, gather_source, gemm, timer, cpu=cpu)
     verdict, reasons = ev.verdict, list(ev.reasons)
     if result is not None and not result.complete:
         reasons.append(f"the run did not complete ({result.error or 'no error recorded'}): {len(points)} points")
@@ -630,6 +688,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             text = Path(args.csv).read_text(encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot read {args.csv}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"{args.csv} is not a UTF-8 text file: give a CSV table") from None
         source = args.csv
     else:
         text, source = _default_table(), f"{H20_TABLE} (shipped with spx)"
@@ -696,6 +756,19 @@ def cmd_serving(args: argparse.Namespace) -> int:
     from spx.bench.serving import main as serving_main
 
     return serving_main([str(args.file), "--out", str(args.out), "--vllm", args.vllm])
+
+
+def _operator_args(p: argparse.ArgumentParser) -> None:
+    from spx.controller.run import add_arguments
+
+    add_arguments(p)
+
+
+@command("operator", "Run the Kubernetes operator (kopf) that runs ShardedProjectionExperiments as GPU Jobs.", _operator_args)
+def cmd_operator(args: argparse.Namespace) -> int:
+    from spx.controller.run import run_operator
+
+    return run_operator(args)
 
 
 if __name__ == "__main__":

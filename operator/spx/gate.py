@@ -120,7 +120,7 @@ def read_local(path: Path) -> dict[str, Any]:
         data = json.loads(target.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise GateError(f"{target}: no such file (expected the status.json that `spx run --out DIR` writes)") from None
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise GateError(f"{target}: cannot read a status document: {err}") from None
     if not isinstance(data, dict):
         raise GateError(f"{target}: expected a JSON object (an ExperimentStatus), got {type(data).__name__}")

@@ -106,9 +106,11 @@ def _fmt_tokens(tokens: int) -> str:
     return str(int(tokens))
 
 
-def _label_sets(collector: Any) -> set[tuple[str, ...]]:
-    # prometheus_client keeps children in ``_metrics``; reading it avoids KeyError on remove().
-    return set(getattr(collector, "_metrics", {}).keys())
+def _remove(collector: Any, labels: tuple[str, ...]) -> None:
+    try:
+        collector.remove(*labels)
+    except KeyError:  # already gone
+        pass
 
 
 def _set_phase_locked(key: tuple[str, str], phase: str | None, now: float) -> None:
@@ -116,8 +118,7 @@ def _set_phase_locked(key: tuple[str, str], phase: str | None, now: float) -> No
     if old is not None and old[0] == phase:
         return
     if old is not None:
-        if (*key, old[0]) in _label_sets(PHASE_SINCE):
-            PHASE_SINCE.remove(*key, old[0])
+        _remove(PHASE_SINCE, (*key, old[0]))
         del _PHASES[key]
         _PHASE_COUNTS[old[0]] = _PHASE_COUNTS.get(old[0], 1) - 1
         EXPERIMENTS.labels(old[0]).set(_PHASE_COUNTS[old[0]])
@@ -164,8 +165,8 @@ def observe_experiment(namespace: str, name: str, status: Mapping[str, Any] | No
         if previous != wanted:
             keep = {(id(c), labels) for c, labels, _ in wanted}
             for collector, labels, _ in previous or []:
-                if (id(collector), labels) not in keep and labels in _label_sets(collector):
-                    collector.remove(*labels)
+                if (id(collector), labels) not in keep:
+                    _remove(collector, labels)
             for collector, labels, value in wanted:
                 collector.labels(*labels).set(value)
             _SERIES[key] = wanted
@@ -177,8 +178,7 @@ def forget_experiment(namespace: str, name: str) -> None:
     key = (namespace, name)
     with _LOCK:
         for collector, labels, _ in _SERIES.pop(key, []):
-            if labels in _label_sets(collector):
-                collector.remove(*labels)
+            _remove(collector, labels)
         _set_phase_locked(key, None, time.time())
 
 

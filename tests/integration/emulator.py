@@ -157,6 +157,67 @@ def clone(obj: Any) -> Any:
     return json.loads(json.dumps(obj))
 
 
+class PatchTestFailed(Exception):
+    pass
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def json_patch(doc: Obj, ops: list[Mapping[str, Any]]) -> Obj:
+    """RFC 6902 JSON patch, copy-on-write: only the containers along each path are copied.
+
+    Raises:
+        PatchTestFailed: a ``test`` op did not match.
+        ValueError: a malformed op or a missing path.
+    """
+    for op in ops:
+        kind, path = op.get("op"), op.get("path")
+        if not isinstance(path, str) or (path and not path.startswith("/")):
+            raise ValueError(f"invalid path {path!r}")
+        tokens = [_unescape(t) for t in path.split("/")[1:]] if path else []
+        if kind == "test":
+            cur: Any = doc
+            for t in tokens:
+                cur = cur[int(t)] if isinstance(cur, list) else cur[t]
+            if cur != op.get("value"):
+                raise PatchTestFailed(f"test failed at {path}: {cur!r} != {op.get('value')!r}")
+            continue
+        if kind in ("move", "copy"):
+            return jsonpatch.apply_patch(clone(doc), list(ops), in_place=True)  # rare: the general path
+        if kind not in ("add", "replace", "remove") or not tokens:
+            raise ValueError(f"unsupported op {op!r}")
+        root = dict(doc)
+        cur = root
+        for t in tokens[:-1]:
+            child = cur[int(t)] if isinstance(cur, list) else cur[t]
+            child = list(child) if isinstance(child, list) else dict(child)
+            if isinstance(cur, list):
+                cur[int(t)] = child
+            else:
+                cur[t] = child
+            cur = child
+        last = tokens[-1]
+        if isinstance(cur, list):
+            idx = len(cur) if last == "-" else int(last)
+            if kind == "add":
+                cur.insert(idx, op.get("value"))
+            elif kind == "replace":
+                cur[idx] = op.get("value")
+            else:
+                del cur[idx]
+        else:
+            if kind in ("replace", "remove") and last not in cur:
+                raise ValueError(f"path {path!r} does not exist")
+            if kind == "remove":
+                del cur[last]
+            else:
+                cur[last] = op.get("value")
+        doc = root
+    return doc
+
+
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, Mapping):
@@ -236,6 +297,8 @@ class Emulator(kmock.KubernetesEmulator):
     """kmock's emulator with the API-server behaviour listed in the module docstring."""
 
     bookmark_interval: float = 20.0
+    #: Validate custom resources against their CRD schema (pruning happens either way).
+    validate_schemas: bool = True
     history_limit: int = 50_000
     log_reader: LogReader | None = None
     create_times: dict[tuple[str, str | None, str], float] = attrs.field(factory=dict)
@@ -438,6 +501,8 @@ class Emulator(kmock.KubernetesEmulator):
             # A status write: prune and validate the status stanza (the rest is unchanged).
             sschema = schema["properties"]["status"]
             status = prune(obj.get("status"), sschema) if "status" in obj else None
+            if not self.validate_schemas:
+                return {**obj, "status": status} if status is not None else obj
             validator = self._validators.get((*rkey, "status"))  # type: ignore[arg-type]
             if validator is None:
                 validator = self._validators[(*rkey, "status")] = jsonschema.Draft4Validator(_to_jsonschema(dict(sschema)))  # type: ignore[index]
@@ -449,6 +514,8 @@ class Emulator(kmock.KubernetesEmulator):
 
         pruned = prune({k: v for k, v in obj.items() if k not in ("metadata", "apiVersion", "kind")}, schema)
         pruned = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": obj.get("metadata"), **pruned}
+        if not self.validate_schemas:
+            return pruned
         validator = self._validators.get(rkey)
         if validator is None:
             validator = self._validators[rkey] = jsonschema.Draft4Validator(_to_jsonschema(dict(schema)))
@@ -568,10 +635,10 @@ class Emulator(kmock.KubernetesEmulator):
             if not isinstance(data, list):
                 raise ApiProblem(400, "BadRequest", "a JSON patch must be a list of operations")
             try:
-                new = jsonpatch.apply_patch(clone(old), data, in_place=True)
-            except jsonpatch.JsonPatchTestFailed as err:
+                new = json_patch(old, data)
+            except (PatchTestFailed, jsonpatch.JsonPatchTestFailed) as err:
                 raise ApiProblem(422, "Invalid", f"the server rejected our request due to an error in our request: {err}") from None
-            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as err:
+            except (ValueError, KeyError, IndexError, TypeError, jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as err:
                 raise ApiProblem(422, "Invalid", f"invalid JSON patch: {err}") from None
         elif ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json", "application/apply-patch+yaml"):
             if not isinstance(data, dict):
@@ -728,20 +795,20 @@ class Emulator(kmock.KubernetesEmulator):
                     if wait <= 0:
                         break
                 try:
-                    rv, type_, obj, old = await asyncio.wait_for(queue.get(), timeout=wait)
+                    first = await asyncio.wait_for(queue.get(), timeout=wait)
                 except TimeoutError:
                     if bookmarks and (deadline is None or time.monotonic() < deadline):
                         await response.write(json.dumps({"type": "BOOKMARK", "object": {
                             "kind": kind.kind, "apiVersion": api_version,
                             "metadata": {"resourceVersion": str(self._rv)}}}).encode() + b"\n")
                     continue
-                ev = translate(type_, obj, old)
-                if ev is not None:
-                    await response.write(ev)
-                    if rkey[2] == "shardedprojectionexperiments" and type_ == "ADDED":
-                        if not hasattr(self, "sent_at"):
-                            self.sent_at = {}
-                        self.sent_at.setdefault(obj["metadata"]["name"], time.monotonic())
+                # Send everything queued by now in one write (a busy server batches its stream too).
+                batch = [first]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                chunks = [ev for _, type_, obj, old in batch if (ev := translate(type_, obj, old)) is not None]
+                if chunks:
+                    await response.write(b"".join(chunks))
         except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
             pass
         finally:
@@ -772,13 +839,15 @@ class Cluster:
     operator as a subprocess (stdout/stderr to ``<workdir>/operator-N.log``).
     """
 
-    def __init__(self, workdir: Path, kubelet_factory: Callable[[str], Any] | None = None, bookmark_interval: float = 20.0) -> None:
+    def __init__(self, workdir: Path, kubelet_factory: Callable[[str], Any] | None = None, bookmark_interval: float = 20.0,
+                 validate_schemas: bool = True) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="emulator", daemon=True)
         self._thread.start()
         self.emulator: Emulator = self.call(self._make_emulator, bookmark_interval)
+        self.emulator.validate_schemas = validate_schemas
         self._server = kmock.Server(self.emulator, port=free_port())
         self.call(self._server.__aenter__)
         self.call(self.emulator.__aenter__)

@@ -163,7 +163,8 @@ class Kubelet:
     """Plays Job controller + kubelet for every bench Job in the emulator (see the module docstring)."""
 
     def __init__(self, api_url: str, workdir: Path, *, time_scale: float = 1.0, node: str = "emu-gpu-node-1",
-                 default_fault: Fault | None = None, binaries: Mapping[str, list[str]] | None = None) -> None:
+                 default_fault: Fault | None = None, binaries: Mapping[str, list[str]] | None = None,
+                 nodes: int | None = None) -> None:
         self.api = api_url.rstrip("/")
         self.workdir = Path(workdir)
         self.time_scale = time_scale
@@ -179,6 +180,11 @@ class Kubelet:
         self._session: aiohttp.ClientSession | None = None
         self._watch: asyncio.Task[None] | None = None
         self.on_event: Callable[[str, Obj], None] | None = None
+        #: With ``nodes``, at most that many pods run at once (one per node, as 8-GPU bench pods
+        #: would); the rest stay Pending/Unschedulable until a node frees up.
+        self.free_nodes: list[str] | None = [f"{node}-{i}" if i else node for i in range(nodes)] if nodes else None
+        self._node_freed = asyncio.Event()
+        self.node_count = nodes or 1
 
     # Lifecycle -------------------------------------------------------------------------------------
 
@@ -297,12 +303,12 @@ class Kubelet:
         start = time.monotonic()
         deadline_s = (job.get("spec") or {}).get("activeDeadlineSeconds")
         deadline = start + deadline_s * self.time_scale if deadline_s else None
-        await self._patch_status("job", ns, jname, {"startTime": now_rfc3339(), "active": 0})
+        started_at = now_rfc3339()
         fault = self.fault_for(job)
         evictions_left = fault.evict
         failed_pods = 0
         while not st.deleted:
-            pod = await self._create_pod(job)
+            pod = await self._create_pod(job, started_at)
             outcome, pod_name = await self._run_pod(st, pod, fault, evict=evictions_left > 0, deadline=deadline)
             if outcome == "gone":
                 return
@@ -337,7 +343,7 @@ class Kubelet:
             await self._patch_status("job", ns, jname, status)
             return
 
-    async def _create_pod(self, job: Obj) -> Obj:
+    async def _create_pod(self, job: Obj, started_at: str) -> Obj:
         meta = job["metadata"]
         tmpl = (job.get("spec") or {}).get("template") or {}
         suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
@@ -355,7 +361,7 @@ class Kubelet:
         }
         self.pods_created += 1
         created: Obj = await self._req("POST", f"/api/v1/namespaces/{meta['namespace']}/pods", pod)
-        await self._patch_status("job", meta["namespace"], meta["name"], {"active": 1})
+        await self._patch_status("job", meta["namespace"], meta["name"], {"startTime": started_at, "active": 1})
         return created
 
     # The kubelet ------------------------------------------------------------------------------------------
@@ -368,7 +374,45 @@ class Kubelet:
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": now,
                  "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available"}]})
             return await self._idle_until_gone(st, deadline), name
-        await self._req("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", {"spec": {"nodeName": self.node}})
+        node = await self._bind_node(st, ns, name, deadline)
+        if node is None:
+            return ("deadline" if deadline is not None and time.monotonic() >= deadline else "gone"), name
+        try:
+            return await self._run_bound_pod(st, pod, fault, evict, deadline, node)
+        finally:
+            if self.free_nodes is not None:
+                self.free_nodes.append(node)
+                self._node_freed.set()
+
+    async def _bind_node(self, st: JobState, ns: str, name: str, deadline: float | None) -> str | None:
+        """A free node for the pod (waiting, reported as Unschedulable, while there is none)."""
+        if self.free_nodes is None:
+            return self.node
+        reported = False
+        while not self.free_nodes:
+            if not reported:
+                total = self.node_count
+                await self._patch_status("pod", ns, name, {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "lastTransitionTime": now_rfc3339(),
+                     "message": f"0/{total} nodes are available: insufficient nvidia.com/gpu"}]})
+                reported = True
+            self._node_freed.clear()
+            freed = asyncio.create_task(self._node_freed.wait())
+            changed = asyncio.create_task(self._wait_change(st))
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            await asyncio.wait({freed, changed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            freed.cancel()
+            changed.cancel()
+            if st.deleted or (deadline is not None and time.monotonic() >= deadline):
+                return None
+        return self.free_nodes.pop(0)
+
+    async def _run_bound_pod(self, st: JobState, pod: Obj, fault: Fault, evict: bool, deadline: float | None,
+                             node: str) -> tuple[str, str]:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        now = now_rfc3339()
+        await self._req("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", {"spec": {"nodeName": node}})
+        pod = {**pod, "spec": {**pod["spec"], "nodeName": node}}
         scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
         if fault.image_pull:
             image = pod["spec"]["containers"][0].get("image")
@@ -508,7 +552,7 @@ class Kubelet:
             if "value" in item:
                 env[item["name"]] = item["value"]
             elif ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") == "spec.nodeName":
-                env[item["name"]] = self.node
+                env[item["name"]] = (pod.get("spec") or {}).get("nodeName") or self.node
         return argv, env, term_file
 
     async def _process(self, run: PodRun, pod: Obj, fault: Fault) -> tuple[int, str | None, str]:

@@ -112,7 +112,7 @@ def test_happy_path_end_to_end(cluster: Cluster) -> None:
     assert not any(o["metadata"].get("finalizers") for o in history)
 
     reasons = {e["reason"] for e in cluster.events("happy")}
-    assert {"JobCreated", f"Verdict{st['verdict']}"} <= reasons
+    assert {"Running", f"Verdict{st['verdict']}"} <= reasons
 
     latency = {(lb["candidate"], lb["tokens"]) for lb, _ in cluster.metric_samples("spx_kernel_latency_microseconds")
                if lb["experiment"] == "happy"}
@@ -141,6 +141,37 @@ def test_invalid_spec_never_reaches_a_gpu(cluster: Cluster) -> None:
     assert cluster.jobs_created("invalid-") == []
     warnings = [e for e in cluster.events("invalid") if e["reason"] == "InvalidSpec"]
     assert warnings and warnings[0]["type"] == "Warning" and "spec.sweep.tokens" in warnings[0]["message"]
+
+
+def test_fixing_an_invalid_spec_starts_a_run(cluster: Cluster) -> None:
+    fault(cluster, "fixed", canned=True, canned_seconds=0.2)
+    cluster.apply("fixed", {**CPU_SPEC, "sweep": {"tokens": [64, 8]}})
+    assert conds(cluster.wait_decided("fixed", timeout=30))["Decided"]["reason"] == "InvalidSpec"
+    cluster.patch("bench.spx.dev/v1alpha1", "shardedprojectionexperiments", "default", "fixed",
+                  {"spec": {"sweep": {"tokens": [8, 64]}}})
+    obj = cluster.wait_decided("fixed", timeout=30)
+    assert obj["status"]["phase"] == "Succeeded" and obj["status"]["jobName"] == "fixed-g2"
+    assert_transitions_are_real(cluster.history("fixed"))
+
+
+def test_kueue_queue_creates_a_suspended_job(cluster: Cluster) -> None:
+    fault(cluster, "kueued", canned=True, canned_seconds=0.2)
+    cluster.apply("kueued", {**CPU_SPEC, "scheduling": {"queueName": "gpu-queue"}})
+    held = cluster.wait_for(lambda: (o := cluster.exp("kueued")) and (condition(o, "Scheduled") or {}).get("reason") == "Suspended" and o,
+                            30, "Scheduled=False/Suspended")
+    assert held["status"]["phase"] == "Queued" and "gpu-queue" in held["status"]["message"]
+    job = cluster.get("batch/v1", "jobs", "default", "kueued-g1")
+    assert job is not None and job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    cluster.patch("batch/v1", "jobs", "default", "kueued-g1", {"spec": {"suspend": False}})  # Kueue admits it
+    assert cluster.wait_decided("kueued", timeout=30)["status"]["phase"] == "Succeeded"
+
+
+def test_operator_logs_are_json(cluster: Cluster) -> None:
+    lines = cluster.operator_logs[-1].read_text().splitlines()
+    assert lines
+    for line in lines:
+        assert isinstance(json.loads(line), dict), line
 
 
 def test_crd_schema_rejects_what_a_schema_can(cluster: Cluster) -> None:

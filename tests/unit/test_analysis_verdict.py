@@ -124,7 +124,7 @@ def test_undecided_point_does_not_hide_a_fail() -> None:
 def test_modelled_gather_caps_pass_at_inconclusive() -> None:
     out = judge(GOOD, source="modelled")
     assert out.verdict == "Inconclusive"
-    assert has(out.reasons, "gather is modelled", "allowModelledGather false", "capped at Inconclusive")
+    assert has(out.reasons, "gather is modelled", "allowModelledGather false", "speed verdict (Pass)", "Inconclusive")
 
 
 def test_modelled_gather_allowed_passes() -> None:
@@ -133,8 +133,27 @@ def test_modelled_gather_allowed_passes() -> None:
     assert has(out.reasons, "accepted because allowModelledGather is true")
 
 
-def test_modelled_gather_keeps_a_fail() -> None:
-    assert judge([*GOOD[:4], pt(4096, 0.5)], source="modelled").verdict == "Fail"
+def test_modelled_gather_reports_a_speed_fail_as_inconclusive() -> None:
+    # the slowdown at 4096 rests on the gather model: not a measured Fail
+    out = judge([*GOOD[:4], pt(4096, 0.5)], source="modelled")
+    assert out.verdict == "Inconclusive"
+    assert has(out.reasons, "at 4096 tokens the speedup is 0.50×") and has(out.reasons, "speed verdict (Fail)")
+
+
+def test_modelled_gather_keeps_a_correctness_fail() -> None:
+    assert judge([*GOOD[:4], pt(4096, 2.0, err=1.0)], source="modelled").verdict == "Fail"
+
+
+def test_cpu_timings_never_pass_or_fail_on_speed() -> None:
+    gate = GateSpec()
+    cross = find_crossover(GOOD)
+    out = gate_verdict(GOOD, gate, "measured", crossover=cross, cpu_timings=True)
+    assert out.verdict == "Inconclusive" and has(out.reasons, "CPU smoke run", "allowCpuTimings false")
+    slow = [*GOOD[:4], pt(4096, 0.5)]
+    assert gate_verdict(slow, gate, "measured", cpu_timings=True).verdict == "Inconclusive"
+    allowed = GateSpec(allow_cpu_timings=True)
+    assert gate_verdict(GOOD, allowed, "measured", cpu_timings=True).verdict == "Pass"
+    assert gate_verdict(slow, allowed, "measured", cpu_timings=True).verdict == "Fail"
 
 
 def test_missing_correctness_check_is_inconclusive() -> None:

@@ -313,3 +313,60 @@ def test_run_with_impossible_nproc_exits_2(tmp_path: Path, capsys: pytest.Captur
     assert main(["run", str(write(tmp_path, VALID)), "--out", str(out), "--nproc", "0"]) == EXIT_INVALID
     assert "--nproc" in capsys.readouterr().err
     assert not out.exists()
+
+
+# ---------------------------------------------------------------- input a user gets wrong
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (VALID.replace("tensorParallelSize: 2", "tensor_parallel_size: 2"), "spec.parallelism.tensor_parallel_size: unknown field"),
+        (VALID.replace("kernel: {device: cpu}", 'kernel: {device: cpu, samples: "10"}'), "spec.kernel.samples"),
+        (VALID.replace("tensorParallelSize: 2", "tensorParallelSize: true"), "spec.parallelism.tensorParallelSize"),
+        ("apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\nmetadata: {name: t}\n", "spec: Field required"),
+    ],
+)
+def test_strict_camel_case_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, fragment: str) -> None:
+    assert main(["validate", str(write(tmp_path, text))]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert fragment in err and "[bold" not in err  # markup rendered, not printed
+
+
+def test_binary_junk_is_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    junk = tmp_path / "junk.yaml"
+    junk.write_bytes(bytes(range(256)) * 4)
+    for cmd in (["validate", str(junk)], ["run", str(junk)], ["predict", str(junk)]):
+        assert main(cmd) == EXIT_INVALID
+        assert "not a UTF-8 text file" in capsys.readouterr().err
+
+
+def test_report_on_a_missing_directory_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path / "typo_dir")]) == EXIT_INVALID
+    assert "typo_dir does not exist" in capsys.readouterr().err
+
+
+def test_run_refuses_to_overwrite_an_earlier_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "result.json").write_text("{}")
+    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out)]) == EXIT_INVALID
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "--overwrite" in err
+    assert (out / "result.json").read_text() == "{}"  # nothing lost
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--gemm-backend", "torch-fp8"], "gemmBackend: torch-fp8 needs"),
+        (["--summary-file", "/proc/nope/x"], "--summary-file /proc/nope/x is not writable"),
+    ],
+)
+def test_impossible_runs_fail_before_any_rank_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], fragment: str
+) -> None:
+    out = tmp_path / "out"
+    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out), *flags]) == EXIT_INVALID
+    assert fragment in capsys.readouterr().err
+    assert not (out / "logs").exists()  # no rank was started

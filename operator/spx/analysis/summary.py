@@ -68,6 +68,7 @@ def evaluate(
     tensor_parallel_size: int,
     gemm_backend: str | None = None,
     timer: str | None = None,
+    device: str | None = None,
 ) -> Evaluation:
     """Crossover, recommended threshold and gate verdict of a sweep.
 
@@ -79,6 +80,8 @@ def evaluate(
         gather_source: ``measured`` or ``modelled``.
         tensor_parallel_size: TP (≥ 1), for the ``next-multiple-of-tp`` rounding.
         gemm_backend, timer: copied into the status for the record.
+        device: ``cpu`` marks a CPU smoke run: its speed verdict is reported as Inconclusive unless
+            ``gate.allow_cpu_timings``.
 
     Returns:
         :class:`Evaluation` with ``kernel.points`` sorted by tokens, ``crossover_tokens`` (the log-log
@@ -97,7 +100,8 @@ def evaluate(
         recommended_threshold_tokens(be.tokens, gate.threshold_rounding, tensor_parallel_size) if be else None
     )
     outcome = gate_verdict(
-        ordered, gate, gather_source, crossover=crossover, recommended_threshold_tokens=recommended
+        ordered, gate, gather_source, crossover=crossover, recommended_threshold_tokens=recommended,
+        cpu_timings=device == "cpu",
     )
     kernel = KernelStatus(
         points=ordered,
@@ -129,6 +133,7 @@ def evaluate_result(result: KernelResult) -> Evaluation:
         result.spec.parallelism.tensor_parallel_size,
         gemm_backend=result.gemm_backend,
         timer=result.timer,
+        device=result.device,
     )
     if result.complete:
         return ev

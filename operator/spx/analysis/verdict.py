@@ -11,8 +11,10 @@ Rules, in order of precedence:
      minimum below 1 when the worst speedup inside the IQR intervals
      (:func:`~spx.analysis.crossover.speedup_range`) is below that minimum;
    - a point has no ``max_abs_error`` (the gate requires the outputs to match, which is then unknown);
-   - the gather is modelled and ``gate.allow_modelled_gather`` is false (Pass is capped at
-     Inconclusive; a Fail stays a Fail).
+   - the gather is modelled and ``gate.allow_modelled_gather`` is false, or the timings come from a
+     CPU smoke run and ``gate.allow_cpu_timings`` is false: every speed-based verdict (Pass, and a
+     Fail on speed) becomes Inconclusive, since it rests on a model or on CPU timings that say nothing
+     about GPUs. A Fail on correctness (``max_abs_error``) stays a Fail.
 3. **Pass** otherwise.
 
 Every verdict comes with human-readable reasons that cite the numbers; informative reasons (the
@@ -99,7 +101,8 @@ def threshold_reasons(
         if winners:
             reasons.append(
                 f"split already wins from {fw} tokens; threshold {thr} leaves speedup on the table at "
-                f"{winners[0].tokens}-{winners[-1].tokens} tokens ({_speedups(winners)})"
+                + (f"{winners[0].tokens} tokens" if len(winners) == 1 else f"{winners[0].tokens}-{winners[-1].tokens} tokens")
+                + f" ({_speedups(winners)})"
             )
         else:
             reasons.append(
@@ -124,6 +127,7 @@ def gate_verdict(
     *,
     crossover: Crossover | None = None,
     recommended_threshold_tokens: int | None = None,
+    cpu_timings: bool = False,
 ) -> GateOutcome:
     """Judge a sweep against the gate (rules in the module docstring).
 
@@ -135,6 +139,7 @@ def gate_verdict(
         crossover: from :func:`~spx.analysis.crossover.find_crossover` (computed when omitted).
         recommended_threshold_tokens: from :mod:`spx.analysis.threshold`; ``None`` when there is no
             crossover. Only informs the reasons.
+        cpu_timings: the samples are host-timed CPU smoke-run samples (``device: cpu``).
 
     Raises:
         ValueError: on a repeated token count.
@@ -143,7 +148,8 @@ def gate_verdict(
     if crossover is None:
         crossover = find_crossover(ordered)
     thr, min_s = gate.threshold_tokens, gate.min_speedup_at_or_above_threshold
-    fail: list[str] = []
+    fail: list[str] = []  # correctness: independent of how fast anything ran
+    slow: list[str] = []  # speed below the gate's minimum
     inconclusive: list[str] = []
 
     if not ordered:
@@ -171,7 +177,7 @@ def gate_verdict(
         spread = f"replicated IQR {p.replicated_iqr_pct:.1f} %, split IQR {p.split_iqr_pct:.1f} %"
         if p.decided:
             if p.speedup < min_s:
-                fail.append(
+                slow.append(
                     f"at {p.tokens} tokens the speedup is {_x(p.speedup)} (replicated {p.replicated_us:.1f} µs / "
                     f"split {p.split_us:.1f} µs), below minSpeedupAtOrAboveThreshold {_x(min_s)} required at or above "
                     f"thresholdTokens {thr}"
@@ -185,24 +191,32 @@ def gate_verdict(
                 f"{_x(min_s)}; take more samples"
             )
 
-    capped = gather_source == "modelled" and not gate.allow_modelled_gather
+    modelled = gather_source == "modelled" and not gate.allow_modelled_gather
+    on_cpu = cpu_timings and not gate.allow_cpu_timings
+    capped = modelled or on_cpu
     verdict: Verdict
-    if fail:
+    if fail or (slow and not capped):
         verdict = "Fail"
-    elif inconclusive or capped:
+    elif inconclusive or capped or slow:
         verdict = "Inconclusive"
     else:
         verdict = "Pass"
 
-    reasons = fail + inconclusive
-    if capped:
+    reasons = fail + slow + inconclusive
+    speed_verdict = "Fail" if slow else ("Inconclusive" if inconclusive else "Pass")
+    if on_cpu:
         reasons.append(
-            "the gather is modelled, not measured (gatherSource modelled, allowModelledGather false): "
-            + ("the verdict is capped at Inconclusive" if verdict != "Fail" else "a Pass would be capped at Inconclusive")
+            f"CPU smoke run: timings say nothing about GPUs (allowCpuTimings false): the speed verdict "
+            f"({speed_verdict}) is reported as Inconclusive"
+        )
+    if modelled:
+        reasons.append(
+            f"the gather is modelled, not measured (gatherSource modelled, allowModelledGather false): the speed "
+            f"verdict ({speed_verdict}) depends on the gather model and is reported as Inconclusive"
         )
     elif gather_source == "modelled":
         reasons.append("the gather is modelled, not measured; accepted because allowModelledGather is true")
-    if gated and not fail:
+    if gated and not slow:
         worst_p = min(gated, key=lambda p: p.speedup)
         if worst_p.speedup >= min_s:
             reasons.append(
@@ -211,6 +225,8 @@ def gate_verdict(
             )
         else:
             reasons.append(f"speedups at or above thresholdTokens {thr}: {_speedups(gated)}")
+    elif gated:
+        reasons.append(f"speedups at or above thresholdTokens {thr}: {_speedups(gated)}")
     errors = [p.max_abs_error for p in ordered if p.max_abs_error is not None]
     if errors and not any(e > gate.max_abs_error for e in errors):
         reasons.append(f"max abs error {max(errors):.3g} <= maxAbsError {gate.max_abs_error:.3g} at every checked point")

@@ -10,8 +10,10 @@ class CamelModel(BaseModel):
     """Base of every resource model.
 
     Fields are snake_case in Python and camelCase on the wire (``hidden_size`` ⇄ ``hiddenSize``),
-    matching Kubernetes API conventions. Unknown fields are an error (``extra="forbid"``) so a typo
-    in an experiment file is reported instead of silently ignored.
+    matching Kubernetes API conventions; :mod:`spx.api.loading` accepts only the camelCase spelling
+    from files. Unknown fields are an error (``extra="forbid"``) so a typo in an experiment file is
+    reported instead of silently ignored, and types are strict (``"10"`` is not a sample count) as
+    they are for the API server.
     """
 
     model_config = ConfigDict(
@@ -19,6 +21,7 @@ class CamelModel(BaseModel):
         populate_by_name=True,
         extra="forbid",
         validate_default=True,
+        strict=True,  # as the API server: "10" is not an integer, true is not 1
     )
 
     def to_wire(self) -> dict[str, object]:

@@ -60,7 +60,7 @@ def validate_spec(raw: dict[str, Any] | None, source: str = "experiment") -> Exp
         SpecError: with one line per invalid field, paths prefixed ``spec.``.
     """
     try:
-        return ExperimentSpec.model_validate(raw or {})
+        return ExperimentSpec.model_validate(raw or {}, by_alias=True, by_name=False)
     except ValidationError as err:
         raise SpecError(describe_validation_error(err, "spec"), source) from None
 
@@ -80,7 +80,7 @@ def parse_experiment(doc: Any, source: str = "experiment") -> Experiment:
             source,
         )
     try:
-        return Experiment.model_validate(doc)
+        return Experiment.model_validate(doc, by_alias=True, by_name=False)
     except ValidationError as err:
         raise SpecError(describe_validation_error(err), source) from None
 

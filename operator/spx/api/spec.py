@@ -166,14 +166,16 @@ class GateSpec(CamelModel):
     ``threshold_tokens`` is the deployed (or proposed) ``_SHARD_FUSED_WQA_WKV_MIN_TOKENS``; the gate
     passes when the split candidate wins by at least ``min_speedup_at_or_above_threshold`` at every
     measured token count ≥ the threshold, and the split output matches the replicated one within
-    ``max_abs_error``. On a modelled gather the verdict is at best ``Inconclusive`` unless
-    ``allow_modelled_gather`` is true.
+    ``max_abs_error``. A speed verdict that rests on a modelled gather, or on a CPU smoke run's
+    timings, is reported as ``Inconclusive`` unless ``allow_modelled_gather`` /
+    ``allow_cpu_timings`` is true (the latter exists for pipeline tests on machines without GPUs).
     """
 
     threshold_tokens: StrictInt = Field(default=VLLM_DEFAULT_THRESHOLD_TOKENS, gt=0, le=1 << 24)
     min_speedup_at_or_above_threshold: float = Field(default=1.0, gt=0.0, le=100.0)
     max_abs_error: float = Field(default=0.05, ge=0.0)
     allow_modelled_gather: bool = False
+    allow_cpu_timings: bool = False
     threshold_rounding: ThresholdRounding = "next-power-of-two"
 
 
@@ -232,5 +234,5 @@ class Experiment(CamelModel):
     api_version: Literal["bench.spx.dev/v1alpha1"] = Field(default=API_VERSION)
     kind: Literal["ShardedProjectionExperiment"] = KIND
     metadata: ObjectMeta
-    spec: ExperimentSpec = Field(default_factory=ExperimentSpec)
+    spec: ExperimentSpec
     status: dict[str, Any] | None = None

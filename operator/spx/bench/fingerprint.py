@@ -47,7 +47,7 @@ def collect_environment(device: torch.device, world_size: int, kernels: list[str
     import torch
 
     env = Environment(
-        gpu_count=world_size,
+        gpu_count=world_size if device.type == "cuda" else None,
         torch=torch.__version__,
         python=platform.python_version(),
         spx=spx.__version__,

@@ -120,6 +120,29 @@ def _resolve_gather(spec: ExperimentSpec, device: torch.device, world_size: int,
     return want, "measured"
 
 
+def preflight(spec: ExperimentSpec, device_type: str, world_size: int) -> list[str]:
+    """Check, before any rank starts, that this host can run ``spec``; return notes on what will run.
+
+    ``device_type`` is ``cuda`` or ``cpu`` (what the runner resolved), ``world_size`` the ranks.
+
+    Raises:
+        ValueError: a backend, gather or timer the device can't run (same messages as :func:`setup`).
+        RuntimeError: ``vllm`` asked for without an importable vLLM.
+    """
+    import torch
+
+    device = torch.device("cuda", 0) if device_type == "cuda" else torch.device("cpu")
+    tp = spec.parallelism.tensor_parallel_size
+    gemm = resolve_gemm_backend(spec, device)
+    gather, source = _resolve_gather(spec, device, world_size, tp)
+    timer = _resolve_timer(spec, device)
+    if gemm == "vllm" or gather == "vllm":
+        from spx.bench import vllm_backend
+
+        vllm_backend.ensure_vllm()
+    return [f"gemm {gemm}, gather {gather} ({source}), timer {timer}, {world_size} rank(s) on {device_type}"]
+
+
 def setup(spec: ExperimentSpec) -> BenchContext:
     """Initialise this rank: device, process group (NCCL on GPUs, gloo on CPU), weights, backend.
 

@@ -1,11 +1,13 @@
 """spx.controller — the kopf operator that runs ShardedProjectionExperiments as GPU Jobs.
 
-Importing the package registers the kopf handlers (``kopf run -m spx.controller``); ``spx operator``
-does the same with the options below. The pure parts — :mod:`~spx.controller.conditions`,
-:mod:`~spx.controller.pod_outcome`, :mod:`~spx.controller.results` — can be imported on their own.
+``kopf run -m spx.controller`` (and ``spx operator``, see :mod:`spx.controller.run`) load the kopf
+handlers of :mod:`spx.controller.handlers`. The pure parts — :mod:`~spx.controller.conditions`,
+:mod:`~spx.controller.pod_outcome`, :mod:`~spx.controller.results` — import without kopf.
 """
 
-from spx.controller import handlers  # noqa: F401  (registers the handlers)
-from spx.controller.run import main, run_operator
+import sys
 
-__all__ = ["main", "run_operator"]
+# Loaded by kopf (`kopf run -m spx.controller`): register the handlers. Imported by anything else
+# (the `spx` CLI building its parser, unit tests), stay light: no kopf, no aiohttp.
+if "kopf" in sys.modules:
+    from spx.controller import handlers  # noqa: F401

@@ -170,6 +170,11 @@ def _job_owned_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
     return sorted(out, key=_created)
 
 
+def waiting_message(job_name: str) -> str:
+    """The message while a Job's pod is not bound yet (one text, so status is not rewritten for nothing)."""
+    return f"Job {job_name} created, waiting for its pod to be scheduled"
+
+
 def _elapsed(since: str | None, now: dt.datetime) -> float | None:
     t = parse_time(since)
     return None if t is None else (now - t).total_seconds()
@@ -232,7 +237,7 @@ def observe(
             node = (last.get("spec") or {}).get("nodeName")
             return Observation("running", "Running", f"pod {(last.get('metadata') or {}).get('name')} ended; "
                                "waiting for the Job's final condition", pod=last, node=node, disruptions=disruptions)
-        return Observation("pending", "Pending", f"Job {jname} created, waiting for its pod", disruptions=disruptions)
+        return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions)
 
     pname = (current.get("metadata") or {}).get("name", "?")
     node = (current.get("spec") or {}).get("nodeName")
@@ -269,5 +274,5 @@ def observe(
         if node or (scheduled_cond is not None and scheduled_cond.get("status") == "True"):
             return Observation("scheduled", "PodScheduled", f"pod {pname} is bound to {node or 'a node'}", node=node,
                                disruptions=disruptions)
-        return Observation("pending", "Pending", f"pod {pname} is waiting to be scheduled", disruptions=disruptions)
+        return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions)
     return Observation("running", "Running", f"pod {pname} is running", pod=current, node=node, disruptions=disruptions)

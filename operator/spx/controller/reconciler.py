@@ -284,6 +284,7 @@ class Reconciler:
     _own_writes: set[tuple[str, str, str, str]] = field(default_factory=set)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
     _synced_jobs: set[str] = field(default_factory=set)
+    _specs: dict[tuple[str, int], ExperimentSpec | SpecError] = field(default_factory=dict)
     last_reconcile: float = 0.0
 
     # Lifecycle -------------------------------------------------------------------------------------
@@ -362,10 +363,6 @@ class Reconciler:
         key = Store._key(obj)
         meta = _meta(obj)
         new_run = (obj.get("status") or {}).get("observedGeneration") != meta.get("generation")
-        if new_run and not hasattr(self, "_tseen"):
-            self._tseen = {}
-        if new_run:
-            self._tseen.setdefault(key, time.monotonic())
         self.queue.add(key, urgent=new_run and not deleted)
         if deleted:
             for job in self.store.jobs_of(str(meta.get("uid"))):  # garbage-collected with it
@@ -396,9 +393,11 @@ class Reconciler:
             self.queue.add(key)
 
     def wake_queued(self) -> None:
-        for key, exp in self.store.experiments.items():
-            if (exp.get("status") or {}).get("phase") == "Queued" or not exp.get("status"):
-                self.queue.add(key)
+        """A slot may have freed up: look at the experiments waiting for one."""
+        if self.config.max_concurrent <= 0:
+            return
+        for key in self._waiting():
+            self.queue.add(key)
 
     # Admission ---------------------------------------------------------------------------------------
 
@@ -471,7 +470,7 @@ class Reconciler:
 
         # Admission: an invalid spec never reaches a GPU.
         try:
-            spec = validate_spec(exp.get("spec"), source=f"{namespace}/{name}")
+            spec = self._spec(uid, generation, exp.get("spec"), f"{namespace}/{name}")
         except SpecError as err:
             await self._delete_jobs(exp, [j for j in jobs if not _deleting(j)], "the spec is invalid")
             if status.observed_generation == generation and cond.decided_reason(status) == "InvalidSpec":
@@ -512,6 +511,22 @@ class Reconciler:
         obs = observe(job, pods, now, self.config.timeouts)
         return await self._follow_run(exp, spec, status, job, obs, now)
 
+    def _spec(self, uid: str, generation: int, raw: Any, source: str) -> ExperimentSpec:
+        """The validated spec of one generation (validated once; a generation's spec never changes)."""
+        key = (uid, generation)
+        cached = self._specs.get(key)
+        if cached is None:
+            try:
+                cached = validate_spec(raw, source=source)
+            except SpecError as err:
+                cached = err
+            if len(self._specs) > 10_000:
+                self._specs.clear()
+            self._specs[key] = cached
+        if isinstance(cached, SpecError):
+            raise cached
+        return cached
+
     async def _sync_pods(self, namespace: str, experiment_uid: str, job_uid: str) -> None:
         """List a Job's pods from the API server once (the watch may not have delivered them yet)."""
         items = (await self.client.get(resource_path("v1", "pods", namespace),
@@ -524,9 +539,6 @@ class Reconciler:
 
     async def _start_run(self, exp: dict[str, Any], spec: ExperimentSpec, status: ExperimentStatus, jname: str,
                          now: dt.datetime) -> str:
-        if not hasattr(self, "_tstart"):
-            self._tstart = {}
-        self._tstart.setdefault(Store._key(exp), time.monotonic())
         key = Store._key(exp)
         namespace, name = key
         meta = _meta(exp)
@@ -589,8 +601,6 @@ class Reconciler:
                     return "job-conflict"
                 logger.info("Job %s/%s already exists and is ours; adopting it", namespace, jname)
             self.store.put_job(job)
-            import sys as _s
-            print("TIMING", key[1], self._tseen.get(key), time.monotonic(), getattr(self, "_tstart", {}).get(key), file=_s.stderr)
             self._wrote("Job", job)
             self._synced_jobs.add(str(_meta(job).get("uid")))
         finally:
@@ -601,7 +611,7 @@ class Reconciler:
         new = cond.apply_step(status, step, nows, generation)
         new = new.model_copy(update={"job_name": jname, "start_time": status.start_time or nows,
                                      "result_config_map": None})
-        await self._write_status(exp, new, events=[("Normal", "JobCreated", f"created Job {jname} for generation {generation}")])
+        await self._write_status(exp, new)  # (the Job controller posts the Job's own events)
         return "job-created"
 
     async def _follow_run(self, exp: dict[str, Any], spec: ExperimentSpec, status: ExperimentStatus,
@@ -778,6 +788,10 @@ class Reconciler:
             raise
         self.store.put_experiment(updated)
         self._wrote(KIND, updated)
+        old_phase = (exp.get("status") or {}).get("phase")
+        if old_phase != status.phase:
+            logger.info("%s/%s: %s → %s: %s", namespace, name, old_phase or "new", status.phase, status.message or "",
+                        extra={"experiment": name, "namespace": namespace, "phase": status.phase})
         metrics.observe_experiment(namespace, name, updated.get("status"), self._phase_since(status))
         for type_, reason, message in events or []:
             self.post_event_soon(updated, type_, reason, message)

@@ -77,6 +77,8 @@ def run_operator(args: argparse.Namespace) -> int:
         return 2
     from kopf.cli import main as kopf_main
 
+    import spx.controller.handlers  # noqa: F401  (registers the handlers before kopf loads the module)
+
     argv = kopf_args(args.namespaces, args.all_namespaces, args.liveness or None, args.log_format,
                      args.verbose, args.peering)
     try:

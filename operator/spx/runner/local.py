@@ -508,6 +508,13 @@ def run_local(
     gpus = visible_gpus()
     device = resolve_device(spec, gpus)
     n = check_nproc(spec, default_nproc(spec, gpus) if nproc is None else nproc, device, gpus)
+    if bench == BENCH_ENTRY:
+        from spx.bench.kernel import preflight
+
+        try:
+            preflight(spec, device, n)
+        except (ValueError, RuntimeError) as exc:
+            raise RunnerError(str(exc)) from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     log_dir = out / LOGS_DIR
@@ -632,4 +639,6 @@ def run_local(
             error=error or "unknown failure", started_at=started_at, wall_seconds=wall,
         )
     (out / RESULT_FILE).write_text(result.model_dump_json(by_alias=True, indent=1) + "\n", encoding="utf-8")
+    if result.complete:  # the streamed points are all in result.json now; keep them only for a failed run
+        points_path.unlink(missing_ok=True)
     return LocalRunOutcome(result=result, out_dir=out, log_dir=log_dir, nproc=n, device=device, failures=failures)

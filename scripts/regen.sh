@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Regenerate every checked-in generated file (tests fail when these drift from the code).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+.venv/bin/spx crd > crds/shardedprojectionexperiments.yaml
+cp crds/shardedprojectionexperiments.yaml charts/spx-operator/crds/shardedprojectionexperiments.yaml
+.venv/bin/python -m spx.dashboard --write charts/spx-operator/dashboards/spx.json
