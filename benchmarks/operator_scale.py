@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -98,7 +99,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for all to be Decided")
     parser.add_argument("--workers", type=int, default=None, help="SPX_RECONCILE_WORKERS of the operator")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=False,
                         help="pin the operator to the last CPU and this process to the others (less interference)")
     args = parser.parse_args()
 
@@ -126,7 +127,6 @@ def main() -> int:
         cpu_idle = proc_cpu_seconds(operator.pid)
 
         names = [f"scale-{i:04d}" for i in range(args.experiments)]
-        import resource
 
         def harness_cpu_s() -> float:
             r = resource.getrusage(resource.RUSAGE_SELF)
@@ -147,7 +147,7 @@ def main() -> int:
         def decided() -> int:
             def scan() -> int:
                 n = 0
-                for obj in cluster.emulator.list_objects("bench.spx.dev", "v1alpha1", EXP_PLURAL, namespace):
+                for _, _, obj in cluster.emulator._iter(("bench.spx.dev", "v1alpha1", EXP_PLURAL)):
                     for c in (obj.get("status") or {}).get("conditions") or []:
                         if c["type"] == "Decided" and c["status"] == "True":
                             n += 1
@@ -159,8 +159,6 @@ def main() -> int:
         time.sleep(2.0)  # let the last writes and events settle
         rss_after, rss_peak = proc_memory(operator.pid)
         operator_cpu = proc_cpu_seconds(operator.pid) - cpu_idle
-        import resource
-
         self_cpu = resource.getrusage(resource.RUSAGE_SELF)
         harness_cpu = self_cpu.ru_utime + self_cpu.ru_stime
 

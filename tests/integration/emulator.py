@@ -57,6 +57,7 @@ import aiohttp.web
 import attrs
 import jsonpatch
 import kmock
+from kmock._internal.parsing import parse_path
 
 Obj = dict[str, Any]
 LogReader = Callable[[str, str, Mapping[str, str]], "str | None"]
@@ -275,6 +276,23 @@ def prune(value: Any, schema: Mapping[str, Any]) -> Any:
 
 
 @attrs.define(frozen=True)
+class Req:
+    """What the object endpoints need of a request."""
+
+    method: str
+    params: Mapping[str, str]
+    headers: Mapping[str, str]
+    data: Any
+    group: str
+    version: str
+    plural: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    raw: Any
+
+
+@attrs.define(frozen=True)
 class Kind:
     kind: str
     namespaced: bool = True
@@ -299,6 +317,8 @@ class Emulator(kmock.KubernetesEmulator):
     bookmark_interval: float = 20.0
     #: Validate custom resources against their CRD schema (pruning happens either way).
     validate_schemas: bool = True
+    #: Serve object endpoints without kmock's per-request parsing and recording (faster).
+    fast_path: bool = True
     history_limit: int = 50_000
     log_reader: LogReader | None = None
     create_times: dict[tuple[str, str | None, str], float] = attrs.field(factory=dict)
@@ -429,16 +449,44 @@ class Emulator(kmock.KubernetesEmulator):
 
     # Request routing ---------------------------------------------------------------------------------
 
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Object endpoints take a short path (no kmock request record: it costs ~0.25 ms a request);
+        everything else (discovery, user-defined kmock reactions) goes through kmock."""
+        path = raw_request.path
+        if path.startswith(("/api/", "/apis/")) and self.fast_path:
+            k8s = parse_path(path)
+            if k8s.plural and k8s.group is not None:
+                body = await raw_request.read()
+                try:
+                    data = json.loads(body) if body else None
+                except ValueError:
+                    data = None
+                req = Req(method=raw_request.method.upper(), params=dict(raw_request.query), headers=raw_request.headers,
+                          data=data, group=k8s.group or "", version=k8s.version or "", plural=k8s.plural,
+                          namespace=k8s.namespace, name=k8s.name, subresource=k8s.subresource, raw=raw_request)
+                try:
+                    return await self._dispatch(req)
+                except Exception as err:  # a bug here must reach the client as a 500, like kmock does
+                    return _status(500, type(err).__name__, repr(err))
+        return await super().__call__(raw_request)
+
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        self.request_count += 1
         res = request.resource
         if res is None or not res.plural:
             return await kmock.RawHandler._handle(self, request)
-        rkey = (res.group or "", res.version or "", res.plural)
+        req = Req(method=str(request.method.value if hasattr(request.method, "value") else request.method).upper(),
+                  params=request.params, headers=request.headers, data=request.data, group=res.group or "",
+                  version=res.version or "", plural=res.plural, namespace=request.namespace, name=request.name,
+                  subresource=request.subresource, raw=request._raw_request)
+        return await self._dispatch(req)
+
+    async def _dispatch(self, request: Req) -> aiohttp.web.StreamResponse:
+        self.request_count += 1
+        rkey = (request.group, request.version, request.plural)
         kind = self._kinds.get(rkey)
         if kind is None:
-            return _status(404, "NotFound", f"the server could not find the requested resource ({res.group}/{res.version}/{res.plural})")
-        method = str(request.method.value if hasattr(request.method, "value") else request.method).upper()
+            return _status(404, "NotFound", f"the server could not find the requested resource ({'/'.join(rkey)})")
+        method = request.method
         params = request.params
         try:
             if method == "GET" and params.get("watch") in ("true", "1"):
@@ -724,7 +772,7 @@ class Emulator(kmock.KubernetesEmulator):
 
     # Watch ----------------------------------------------------------------------------------------------
 
-    async def _watch(self, request: kmock.Request, rkey: tuple[str, str, str], kind: Kind) -> aiohttp.web.StreamResponse:
+    async def _watch(self, request: Req, rkey: tuple[str, str, str], kind: Kind) -> aiohttp.web.StreamResponse:
         params = request.params
         namespace = request.namespace
         match_labels = label_selector(params.get("labelSelector"))
@@ -772,7 +820,7 @@ class Emulator(kmock.KubernetesEmulator):
                             initial.append(ev)
         self._subs.setdefault(rkey, set()).add(queue)
 
-        raw_request = request._raw_request
+        raw_request = request.raw
         assert raw_request is not None
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(raw_request)

@@ -289,3 +289,51 @@ def test_metrics_follow_status_and_are_removed_with_the_experiment() -> None:
     metrics.forget_experiment("ns", "exp")
     assert not [lb for fam in metrics.REGISTRY.collect() for s in fam.samples for lb in [s.labels] if lb.get("experiment") == "exp"]
     assert all(v == 0 for _, v in _samples("spx_experiments"))
+
+
+# Reconciler plumbing: the work queue and the store ---------------------------------------------------------
+
+
+def test_work_queue_dedupes_prioritises_and_never_runs_a_key_twice_at_once() -> None:
+    import asyncio
+
+    from spx.controller.reconciler import WorkQueue
+
+    async def scenario() -> list[tuple[str, str]]:
+        q = WorkQueue()
+        q.add(("ns", "old"))
+        q.add(("ns", "old"))  # deduplicated
+        q.add(("ns", "new"), urgent=True)
+        first = await q.get()
+        second = await q.get()
+        assert len(q) == 0
+        q.add(first)  # while being processed: remembered, re-queued when done
+        assert len(q) == 0
+        q.done(first)
+        third = await q.get()
+        q.done(second)
+        q.done(third)
+        return [first, second, third]
+
+    assert asyncio.run(scenario()) == [("ns", "new"), ("ns", "old"), ("ns", "new")]
+
+
+def test_store_ignores_stale_versions_and_other_incarnations() -> None:
+    from spx.controller.reconciler import Store
+
+    def exp(uid: str, rv: str) -> dict[str, Any]:
+        return {"metadata": {"namespace": "ns", "name": "e", "uid": uid, "resourceVersion": rv}}
+
+    store = Store()
+    assert store.put_experiment(exp("a", "5"))
+    assert not store.put_experiment(exp("a", "4"))  # an older watch event after our own write
+    assert store.experiments[("ns", "e")]["metadata"]["resourceVersion"] == "5"
+    assert not store.put_experiment(exp("old", "3"), deleted=True)  # deletion of a previous incarnation
+    assert ("ns", "e") in store.experiments
+    job = {"metadata": {"namespace": "ns", "name": "e-g1", "uid": "j", "resourceVersion": "6",
+                        "ownerReferences": [{"kind": "ShardedProjectionExperiment", "uid": "a", "controller": True}]}}
+    pod = {"metadata": {"namespace": "ns", "name": "e-g1-x", "uid": "p", "resourceVersion": "7",
+                        "ownerReferences": [{"kind": "Job", "uid": "j", "controller": True}]}}
+    store.put_job(job)
+    store.put_pod(pod)
+    assert store.experiment_of_pod(pod) == ("ns", "e") and store.jobs_of("a") == [job] and store.pods_of("j") == [pod]

@@ -140,6 +140,9 @@ def probe(**_: Any) -> dict[str, Any]:
     rec = RUNTIME.reconciler
     if rec is None:
         return {"started": False}
+    dead = rec.dead_tasks()
+    if dead:  # a reconcile worker died: fail the liveness probe so the pod is restarted
+        raise RuntimeError(f"reconciler tasks stopped: {', '.join(dead)}")
     return {
         "queued": len(rec.queue),
         "experiments": len(rec.store.experiments),

@@ -56,8 +56,8 @@ BACKOFF_S = (0.5, 1, 2, 5, 10, 30, 60)
 def _rv(obj: Mapping[str, Any]) -> int | None:
     raw = (obj.get("metadata") or {}).get("resourceVersion")
     try:
-        return int(raw)
-    except (TypeError, ValueError):
+        return int(str(raw))
+    except ValueError:
         return None
 
 
@@ -307,6 +307,10 @@ class Reconciler:
         self._tasks.clear()
         self.queue.close()
         await self.client.close()
+
+    def dead_tasks(self) -> list[str]:
+        """Names of the reconciler's background tasks that have ended (they never should)."""
+        return [t.get_name() for t in self._tasks if t.done()]
 
     async def _resync(self) -> None:
         while True:
@@ -708,6 +712,7 @@ class Reconciler:
             evaluation = analysis.evaluate(
                 meas.points, spec.gate, meas.gather_source, spec.parallelism.tensor_parallel_size,
                 gemm_backend=meas.gemm_backend, timer=meas.timer,
+                device=meas.environment.device if meas.environment else None,
             )
             new = cond.with_kernel(status, evaluation.kernel, evaluation.verdict, list(evaluation.reasons))
             new = cond.apply_step(new, cond.decided(evaluation.verdict, list(evaluation.reasons), "JobSucceeded",
@@ -770,7 +775,7 @@ class Reconciler:
         if wire == (exp.get("status") or {}):
             metrics.observe_experiment(namespace, name, wire, self._phase_since(status))
             return exp
-        ops = [
+        ops: list[dict[str, Any]] = [
             {"op": "test", "path": "/metadata/resourceVersion", "value": _meta(exp).get("resourceVersion")},
             {"op": "add", "path": "/status", "value": wire},
         ]
