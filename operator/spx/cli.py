@@ -41,9 +41,13 @@ from spx.api import (
     load_experiment,
     validate_spec,
 )
+from spx.api.accuracy import AccuracyStatus
+from spx.api.serving import ServingStatus
 
 if TYPE_CHECKING:
     from spx.analysis import Evaluation
+    from spx.api.accuracy import AccuracyResult
+    from spx.api.serving import ServingResult
     from spx.api.status import ConditionStatus
 
 EXIT_OK = 0
@@ -301,13 +305,62 @@ def _compact(model: Any) -> str:
     return json.dumps(dump_model(model), separators=(",", ":"), ensure_ascii=False)
 
 
-def build_summary(result: KernelResult, points: list[KernelPoint], max_bytes: int = SUMMARY_MAX_BYTES) -> str:
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def vllm_summary_levels(
+    serving: ServingStatus | None, accuracy: AccuracyStatus | None
+) -> list[tuple[ServingStatus | None, AccuracyStatus | None]]:
+    """The serving/accuracy sections of a :class:`ResultSummary`, richest first, each smaller.
+
+    1. everything, with at most 5 failures and 6 reasons of ≤ 200 characters;
+    2. reasons dropped, at most 3 failures of ≤ 120 characters;
+    3. per-arm values and arm messages dropped (means, change and check per point kept);
+    4. points reduced to name, metric, change and check; arms and accuracy runs dropped; failures counted;
+    5. only the gate outcomes (``gatePassed``, ``complete``, the accuracy means and drop).
+    """
+    levels: list[tuple[ServingStatus | None, AccuracyStatus | None]] = []
+    s, a = serving, accuracy
+
+    def each(fn_s: Any, fn_a: Any) -> None:
+        levels.append((fn_s(s) if s is not None else None, fn_a(a) if a is not None else None))
+
+    each(lambda x: x.model_copy(update={"failures": [_clip(f, 200) for f in x.failures[:5]],
+                                        "reasons": [_clip(r, 200) for r in x.reasons[:6]]}),
+         lambda x: x.model_copy(update={"reasons": [_clip(r, 200) for r in x.reasons[:6]]}))
+    each(lambda x: x.model_copy(update={"failures": [_clip(f, 120) for f in x.failures[:3]], "reasons": []}),
+         lambda x: x.model_copy(update={"reasons": []}))
+    each(lambda x: x.model_copy(update={
+        "failures": [_clip(f, 120) for f in x.failures[:3]], "reasons": [],
+        "points": [p.model_copy(update={"values": []}) for p in x.points],
+        "arms": [arm.model_copy(update={"message": None}) for arm in x.arms]}),
+        lambda x: x.model_copy(update={"reasons": [], "runs": [r.model_copy(update={"error": None}) for r in x.runs]}))
+    each(lambda x: x.model_copy(update={
+        "failures": [f"{len(x.failures)} failure(s)"] if x.failures else [], "reasons": [], "arms": [],
+        "points": [p.model_copy(update={"values": [], "main_mean": None, "split_mean": None, "improvement_pct": None})
+                   for p in x.points]}),
+        lambda x: x.model_copy(update={"reasons": [], "runs": []}))
+    each(lambda x: ServingStatus(complete=x.complete, gate_passed=x.gate_passed,
+                                 failures=[f"{len(x.failures)} failure(s)"] if x.failures else []),
+         lambda x: AccuracyStatus(main_pct=x.main_pct, split_pct=x.split_pct, drop_points=x.drop_points,
+                                  max_drop_points=x.max_drop_points, gate_passed=x.gate_passed))
+    return levels
+
+
+def build_summary(
+    result: KernelResult,
+    points: list[KernelPoint],
+    max_bytes: int = SUMMARY_MAX_BYTES,
+    serving: ServingStatus | None = None,
+    accuracy: AccuracyStatus | None = None,
+) -> str:
     """Compact JSON of a :class:`ResultSummary` of ``result`` in at most ``max_bytes`` bytes (UTF-8).
 
-    Times are rounded to 6 significant digits. Shrinks in this order until it fits: environment
-    detail (kernel names are never included), the error text, then the points' precision (5, 4, 3
-    significant digits) — the points themselves are always kept. Returns the smallest form when even
-    that does not fit.
+    Times are rounded to 6 significant digits. Shrinks in this order until it fits: the serving and
+    accuracy sections (:func:`vllm_summary_levels`), environment detail (kernel names are never
+    included), the error text, then the points' precision (5, 4, 3 significant digits) — the points
+    themselves are always kept. Returns the smallest form when even that does not fit.
     """
     env_full = result.environment.model_copy(update={"kernels": []})
     error = result.error[:511] + "…" if result.error and len(result.error) > 512 else result.error
@@ -329,11 +382,13 @@ def build_summary(result: KernelResult, points: list[KernelPoint], max_bytes: in
     for digits in (5, 4, 3):
         rounded = [_round_point(p, digits) for p in points]
         candidates.append(last.model_copy(update={"points": rounded}))
+    levels = vllm_summary_levels(serving, accuracy) if serving is not None or accuracy is not None else [(None, None)]
     text = ""
     for cand in candidates:
-        text = _compact(cand)
-        if len(text.encode()) <= max_bytes:
-            return text
+        for sv, acc in levels:
+            text = _compact(cand.model_copy(update={"serving": sv, "accuracy": acc}))
+            if len(text.encode()) <= max_bytes:
+                return text
     return text
 
 
@@ -395,10 +450,15 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help='JSON lines on stdout: {"kind":"point","point":{...}} per point, then {"kind":"result","result":{...}}; human output goes to stderr')
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results of an earlier run in --out (default: refuse, so nothing measured is lost)")
+    p.add_argument("--serving", action="store_true",
+                   help="after a completed kernel bench, run spec.serving / spec.accuracy (the vLLM serving A/B and "
+                        "GSM8K; needs vLLM and the GPUs) into OUT/serving; with --jsonl their results follow as "
+                        '{"kind":"serving",…} / {"kind":"accuracy",…} lines and the summary gets their gates')
+    p.add_argument("--vllm", default="vllm", metavar="CMD", help="with --serving: the vLLM CLI (argv prefix, split on spaces)")
 
 
 #: Files a run writes into --out; an earlier run's are cleared by --overwrite (never others).
-RUN_OUTPUTS = ("result.json", "status.json", "crossover.png", "points.partial.jsonl")
+RUN_OUTPUTS = ("result.json", "status.json", "crossover.png", "points.partial.jsonl", "serving")
 
 
 def prepare_out_dir(out: Path, overwrite: bool) -> None:
@@ -420,7 +480,10 @@ def prepare_out_dir(out: Path, overwrite: bool) -> None:
             "or choose another --out"
         )
     for name in earlier:
-        (out / name).unlink()
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+        else:
+            (out / name).unlink()
     shutil.rmtree(out / "logs", ignore_errors=True)
 
 
@@ -515,6 +578,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.jsonl:
         _emit_jsonl(stdout, "result", dump_model(result))
 
+    if args.serving and spec.serving is not None:
+        if status.phase != "Succeeded":
+            console.print("serving A/B and GSM8K not run: the kernel bench did not complete", highlight=False, markup=False)
+        else:
+            return _run_vllm_step(args, spec, name, out, result, points, status, console, stdout)
+
     if status.phase != "Succeeded":  # errors always go to stderr
         err = _err_console()
         err.print(f"[bold red]benchmark failed:[/] {escape(result.error or '')}", highlight=False)
@@ -531,6 +600,98 @@ def cmd_run(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
         return EXIT_FAILED
     return EXIT_OK
+
+
+def with_vllm_gates(status: ExperimentStatus, serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> ExperimentStatus:
+    """A decided local status with the serving/accuracy sections and the verdict over every gate."""
+    from spx.analysis import combine_verdict
+
+    update: dict[str, Any] = {"serving": serving, "accuracy": accuracy}
+    if status.verdict is not None:
+        verdict, reasons = combine_verdict(status.verdict, status.verdict_reasons, serving, accuracy)
+        first = reasons[0] if reasons else verdict
+        now = _now()
+        conditions = [c for c in status.conditions if c.type != "Decided"]
+        conditions.append(_condition("Decided", "True", verdict, first, now))
+        update.update(verdict=verdict, verdict_reasons=reasons, conditions=conditions,
+                      message=f"{verdict}: {first}")
+    return status.model_copy(update=update)
+
+
+def _run_vllm_step(
+    args: argparse.Namespace, spec: ExperimentSpec, name: str, out: Path, result: KernelResult,
+    points: list[KernelPoint], status: ExperimentStatus, console: Console, stdout: TextIO,
+) -> int:
+    """``spx run --serving`` after a completed kernel bench: the vLLM serving A/B and GSM8K.
+
+    Their result documents follow the kernel's on stdout (``{"kind":"serving"}``, ``{"kind":"accuracy"}``;
+    printed after every arm too, the last line wins), their statuses go into the summary file and
+    ``status.json``, and the verdict covers their gates. Exit 0 when the benches ran (failed arms or
+    points are in the results and make the gate Fail or Inconclusive), 1 when they could not start
+    (an accuracy arm that is not a serving arm, a missing GSM8K dataset).
+    """
+    from spx.analysis.accuracy import summarize as summarize_accuracy
+    from spx.analysis.serving import summarize as summarize_serving
+    from spx.bench.serving import RunnerOptions, run_vllm_benchmarks
+
+    assert spec.serving is not None
+    has_points = bool(spec.serving.points)
+
+    def emit(serving_result: ServingResult | None, accuracy_result: AccuracyResult | None) -> None:
+        if not args.jsonl:
+            return
+        if serving_result is not None and has_points:
+            _emit_jsonl(stdout, "serving", dump_model(serving_result))
+        if accuracy_result is not None:
+            _emit_jsonl(stdout, "accuracy", dump_model(accuracy_result))
+
+    opts = RunnerOptions(vllm_command=args.vllm.split(), experiment=name, on_arm=emit)
+    serving: ServingStatus | None = None
+    accuracy: AccuracyStatus | None = None
+    code = EXIT_OK
+    try:
+        outcome = run_vllm_benchmarks(spec, out / "serving", opts)
+    except (ValueError, OSError) as exc:
+        why = f"the vLLM benches did not start: {exc}"
+        _err_console().print(f"[bold red]{escape(why)}[/]", highlight=False)
+        if has_points:
+            serving = ServingStatus(failures=[why], reasons=[why])
+        if spec.accuracy is not None:
+            accuracy = AccuracyStatus(reasons=[f"GSM8K: {why}"], max_drop_points=spec.accuracy.max_drop_points)
+        code = EXIT_FAILED
+    else:
+        emit(outcome.serving, outcome.accuracy)
+        serving = summarize_serving(outcome.serving) if outcome.serving is not None else None
+        accuracy = summarize_accuracy(outcome.accuracy) if outcome.accuracy is not None else None
+    if code == EXIT_OK:
+        status = with_vllm_gates(status, serving, accuracy)
+    else:
+        status = status.model_copy(update={"serving": serving, "accuracy": accuracy})
+    (out / "status.json").write_text(json.dumps(dump_model(status), indent=1) + "\n", encoding="utf-8")
+    if args.summary_file:
+        try:
+            write_summary(args.summary_file, build_summary(result, points, serving=serving, accuracy=accuracy))
+        except OSError as exc:
+            _err_console().print(f"[yellow]summary not written to {escape(args.summary_file)}:[/] {escape(str(exc))}")
+    for line in _vllm_report_lines(serving, accuracy):
+        console.print(line, highlight=False, markup=False)
+    if status.verdict is not None:
+        console.print(f"verdict over every gate: {status.verdict}", highlight=False, markup=False)
+    console.print(f"results: {out / 'status.json'}, {out / 'serving'}", highlight=False, markup=False)
+    return code
+
+
+def _vllm_report_lines(serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> list[str]:
+    lines: list[str] = []
+    if serving is not None:
+        lines.append(f"serving A/B: gate {'passed' if serving.gate_passed else 'FAILED' if serving.gate_passed is False else 'inconclusive'}")
+        for p in serving.points:
+            change = "—" if p.change_pct is None else f"{p.change_pct:+.2f}%"
+            lines.append(f"  {p.name}: {p.metric} main {p.main_mean} split {p.split_mean} {p.unit}, change {change}")
+        lines += [f"  failed: {f}" for f in serving.failures]
+    if accuracy is not None:
+        lines.append("GSM8K: " + ("; ".join(accuracy.reasons) or "no result"))
+    return lines
 
 
 # --------------------------------------------------------------------------------------------

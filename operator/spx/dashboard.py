@@ -192,13 +192,13 @@ def build_dashboard() -> dict[str, Any]:
             barchart.Panel()
             .title("Latency vs tokens per candidate")
             .description(
-                "Median µs per call (max over ranks) of the replicated and the split candidate at each "
+                "Median time per call (max over ranks) of the replicated and the split candidate at each "
                 "token count. Log scale: the split bar drops below the replicated one at the crossover."
             )
             .datasource(ds)
             .with_target(
                 query(
-                    f"max by (tokens, candidate) (spx_kernel_latency_microseconds{{{EXP}}})",
+                    f"max by (tokens, candidate) (spx_kernel_latency_seconds{{{EXP}}})",
                     "{{candidate}}",
                     instant=True,
                     fmt="table",
@@ -215,9 +215,9 @@ def build_dashboard() -> dict[str, Any]:
                 ]
             )
             .x_field("tokens")
-            .unit("µs")
+            .unit("s")  # Grafana scales seconds for display: the bars read in µs
             .scale_distribution(log2)
-            .axis_label("µs per call")
+            .axis_label("time per call")
             .show_value(common.VisibilityMode.NEVER)
             .height(10)
             .span(12)
@@ -245,6 +245,52 @@ def build_dashboard() -> dict[str, Any]:
             .show_value(common.VisibilityMode.NEVER)
             .height(10)
             .span(12)
+        )
+        # ---------------------------------------------------------------- serving A/B and GSM8K
+        .with_row(dash.Row("Serving A/B and GSM8K of $namespace/$experiment"))
+        .with_panel(
+            barchart.Panel()
+            .title("Serving change vs main per point")
+            .description(
+                "spec.serving: (split mean − main mean) / main mean per point, in percent. Throughput points "
+                "are better above 0, TTFT/TPOT/ITL/E2EL points below 0; the serving gate bounds throughput "
+                "and TTFT points (docs/serving.md). Empty when the experiment has no serving A/B."
+            )
+            .datasource(ds)
+            .with_target(
+                query(f"max by (point, metric) (spx_serving_change_percent{{{EXP}}})", "{{point}}",
+                      instant=True, fmt="table")
+            )
+            .transformations(
+                [transform("organize", {"excludeByName": {"Time": True}, "renameByName": {"Value": "change %"}})]
+            )
+            .x_field("point")
+            .unit("percent")
+            .decimals(2)
+            .thresholds(thresholds((None, "blue")))
+            .thresholds_style(common_b.GraphThresholdsStyleConfig().mode(common.GraphTresholdsStyleMode.OFF))
+            .show_value(common.VisibilityMode.AUTO)
+            .no_value("no serving A/B")
+            .height(9)
+            .span(16)
+        )
+        .with_panel(
+            bargauge.Panel()
+            .title("GSM8K accuracy per variant")
+            .description(
+                "spec.accuracy: GSM8K accuracy of the main and the split servers (mean over each variant's "
+                "arms). The accuracy gate bounds main − split (spx_accuracy_drop_percentage_points)."
+            )
+            .datasource(ds)
+            .with_target(query(f"max by (variant) (spx_accuracy_percent{{{EXP}}})", "{{variant}}", instant=True))
+            .unit("percent")
+            .decimals(2)
+            .min(0)
+            .max(100)
+            .display_mode(common.BarGaugeDisplayMode.BASIC)
+            .no_value("no GSM8K run")
+            .height(9)
+            .span(8)
         )
         # ---------------------------------------------------------------- history across runs
         .with_row(dash.Row("Crossover history per GPU type and vLLM version"))

@@ -2,7 +2,9 @@
 
 Label sets are bounded: ``namespace``/``experiment`` are the live experiments (series of a deleted
 experiment are removed), ``candidate`` ∈ {replicated, split}, ``tokens`` ∈ the sweep (≤ 64 values),
-``gpu``/``vllm`` come from the fingerprint, ``phase``/``verdict`` are enums.
+``gpu``/``vllm`` come from the fingerprint, ``phase``/``verdict`` are enums; for the serving A/B,
+``point`` ∈ ``spec.serving.points`` (≤ 64 names), ``metric`` an enum, ``variant`` ∈ {main, split}.
+Values are in base units (``promtool check metrics`` finds nothing): latencies in seconds.
 """
 
 from __future__ import annotations
@@ -14,19 +16,21 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from spx.api.serving import LATENCY_METRICS
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 EXPERIMENT_LABELS = ("namespace", "experiment")
 
 KERNEL_LATENCY = Gauge(
-    "spx_kernel_latency_microseconds",
-    "Median µs per call of the projection, max over ranks, per candidate and token count.",
+    "spx_kernel_latency_seconds",
+    "Median seconds per call of the projection, max over ranks, per candidate and token count.",
     (*EXPERIMENT_LABELS, "candidate", "tokens", "gpu"),
     registry=REGISTRY,
 )
 KERNEL_SPEEDUP = Gauge(
     "spx_kernel_speedup_ratio",
-    "Replicated µs over split µs per token count (> 1: splitting by token wins).",
+    "Replicated latency over split latency per token count (> 1: splitting by token wins).",
     (*EXPERIMENT_LABELS, "tokens", "gpu"),
     registry=REGISTRY,
 )
@@ -48,6 +52,43 @@ VERDICT = Gauge(
     (*EXPERIMENT_LABELS, "gpu", "vllm", "verdict"),
     registry=REGISTRY,
 )
+SERVING_VALUE = Gauge(
+    "spx_serving_value",
+    "Serving A/B: mean over a variant's arms of a point's compared value (latencies in seconds, "
+    "throughputs in tokens or requests per second, as the metric label says).",
+    (*EXPERIMENT_LABELS, "point", "metric", "variant"),
+    registry=REGISTRY,
+)
+SERVING_CHANGE = Gauge(
+    "spx_serving_change_percent",
+    "Serving A/B: (split mean - main mean) / main mean x 100 per point (negative TTFT is better).",
+    (*EXPERIMENT_LABELS, "point", "metric"),
+    registry=REGISTRY,
+)
+SERVING_GATE = Gauge(
+    "spx_serving_gate_passed",
+    "Serving A/B gate: 1 passed, 0 failed; absent while undecided or inconclusive.",
+    EXPERIMENT_LABELS,
+    registry=REGISTRY,
+)
+ACCURACY = Gauge(
+    "spx_accuracy_percent",
+    "GSM8K accuracy in percent, mean over a variant's arms.",
+    (*EXPERIMENT_LABELS, "variant"),
+    registry=REGISTRY,
+)
+ACCURACY_DROP = Gauge(
+    "spx_accuracy_drop_percentage_points",
+    "GSM8K: main accuracy minus split accuracy, in percentage points (positive: the split is worse).",
+    EXPERIMENT_LABELS,
+    registry=REGISTRY,
+)
+ACCURACY_MAX_DROP = Gauge(
+    "spx_accuracy_max_drop_percentage_points",
+    "GSM8K gate: the largest drop the experiment allows (spec.accuracy.maxDropPoints).",
+    EXPERIMENT_LABELS,
+    registry=REGISTRY,
+)
 EXPERIMENTS = Gauge(
     "spx_experiments",
     "Number of experiments per phase.",
@@ -58,6 +99,12 @@ EXPERIMENT_DURATION = Histogram(
     "spx_experiment_duration_seconds",
     "Wall time from Job creation to a terminal phase.",
     buckets=(60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, float("inf")),
+    registry=REGISTRY,
+)
+TIMEOUT = Gauge(
+    "spx_experiment_timeout_seconds",
+    "The experiment's spec.timeoutSeconds: the deadline of its Job (a Running experiment within it is not stuck).",
+    EXPERIMENT_LABELS,
     registry=REGISTRY,
 )
 PHASE_SINCE = Gauge(
@@ -106,6 +153,11 @@ def _fmt_tokens(tokens: int) -> str:
     return str(int(tokens))
 
 
+def _seconds(microseconds: Any) -> float:
+    """Status fields are in µs (``replicatedUs``); metrics use base units (seconds)."""
+    return float(microseconds) / 1e6
+
+
 def _remove(collector: Any, labels: tuple[str, ...]) -> None:
     try:
         collector.remove(*labels)
@@ -129,12 +181,19 @@ def _set_phase_locked(key: tuple[str, str], phase: str | None, now: float) -> No
         EXPERIMENTS.labels(phase).set(_PHASE_COUNTS[phase])
 
 
-def observe_experiment(namespace: str, name: str, status: Mapping[str, Any] | None, phase_since: float | None = None) -> None:
+def observe_experiment(
+    namespace: str,
+    name: str,
+    status: Mapping[str, Any] | None,
+    phase_since: float | None = None,
+    timeout_seconds: float | None = None,
+) -> None:
     """Export an experiment's status (the camelCase ``.status`` dict) as gauges.
 
     Latency per candidate and token count, speedup per token count, crossover, recommended threshold
     and the verdict (1 for the current one, 0 for the others) — labelled with the GPU and vLLM
-    version from the fingerprint — plus the phase counts. Series the new status no longer has are
+    version from the fingerprint — the serving A/B and GSM8K sections, ``timeout_seconds`` (the spec's
+    Job deadline) when given, plus the phase counts. Series the new status no longer has are
     removed; an unchanged status costs a comparison.
     """
     key = (namespace, name)
@@ -147,15 +206,18 @@ def observe_experiment(namespace: str, name: str, status: Mapping[str, Any] | No
     for p in kernel.get("points") or []:
         tokens = _fmt_tokens(p.get("tokens", 0))
         if p.get("replicatedUs") is not None:
-            wanted.append((KERNEL_LATENCY, (namespace, name, "replicated", tokens, gpu), float(p["replicatedUs"])))
+            wanted.append((KERNEL_LATENCY, (namespace, name, "replicated", tokens, gpu), _seconds(p["replicatedUs"])))
         if p.get("splitUs") is not None:
-            wanted.append((KERNEL_LATENCY, (namespace, name, "split", tokens, gpu), float(p["splitUs"])))
+            wanted.append((KERNEL_LATENCY, (namespace, name, "split", tokens, gpu), _seconds(p["splitUs"])))
         if p.get("speedup") is not None:
             wanted.append((KERNEL_SPEEDUP, (namespace, name, tokens, gpu), float(p["speedup"])))
     if kernel.get("crossoverTokens") is not None:
         wanted.append((CROSSOVER, (namespace, name, gpu, vllm), float(kernel["crossoverTokens"])))
     if kernel.get("recommendedThresholdTokens") is not None:
         wanted.append((RECOMMENDED_THRESHOLD, (namespace, name, gpu, vllm), float(kernel["recommendedThresholdTokens"])))
+    wanted += _vllm_series(namespace, name, status)
+    if timeout_seconds is not None:
+        wanted.append((TIMEOUT, (namespace, name), float(timeout_seconds)))
     verdict = status.get("verdict")
     if verdict in VERDICTS:
         for v in VERDICTS:
@@ -171,6 +233,32 @@ def observe_experiment(namespace: str, name: str, status: Mapping[str, Any] | No
                 collector.labels(*labels).set(value)
             _SERIES[key] = wanted
         _set_phase_locked(key, status.get("phase"), phase_since if phase_since is not None else time.time())
+
+
+def _vllm_series(namespace: str, name: str, status: Mapping[str, Any]) -> list[tuple[Any, tuple[str, ...], float]]:
+    """Series of ``status.serving`` (per point: each variant's mean and the change; the gate) and
+    ``status.accuracy`` (each variant's accuracy, the drop and its bound)."""
+    out: list[tuple[Any, tuple[str, ...], float]] = []
+    serving = status.get("serving") or {}
+    for p in serving.get("points") or []:
+        point, metric = str(p.get("name") or ""), str(p.get("metric") or "")
+        scale = 1e-3 if metric in LATENCY_METRICS else 1.0  # latencies: ms in the status, s here
+        for variant, key in (("main", "mainMean"), ("split", "splitMean")):
+            if p.get(key) is not None:
+                out.append((SERVING_VALUE, (namespace, name, point, metric, variant), float(p[key]) * scale))
+        if p.get("changePct") is not None:
+            out.append((SERVING_CHANGE, (namespace, name, point, metric), float(p["changePct"])))
+    if serving.get("gatePassed") is not None:
+        out.append((SERVING_GATE, (namespace, name), 1.0 if serving["gatePassed"] else 0.0))
+    accuracy = status.get("accuracy") or {}
+    for variant, key in (("main", "mainPct"), ("split", "splitPct")):
+        if accuracy.get(key) is not None:
+            out.append((ACCURACY, (namespace, name, variant), float(accuracy[key])))
+    if accuracy.get("dropPoints") is not None:
+        out.append((ACCURACY_DROP, (namespace, name), float(accuracy["dropPoints"])))
+    if accuracy.get("maxDropPoints") is not None:
+        out.append((ACCURACY_MAX_DROP, (namespace, name), float(accuracy["maxDropPoints"])))
+    return out
 
 
 def forget_experiment(namespace: str, name: str) -> None:

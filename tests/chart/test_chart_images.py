@@ -82,14 +82,19 @@ def _bench_entrypoints() -> set[str]:
     return declared
 
 
-def test_the_operators_job_runs_an_entrypoint_of_the_bench_image() -> None:
+SERVING_SPEC = {"serving": {"model": "deepseek-ai/DeepSeek-V4.1", "modelPvc": "weights", "modelPath": "/models/ds"},
+                "accuracy": {}, "timeoutSeconds": 14400}
+
+
+@pytest.mark.parametrize("spec", [{}, SERVING_SPEC], ids=["kernel", "kernel+serving+accuracy"])
+def test_the_operators_job_runs_an_entrypoint_of_the_bench_image(spec: dict) -> None:
     from spx.api.spec import ExperimentSpec
     from spx.cli import COMMANDS, build_parser
     from spx.controller.config import OperatorConfig
     from spx.runner.kubernetes import build_job
 
-    job = build_job("h200-tp8", "ml", "0000-uid", 1, ExperimentSpec(), "ghcr.io/spx-dev/spx-bench:0.1.0",
-                    command=OperatorConfig().bench_command)  # fmt: skip
+    job = build_job("h200-tp8", "ml", "0000-uid", 1, ExperimentSpec.model_validate(spec),
+                    "ghcr.io/spx-dev/spx-bench:0.1.0", command=OperatorConfig().bench_command)  # fmt: skip
     (container,) = job["spec"]["template"]["spec"]["containers"]
     command = list(container.get("command") or []) + list(container.get("args") or [])
     entrypoints = _bench_entrypoints()
@@ -101,6 +106,7 @@ def test_the_operators_job_runs_an_entrypoint_of_the_bench_image() -> None:
     assert command[1] in COMMANDS, f"spx has no subcommand {command[1]!r}"
     args = build_parser().parse_args(command[1:])
     assert args.command == command[1]
+    assert args.serving == ("serving" in spec)  # the vLLM benches run in the same pod, same command
 
 
 def test_the_bench_image_default_command_is_the_spx_cli() -> None:

@@ -323,6 +323,11 @@ class Emulator(kmock.KubernetesEmulator):
     log_reader: LogReader | None = None
     create_times: dict[tuple[str, str | None, str], float] = attrs.field(factory=dict)
     request_count: int = 0
+    #: Record every object-endpoint request in :attr:`api_requests` (the fast path bypasses kmock's
+    #: own request list, ``_requests``, which then holds only discovery requests).
+    record_requests: bool = True
+    #: ``(method, path with query, User-Agent)`` of each object-endpoint request served, in order.
+    api_requests: list[tuple[str, str, str]] = attrs.field(factory=list, init=False)
     _rv: int = attrs.field(default=0, init=False)
     _kinds: dict[tuple[str, str, str], Kind] = attrs.field(factory=dict, init=False)
     _schemas: dict[tuple[str, str, str], Any] = attrs.field(factory=dict, init=False)
@@ -450,8 +455,8 @@ class Emulator(kmock.KubernetesEmulator):
     # Request routing ---------------------------------------------------------------------------------
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-        """Object endpoints take a short path (no kmock request record: it costs ~0.25 ms a request);
-        everything else (discovery, user-defined kmock reactions) goes through kmock."""
+        """Object endpoints take a short path (no kmock request record: it costs ~0.25 ms a request;
+        :attr:`api_requests` records them instead); everything else (discovery, user-defined kmock reactions) goes through kmock."""
         path = raw_request.path
         if path.startswith(("/api/", "/apis/")) and self.fast_path:
             k8s = parse_path(path)
@@ -482,6 +487,9 @@ class Emulator(kmock.KubernetesEmulator):
 
     async def _dispatch(self, request: Req) -> aiohttp.web.StreamResponse:
         self.request_count += 1
+        if self.record_requests:
+            path = request.raw.path_qs if request.raw is not None else ""
+            self.api_requests.append((request.method, path, request.headers.get("User-Agent", "")))
         rkey = (request.group, request.version, request.plural)
         kind = self._kinds.get(rkey)
         if kind is None:

@@ -138,6 +138,37 @@ def canned_outputs(experiment_doc: Mapping[str, Any], fault: Fault) -> tuple[str
     return "\n".join(lines) + "\n", summary
 
 
+# A stand-in vLLM node ------------------------------------------------------------------------------
+
+#: Stand-in ``vllm`` and ``nvidia-smi`` executables (vLLM's CLI and HTTP on loopback, see their docstrings).
+STANDINS = Path(__file__).resolve().parent / "standins"
+
+
+def standin_node_env(pid_dir: Path, **extra: str) -> dict[str, str]:
+    """The node environment (:attr:`Kubelet.env`) under which a bench pod's ``spx run --serving`` finds
+    the stand-ins as ``vllm`` / ``nvidia-smi``: ``PATH`` first, their interpreter (``python3``) this
+    one, the spx plugin aimed at the stand-in attention module, GPU "processes" tracked in ``pid_dir``."""
+    return {
+        "PATH": os.pathsep.join([str(STANDINS), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "PYTHONPATH": str(STANDINS),
+        "SPX_SHARD_FUSED_WQA_WKV_TARGET": "standin_deepseek_attention",
+        "STANDIN_PID_DIR": str(pid_dir),
+        **extra,
+    }
+
+
+def write_gsm8k(directory: Path, questions: int) -> tuple[Path, Path]:
+    """A tiny GSM8K in its own format: ``test.jsonl`` ("What is i plus i+2?", answer 2i+2) and ``train.jsonl``."""
+    test, train = directory / "test.jsonl", directory / "train.jsonl"
+    test.write_text("".join(
+        json.dumps({"question": f"What is {i} plus {i + 2}?", "answer": f"{i}+{i + 2}={2 * i + 2}\n#### {2 * i + 2}"}) + "\n"
+        for i in range(questions)))
+    train.write_text("".join(
+        json.dumps({"question": f"Add {i} and 1000.", "answer": f"{i} + 1000 = {i + 1000}\n#### {i + 1000}"}) + "\n"
+        for i in range(6)))
+    return test, train
+
+
 # The driver ----------------------------------------------------------------------------------------
 
 
@@ -164,7 +195,7 @@ class Kubelet:
 
     def __init__(self, api_url: str, workdir: Path, *, time_scale: float = 1.0, node: str = "emu-gpu-node-1",
                  default_fault: Fault | None = None, binaries: Mapping[str, list[str]] | None = None,
-                 nodes: int | None = None) -> None:
+                 nodes: int | None = None, env: Mapping[str, str] | None = None) -> None:
         self.api = api_url.rstrip("/")
         self.workdir = Path(workdir)
         self.time_scale = time_scale
@@ -173,6 +204,9 @@ class Kubelet:
         self.faults: dict[str, Fault] = {}
         bindir = Path(sys.executable).parent
         self.binaries = dict(binaries or {"spx": [str(bindir / "spx")]})
+        #: The node's environment for the bench processes, over this process' own (e.g. a ``PATH``
+        #: that finds stand-in ``vllm`` / ``nvidia-smi`` executables); the container's env goes on top.
+        self.env: dict[str, str] = dict(env or {})
         self.jobs: dict[tuple[str, str], JobState] = {}
         self.pods: dict[tuple[str, str], PodRun] = {}
         self.logs: dict[tuple[str, str], str] = {}  # canned pods' logs
@@ -547,7 +581,7 @@ class Kubelet:
 
         argv = [rewrite(a) for a in (container.get("command") or []) + (container.get("args") or [])]
         argv = [*self.binaries.get(argv[0], [argv[0]]), *argv[1:]]
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         for item in container.get("env") or []:
             if "value" in item:
                 env[item["name"]] = item["value"]

@@ -114,7 +114,7 @@ def test_happy_path_end_to_end(cluster: Cluster) -> None:
     reasons = {e["reason"] for e in cluster.events("happy")}
     assert {"Running", f"Verdict{st['verdict']}"} <= reasons
 
-    latency = {(lb["candidate"], lb["tokens"]) for lb, _ in cluster.metric_samples("spx_kernel_latency_microseconds")
+    latency = {(lb["candidate"], lb["tokens"]) for lb, _ in cluster.metric_samples("spx_kernel_latency_seconds")
                if lb["experiment"] == "happy"}
     assert latency == {(c, str(t)) for c in ("replicated", "split") for t in CPU_SPEC["sweep"]["tokens"]}
     verdicts = {lb["verdict"]: v for lb, v in cluster.metric_samples("spx_verdict") if lb["experiment"] == "happy"}

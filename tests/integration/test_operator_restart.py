@@ -38,6 +38,12 @@ def running(cluster: Cluster, name: str) -> dict[str, Any]:
     return cluster.wait_phase(name, {"Running"}, timeout=30)
 
 
+def duration_count(cluster: Cluster) -> float:
+    """``spx_experiment_duration_seconds_count`` of the running operator process."""
+    (sample,) = cluster.metric_samples("spx_experiment_duration_seconds_count")
+    return sample[1]
+
+
 def test_operator_restarted_mid_run(cluster: Cluster) -> None:
     """SIGKILL the operator while the bench runs: the new one adopts the Job, never duplicates it."""
     cluster.kubelet.faults["restart"] = Fault(canned=True, canned_seconds=6)  # type: ignore[union-attr]
@@ -50,6 +56,8 @@ def test_operator_restarted_mid_run(cluster: Cluster) -> None:
     assert obj["status"]["phase"] == "Succeeded", obj["status"]["message"]
     assert cluster.jobs_created("restart-") == ["restart-g1"]
     assert len(cluster.list("v1", "pods", "default", "batch.kubernetes.io/job-name=restart-g1")) == 1
+    # The operator that saw the run end timed it, once (Job creation → terminal phase).
+    assert duration_count(cluster) == 1
     # Restarting again after the end changes nothing: the status is level-based and final.
     before = obj["metadata"]["resourceVersion"]
     cluster.stop_operator()
@@ -59,6 +67,7 @@ def test_operator_restarted_mid_run(cluster: Cluster) -> None:
                      20, "the restarted operator to re-export the verdict")
     assert cluster.exp("restart")["metadata"]["resourceVersion"] == before  # type: ignore[index]
     assert cluster.jobs_created("restart-") == ["restart-g1"]
+    assert duration_count(cluster) == 0  # a replayed terminal status is not a new run to time
 
 
 def test_spec_edited_mid_run_starts_a_new_run(cluster: Cluster) -> None:
@@ -107,3 +116,17 @@ def test_experiment_deleted_mid_run(cluster: Cluster) -> None:
     again = cluster.apply("deleted", SPEC)
     assert again["metadata"]["uid"] != uid
     assert cluster.wait_decided("deleted", timeout=30)["status"]["phase"] == "Succeeded"
+
+
+def test_job_deleted_mid_run_is_infra_failed_and_timed(cluster: Cluster) -> None:
+    """Someone deletes the run's Job: InfraFailed, and the run still counts in the duration histogram."""
+    cluster.kubelet.faults["jobgone"] = Fault(canned=True, canned_seconds=60)  # type: ignore[union-attr]
+    cluster.apply("jobgone", SPEC)
+    running(cluster, "jobgone")
+    before = duration_count(cluster)
+    cluster.delete("batch/v1", "jobs", "default", "jobgone-g1")
+    obj = cluster.wait_decided("jobgone", timeout=30)
+    c = condition(obj, "Decided")
+    assert obj["status"]["phase"] == "Failed" and c["reason"] == "InfraFailed", obj["status"]  # type: ignore[index]
+    assert "deleted before it finished" in c["message"]  # type: ignore[index]
+    assert duration_count(cluster) == before + 1

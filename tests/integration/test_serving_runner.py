@@ -266,7 +266,7 @@ def test_module_main_runs_an_experiment_file(h: Harness, monkeypatch: pytest.Mon
     exp = h.tmp / "exp.yaml"
     exp.write_text(json.dumps({
         "apiVersion": "bench.spx.dev/v1alpha1", "kind": "ShardedProjectionExperiment", "metadata": {"name": "ab"},
-        "spec": {"serving": {"model": "m", "port": h.port, "arms": TWO_ARMS, "points": POINTS[:1]}},
+        "spec": {"serving": {"model": "m", "port": h.port, "arms": TWO_ARMS, "points": POINTS[:1]}, "timeoutSeconds": 4800},
     }))
     vllm = f"{sys.executable} {STANDINS / 'vllm'}"
     assert main([str(exp), "--out", str(h.out), "--vllm", vllm]) == 0

@@ -31,7 +31,7 @@ def test_generation_is_deterministic() -> None:
 
 REQUIRED_PANELS = {
     # issue 4, point 4: panel title → the metric it must plot
-    "Latency vs tokens per candidate": "spx_kernel_latency_microseconds",
+    "Latency vs tokens per candidate": "spx_kernel_latency_seconds",
     "Speedup vs tokens (replicated ÷ split)": "spx_kernel_speedup_ratio",
     "Crossover over time": "spx_crossover_tokens",
     "Recommended threshold over time": "spx_recommended_threshold_tokens",
@@ -44,6 +44,9 @@ REQUIRED_PANELS = {
     "Since last reconcile": "spx_last_reconcile_timestamp_seconds",
     "Reconciles by handler and outcome": "spx_reconcile_total",
     "Reconcile errors": "spx_reconcile_errors_total",
+    # issue 5, point 5: the serving A/B and GSM8K
+    "Serving change vs main per point": "spx_serving_change_percent",
+    "GSM8K accuracy per variant": "spx_accuracy_percent",
 }
 
 

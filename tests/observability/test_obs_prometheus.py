@@ -4,8 +4,10 @@ Prometheus (Debian `prometheus` 2.42) runs on loopback with the chart's rule fil
 the operator (`kopf run -m spx.controller`, as the image's `spx operator` does) that reconciles
 against the emulated API server (tests/integration/emulator.py); the test kubelet
 (tests/integration/kubelet.py) runs the bench Job's command as a local process — the real CPU bench,
-`spx run` with 2 gloo ranks. One experiment completes with a verdict; a second one has a spec the
-operator rejects (InvalidSpec → phase Failed).
+`spx run` with 2 gloo ranks. One experiment completes with a verdict — it also has a serving A/B and
+GSM8K, run by the same pod against the stand-in `vllm` executables (tests/integration/standins/), the
+split servers answering 2 of 16 questions wrongly so that the accuracy gate fails; a second one has a
+spec the operator rejects (InvalidSpec → phase Failed).
 
 Then every dashboard query, every dashboard variable, every recording and alerting rule expression,
 and the Argo Rollouts AnalysisTemplate's query is evaluated through Prometheus' HTTP API, and each
@@ -121,8 +123,10 @@ def _value(sample: dict[str, Any]) -> float:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     require_binary("prometheus")
     workdir = tmp_path_factory.mktemp("obs-e2e")
+    (workdir / "gpu-pids").mkdir()
+    node_env = kubelet_mod.standin_node_env(workdir / "gpu-pids", STANDIN_CHAT_WRONG_MOD="16")
     cluster = emulator.Cluster(
-        workdir / "cluster", kubelet_factory=lambda url: kubelet_mod.Kubelet(url, workdir / "kubelet")
+        workdir / "cluster", kubelet_factory=lambda url: kubelet_mod.Kubelet(url, workdir / "kubelet", env=node_env)
     )
     prom = None
     try:
@@ -135,9 +139,34 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         cluster.start_operator(env={"SPX_BENCH_IMAGE": "spx-bench:test", "SPX_MAX_CONCURRENT_EXPERIMENTS": "2"})
         cluster.wait_operator_ready(60)
         prom = Prometheus(workdir, cluster.metrics_port)
+        # Prometheus is ready ~5 s before its first scrape (discovery and scrape-manager reloads are
+        # throttled to 5 s). increase() over a counter only sees increments made after a sample
+        # was taken, so the operator's pre-experiment state (histogram count 0) must be scraped before
+        # an experiment can finish; else a fast run's duration is invisible to the dashboard queries.
+        cluster.wait_for(
+            lambda: prom.query('spx_experiment_duration_seconds_count{job="spx-operator"} == 0'),
+            60,
+            "Prometheus to scrape the operator before the experiments start",
+        )
 
         quickstart = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
-        cluster.create(emulator.EXP_API, emulator.EXP_PLURAL, NS, emulator.experiment(GOOD, quickstart["spec"], NS))
+        test, train = kubelet_mod.write_gsm8k(workdir, 16)
+        good_spec = {
+            **quickstart["spec"],
+            "serving": {
+                "model": "deepseek-ai/DeepSeek-V4.1", "port": emulator.free_port(),
+                "arms": [{"name": "B1", "variant": "split"}, {"name": "A1", "variant": "main"}],
+                "points": [
+                    {"name": "ttft_8k_c1", "inputLen": 8192, "outputLen": 1, "concurrency": 1, "numPrompts": 2,
+                     "metric": "ttft"},
+                    {"name": "1k_in_1k_out_c2", "inputLen": 1024, "outputLen": 8, "concurrency": 2, "numPrompts": 4,
+                     "metric": "output_throughput"},
+                ],
+                "startupTimeoutSeconds": 20, "shutdownTimeoutSeconds": 5, "gpuReleaseTimeoutSeconds": 5,
+            },
+            "accuracy": {"datasetPath": str(test), "fewshotPath": str(train), "concurrency": 8},
+        }
+        cluster.create(emulator.EXP_API, emulator.EXP_PLURAL, NS, emulator.experiment(GOOD, good_spec, NS))
         broken_spec = {**quickstart["spec"], "sweep": {"tokens": [512, 32, 8]}}  # not increasing: InvalidSpec
         cluster.create(emulator.EXP_API, emulator.EXP_PLURAL, NS, emulator.experiment(BROKEN, broken_spec, NS))
 
@@ -180,6 +209,9 @@ def _subst(expr: str, experiment: str = GOOD) -> str:
 def test_the_experiments_ended_as_expected(stack: dict[str, Any]) -> None:
     good, broken = stack["good"]["status"], stack["broken"]["status"]
     assert good["phase"] == "Succeeded" and good["verdict"] in ("Pass", "Fail", "Inconclusive"), good
+    # the serving A/B passed its gate, GSM8K on the split servers dropped 12.5 points: Fail
+    assert good["serving"]["gatePassed"] is True and good["accuracy"]["gatePassed"] is False
+    assert good["verdict"] == "Fail" and good["verdictReasons"][0].startswith("accuracy gate failed")
     assert broken["phase"] == "Failed" and emulator.condition(stack["broken"], "Decided")["reason"] == "InvalidSpec"
 
 
@@ -213,8 +245,8 @@ def test_every_dashboard_query_returns_the_expected_series(stack: dict[str, Any]
         elif title == "Latency vs tokens per candidate":
             expected = {}
             for tokens, p in points.items():
-                expected[(("candidate", "replicated"), ("tokens", str(tokens)))] = p["replicatedUs"]
-                expected[(("candidate", "split"), ("tokens", str(tokens)))] = p["splitUs"]
+                expected[(("candidate", "replicated"), ("tokens", str(tokens)))] = p["replicatedUs"] * 1e-6
+                expected[(("candidate", "split"), ("tokens", str(tokens)))] = p["splitUs"] * 1e-6
             assert by.keys() == expected.keys()
             assert all(math.isclose(by[k], v, rel_tol=1e-9) for k, v in expected.items())
         elif title.startswith("Speedup vs tokens"):
@@ -235,6 +267,17 @@ def test_every_dashboard_query_returns_the_expected_series(stack: dict[str, Any]
             assert buckets["+Inf"] > 0, buckets  # at least one experiment finished in the range
         elif title == "Mean experiment duration":
             assert len(result) == 1 and 0 < _value(result[0]) < 600, result
+        elif title == "Serving change vs main per point":
+            expected = {
+                (("metric", p["metric"]), ("point", p["name"])): p["changePct"]
+                for p in (status.get("serving") or {}).get("points") or []
+                if p.get("changePct") is not None
+            }
+            assert expected, "the experiment's serving A/B has no change to show"
+            assert by == pytest.approx(expected)
+        elif title == "GSM8K accuracy per variant":
+            acc = status.get("accuracy") or {}
+            assert by == pytest.approx({(("variant", "main"),): acc["mainPct"], (("variant", "split"),): acc["splitPct"]})
         elif title == "Since last reconcile":
             assert len(result) == 1 and 0 <= _value(result[0]) < 300
         elif title == "Reconciles by handler and outcome":
@@ -265,10 +308,14 @@ def test_every_dashboard_variable_finds_the_experiment(stack: dict[str, Any]) ->
 
 def test_every_rule_expression_returns_the_expected_series(stack: dict[str, Any]) -> None:
     prom: Prometheus = stack["prom"]
-    verdict = stack["good"]["status"]["verdict"]
+    status = stack["good"]["status"]
+    verdict = status["verdict"]
+    accuracy = status.get("accuracy") or {}
     rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
     expect_firing = {
         "SpxGateFailed": {(GOOD,)} if verdict == "Fail" else set(),
+        "SpxServingGateFailed": {(GOOD,)} if (status.get("serving") or {}).get("gatePassed") is False else set(),
+        "SpxAccuracyDropped": {(GOOD,)} if accuracy.get("dropPoints", 0) > accuracy.get("maxDropPoints", 100) else set(),
         "SpxExperimentFailed": {(BROKEN,)},
         "SpxExperimentStuck": set(),
         "SpxOperatorDown": set(),
@@ -292,6 +339,7 @@ def test_every_rule_expression_returns_the_expected_series(stack: dict[str, Any]
     alerts = prom.api("alerts")["alerts"]
     names = {(a["labels"]["alertname"], a["labels"].get("experiment")) for a in alerts}
     assert ("SpxExperimentFailed", BROKEN) in names
+    assert ("SpxAccuracyDropped", GOOD) in names and ("SpxGateFailed", GOOD) in names  # the accuracy gate failed
     assert not {n for n, _ in names} & {
         "SpxOperatorDown",
         "SpxOperatorAbsent",
@@ -373,11 +421,14 @@ def test_the_operator_needs_no_more_than_the_charts_rbac(stack: dict[str, Any]) 
     }
     emu = stack["cluster"].emulator
     seen = set()
-    for request in list(emu._requests):  # kmock keeps every request it served
-        agent = dict(request.headers).get("User-Agent", "")
+    # Every object-endpoint request the emulator served (its fast path bypasses kmock's own request
+    # list, which keeps only the discovery requests: those need no RBAC anyway).
+    requests = stack["cluster"].call(lambda: list(emu.api_requests))
+    assert requests, "the emulator recorded no requests"
+    for method, url, agent in requests:
         if agent != "spx-operator" and not agent.startswith("kopf/"):
             continue  # the test kubelet and the test itself
-        needed = _rbac_request(str(request.method).split(".")[-1].upper(), str(request.url))
+        needed = _rbac_request(method, url)
         if needed is not None:
             seen.add(needed)
     assert seen, "no operator requests recorded"

@@ -11,6 +11,8 @@ from obslib import RULES, RULES_TEST, SYNTHETIC, metric_names, registry_series_n
 
 ALERTS = {
     "SpxGateFailed",
+    "SpxServingGateFailed",
+    "SpxAccuracyDropped",
     "SpxExperimentFailed",
     "SpxExperimentStuck",
     "SpxOperatorDown",

@@ -279,12 +279,12 @@ def test_metrics_follow_status_and_are_removed_with_the_experiment() -> None:
     metrics.observe_experiment("ns", "exp", status)
     verdicts = {lb["verdict"]: v for lb, v in _samples("spx_verdict") if lb["experiment"] == "exp"}
     assert verdicts == {"Pass": 0.0, "Fail": 1.0, "Inconclusive": 0.0}
-    assert ({"namespace": "ns", "experiment": "exp", "candidate": "split", "tokens": "2048", "gpu": "NVIDIA H200"}, 33.0) in _samples(
-        "spx_kernel_latency_microseconds")
+    assert ({"namespace": "ns", "experiment": "exp", "candidate": "split", "tokens": "2048", "gpu": "NVIDIA H200"}, 33.0e-6) in _samples(
+        "spx_kernel_latency_seconds")
     assert dict((lb["phase"], v) for lb, v in _samples("spx_experiments"))["Succeeded"] == 1
     # A new run on another GPU: the old GPU's series go.
     metrics.observe_experiment("ns", "exp", {"phase": "Running", "environment": {"gpu": "NVIDIA H100"}})
-    assert not [lb for lb, _ in _samples("spx_kernel_latency_microseconds") if lb["experiment"] == "exp"]
+    assert not [lb for lb, _ in _samples("spx_kernel_latency_seconds") if lb["experiment"] == "exp"]
     assert dict((lb["phase"], v) for lb, v in _samples("spx_experiments"))["Running"] == 1
     metrics.forget_experiment("ns", "exp")
     assert not [lb for fam in metrics.REGISTRY.collect() for s in fam.samples for lb in [s.labels] if lb.get("experiment") == "exp"]

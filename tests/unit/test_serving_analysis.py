@@ -198,6 +198,7 @@ def test_spec_round_trip_camel_case() -> None:
         "serving": {"model": "m", "modelPvc": "weights", "modelPath": "/models/ds", "extraArgs": ["--max-model-len", "8192"],
                     "gate": {"minThroughputChangePct": 0.5}},
         "accuracy": {"maxDropPoints": 0.5, "chatTemplateKwargs": {"thinking": False}},
+        "timeoutSeconds": 14400,
     })
     assert spec.serving is not None and spec.serving.gate.min_throughput_change_pct == 0.5
     assert spec.accuracy is not None and spec.accuracy.max_drop_points == 0.5

@@ -15,6 +15,7 @@ from spx.analysis.crossover import (
 )
 from spx.analysis.predict import Prediction, predict_from_table
 from spx.analysis.reference import parse_kernel_table
+from spx.analysis.rollout import combine_verdict
 from spx.analysis.stats import candidate_stats
 from spx.analysis.summary import Evaluation, evaluate, evaluate_result, points_from_result
 from spx.analysis.threshold import recommended_threshold_tokens
@@ -22,7 +23,7 @@ from spx.analysis.verdict import GateOutcome, gate_verdict
 
 __all__ = [
     "BreakEven", "Crossover", "Evaluation", "GateOutcome", "Prediction",
-    "break_even_tokens", "candidate_stats", "crossover_confidence", "evaluate", "evaluate_result",
+    "break_even_tokens", "candidate_stats", "combine_verdict", "crossover_confidence", "evaluate", "evaluate_result",
     "find_crossover", "first_winning_tokens", "gate_verdict", "parse_kernel_table", "points_from_result",
     "predict_from_table", "recommended_threshold_tokens",
 ]

@@ -132,5 +132,6 @@ def summarize(result: AccuracyResult) -> AccuracyStatus:
     passed, drop, reason = gate(main_pct, split_pct, result.accuracy.max_drop_points)
     reasons = [reason] + [f"GSM8K on {f}" for f in result.failures]
     return AccuracyStatus(
-        runs=runs, main_pct=main_pct, split_pct=split_pct, drop_points=drop, gate_passed=passed, reasons=reasons
+        runs=runs, main_pct=main_pct, split_pct=split_pct, drop_points=drop,
+        max_drop_points=result.accuracy.max_drop_points, gate_passed=passed, reasons=reasons,
     )

@@ -117,13 +117,15 @@ class AccuracyRunStatus(CamelModel):
 class AccuracyStatus(CamelModel):
     """``status.accuracy``: per-arm scores, the variants' means, the split's drop and its gate.
 
-    ``drop_points`` = main mean − split mean (positive: the split is worse); ``gate_passed`` is
-    unset (inconclusive) when a variant has no finished run.
+    ``drop_points`` = main mean − split mean (positive: the split is worse), bounded by the gate's
+    ``max_drop_points`` (``spec.accuracy.maxDropPoints``); ``gate_passed`` is unset (inconclusive)
+    when a variant has no finished run.
     """
 
     runs: list[AccuracyRunStatus] = Field(default_factory=list)
     main_pct: float | None = None
     split_pct: float | None = None
     drop_points: float | None = None
+    max_drop_points: float | None = None
     gate_passed: bool | None = None
     reasons: list[str] = Field(default_factory=list)

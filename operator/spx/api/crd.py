@@ -15,8 +15,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from spx.api.serving import ServingSpec, default_arms
 from spx.api.spec import FP8_BLOCK, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, ExperimentSpec
 from spx.api.status import ExperimentStatus
+
+DEFAULT_TIMEOUT_SECONDS: int = ExperimentSpec.model_fields["timeout_seconds"].default
+DEFAULT_STARTUP_TIMEOUT_SECONDS: int = ServingSpec.model_fields["startup_timeout_seconds"].default
 
 #: Core-CEL cross-field rules, keyed by the schema path (dot-separated properties) they sit on.
 CEL_RULES: dict[str, list[dict[str, str]]] = {
@@ -27,6 +31,22 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": f"with weightFormat fp8-block128-ue8m0, hiddenSize and every outputSizes entry "
             f"must be multiples of {FP8_BLOCK}",
         }
+    ],
+    "spec": [
+        {
+            "rule": "!has(self.accuracy) || has(self.serving)",
+            "message": "accuracy runs GSM8K on the servers of spec.serving's arms: set spec.serving too",
+        },
+        {
+            # ExperimentSpec._vllm_benches_fit; the CRD carries no defaults, so they are spelled out
+            "rule": "!has(self.serving) || "
+            f"(has(self.timeoutSeconds) ? self.timeoutSeconds : {DEFAULT_TIMEOUT_SECONDS}) >= "
+            f"(has(self.serving.arms) ? size(self.serving.arms) : {len(default_arms())}) * "
+            f"(has(self.serving.startupTimeoutSeconds) ? self.serving.startupTimeoutSeconds : "
+            f"{DEFAULT_STARTUP_TIMEOUT_SECONDS})",
+            "message": "with spec.serving, timeoutSeconds must be at least the number of serving arms × "
+            "serving.startupTimeoutSeconds (every arm's model load must fit the Job deadline)",
+        },
     ],
     "spec.sweep": [
         {

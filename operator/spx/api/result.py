@@ -11,7 +11,9 @@ from typing import Final, Literal
 
 from pydantic import Field
 
+from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
+from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
 from spx.api.status import Environment, GatherSource, KernelPoint
 
@@ -97,6 +99,11 @@ class ResultSummary(CamelModel):
     gets the crossover inputs even when it cannot read the pod's log. Carries every point's medians,
     spread and error (as :class:`~spx.api.status.KernelPoint`), the fingerprint without kernel names,
     and whether the run completed.
+
+    After ``spx run --serving`` it also carries ``serving`` and ``accuracy``: the serving A/B's and
+    GSM8K's statuses as :func:`spx.analysis.serving.summarize` / :func:`spx.analysis.accuracy.summarize`
+    computed them in the pod, shrunk to fit (per-arm values, reasons and failure texts go before any
+    kernel point does). The full result documents travel in the log.
     """
 
     schema_version: Literal["spx.dev/kernel-summary/v1"] = SUMMARY_SCHEMA_VERSION
@@ -108,3 +115,5 @@ class ResultSummary(CamelModel):
     timer: str
     complete: bool = True
     error: str | None = Field(default=None, max_length=512)
+    serving: ServingStatus | None = None
+    accuracy: AccuracyStatus | None = None

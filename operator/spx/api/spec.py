@@ -216,6 +216,38 @@ class ExperimentSpec(CamelModel):
     serving: ServingSpec | None = None
     accuracy: AccuracySpec | None = None
 
+    @model_validator(mode="after")
+    def _vllm_benches_fit(self) -> ExperimentSpec:
+        """``accuracy`` runs on ``serving``'s servers; the Job deadline must leave every arm its model load.
+
+        ``timeoutSeconds`` is the whole run's deadline (the Job's ``activeDeadlineSeconds``): the
+        kernel bench, then one model load per serving arm, its points and GSM8K. It must be at least
+        ``len(serving.arms) × serving.startupTimeoutSeconds``, so that no arm that loads within its
+        own startup timeout is killed by the deadline (defaults: 4 × 2400 s = 9600 s; plan 3–4 h,
+        ``docs/serving.md``).
+        """
+        if self.accuracy is not None and self.serving is None:
+            raise ValueError(
+                "accuracy runs GSM8K on the servers of spec.serving's arms: set spec.serving too "
+                "(its points may be empty)"
+            )
+        if self.serving is not None:
+            floor = min_timeout_seconds(self.serving)
+            if self.timeout_seconds < floor:
+                raise ValueError(
+                    f"timeoutSeconds={self.timeout_seconds} is too short for spec.serving: "
+                    f"{len(self.serving.arms)} arms × startupTimeoutSeconds {self.serving.startup_timeout_seconds} "
+                    f"= {floor} s of model loading alone; set timeoutSeconds ≥ {floor} (a DeepSeek-V4.1 A/B "
+                    f"with GSM8K takes 3–4 h: 14400) or lower serving.startupTimeoutSeconds"
+                )
+        return self
+
+
+def min_timeout_seconds(serving: ServingSpec) -> int:
+    """The smallest ``timeoutSeconds`` an experiment with ``serving`` may have: every arm's
+    ``startupTimeoutSeconds`` (the model load it is allowed) fits the Job deadline."""
+    return len(serving.arms) * serving.startup_timeout_seconds
+
 
 class ObjectMeta(CamelModel):
     """The subset of ``metadata`` an experiment file carries; the rest is the API server's."""

@@ -83,7 +83,9 @@ class RunnerOptions:
     ``vllm_command``: argv prefix of the vLLM CLI; ``nvidia_smi``: argv of ``nvidia-smi`` (``None``:
     look it up on ``PATH``; not found → GPU checks ``skipped``); ``env``: base environment of every
     child (default ``os.environ``); ``crash_grace_seconds``: after a failed point, how long to wait
-    for the server to show whether it died with it.
+    for the server to show whether it died with it; ``on_arm``: called with the serving and accuracy
+    results so far after every arm (``spx run --serving`` prints them as JSON lines, so the arms that
+    finished survive a pod killed later).
     """
 
     vllm_command: list[str] = field(default_factory=lambda: ["vllm"])
@@ -94,6 +96,7 @@ class RunnerOptions:
     gpu_poll_seconds: float = 1.0
     crash_grace_seconds: float = 2.0
     log: Callable[[str], None] = _stderr_log
+    on_arm: Callable[[ServingResult, AccuracyResult | None], None] | None = None
 
 
 # --------------------------------------------------------------------------- commands
@@ -443,6 +446,11 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
                 continue
             acc_spec = spec.accuracy if arm.name in acc_arms else None
             abort = _run_arm(spec, arm, run, index, out_dir, opts, base_env, acc_spec, dataset, acc_result, result, save)
+            if opts.on_arm is not None:
+                try:
+                    opts.on_arm(result, acc_result)
+                except Exception as err:  # a reporting hook must not stop the measurement
+                    opts.log(f"on_arm hook failed: {type(err).__name__}: {err}")
     except BaseException as err:  # the runner itself was interrupted: keep what finished, say so
         result.error = f"runner stopped: {type(err).__name__}: {err}"
         result.failures.append(result.error)

@@ -28,14 +28,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from spx import metrics
+from spx.api.accuracy import AccuracyStatus
 from spx.api.loading import SpecError, validate_spec
+from spx.api.serving import ServingStatus
 from spx.api.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION, ExperimentSpec
 from spx.api.status import Environment, ExperimentStatus, KernelStatus
 from spx.controller import conditions as cond
 from spx.controller.config import OperatorConfig
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.pod_outcome import Observation, observe, termination_message
-from spx.controller.results import collect, measurement
+from spx.controller.results import collect, measurement, vllm_statuses
 from spx.runner.kubernetes import (
     CONTAINER_NAME,
     LABEL_EXPERIMENT_UID,
@@ -77,6 +79,12 @@ def _finished(job: Mapping[str, Any]) -> bool:
         if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
             return True
     return False
+
+
+def _timeout(exp: Mapping[str, Any]) -> int | None:
+    """The experiment's ``spec.timeoutSeconds`` (its Job deadline) for the metrics; None when not a number."""
+    raw = (exp.get("spec") or {}).get("timeoutSeconds", ExperimentSpec.model_fields["timeout_seconds"].default)
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else None
 
 
 def _deleting(obj: Mapping[str, Any]) -> bool:
@@ -256,18 +264,25 @@ class Requeue(Exception):
 
 @dataclass
 class Analysis:
-    """The two functions of :mod:`spx.analysis` the reconciler uses (injected for tests)."""
+    """The functions of :mod:`spx.analysis` the reconciler uses (injected for tests)."""
 
     evaluate: Callable[..., Any]
     points_from_result: Callable[..., Any]
     point_from_result: Callable[..., Any]
+    summarize_serving: Callable[..., Any]
+    summarize_accuracy: Callable[..., Any]
+    combine_verdict: Callable[..., Any]
 
     @classmethod
     def load(cls) -> Analysis:
-        from spx.analysis import evaluate, points_from_result
+        from spx.analysis import combine_verdict, evaluate, points_from_result
+        from spx.analysis.accuracy import summarize as summarize_accuracy
+        from spx.analysis.serving import summarize as summarize_serving
         from spx.analysis.summary import point_from_result
 
-        return cls(evaluate=evaluate, points_from_result=points_from_result, point_from_result=point_from_result)
+        return cls(evaluate=evaluate, points_from_result=points_from_result, point_from_result=point_from_result,
+                   summarize_serving=summarize_serving, summarize_accuracy=summarize_accuracy,
+                   combine_verdict=combine_verdict)
 
 
 @dataclass
@@ -478,7 +493,7 @@ class Reconciler:
         except SpecError as err:
             await self._delete_jobs(exp, [j for j in jobs if not _deleting(j)], "the spec is invalid")
             if status.observed_generation == generation and cond.decided_reason(status) == "InvalidSpec":
-                metrics.observe_experiment(namespace, name, exp.get("status"))
+                metrics.observe_experiment(namespace, name, exp.get("status"), timeout_seconds=_timeout(exp))
                 return "invalid"
             new = cond.new_run(status, generation, nows)
             new = cond.apply_step(new, cond.invalid_spec(err.problems), nows, generation)
@@ -502,7 +517,7 @@ class Reconciler:
             if job is not None and not _finished(job):
                 await self._delete_jobs(exp, [job], "the run was stopped by the operator")
             self._reserved.discard(key)
-            metrics.observe_experiment(namespace, name, exp.get("status"), self._phase_since(status))
+            metrics.observe_experiment(namespace, name, exp.get("status"), self._phase_since(status), _timeout(exp))
             return "terminal"
 
         if job is None:
@@ -564,6 +579,7 @@ class Reconciler:
                 "InfraFailed", f"Job {jname} was deleted before it finished", "JobDeleted"), nows, generation)
             new = new.model_copy(update={"completion_time": nows})
             await self._write_status(exp, new, events=[("Warning", "InfraFailed", new.message or "")])
+            self._observe_duration(new, now)
             self.wake_queued()
             return "job-vanished"
 
@@ -691,11 +707,21 @@ class Reconciler:
             collected.problems.append(f"could not convert the result's points: {err}")
             meas = None
 
+        serving, accuracy = None, None
+        if spec.serving is not None:
+            serving, accuracy = vllm_statuses(collected, analysis.summarize_serving, analysis.summarize_accuracy)
+            if serving is None and spec.serving.points and obs.state == "succeeded":
+                collected.problems.append("the serving A/B left no result (no serving line in the log, none in the summary)")
+            if accuracy is None and spec.accuracy is not None and obs.state == "succeeded":
+                collected.problems.append("GSM8K left no result (no accuracy line in the log, none in the summary)")
+
         cm_name = result_configmap_name(name, generation)
         configmap = build_result_configmap(
             name, namespace, uid, generation,
             result=collected.result.to_wire() if collected.result is not None else None,
             termination_message=message, log=log, problems=collected.problems, pod_name=pod_name,
+            serving_result=collected.serving_result.to_wire() if collected.serving_result is not None else None,
+            accuracy_result=collected.accuracy_result.to_wire() if collected.accuracy_result is not None else None,
         )
         await self._store_configmap(namespace, configmap)
 
@@ -704,7 +730,8 @@ class Reconciler:
             environment = meas.environment
             if environment.node is None and obs.node:
                 environment = environment.model_copy(update={"node": obs.node})
-        update: dict[str, Any] = {"completion_time": nows, "result_config_map": cm_name, "environment": environment}
+        update: dict[str, Any] = {"completion_time": nows, "result_config_map": cm_name, "environment": environment,
+                                  "serving": serving, "accuracy": accuracy}
         problems = "; ".join(collected.problems)
         events: list[tuple[str, str, str]] = []
 
@@ -714,12 +741,22 @@ class Reconciler:
                 gemm_backend=meas.gemm_backend, timer=meas.timer,
                 device=meas.environment.device if meas.environment else None,
             )
-            new = cond.with_kernel(status, evaluation.kernel, evaluation.verdict, list(evaluation.reasons))
-            new = cond.apply_step(new, cond.decided(evaluation.verdict, list(evaluation.reasons), "JobSucceeded",
+            verdict, reasons = evaluation.verdict, list(evaluation.reasons)
+            if spec.serving is not None:
+                # The serving A/B and GSM8K gates count too; a section the run should have produced
+                # and did not is undecided, never a silent pass.
+                if serving is None and spec.serving.points:
+                    serving = ServingStatus(reasons=["the serving A/B left no result"])
+                if accuracy is None and spec.accuracy is not None:
+                    accuracy = AccuracyStatus(reasons=["GSM8K: the run left no result"],
+                                              max_drop_points=spec.accuracy.max_drop_points)
+                update.update(serving=serving, accuracy=accuracy)
+                verdict, reasons = analysis.combine_verdict(verdict, reasons, serving, accuracy)
+            new = cond.with_kernel(status, evaluation.kernel, verdict, reasons)
+            new = cond.apply_step(new, cond.decided(verdict, reasons, "JobSucceeded",
                                                     obs.message, cond.ran_on(obs.node)), nows, generation)
-            events.append(("Normal" if evaluation.verdict == "Pass" else "Warning", f"Verdict{evaluation.verdict}",
-                           new.message or ""))
-            outcome = f"verdict-{evaluation.verdict}"
+            events.append(("Normal" if verdict == "Pass" else "Warning", f"Verdict{verdict}", new.message or ""))
+            outcome = f"verdict-{verdict}"
         else:
             if obs.state == "succeeded":
                 reason: str = "BenchmarkFailed"
@@ -736,6 +773,11 @@ class Reconciler:
                     msg += f"; the bench reported: {meas.error}"
                 if meas is None and collected.problems and obs.outcome == "BenchmarkFailed":
                     msg += f"; result: {problems}"
+                vllm_note = (serving.failures[0] if serving is not None and serving.failures
+                             else accuracy.reasons[0] if accuracy is not None and accuracy.gate_passed is None
+                             and accuracy.reasons else None)
+                if vllm_note:  # e.g. the vLLM benches could not start
+                    msg += f"; {vllm_note}"
             kernel = None
             if meas is not None and meas.points:
                 kernel = KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
@@ -751,13 +793,23 @@ class Reconciler:
             outcome = reason
         new = new.model_copy(update=update)
         await self._write_status(exp, new, events=events)
-        started = cond.parse_time(new.start_time)
-        if started is not None:
-            metrics.observe_duration((now - started).total_seconds())
+        self._observe_duration(new, now)
         if obs.abort:
             await self._delete_jobs(exp, [job], f"gave up: {obs.reason}")
         self.wake_queued()
         return outcome
+
+    @staticmethod
+    def _observe_duration(status: ExperimentStatus, now: dt.datetime) -> None:
+        """Count a run that just reached a terminal phase from its Job in ``spx_experiment_duration_seconds``.
+
+        Called right after the terminal status was written, never for a status that was already
+        terminal (a restarted operator replays those without observing them again), so each run
+        is observed at most once; ``startTime`` is when the run's Job was created.
+        """
+        started = cond.parse_time(status.start_time)
+        if started is not None:
+            metrics.observe_duration((now - started).total_seconds())
 
     # Writes -----------------------------------------------------------------------------------------
 
@@ -773,7 +825,7 @@ class Reconciler:
         namespace, name = Store._key(exp)
         wire = status.to_wire()
         if wire == (exp.get("status") or {}):
-            metrics.observe_experiment(namespace, name, wire, self._phase_since(status))
+            metrics.observe_experiment(namespace, name, wire, self._phase_since(status), _timeout(exp))
             return exp
         ops: list[dict[str, Any]] = [
             {"op": "test", "path": "/metadata/resourceVersion", "value": _meta(exp).get("resourceVersion")},
@@ -797,7 +849,7 @@ class Reconciler:
         if old_phase != status.phase:
             logger.info("%s/%s: %s → %s: %s", namespace, name, old_phase or "new", status.phase, status.message or "",
                         extra={"experiment": name, "namespace": namespace, "phase": status.phase})
-        metrics.observe_experiment(namespace, name, updated.get("status"), self._phase_since(status))
+        metrics.observe_experiment(namespace, name, updated.get("status"), self._phase_since(status), _timeout(updated))
         for type_, reason, message in events or []:
             self.post_event_soon(updated, type_, reason, message)
         return updated

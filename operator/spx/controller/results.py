@@ -9,19 +9,28 @@ The bench writes (``spx run … --summary-file /dev/termination-log --jsonl``):
 - to stdout, one JSON object per line: ``{"kind": "point", …}`` per measured token count, then
   ``{"kind": "result", "result": {…}}`` with the whole :class:`~spx.api.KernelResult`. Other lines
   (stderr is merged into the pod log) are ignored.
+
+With ``spec.serving`` (``spx run … --serving``) the vLLM benches follow: after every arm and at the
+end, ``{"kind": "serving", "serving": {…}}`` (a :class:`~spx.api.serving.ServingResult`) and
+``{"kind": "accuracy", "accuracy": {…}}`` (an :class:`~spx.api.accuracy.AccuracyResult`) lines — the
+last valid one of each wins — and the termination message's summary gets their statuses
+(``serving``, ``accuracy``), which stand in when the log cannot be read.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
+from spx.api.accuracy import AccuracyResult, AccuracyStatus
 from spx.api.loading import describe_validation_error
 from spx.api.result import SUMMARY_MAX_BYTES, SUMMARY_SCHEMA_VERSION, KernelResult, PointResult, ResultSummary
+from spx.api.serving import ServingResult, ServingStatus
 from spx.api.status import Environment, KernelPoint
 
 
@@ -33,6 +42,8 @@ class Collected:
     result: KernelResult | None = None
     partial_points: list[PointResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    serving_result: ServingResult | None = None
+    accuracy_result: AccuracyResult | None = None
 
     @property
     def usable(self) -> bool:
@@ -120,15 +131,65 @@ def read_log(text: str | None) -> tuple[KernelResult | None, list[PointResult], 
     return result, points, problems
 
 
+_VLLM_LINE = re.compile(r'^\{\s*"kind"\s*:\s*"(serving|accuracy)"')
+_VLLM_KINDS: dict[str, type[ServingResult] | type[AccuracyResult]] = {"serving": ServingResult, "accuracy": AccuracyResult}
+
+
+def read_vllm_log(text: str | None) -> tuple[ServingResult | None, AccuracyResult | None, list[str]]:
+    """The last valid ``{"kind": "serving"}`` and ``{"kind": "accuracy"}`` documents of a pod log.
+
+    A kind whose lines are all invalid (truncated, wrong schema) is a problem; a kind without lines
+    is not (the run had no such section, or died before its first arm ended).
+    """
+    found: dict[str, Any] = {}
+    bad: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        m = _VLLM_LINE.match(line)
+        if m is None:
+            continue
+        kind = m.group(1)
+        try:
+            obj = json.loads(line)
+            found[kind] = _VLLM_KINDS[kind].model_validate(obj.get(kind))
+            bad.pop(kind, None)
+        except json.JSONDecodeError as err:
+            if kind not in found:
+                bad[kind] = f"not valid JSON (truncated?): {err.msg}"
+        except ValidationError as err:
+            if kind not in found:
+                bad[kind] = "invalid document: " + "; ".join(describe_validation_error(err, kind)[:3])
+    problems = [f'pod log: the {{"kind": "{k}"}} line(s): {why}' for k, why in bad.items()]
+    return found.get("serving"), found.get("accuracy"), problems
+
+
 def collect(termination_message: str | None, log: str | None) -> Collected:
     """Read both channels; a valid full result makes a missing or broken summary harmless and vice versa."""
     summary, summary_problem = read_summary(termination_message)
     result, points, log_problems = read_log(log)
+    serving, accuracy, vllm_problems = read_vllm_log(log)
     problems: list[str] = []
     if summary_problem:
         problems.append(summary_problem)
     problems.extend(log_problems)
-    return Collected(summary=summary, result=result, partial_points=points, problems=problems)
+    problems.extend(vllm_problems)
+    return Collected(summary=summary, result=result, partial_points=points, problems=problems,
+                     serving_result=serving, accuracy_result=accuracy)
+
+
+def vllm_statuses(
+    collected: Collected,
+    summarize_serving: Callable[[ServingResult], ServingStatus],
+    summarize_accuracy: Callable[[AccuracyResult], AccuracyStatus],
+) -> tuple[ServingStatus | None, AccuracyStatus | None]:
+    """``status.serving`` / ``status.accuracy``: the operator's own summary of the full documents from
+    the log when there are some, else the pod's (bounded) statuses from the termination message."""
+    summary = collected.summary
+    serving = (summarize_serving(collected.serving_result) if collected.serving_result is not None
+               else summary.serving if summary is not None else None)
+    accuracy = (summarize_accuracy(collected.accuracy_result) if collected.accuracy_result is not None
+                else summary.accuracy if summary is not None else None)
+    return serving, accuracy
 
 
 @dataclass(frozen=True)

@@ -159,8 +159,10 @@ def _tolerations(spec: ExperimentSpec) -> list[dict[str, Any]]:
     return tolerations
 
 
-def bench_args(command: Sequence[str] = DEFAULT_BENCH_COMMAND) -> list[str]:
-    """The container command: ``spx run /etc/spx/experiment.json --out … --summary-file … --jsonl``."""
+def bench_args(command: Sequence[str] = DEFAULT_BENCH_COMMAND, serving: bool = False) -> list[str]:
+    """The container command: ``spx run /etc/spx/experiment.json --out … --summary-file … --jsonl``,
+    plus ``--serving`` when the experiment has ``spec.serving`` (the vLLM serving A/B and GSM8K run
+    in the same pod, on the same GPUs, after the kernel bench)."""
     return [
         *command,
         EXPERIMENT_FILE,
@@ -169,6 +171,7 @@ def bench_args(command: Sequence[str] = DEFAULT_BENCH_COMMAND) -> list[str]:
         "--summary-file",
         TERMINATION_MESSAGE_PATH,
         "--jsonl",
+        *(["--serving"] if serving else []),
     ]
 
 
@@ -197,6 +200,10 @@ def build_job(
       tolerations (plus ``nvidia.com/gpu`` NoSchedule) and priority class — GPU parts are left out
       when ``spec.kernel.device`` is ``cpu``;
     - ``/dev/shm`` as a memory-backed emptyDir (NCCL and torch use shared memory);
+    - with ``spec.serving``: the command gets ``--serving`` (the vLLM serving A/B and GSM8K run after
+      the kernel bench, in the same pod), ``serving.modelPvc`` is mounted read-only at
+      ``serving.modelMountPath``; the deadline stays ``spec.timeoutSeconds``, which the spec requires
+      to cover every arm's model load (:func:`spx.api.spec.min_timeout_seconds`);
     - no API credentials (``automountServiceAccountToken: false``), non-root, all capabilities
       dropped, no privilege escalation, RuntimeDefault seccomp;
     - Kueue: ``spec.scheduling.queueName`` sets ``kueue.x-k8s.io/queue-name`` and creates the Job
@@ -247,7 +254,7 @@ def build_job(
                 "name": CONTAINER_NAME,
                 "image": image,
                 "imagePullPolicy": image_pull_policy,
-                "command": bench_args(command),
+                "command": bench_args(command, serving=spec.serving is not None),
                 "env": env,
                 "resources": resources,
                 "terminationMessagePath": TERMINATION_MESSAGE_PATH,
@@ -281,6 +288,15 @@ def build_job(
             {"name": "dshm", "emptyDir": shm},
         ],
     }
+    serving = spec.serving
+    if serving is not None and serving.model_pvc:
+        # The weights, read-only: every arm loads the model from here (no download per arm).
+        pod_spec["volumes"].append(
+            {"name": "model", "persistentVolumeClaim": {"claimName": serving.model_pvc, "readOnly": True}}
+        )
+        pod_spec["containers"][0]["volumeMounts"].append(
+            {"name": "model", "mountPath": serving.model_mount_path, "readOnly": True}
+        )
     if service_account_name:
         pod_spec["serviceAccountName"] = service_account_name
     if spec.resources.node_selector:
@@ -364,6 +380,8 @@ def build_result_configmap(
     log: str | None = None,
     problems: Sequence[str] = (),
     pod_name: str | None = None,
+    serving_result: Mapping[str, Any] | None = None,
+    accuracy_result: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ConfigMap that keeps everything a run produced, owned by the experiment.
 
@@ -373,7 +391,9 @@ def build_result_configmap(
     1 MiB ConfigMap limit: the result goes gzip-compressed under ``binaryData`` (``result.json.gz``)
     when it does not fit as text; if even that is too big, its per-sample arrays are left out (the
     medians, quartiles and everything else stay) and ``problems.txt`` says so; the log is cut in the
-    middle (head and tail kept) to what is left.
+    middle (head and tail kept) to what is left. ``serving-result.json`` and ``accuracy-result.json``
+    (the vLLM benches' documents, when the run had them) come after the kernel result, gzip-compressed
+    when needed, left out with a note in ``problems.txt`` when they do not fit at all.
     """
     data: dict[str, str] = {}
     binary: dict[str, str] = {}
@@ -394,6 +414,13 @@ def build_result_configmap(
                         point[cand]["samplesUs"] = []
             notes.append("result.json: per-sample arrays (samplesUs) left out to fit the 1 MiB ConfigMap limit")
             left = _fit(data, binary, "result.json", json.dumps(slim, sort_keys=True, separators=(",", ":")), budget - 2048)
+        budget = left + 2048
+    for key, doc in (("serving-result.json", serving_result), ("accuracy-result.json", accuracy_result)):
+        if doc is None:
+            continue
+        left = _fit(data, binary, key, json.dumps(doc, sort_keys=True, separators=(",", ":")), budget - 2048)
+        if key not in data and key + ".gz" not in binary:
+            notes.append(f"{key}: left out, too big for the 1 MiB ConfigMap (the pod log has it)")
         budget = left + 2048
     if notes:
         text = "\n".join(notes) + "\n"
@@ -422,14 +449,15 @@ def build_result_configmap(
     return manifest
 
 
-def read_result_configmap(configmap: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ``result.json`` document stored by :func:`build_result_configmap` (text or gzip), or None."""
+def read_result_configmap(configmap: Mapping[str, Any], key: str = "result.json") -> dict[str, Any] | None:
+    """A document stored by :func:`build_result_configmap` (text or gzip), or None: ``result.json``
+    (the kernel's), ``serving-result.json`` or ``accuracy-result.json``."""
     import base64
 
     data = configmap.get("data") or {}
-    if "result.json" in data:
-        return json.loads(data["result.json"])  # type: ignore[no-any-return]
+    if key in data:
+        return json.loads(data[key])  # type: ignore[no-any-return]
     binary = configmap.get("binaryData") or {}
-    if "result.json.gz" in binary:
-        return json.loads(gzip.decompress(base64.b64decode(binary["result.json.gz"])))  # type: ignore[no-any-return]
+    if key + ".gz" in binary:
+        return json.loads(gzip.decompress(base64.b64decode(binary[key + ".gz"])))  # type: ignore[no-any-return]
     return None
