@@ -30,6 +30,21 @@ EXP = 'namespace="$namespace", experiment="$experiment"'
 GPU = 'gpu=~"$gpu"'
 
 
+def _label_variable(name: str, label: str, ds: Any, query_text: str) -> Any:
+    """A dashboard variable listing a label's values, refreshed with the time range, sorted."""
+    from grafana_foundation_sdk.builders import dashboard as dash
+    from grafana_foundation_sdk.models import dashboard as model
+
+    return (
+        dash.QueryVariable(name)
+        .label(label)
+        .datasource(ds)
+        .query(query_text)
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+    )
+
+
 def build_dashboard() -> dict[str, Any]:
     """The dashboard as a JSON-compatible dict (Grafana dashboard schema of the SDK's release)."""
     from grafana_foundation_sdk.builders import barchart, bargauge, stat, table, timeseries
@@ -95,29 +110,13 @@ def build_dashboard() -> dict[str, Any]:
         .time("now-7d", "now")
         .timezone("utc")
         .with_variable(dash.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+        .with_variable(_label_variable("namespace", "Namespace", ds,
+                                       "label_values(spx_experiment_phase_since_timestamp_seconds, namespace)"))
+        .with_variable(_label_variable(
+            "experiment", "Experiment", ds,
+            'label_values(spx_experiment_phase_since_timestamp_seconds{namespace="$namespace"}, experiment)'))
         .with_variable(
-            dash.QueryVariable("namespace")
-            .label("Namespace")
-            .datasource(ds)
-            .query("label_values(spx_experiment_phase_since_timestamp_seconds, namespace)")
-            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(model.VariableSort.ALPHABETICAL_ASC)
-        )
-        .with_variable(
-            dash.QueryVariable("experiment")
-            .label("Experiment")
-            .datasource(ds)
-            .query('label_values(spx_experiment_phase_since_timestamp_seconds{namespace="$namespace"}, experiment)')
-            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(model.VariableSort.ALPHABETICAL_ASC)
-        )
-        .with_variable(
-            dash.QueryVariable("gpu")
-            .label("GPU")
-            .datasource(ds)
-            .query("label_values(spx_crossover_tokens, gpu)")
-            .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
-            .sort(model.VariableSort.ALPHABETICAL_ASC)
+            _label_variable("gpu", "GPU", ds, "label_values(spx_crossover_tokens, gpu)")
             .multi(True)
             .include_all(True)
             .all_value(".*")
