@@ -303,6 +303,9 @@ def test_servicemonitor_scrapes_the_metrics_service_as_job_spx_operator(chart: A
     # the alert rules select up{job="spx-operator"}: the job comes from this Service label
     assert service["metadata"]["labels"][sm["spec"]["jobLabel"]] == "spx-operator"
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # the series' own `namespace` (the experiment's) must survive the scrape, or it becomes
+    # exported_namespace and every namespace-filtered query and the Argo gate match nothing
+    assert sm["spec"]["endpoints"][0]["honorLabels"] is True
 
 
 # --------------------------------------------------------------------------- rules and dashboard

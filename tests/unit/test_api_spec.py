@@ -53,12 +53,26 @@ def test_defaults_are_the_motivating_case():
         ({"gate": {"thresholdTokens": "2k"}}, "spec.gate.thresholdTokens", "whole number"),
         ({"gate": {"thresholdTokens": 0}}, "spec.gate.thresholdTokens", "greater than 0"),
         ({"kernel": {"gemmBackend": "cutlass"}}, "spec.kernel.gemmBackend", "must be one of"),
+        ({"resources": {"gpuProducts": ["NVIDIA H200"]}}, "spec.resources.gpuProducts[0]", "a Kubernetes label value"),
+        ({"scheduling": {"queueName": "team a/q"}}, "spec.scheduling.queueName", "a Kubernetes label value"),
+        ({"resources": {"memory": "lots"}}, "spec.resources.memory", "a Kubernetes quantity"),
+        ({"scheduling": {"priorityClassName": "High"}}, "spec.scheduling.priorityClassName", "DNS-1123 subdomain"),
     ],
 )
 def test_bad_input_names_field_value_and_what_is_allowed(spec, path, fragment):
     lines = problems(spec)
     assert any(line.startswith(path + ":") and fragment in line for line in lines), lines
     assert all("(got " in line for line in lines)  # the bad value is shown
+
+
+def test_names_follow_the_api_servers_rules():
+    exp = load_experiment(
+        "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\n"
+        "metadata: {name: h200-vllm-0.34}\nspec: {}\n"
+    )
+    assert exp.metadata.name == "h200-vllm-0.34"  # a DNS subdomain, as kubectl apply accepts
+    spec = validate_spec({"resources": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}}})
+    assert spec.resources.cpu == "32" and spec.resources.memory == "192Gi"
 
 
 def test_bf16_weights_need_no_block_alignment():

@@ -7,7 +7,25 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from spx.api.spec import API_VERSION, KIND, Experiment, ExperimentSpec
+from spx.api.spec import (
+    API_VERSION,
+    DNS_SUBDOMAIN,
+    KIND,
+    LABEL_KEY,
+    LABEL_VALUE,
+    QUANTITY,
+    Experiment,
+    ExperimentSpec,
+)
+
+#: What each pattern of the models means, for error messages.
+PATTERN_HELP = {
+    LABEL_VALUE: "a Kubernetes label value: at most 63 of A-Z a-z 0-9 - _ . starting and ending alphanumeric "
+    "(e.g. NVIDIA-H200)",
+    LABEL_KEY: "a Kubernetes label key: [DNS-subdomain prefix/]name, e.g. nvidia.com/gpu.product",
+    DNS_SUBDOMAIN: "a DNS-1123 subdomain: lower-case a-z 0-9 - . starting and ending alphanumeric",
+    QUANTITY: "a Kubernetes quantity such as 32, 500m or 192Gi",
+}
 
 
 class SpecError(ValueError):
@@ -43,6 +61,8 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> list[st
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown field; remove it or check its spelling (fields are camelCase)"
+        elif e["type"] == "string_pattern_mismatch":
+            msg = "must be " + PATTERN_HELP.get(str(e.get("ctx", {}).get("pattern")), f"of the form {e.get('ctx', {}).get('pattern')}")
         elif e["type"] in ("int_type", "int_from_float", "int_parsing"):
             msg = "must be a whole number (an integer count, e.g. 2048)"
         elif e["type"] == "literal_error":

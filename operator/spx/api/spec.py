@@ -179,21 +179,43 @@ class GateSpec(CamelModel):
     threshold_rounding: ThresholdRounding = "next-power-of-two"
 
 
-class ResourcesSpec(CamelModel):
-    """Where the bench pod may run (Kubernetes only; ignored by ``spx run``)."""
+#: Kubernetes label value (apimachinery ``IsValidLabelValue``): ≤ 63 chars, alphanumeric ends.
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+#: Qualified name of a label key (``IsQualifiedName``): optional DNS-subdomain prefix + "/" + name.
+LABEL_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+#: DNS-1123 subdomain (object names: PriorityClass, PVC, experiments).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: Kubernetes resource quantity (``resource.Quantity``), e.g. ``32``, ``500m``, ``128Gi``.
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 
-    gpu_products: list[str] = Field(
+LabelValue = Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_VALUE)]
+
+
+class ResourcesSpec(CamelModel):
+    """Where the bench pod may run and what it reserves (Kubernetes only; ignored by ``spx run``).
+
+    ``gpu_products`` are values of the ``nvidia.com/gpu.product`` node label (GPU Feature Discovery
+    spelling, e.g. ``NVIDIA-H200``). ``cpu``/``memory`` are the bench container's requests (= limits,
+    Guaranteed QoS so it is not evicted first and gets exclusive cores under the static CPU manager);
+    the memory-backed ``/dev/shm`` counts against ``memory``.
+    """
+
+    gpu_products: list[LabelValue] = Field(
         default_factory=lambda: ["NVIDIA-H200", "NVIDIA-H100-80GB-HBM3"], min_length=1, max_length=16
     )
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[Annotated[str, Field(max_length=253, pattern=LABEL_KEY)], Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] = Field(
+        default_factory=dict
+    )
     tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32)
+    cpu: str = Field(default="32", pattern=QUANTITY, max_length=32)
+    memory: str = Field(default="192Gi", pattern=QUANTITY, max_length=32)
 
 
 class SchedulingSpec(CamelModel):
     """Optional Kueue queue and priority class for the bench Job."""
 
-    queue_name: str | None = Field(default=None, min_length=1, max_length=63)
-    priority_class_name: str | None = Field(default=None, min_length=1, max_length=253)
+    queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=LABEL_VALUE)
+    priority_class_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
 
 
 class ExperimentSpec(CamelModel):
@@ -254,7 +276,7 @@ class ObjectMeta(CamelModel):
 
     model_config = CamelModel.model_config | {"extra": "allow"}
 
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)

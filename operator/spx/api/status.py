@@ -36,7 +36,11 @@ class Condition(CamelModel):
 
 
 class Environment(CamelModel):
-    """Fingerprint of where the measurement ran: what the numbers are valid for."""
+    """Fingerprint of where the measurement ran: what the numbers are valid for.
+
+    ``nccl_env`` holds the ``NCCL_*`` variables the bench saw (e.g. ``NCCL_NVLS_ENABLE``, ``NCCL_ALGO``):
+    they change which all-gather algorithm runs, so two runs are comparable only when they match.
+    """
 
     gpu: str | None = None
     gpu_count: int | None = None
@@ -53,6 +57,7 @@ class Environment(CamelModel):
     sm_clock_mhz: int | None = None
     mem_clock_mhz: int | None = None
     l2_bytes: int | None = None
+    nccl_env: dict[str, str] = Field(default_factory=dict)
     kernels: list[str] = Field(default_factory=list)
 
 

@@ -54,6 +54,7 @@ def collect_environment(device: torch.device, world_size: int, kernels: list[str
         vllm=_pkg_version("vllm"),
         node=os.environ.get("SPX_NODE_NAME") or socket.gethostname(),
         device=device.type,
+        nccl_env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
         kernels=sorted(set(kernels or [])),
     )
     if device.type == "cuda":

@@ -606,6 +606,8 @@ class Reconciler:
             try:
                 job = await self.client.create(path, manifest)
             except ApiError as err:
+                if err.code in (400, 403, 422):
+                    return await self._job_refused(exp, status, jname, err, nows, generation)
                 if not err.exists:
                     raise
                 job = await self.client.get(resource_path("batch/v1", "jobs", namespace, jname))
@@ -633,6 +635,30 @@ class Reconciler:
                                      "result_config_map": None})
         await self._write_status(exp, new)  # (the Job controller posts the Job's own events)
         return "job-created"
+
+    async def _job_refused(self, exp: dict[str, Any], status: ExperimentStatus, jname: str, err: ApiError,
+                           nows: str, generation: int) -> str:
+        """The API server rejected the Job for good: decide the run instead of retrying forever.
+
+        400/422 (the Job is invalid, e.g. a field the spec produced) → ``InvalidSpec``; 403 (quota,
+        Pod Security admission, a webhook, RBAC) → ``InfraFailed``. Other codes are retried.
+        """
+        detail = err.message or err.reason or f"HTTP {err.code}"
+        if err.code == 403:
+            step = cond.failed("InfraFailed", f"the API server refused the Job {jname}: {detail}", "JobRejected",
+                               scheduled=("False", "JobRejected", "not scheduled: the API server refused the Job"))
+        else:
+            step = cond.failed("InvalidSpec", f"the API server rejected the Job {jname} as invalid: {detail}", "NotRun",
+                               "the run was not started: the API server rejected the Job",
+                               scheduled=("False", "InvalidSpec", "not scheduled: the Job is invalid"))
+        logger.warning("the API server refused Job %s/%s (HTTP %s): %s",
+                       _meta(exp).get("namespace"), jname, err.code, detail)
+        new = cond.apply_step(status, step, nows, generation)
+        new = new.model_copy(update={"completion_time": nows})
+        reason = step.decided[1] if step.decided else "InfraFailed"
+        await self._write_status(exp, new, events=[("Warning", reason, new.message or "")])
+        self.wake_queued()
+        return "job-rejected"
 
     async def _follow_run(self, exp: dict[str, Any], spec: ExperimentSpec, status: ExperimentStatus,
                           job: dict[str, Any], obs: Observation, now: dt.datetime) -> str:
