@@ -22,7 +22,8 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1; then
     .venv/bin/python -m pip install -q torch
   else
-    .venv/bin/python -m pip install -q torch==2.13.0
+    # SPX_TORCH_INDEX_URL: PyTorch's CPU wheel index, where plain PyPI would serve a CUDA build
+    .venv/bin/python -m pip install -q torch==2.13.0 ${SPX_TORCH_INDEX_URL:+--index-url "$SPX_TORCH_INDEX_URL"}
   fi
 fi
 .venv/bin/python -m pip install -q -e ".[bench,dev]"

@@ -113,8 +113,9 @@ def decide(status: dict[str, Any] | None, source: str, generation: int | None = 
 # --------------------------------------------------------------------------- readers
 
 
-def read_local(path: Path) -> dict[str, Any]:
-    """The status mapping of a local ``spx run`` output (``status.json`` or its directory)."""
+def read_local(path: Path) -> tuple[dict[str, Any], int | None]:
+    """``(status, metadata.generation)`` of a local file: a ``spx run`` output (``status.json`` or its
+    directory; no generation) or a whole object dumped by ``kubectl get spx NAME -o json``."""
     target = path / "status.json" if path.is_dir() else path
     try:
         data = json.loads(target.read_text(encoding="utf-8"))
@@ -127,8 +128,12 @@ def read_local(path: Path) -> dict[str, Any]:
     # Accept a whole object too (`kubectl get spx NAME -o json > x.json`).
     if "status" in data and isinstance(data.get("status"), dict) and "kind" in data:
         status: dict[str, Any] = data["status"]
-        return status
-    return data
+        generation = (data.get("metadata") or {}).get("generation") if isinstance(data.get("metadata"), dict) else None
+        try:
+            return status, int(generation) if generation is not None else None
+        except (TypeError, ValueError):
+            raise GateError(f"{target}: metadata.generation is not an integer: {generation!r}") from None
+    return data, None
 
 
 def _namespace_from_kubeconfig(kubeconfig: str | None, context: str | None) -> str:
@@ -187,7 +192,8 @@ def evaluate(
     """Read ``target`` (a local path or an experiment name) once and decide."""
     try:
         if _is_local(target):
-            return decide(read_local(Path(target)), target)
+            local, local_generation = read_local(Path(target))
+            return decide(local, target, local_generation)
         status, generation, source = read_cluster(target, namespace, kubeconfig, context)
         return decide(status, source, generation)
     except GateError as err:

@@ -174,7 +174,7 @@ EXPECTED_RULES = {
     ("", "configmaps"): {"get", "create", "patch"},
     ("", "pods"): {"get", "list", "watch"},
     ("", "pods/log"): {"get"},
-    ("", "events"): {"create"},
+    ("", "events"): {"create", "list"},
 }
 
 

@@ -109,6 +109,20 @@ def test_cli_on_a_kubectl_dump(tmp_path: Path) -> None:
     assert spx_gate(str(path)).returncode == 1
 
 
+def test_cli_on_a_kubectl_dump_with_a_newer_generation_is_undecided(tmp_path: Path) -> None:
+    """The spec was edited (generation 2) after a Pass for generation 1: that Pass decides nothing."""
+    obj = {"apiVersion": "bench.spx.dev/v1alpha1", "kind": "ShardedProjectionExperiment",
+           "metadata": {"name": "x", "generation": 2}, "status": status(verdict="Pass", generation=1)}  # fmt: skip
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(obj))
+    run = spx_gate(str(path))
+    assert run.returncode == EXIT_UNDECIDED, run.stdout + run.stderr
+    assert "generation" in run.stdout + run.stderr
+    obj["metadata"]["generation"] = 1
+    path.write_text(json.dumps(obj))
+    assert spx_gate(str(path)).returncode == EXIT_PASS
+
+
 def test_cli_unreadable_is_undecided_with_a_message(tmp_path: Path) -> None:
     missing = spx_gate(str(tmp_path / "nope" / "status.json"))
     assert missing.returncode == 2

@@ -328,6 +328,8 @@ class Emulator(kmock.KubernetesEmulator):
     record_requests: bool = True
     #: ``(method, path with query, User-Agent)`` of each object-endpoint request served, in order.
     api_requests: list[tuple[str, str, str]] = attrs.field(factory=list, init=False)
+    #: Refuse creates: ``(plural, name regex) -> (code, reason, message)`` (admission, quota, PSA …).
+    reject_creates: dict[tuple[str, str], tuple[int, str, str]] = attrs.field(factory=dict)
     _rv: int = attrs.field(default=0, init=False)
     _kinds: dict[tuple[str, str, str], Kind] = attrs.field(factory=dict, init=False)
     _schemas: dict[tuple[str, str, str], Any] = attrs.field(factory=dict, init=False)
@@ -600,6 +602,9 @@ class Emulator(kmock.KubernetesEmulator):
             raise ApiProblem(422, "Invalid", "metadata.name or metadata.generateName is required")
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) or len(name) > 253:
             raise ApiProblem(422, "Invalid", f"metadata.name {name!r}: a lowercase RFC 1123 subdomain is required")
+        for (plural, pattern), (code, reason, message) in list(self.reject_creates.items()):
+            if plural == rkey[2] and re.fullmatch(pattern, name):
+                raise ApiProblem(code, reason, message)
         if rkey == ("batch", "v1", "jobs") and len(name) > 63:
             raise ApiProblem(422, "Invalid", f"Job {name!r}: metadata.name must be no more than 63 characters")
         if self._raw(rkey, namespace, name) is not None:

@@ -81,6 +81,9 @@ class Fault:
     canned_result: bool = True
     #: Seconds between binding the pod and its container running (image pull, container start).
     start_delay: float = 0.0
+    #: The Job controller cannot create the pod (quota, webhook, PSA): no pod, a ``FailedCreate``
+    #: event on the Job with this message instead, and the Job is left running.
+    pod_create_error: str | None = None
 
 
 # Canned bench output -------------------------------------------------------------------------------
@@ -341,6 +344,11 @@ class Kubelet:
         fault = self.fault_for(job)
         evictions_left = fault.evict
         failed_pods = 0
+        if fault.pod_create_error is not None:
+            await self._patch_status("job", ns, jname, {"startTime": started_at, "active": 0})
+            await self._failed_create(job, fault.pod_create_error)
+            await self._idle_until_gone(st, deadline)
+            return
         while not st.deleted:
             pod = await self._create_pod(job, started_at)
             outcome, pod_name = await self._run_pod(st, pod, fault, evict=evictions_left > 0, deadline=deadline)
@@ -376,6 +384,20 @@ class Kubelet:
                 status = {"active": 0, "failed": failed_pods + 1, "conditions": conds}
             await self._patch_status("job", ns, jname, status)
             return
+
+    async def _failed_create(self, job: Obj, message: str) -> None:
+        """The Job controller's ``FailedCreate`` event (a core/v1 Event on the Job)."""
+        meta = job["metadata"]
+        suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=8))
+        now = now_rfc3339()
+        await self._req("POST", f"/api/v1/namespaces/{meta['namespace']}/events", {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{suffix}", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta["uid"]},
+            "reason": "FailedCreate", "message": message, "type": "Warning", "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now, "source": {"component": "job-controller"},
+        })
 
     async def _create_pod(self, job: Obj, started_at: str) -> Obj:
         meta = job["metadata"]

@@ -40,11 +40,12 @@ def test_weight_shape_must_be_block_aligned():
 
 
 def test_activation_scales_are_outer_dim_major_for_scaled_mm():
-    x = torch.randn(5, 256, dtype=torch.bfloat16)
+    x = torch.randn(5, 256, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
     x[1, :128] = 0
     q, s = quantize_activation_1x128(x)
     assert q.shape == (5, 256) and s.shape == (5, 2)
     assert s.stride() == (1, 5)  # what torch._scaled_mm blockwise 1x128 accepts
     assert s[1, 0].item() == 1.0 and bool((q[1, :128].float() == 0).all())
-    back = q.float().reshape(5, 2, 128) * s[:, :, None]
-    assert torch.allclose(back.reshape(5, 256), x.float(), rtol=0.07, atol=1e-6)
+    back = (q.float().reshape(5, 2, 128) * s[:, :, None]).reshape(5, 256)
+    # e4m3 keeps 3 mantissa bits (≤ 6.25 % rounding per element; small values of a group lose more)
+    assert ((back - x.float()).norm() / x.float().norm()).item() < 0.05

@@ -195,6 +195,40 @@ def test_timeouts_say_when_to_look_again() -> None:
     assert observe(mkjob(), [pod], NOW, Timeouts(schedule_timeout_s=300)).state == "failed"
 
 
+def test_a_job_that_creates_no_pod_fails_fast_as_pod_create_failed() -> None:
+    """FailedCreate (quota, webhook, Pod Security): no pod past the start-up timeout → InfraFailed."""
+    job = mkjob()
+    job["metadata"]["creationTimestamp"] = T0
+    job["status"]["startTime"] = T2  # the Job controller's first sync: count from here
+    waiting = observe(job, [], NOW, TIMEOUTS)
+    assert waiting.state == "pending" and waiting.recheck_after_s == pytest.approx(60)
+    job["status"]["startTime"] = T1
+    failed = observe(job, [], NOW, TIMEOUTS,
+                     failed_create='FailedCreate: pods "e-g1-abcde" is forbidden: exceeded quota: gpu, requested: nvidia.com/gpu=8')
+    assert (failed.state, failed.outcome, failed.reason, failed.abort) == ("failed", "InfraFailed", "PodCreateFailed", True)
+    assert failed.message.startswith("PodCreateFailed: Job e-g1 created no pod in 300s (limit 120s)")
+    assert "exceeded quota" in failed.message
+    # Without the event, a Job condition's message is the detail; without either, say so.
+    job["status"]["conditions"] = [{"type": "FailureTarget", "status": "False", "reason": "Quota",
+                                    "message": "pod creation refused", "lastTransitionTime": T1}]
+    assert "Quota: pod creation refused" in observe(job, [], NOW, TIMEOUTS).message
+    job["status"]["conditions"] = []
+    assert "no FailedCreate event" in observe(job, [], NOW, TIMEOUTS).message
+    # No startTime yet: counted from creation.
+    del job["status"]["startTime"]
+    assert observe(job, [], NOW, TIMEOUTS).reason == "PodCreateFailed"
+
+
+def test_a_resumed_job_counts_from_its_resumption_not_its_creation() -> None:
+    job = mkjob([{"type": "Suspended", "status": "True", "reason": "JobSuspended", "lastTransitionTime": T0}])
+    job["metadata"]["creationTimestamp"] = T0
+    # Kueue unsuspended it; the Job controller has not synced yet (no startTime, Suspended still True).
+    assert observe(job, [], NOW, TIMEOUTS).state == "pending"
+    job["status"]["conditions"] = [{"type": "Suspended", "status": "False", "reason": "JobResumed", "lastTransitionTime": T2}]
+    obs = observe(job, [], NOW, TIMEOUTS)
+    assert obs.state == "pending" and obs.recheck_after_s == pytest.approx(60)
+
+
 def test_pods_of_other_jobs_are_ignored() -> None:
     other = mkpod("x", "Failed", state=terminated(1))
     other["metadata"]["ownerReferences"][0]["uid"] = "someone-else"

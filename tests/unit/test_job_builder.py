@@ -100,7 +100,8 @@ def test_gpus_affinity_selector_tolerations_priority() -> None:
     )
     pod = job(s)["spec"]["template"]["spec"]
     c = pod["containers"][0]
-    assert c["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert c["resources"]["limits"] == {"cpu": "32", "memory": "192Gi", "nvidia.com/gpu": "8"}
+    assert c["resources"]["requests"] == c["resources"]["limits"]  # Guaranteed QoS
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     exprs = {e["key"]: e for e in terms[0]["matchExpressions"]}
     assert exprs["nvidia.com/gpu.product"] == {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]}
@@ -113,8 +114,17 @@ def test_gpus_affinity_selector_tolerations_priority() -> None:
 
 def test_cpu_device_asks_for_no_gpu() -> None:
     pod = job(spec(kernel={"device": "cpu"}, parallelism={"tensorParallelSize": 2}))["spec"]["template"]["spec"]
-    assert pod["containers"][0]["resources"] == {}
+    reserved = {"cpu": "32", "memory": "192Gi"}
+    assert pod["containers"][0]["resources"] == {"limits": reserved, "requests": reserved}
     assert "affinity" not in pod and "tolerations" not in pod
+
+
+def test_cpu_and_memory_from_the_spec_requests_equal_limits() -> None:
+    s = spec(parallelism={"tensorParallelSize": 4}, resources={"cpu": "48", "memory": "256Gi"})
+    res = job(s)["spec"]["template"]["spec"]["containers"][0]["resources"]
+    expected = {"cpu": "48", "memory": "256Gi", "nvidia.com/gpu": "4"}
+    assert res["limits"] == expected and res["requests"] == expected
+    assert res["limits"] is not res["requests"]  # two dicts: a mutation of one does not leak into the other
 
 
 def test_pod_has_no_credentials_and_a_locked_down_container() -> None:
@@ -227,3 +237,34 @@ def test_configmap_without_a_result_keeps_the_raw_outputs() -> None:
                                     problems=["pod log: no result line"])
     assert k8s.read_result_configmap(cm) is None
     assert cm["data"]["summary.json"] == "Traceback…" and cm["data"]["pod.log"] == "boom\n"
+
+
+# spec.serving.modelMountPath -------------------------------------------------------------------------
+
+
+SERVING = {"model": "deepseek-ai/DeepSeek-V4.1", "modelPvc": "weights"}
+
+
+def test_reserved_mount_paths_are_the_jobs_own_mounts() -> None:
+    from spx.api.serving import RESERVED_MOUNT_PATHS
+
+    pod = job(spec(serving={**SERVING, "modelPath": "/models/m"}, timeoutSeconds=14400))["spec"]["template"]["spec"]
+    own = {m["mountPath"] for m in pod["containers"][0]["volumeMounts"] if m["name"] != "model"}
+    assert own | {k8s.TERMINATION_MESSAGE_PATH} == set(RESERVED_MOUNT_PATHS)
+
+
+@pytest.mark.parametrize("path", ["/", "//", "/dev/shm", "/dev/shm/", "/dev/shm/models", "/etc/spx", "/etc/spx/m",
+                                  "/var/run/spx", "/var/run/spx/out", "/models/../etc/spx", "/dev/termination-log"])
+def test_model_mount_path_may_not_collide_with_the_jobs_mounts(path: str) -> None:
+    from spx.api import SpecError
+
+    with pytest.raises(SpecError) as err:
+        validate_spec({"serving": {**SERVING, "modelMountPath": path}, "timeoutSeconds": 14400})
+    assert "spec.serving.modelMountPath" in str(err.value)
+
+
+@pytest.mark.parametrize("path", ["/models", "/dev/shmx", "/etc/spx-models", "/var/run/spxm", "/mnt/weights"])
+def test_model_mount_path_elsewhere_is_fine(path: str) -> None:
+    s = spec(serving={**SERVING, "modelMountPath": path, "modelPath": f"{path}/m"}, timeoutSeconds=14400)
+    mounts = job(s)["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "model", "mountPath": path, "readOnly": True} in mounts

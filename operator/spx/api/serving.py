@@ -14,6 +14,7 @@ project's choice (≥ 8 requests per point, 4 × concurrency for the throughput 
 
 from __future__ import annotations
 
+import posixpath
 from typing import Final, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -126,6 +127,12 @@ class ServingGateSpec(CamelModel):
     max_ttft_regression_pct: float = Field(default=1.0, ge=-100.0, le=1000.0)
 
 
+#: Paths the bench Job mounts itself (:mod:`spx.runner.kubernetes`: the experiment file, the scratch
+#: directory, the memory-backed ``/dev/shm`` and the termination message file): the model volume may be
+#: mounted neither there nor under them.
+RESERVED_MOUNT_PATHS: Final = ("/etc/spx", "/var/run/spx", "/dev/shm", "/dev/termination-log")
+
+
 class ServingSpec(CamelModel):
     """``spec.serving``: the serving A/B (and the server settings ``spec.accuracy`` runs on).
 
@@ -161,6 +168,19 @@ class ServingSpec(CamelModel):
     shutdown_timeout_seconds: int = Field(default=120, ge=1, le=3600)
     gpu_release_timeout_seconds: int = Field(default=120, ge=0, le=3600)
     gate: ServingGateSpec = Field(default_factory=ServingGateSpec)
+
+    @field_validator("model_mount_path")
+    @classmethod
+    def _mount_path_free(cls, v: str) -> str:
+        norm = "/" + posixpath.normpath(v).lstrip("/")
+        if norm == "/":
+            raise ValueError("the model volume cannot be mounted at / (spec.serving.modelMountPath)")
+        for taken in RESERVED_MOUNT_PATHS:
+            if norm == taken or norm.startswith(taken + "/"):
+                raise ValueError(
+                    f"{taken} is mounted by the bench Job itself: spec.serving.modelMountPath must lie outside "
+                    f"{', '.join(RESERVED_MOUNT_PATHS)} (e.g. /models)")
+        return v
 
     @field_validator("env")
     @classmethod

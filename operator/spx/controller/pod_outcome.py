@@ -180,13 +180,58 @@ def _elapsed(since: str | None, now: dt.datetime) -> float | None:
     return None if t is None else (now - t).total_seconds()
 
 
+def job_condition_message(job: Mapping[str, Any]) -> str | None:
+    """The message of the Job's latest condition that has one (e.g. a pod-creation problem)."""
+    with_msg = [c for c in _conditions(job) if c.get("message") and c.get("type") != "Suspended"]
+    if not with_msg:
+        return None
+    latest = max(with_msg, key=lambda c: str(c.get("lastTransitionTime") or ""))
+    return f"{latest.get('reason') or latest.get('type')}: {latest.get('message')}"
+
+
+def _no_pod_yet(job: Mapping[str, Any], jname: str, now: dt.datetime, timeouts: Timeouts,
+                failed_create: str | None, disruptions: int) -> Observation:
+    """An unsuspended Job without any pod: waiting, or ``PodCreateFailed`` once that lasted too long.
+
+    The Job controller could not create the pod (ResourceQuota, LimitRange, Pod Security admission,
+    an admission webhook …): it retries forever and posts ``FailedCreate`` events. Past
+    ``image_pull_timeout_s`` (the limit on pod start-up problems) the run is ``InfraFailed``.
+    """
+    status = job.get("status") or {}
+    since = status.get("startTime")
+    if not since:
+        # The Job controller sets startTime on its first sync of an unsuspended Job. Before that, a
+        # Job that was suspended (Kueue) counts from its resumption, not from its creation.
+        susp = _cond(job, "Suspended")
+        if susp is not None and susp.get("status") == "True":
+            return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions,
+                               recheck_after_s=max(0.5, timeouts.image_pull_timeout_s))
+        since = (susp or {}).get("lastTransitionTime") or _created(job)
+    elapsed = _elapsed(since, now)
+    limit = timeouts.image_pull_timeout_s
+    if elapsed is None:
+        return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions)
+    if elapsed >= limit:
+        detail = failed_create or job_condition_message(job) or "no FailedCreate event or Job condition says why"
+        return Observation("failed", "PodCreateFailed",
+                           f"PodCreateFailed: Job {jname} created no pod in {elapsed:.0f}s (limit {limit:.0f}s): {detail}",
+                           outcome="InfraFailed", abort=True, disruptions=disruptions)
+    return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions,
+                       recheck_after_s=max(0.5, limit - elapsed))
+
+
 def observe(
     job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     now: dt.datetime,
     timeouts: Timeouts = Timeouts(),
+    failed_create: str | None = None,
 ) -> Observation:
-    """Classify a Job and its pods (any pods may be passed; those of the Job are picked out)."""
+    """Classify a Job and its pods (any pods may be passed; those of the Job are picked out).
+
+    ``failed_create``: the message of the Job's latest ``FailedCreate`` event, if the caller has it
+    (it goes into the ``PodCreateFailed`` message).
+    """
     mine = _job_owned_pods(job, pods)
     disruptions = sum(1 for p in mine if is_disrupted(p))
     last = mine[-1] if mine else None
@@ -237,6 +282,8 @@ def observe(
             node = (last.get("spec") or {}).get("nodeName")
             return Observation("running", "Running", f"pod {(last.get('metadata') or {}).get('name')} ended; "
                                "waiting for the Job's final condition", pod=last, node=node, disruptions=disruptions)
+        if last is None:
+            return _no_pod_yet(job, jname, now, timeouts, failed_create, disruptions)
         return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions)
 
     pname = (current.get("metadata") or {}).get("name", "?")

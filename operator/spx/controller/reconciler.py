@@ -528,6 +528,10 @@ class Reconciler:
             await self._sync_pods(namespace, uid, job_uid)
         pods = self.store.pods_of(job_uid)
         obs = observe(job, pods, now, self.config.timeouts)
+        if obs.reason == "PodCreateFailed":
+            failed_create = await self._failed_create_message(namespace, job)
+            if failed_create:
+                obs = observe(job, pods, now, self.config.timeouts, failed_create=failed_create)
         return await self._follow_run(exp, spec, status, job, obs, now)
 
     def _spec(self, uid: str, generation: int, raw: Any, source: str) -> ExperimentSpec:
@@ -635,6 +639,27 @@ class Reconciler:
                                      "result_config_map": None})
         await self._write_status(exp, new)  # (the Job controller posts the Job's own events)
         return "job-created"
+
+    async def _failed_create_message(self, namespace: str, job: Mapping[str, Any]) -> str | None:
+        """The message of the Job's latest ``FailedCreate`` event (why the Job controller made no pod)."""
+        uid = _meta(job).get("uid")
+        try:
+            items = (await self.client.get(resource_path("v1", "events", namespace), params={
+                "fieldSelector": f"involvedObject.uid={uid},reason=FailedCreate"})).get("items") or []
+        except (TimeoutError, ApiError, OSError) as err:
+            logger.info("could not list the events of Job %s/%s: %s", namespace, _meta(job).get("name"), err)
+            return None
+        items = [e for e in items if e.get("reason") == "FailedCreate"
+                 and (e.get("involvedObject") or {}).get("uid") == uid]
+        if not items:
+            return None
+
+        def when(e: Mapping[str, Any]) -> str:
+            return str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp")
+                       or _meta(e).get("creationTimestamp") or "")
+
+        latest = max(items, key=when)
+        return f"FailedCreate: {latest.get('message') or latest.get('note') or ''}".rstrip(": ")
 
     async def _job_refused(self, exp: dict[str, Any], status: ExperimentStatus, jname: str, err: ApiError,
                            nows: str, generation: int) -> str:

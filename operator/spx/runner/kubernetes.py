@@ -195,7 +195,8 @@ def build_job(
     - one pod (``parallelism = completions = 1``), ``backoffLimit: 0`` and a ``podFailurePolicy`` that
       ignores disruptions (``DisruptionTarget``: eviction, preemption, node drain) so an evicted pod is
       retried while a failing benchmark is not; ``activeDeadlineSeconds`` = ``spec.timeoutSeconds``;
-    - ``nvidia.com/gpu: <TP>`` limits, required node affinity on ``nvidia.com/gpu.product`` ∈
+    - requests = limits = ``spec.resources.cpu``/``memory`` and ``nvidia.com/gpu: <TP>`` (Guaranteed
+      QoS); required node affinity on ``nvidia.com/gpu.product`` ∈
       ``spec.resources.gpuProducts`` and compute capability 9.x, the user's node selector,
       tolerations (plus ``nvidia.com/gpu`` NoSchedule) and priority class — GPU parts are left out
       when ``spec.kernel.device`` is ``cpu``;
@@ -220,10 +221,11 @@ def build_job(
         ANNOTATION_EXPERIMENT: json.dumps(experiment_document(experiment_name, namespace, spec), sort_keys=True),
     }
 
-    resources: dict[str, Any] = {}
+    # requests = limits: Guaranteed QoS (last to be evicted, exclusive cores under the static CPU manager).
+    reserved: dict[str, str] = {"cpu": spec.resources.cpu, "memory": spec.resources.memory}
     if _uses_gpus(spec):
-        tp = str(spec.parallelism.tensor_parallel_size)
-        resources = {"limits": {GPU_RESOURCE: tp}, "requests": {GPU_RESOURCE: tp}}
+        reserved[GPU_RESOURCE] = str(spec.parallelism.tensor_parallel_size)
+    resources: dict[str, Any] = {"limits": dict(reserved), "requests": dict(reserved)}
 
     env = [
         {"name": "SPX_EXPERIMENT_NAME", "value": experiment_name},
