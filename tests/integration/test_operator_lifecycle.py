@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from emulator import Cluster, condition
 from kubelet import Fault, Kubelet
+from specs import CPU_SPEC
 
 from spx.api import KernelResult
 from spx.api.crd import build_crd
@@ -23,16 +24,6 @@ from spx.runner.kubernetes import read_result_configmap
 pytestmark = pytest.mark.timeout(300)
 
 TIME_SCALE = 0.05  # activeDeadlineSeconds 60 → 3 s in the driver
-#: A small CPU run of the real bench: ~5 s on 2 cores.
-CPU_SPEC: dict[str, Any] = {
-    "projection": {"hiddenSize": 1024, "outputSizes": [256, 128]},
-    "parallelism": {"tensorParallelSize": 2},
-    "sweep": {"tokens": [8, 128, 2048]},
-    "kernel": {"device": "cpu", "timer": "host", "gather": "gloo", "samples": 5, "warmup": 1,
-               "cudaGraphs": False, "l2Flush": False},
-    "gate": {"thresholdTokens": 2048},
-    "timeoutSeconds": 3600,
-}
 OPERATOR_ENV = {
     "SPX_MAX_CONCURRENT_EXPERIMENTS": "0",
     "SPX_SCHEDULE_TIMEOUT_SECONDS": "3",

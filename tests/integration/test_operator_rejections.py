@@ -12,25 +12,17 @@ instead of being retried or waited on until the deadline:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from emulator import Cluster, condition
 from kubelet import Fault, Kubelet
+from specs import CPU_SPEC
 
 from spx.api.crd import build_crd
 
 pytestmark = pytest.mark.timeout(300)
 
-SPEC: dict[str, Any] = {
-    "projection": {"hiddenSize": 1024, "outputSizes": [256, 128]},
-    "parallelism": {"tensorParallelSize": 2},
-    "sweep": {"tokens": [8, 128, 2048]},
-    "kernel": {"device": "cpu", "timer": "host", "gather": "gloo", "samples": 5, "warmup": 1,
-               "cudaGraphs": False, "l2Flush": False},
-    "gate": {"thresholdTokens": 2048},
-    "timeoutSeconds": 3600,
-}
+SPEC = CPU_SPEC
 OPERATOR_ENV = {
     "SPX_MAX_CONCURRENT_EXPERIMENTS": "1",  # a rejected run must give its slot back
     "SPX_SCHEDULE_TIMEOUT_SECONDS": "3",
