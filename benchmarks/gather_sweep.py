@@ -37,7 +37,8 @@ def main() -> int:
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from spx.analysis.gather_fit import fit_gather_model
-    from spx.analysis.stats import quartiles
+    from spx.analysis.stats import candidate_stats
+    from spx.analysis.threshold import next_multiple
     from spx.api import GatherModelSpec
     from spx.bench.kernel import _capture
     from spx.bench.timing import extract_spans
@@ -55,7 +56,7 @@ def main() -> int:
     barrier = torch.ones(1, device=device)
     rows_out = []
     for m in [int(t) for t in args.tokens.split(",")]:
-        padded = -(-m // world) * world
+        padded = next_multiple(m, world)
         shard = torch.randn(padded // world, args.n, device=device).to(torch.bfloat16)
         out = torch.empty(padded, args.n, device=device, dtype=torch.bfloat16)
         samples: list[float] = []
@@ -82,9 +83,9 @@ def main() -> int:
                 samples.append((time.perf_counter_ns() - t0) / 1e3)
         t = torch.tensor(samples, dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        q1, med, q3 = quartiles(t.cpu().tolist())
+        stats = candidate_stats(t.cpu().tolist())
         rows_out.append({"tokens": m, "rowsPerRank": padded // world, "bytes": padded * args.n * 2,
-                         "medianUs": med, "iqrPct": (q3 - q1) / med * 100})
+                         "medianUs": stats.median_us, "iqrPct": stats.iqr_pct})
     dist.destroy_process_group()
     if rank != 0:
         return 0

@@ -60,8 +60,6 @@ def proc_memory(pid: int) -> tuple[float, float]:
 
 def proc_cpu_seconds(pid: int) -> float:
     """user + system CPU seconds of a process so far."""
-    import os
-
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 

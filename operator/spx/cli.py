@@ -12,7 +12,6 @@ registered command's subparser in one place.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import sys
@@ -42,13 +41,14 @@ from spx.api import (
     validate_spec,
 )
 from spx.api.accuracy import AccuracyStatus
+from spx.api.base import utc_now
 from spx.api.serving import ServingStatus
 
 if TYPE_CHECKING:
     from spx.analysis import Evaluation
     from spx.api.accuracy import AccuracyResult
     from spx.api.serving import ServingResult
-    from spx.api.status import ConditionStatus
+    from spx.api.status import ConditionStatus, Phase, Verdict
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -73,6 +73,8 @@ Configure = Callable[[argparse.ArgumentParser], None]
 
 @dataclass(frozen=True)
 class Command:
+    """One ``spx`` subcommand: its name, ``--help`` line, option builder and handler (returns the exit code)."""
+
     name: str
     help: str
     configure: Configure
@@ -96,6 +98,7 @@ def command(name: str, help: str, configure: Configure | None = None) -> Callabl
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``spx`` argument parser: one subparser per :data:`COMMANDS` entry, its handler in ``handler``."""
     from spx import __version__
 
     parser = argparse.ArgumentParser(
@@ -150,10 +153,6 @@ def _err_console() -> Console:
     return make_console(stderr=True)
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def read_experiment(path: str) -> Experiment:
     """Load and validate an experiment file.
 
@@ -200,7 +199,7 @@ def apply_overrides(
     Raises:
         SpecError: an override makes the spec invalid (the message names the ``spec.…`` field).
     """
-    raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw = dump_model(spec)
     if gemm_backend is not None:
         raw["kernel"]["gemmBackend"] = gemm_backend
     if samples is not None:
@@ -218,6 +217,11 @@ def analyse(
     timer: str | None,
     cpu: bool = False,
 ) -> Evaluation:
+    """:func:`spx.analysis.evaluate` of ``points`` under ``spec``'s gate and TP size.
+
+    ``gather_source`` is ``measured`` or ``modelled``; ``cpu`` marks a CPU smoke run (its speed verdict
+    is then reported as Inconclusive, see :func:`~spx.analysis.evaluate`). Raises ``ValueError`` on a repeated token count.
+    """
     from spx.analysis import evaluate
 
     return evaluate(
@@ -243,7 +247,7 @@ def build_status(result: KernelResult, ev: Evaluation | None) -> ExperimentStatu
     """``status.json`` of a local run: phase, conditions (Completed, Decided), environment, kernel, verdict."""
     from spx.report import CPU_NOTE
 
-    now = _now()
+    now = utc_now()
     cpu = _is_cpu(result)
     prefix = f"{CPU_NOTE}. " if cpu else ""
     kernel = ev.kernel if ev is not None else None
@@ -252,32 +256,28 @@ def build_status(result: KernelResult, ev: Evaluation | None) -> ExperimentStatu
         if result.wall_seconds is not None:
             summary += f" in {result.wall_seconds:.1f} s"
         verdict_msg = ev.reasons[0] if ev.reasons else ev.verdict
-        return ExperimentStatus(
-            phase="Succeeded",
-            start_time=result.started_at,
-            completion_time=result.finished_at or now,
-            message=f"{prefix}{ev.verdict}: {verdict_msg}",
-            conditions=[
-                _condition("Completed", "True", "BenchmarkCompleted", summary, now),
-                _condition("Decided", "True", ev.verdict, verdict_msg, now),
-            ],
-            environment=result.environment,
-            kernel=kernel,
-            verdict=ev.verdict,
-            verdict_reasons=list(ev.reasons),
-        )
-    error = result.error or "the benchmark did not complete"
+        phase: Phase = "Succeeded"
+        message = f"{ev.verdict}: {verdict_msg}"
+        completed = _condition("Completed", "True", "BenchmarkCompleted", summary, now)
+        decided = _condition("Decided", "True", ev.verdict, verdict_msg, now)
+        verdict: Verdict | None = ev.verdict
+        reasons = list(ev.reasons)
+    else:
+        error = result.error or "the benchmark did not complete"
+        phase, message = "Failed", f"benchmark failed: {error}"
+        completed = _condition("Completed", "False", "BenchmarkFailed", error, now)
+        decided = _condition("Decided", "True", "BenchmarkFailed", error, now)
+        verdict, reasons = None, []
     return ExperimentStatus(
-        phase="Failed",
+        phase=phase,
         start_time=result.started_at,
         completion_time=result.finished_at or now,
-        message=f"{prefix}benchmark failed: {error}",
-        conditions=[
-            _condition("Completed", "False", "BenchmarkFailed", error, now),
-            _condition("Decided", "True", "BenchmarkFailed", error, now),
-        ],
+        message=f"{prefix}{message}",
+        conditions=[completed, decided],
         environment=result.environment,
         kernel=kernel,
+        verdict=verdict,
+        verdict_reasons=reasons,
     )
 
 
@@ -393,6 +393,7 @@ def build_summary(
 
 
 def write_summary(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` (UTF-8, truncating), e.g. the pod's ``/dev/termination-log``."""
     with open(path, "w", encoding="utf-8") as f:  # also /dev/termination-log
         f.write(text)
 
@@ -610,7 +611,7 @@ def with_vllm_gates(status: ExperimentStatus, serving: ServingStatus | None, acc
     if status.verdict is not None:
         verdict, reasons = combine_verdict(status.verdict, status.verdict_reasons, serving, accuracy)
         first = reasons[0] if reasons else verdict
-        now = _now()
+        now = utc_now()
         conditions = [c for c in status.conditions if c.type != "Decided"]
         conditions.append(_condition("Decided", "True", verdict, first, now))
         update.update(verdict=verdict, verdict_reasons=reasons, conditions=conditions,
@@ -791,7 +792,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if override is not None:
         spec = spec.model_copy(update={"gate": override.spec.gate, "parallelism": override.spec.parallelism})
     if args.threshold_tokens is not None:
-        raw = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        raw = dump_model(spec)
         raw["gate"]["thresholdTokens"] = args.threshold_tokens
         spec = validate_spec(raw, source="gate with --threshold-tokens")
     if not points:

@@ -68,6 +68,11 @@ def build_dashboard() -> dict[str, Any]:
             q = q.format(PromQueryFormat(fmt))
         return q
 
+    def panel(builder: Any, title: str, *, height: int, span: int) -> Any:
+        """``builder`` (a panel builder: ``stat.Panel()`` …) titled, on the Prometheus data source,
+        ``height`` grid rows high and ``span`` of Grafana's 24 grid columns wide."""
+        return builder.title(title).datasource(ds).height(height).span(span)
+
     def transform(id_val: str, options: dict[str, Any]) -> model.DataTransformerConfig:
         return model.DataTransformerConfig(id_val=id_val, options=options)
 
@@ -124,10 +129,8 @@ def build_dashboard() -> dict[str, Any]:
         # ---------------------------------------------------------------- the selected experiment
         .with_row(dash.Row("Experiment $namespace/$experiment"))
         .with_panel(
-            stat.Panel()
-            .title("Verdict")
+            panel(stat.Panel(), "Verdict", height=5, span=6)
             .description("The gate verdict of the experiment (spx_verdict == 1): Pass, Fail or Inconclusive.")
-            .datasource(ds)
             .with_target(query(f"spx_verdict{{{EXP}}} == 1", "{{verdict}}", instant=True))
             .text_mode(common.BigValueTextMode.NAME)
             .color_mode(common.BigValueColorMode.BACKGROUND)
@@ -144,57 +147,41 @@ def build_dashboard() -> dict[str, Any]:
                 [model.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "orange"})],
             )
             .no_value("not decided")
-            .height(5)
-            .span(6)
         )
         .with_panel(
-            stat.Panel()
-            .title("Crossover (tokens)")
+            panel(stat.Panel(), "Crossover (tokens)", height=5, span=6)
             .description("Interpolated break-even token count: from here on the split candidate wins.")
-            .datasource(ds)
             .with_target(query(f"spx_crossover_tokens{{{EXP}}}", "{{gpu}} · vLLM {{vllm}}", instant=True))
             .unit("none")
             .decimals(0)
             .graph_mode(common.BigValueGraphMode.NONE)
             .no_value("no crossover")
-            .height(5)
-            .span(6)
         )
         .with_panel(
-            stat.Panel()
-            .title("Recommended threshold (tokens)")
+            panel(stat.Panel(), "Recommended threshold (tokens)", height=5, span=6)
             .description("The _SHARD_FUSED_WQA_WKV_MIN_TOKENS the measurement recommends (vLLM 0.33 ships 2048).")
-            .datasource(ds)
             .with_target(query(f"spx_recommended_threshold_tokens{{{EXP}}}", "{{gpu}} · vLLM {{vllm}}", instant=True))
             .unit("none")
             .decimals(0)
             .graph_mode(common.BigValueGraphMode.NONE)
             .thresholds(thresholds((None, "blue")))
-            .height(5)
-            .span(6)
         )
         .with_panel(
-            stat.Panel()
-            .title("Time in current phase")
+            panel(stat.Panel(), "Time in current phase", height=5, span=6)
             .description("Seconds since the experiment entered its current phase (the series' phase label).")
-            .datasource(ds)
             .with_target(
                 query(f"time() - spx_experiment_phase_since_timestamp_seconds{{{EXP}}}", "{{phase}}", instant=True)
             )
             .unit("s")
             .text_mode(common.BigValueTextMode.VALUE_AND_NAME)
             .graph_mode(common.BigValueGraphMode.NONE)
-            .height(5)
-            .span(6)
         )
         .with_panel(
-            barchart.Panel()
-            .title("Latency vs tokens per candidate")
+            panel(barchart.Panel(), "Latency vs tokens per candidate", height=10, span=12)
             .description(
                 "Median time per call (max over ranks) of the replicated and the split candidate at each "
                 "token count. Log scale: the split bar drops below the replicated one at the crossover."
             )
-            .datasource(ds)
             .with_target(
                 query(
                     f"max by (tokens, candidate) (spx_kernel_latency_seconds{{{EXP}}})",
@@ -218,14 +205,10 @@ def build_dashboard() -> dict[str, Any]:
             .scale_distribution(log2)
             .axis_label("time per call")
             .show_value(common.VisibilityMode.NEVER)
-            .height(10)
-            .span(12)
         )
         .with_panel(
-            barchart.Panel()
-            .title("Speedup vs tokens (replicated ÷ split)")
+            panel(barchart.Panel(), "Speedup vs tokens (replicated ÷ split)", height=10, span=12)
             .description("Above 1 the split candidate wins at that token count; the line marks 1.")
-            .datasource(ds)
             .with_target(
                 query(f"max by (tokens) (spx_kernel_speedup_ratio{{{EXP}}})", "speedup", instant=True, fmt="table")
             )
@@ -242,20 +225,16 @@ def build_dashboard() -> dict[str, Any]:
             .thresholds_style(common_b.GraphThresholdsStyleConfig().mode(common.GraphTresholdsStyleMode.LINE))
             .color_scheme(dash.FieldColor().mode(model.FieldColorModeId.THRESHOLDS))
             .show_value(common.VisibilityMode.NEVER)
-            .height(10)
-            .span(12)
         )
         # ---------------------------------------------------------------- serving A/B and GSM8K
         .with_row(dash.Row("Serving A/B and GSM8K of $namespace/$experiment"))
         .with_panel(
-            barchart.Panel()
-            .title("Serving change vs main per point")
+            panel(barchart.Panel(), "Serving change vs main per point", height=9, span=16)
             .description(
                 "spec.serving: (split mean − main mean) / main mean per point, in percent. Throughput points "
                 "are better above 0, TTFT/TPOT/ITL/E2EL points below 0; the serving gate bounds throughput "
                 "and TTFT points (docs/serving.md). Empty when the experiment has no serving A/B."
             )
-            .datasource(ds)
             .with_target(
                 query(f"max by (point, metric) (spx_serving_change_percent{{{EXP}}})", "{{point}}",
                       instant=True, fmt="table")
@@ -270,17 +249,13 @@ def build_dashboard() -> dict[str, Any]:
             .thresholds_style(common_b.GraphThresholdsStyleConfig().mode(common.GraphTresholdsStyleMode.OFF))
             .show_value(common.VisibilityMode.AUTO)
             .no_value("no serving A/B")
-            .height(9)
-            .span(16)
         )
         .with_panel(
-            bargauge.Panel()
-            .title("GSM8K accuracy per variant")
+            panel(bargauge.Panel(), "GSM8K accuracy per variant", height=9, span=8)
             .description(
                 "spec.accuracy: GSM8K accuracy of the main and the split servers (mean over each variant's "
                 "arms). The accuracy gate bounds main − split (spx_accuracy_drop_percentage_points)."
             )
-            .datasource(ds)
             .with_target(query(f"max by (variant) (spx_accuracy_percent{{{EXP}}})", "{{variant}}", instant=True))
             .unit("percent")
             .decimals(2)
@@ -288,42 +263,30 @@ def build_dashboard() -> dict[str, Any]:
             .max(100)
             .display_mode(common.BarGaugeDisplayMode.BASIC)
             .no_value("no GSM8K run")
-            .height(9)
-            .span(8)
         )
         # ---------------------------------------------------------------- history across runs
         .with_row(dash.Row("Crossover history per GPU type and vLLM version"))
         .with_panel(
-            timeseries.Panel()
-            .title("Crossover over time")
+            panel(timeseries.Panel(), "Crossover over time", height=9, span=12)
             .description("Break-even token count per GPU type and vLLM version, across experiments.")
-            .datasource(ds)
             .with_target(query(f"max by (gpu, vllm) (spx_crossover_tokens{{{GPU}}})", "{{gpu}} · vLLM {{vllm}}"))
             .unit("none")
             .decimals(0)
             .span_nulls(True)
-            .height(9)
-            .span(12)
         )
         .with_panel(
-            timeseries.Panel()
-            .title("Recommended threshold over time")
+            panel(timeseries.Panel(), "Recommended threshold over time", height=9, span=12)
             .description("Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS per GPU type and vLLM version.")
-            .datasource(ds)
             .with_target(
                 query(f"max by (gpu, vllm) (spx_recommended_threshold_tokens{{{GPU}}})", "{{gpu}} · vLLM {{vllm}}")
             )
             .unit("none")
             .decimals(0)
             .span_nulls(True)
-            .height(9)
-            .span(12)
         )
         .with_panel(
-            table.Panel()
-            .title("Verdicts")
+            panel(table.Panel(), "Verdicts", height=8, span=24)
             .description("Current verdict of every experiment in the namespace.")
-            .datasource(ds)
             .with_target(query('spx_verdict{namespace="$namespace"} == 1', instant=True, fmt="table"))
             .transformations(
                 [
@@ -361,31 +324,23 @@ def build_dashboard() -> dict[str, Any]:
                     model.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background"}),
                 ],
             )
-            .height(8)
-            .span(24)
         )
         # ---------------------------------------------------------------- experiments
         .with_row(dash.Row("Experiments"))
         .with_panel(
-            timeseries.Panel()
-            .title("Experiments by phase")
+            panel(timeseries.Panel(), "Experiments by phase", height=8, span=8)
             .description("Number of experiments per phase (spx_experiments).")
-            .datasource(ds)
             .with_target(query("sum by (phase) (spx_experiments)", "{{phase}}"))
             .unit("none")
             .decimals(0)
             .stacking(common_b.StackingConfig().mode(common.StackingMode.NORMAL))
             .fill_opacity(30)
-            .height(8)
-            .span(8)
         )
         .with_panel(
-            bargauge.Panel()
-            .title("Experiment durations")
+            panel(bargauge.Panel(), "Experiment durations", height=8, span=8)
             .description(
                 "Experiments that reached a terminal phase in the time range, by duration bucket (Job creation → terminal phase)."
             )
-            .datasource(ds)
             .with_target(
                 query(
                     "sum by (le) (increase(spx_experiment_duration_seconds_bucket[$__range]))",
@@ -397,14 +352,10 @@ def build_dashboard() -> dict[str, Any]:
             .unit("none")
             .decimals(0)
             .display_mode(common.BarGaugeDisplayMode.GRADIENT)
-            .height(8)
-            .span(8)
         )
         .with_panel(
-            stat.Panel()
-            .title("Mean experiment duration")
+            panel(stat.Panel(), "Mean experiment duration", height=8, span=8)
             .description("Mean wall time from Job creation to a terminal phase, over the time range.")
-            .datasource(ds)
             .with_target(
                 query(
                     "sum(increase(spx_experiment_duration_seconds_sum[$__range]))"
@@ -415,18 +366,14 @@ def build_dashboard() -> dict[str, Any]:
             )
             .unit("s")
             .graph_mode(common.BigValueGraphMode.NONE)
-            .height(8)
-            .span(8)
         )
         # ---------------------------------------------------------------- the operator
         .with_row(dash.Row("Operator health"))
         .with_panel(
-            stat.Panel()
-            .title("Since last reconcile")
+            panel(stat.Panel(), "Since last reconcile", height=6, span=6)
             .description(
                 "Seconds since the operator last completed a reconcile (spx_last_reconcile_timestamp_seconds)."
             )
-            .datasource(ds)
             .with_target(
                 query("time() - max(spx_last_reconcile_timestamp_seconds)", "since last reconcile", instant=True)
             )
@@ -434,35 +381,25 @@ def build_dashboard() -> dict[str, Any]:
             .thresholds(thresholds((None, "green"), (900, "orange"), (1800, "red")))
             .color_mode(common.BigValueColorMode.BACKGROUND)
             .graph_mode(common.BigValueGraphMode.NONE)
-            .height(6)
-            .span(6)
         )
         .with_panel(
-            timeseries.Panel()
-            .title("Reconciles by handler and outcome")
+            panel(timeseries.Panel(), "Reconciles by handler and outcome", height=6, span=9)
             .description("Reconcile handler invocations per second (spx_reconcile_total).")
-            .datasource(ds)
             .with_target(
                 query(
                     "sum by (handler, outcome) (rate(spx_reconcile_total[$__rate_interval]))", "{{handler}} {{outcome}}"
                 )
             )
             .unit("ops")
-            .height(6)
-            .span(9)
         )
         .with_panel(
-            timeseries.Panel()
-            .title("Reconcile errors")
+            panel(timeseries.Panel(), "Reconcile errors", height=6, span=9)
             .description(
                 "Reconcile handler invocations that raised, per second (spx_reconcile_errors_total); 0 when none."
             )
-            .datasource(ds)
             .with_target(query("sum(rate(spx_reconcile_errors_total[$__rate_interval])) or vector(0)", "errors"))
             .unit("ops")
             .thresholds(thresholds((None, "green"), (1e-9, "red")))
-            .height(6)
-            .span(9)
         )
     )
     encoded = JSONEncoder(sort_keys=True, indent=2).encode(builder.build())

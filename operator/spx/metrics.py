@@ -22,78 +22,72 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 EXPERIMENT_LABELS = ("namespace", "experiment")
 
-KERNEL_LATENCY = Gauge(
+
+def _gauge(name: str, documentation: str, labels: tuple[str, ...] = ()) -> Gauge:
+    """A gauge of :data:`REGISTRY` (what ``/metrics`` serves)."""
+    return Gauge(name, documentation, labels, registry=REGISTRY)
+
+
+KERNEL_LATENCY = _gauge(
     "spx_kernel_latency_seconds",
     "Median seconds per call of the projection, max over ranks, per candidate and token count.",
     (*EXPERIMENT_LABELS, "candidate", "tokens", "gpu"),
-    registry=REGISTRY,
 )
-KERNEL_SPEEDUP = Gauge(
+KERNEL_SPEEDUP = _gauge(
     "spx_kernel_speedup_ratio",
     "Replicated latency over split latency per token count (> 1: splitting by token wins).",
     (*EXPERIMENT_LABELS, "tokens", "gpu"),
-    registry=REGISTRY,
 )
-CROSSOVER = Gauge(
+CROSSOVER = _gauge(
     "spx_crossover_tokens",
     "Interpolated break-even token count where split starts to win.",
     (*EXPERIMENT_LABELS, "gpu", "vllm"),
-    registry=REGISTRY,
 )
-RECOMMENDED_THRESHOLD = Gauge(
+RECOMMENDED_THRESHOLD = _gauge(
     "spx_recommended_threshold_tokens",
     "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS from the measured crossover.",
     (*EXPERIMENT_LABELS, "gpu", "vllm"),
-    registry=REGISTRY,
 )
-VERDICT = Gauge(
+VERDICT = _gauge(
     "spx_verdict",
     "1 for the experiment's current gate verdict (Pass, Fail, Inconclusive), 0 for the others.",
     (*EXPERIMENT_LABELS, "gpu", "vllm", "verdict"),
-    registry=REGISTRY,
 )
-SERVING_VALUE = Gauge(
+SERVING_VALUE = _gauge(
     "spx_serving_value",
     "Serving A/B: mean over a variant's arms of a point's compared value (latencies in seconds, "
     "throughputs in tokens or requests per second, as the metric label says).",
     (*EXPERIMENT_LABELS, "point", "metric", "variant"),
-    registry=REGISTRY,
 )
-SERVING_CHANGE = Gauge(
+SERVING_CHANGE = _gauge(
     "spx_serving_change_percent",
     "Serving A/B: (split mean - main mean) / main mean x 100 per point (negative TTFT is better).",
     (*EXPERIMENT_LABELS, "point", "metric"),
-    registry=REGISTRY,
 )
-SERVING_GATE = Gauge(
+SERVING_GATE = _gauge(
     "spx_serving_gate_passed",
     "Serving A/B gate: 1 passed, 0 failed; absent while undecided or inconclusive.",
     EXPERIMENT_LABELS,
-    registry=REGISTRY,
 )
-ACCURACY = Gauge(
+ACCURACY = _gauge(
     "spx_accuracy_percent",
     "GSM8K accuracy in percent, mean over a variant's arms.",
     (*EXPERIMENT_LABELS, "variant"),
-    registry=REGISTRY,
 )
-ACCURACY_DROP = Gauge(
+ACCURACY_DROP = _gauge(
     "spx_accuracy_drop_percentage_points",
     "GSM8K: main accuracy minus split accuracy, in percentage points (positive: the split is worse).",
     EXPERIMENT_LABELS,
-    registry=REGISTRY,
 )
-ACCURACY_MAX_DROP = Gauge(
+ACCURACY_MAX_DROP = _gauge(
     "spx_accuracy_max_drop_percentage_points",
     "GSM8K gate: the largest drop the experiment allows (spec.accuracy.maxDropPoints).",
     EXPERIMENT_LABELS,
-    registry=REGISTRY,
 )
-EXPERIMENTS = Gauge(
+EXPERIMENTS = _gauge(
     "spx_experiments",
     "Number of experiments per phase.",
     ("phase",),
-    registry=REGISTRY,
 )
 EXPERIMENT_DURATION = Histogram(
     "spx_experiment_duration_seconds",
@@ -101,17 +95,15 @@ EXPERIMENT_DURATION = Histogram(
     buckets=(60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, float("inf")),
     registry=REGISTRY,
 )
-TIMEOUT = Gauge(
+TIMEOUT = _gauge(
     "spx_experiment_timeout_seconds",
     "The experiment's spec.timeoutSeconds: the deadline of its Job (a Running experiment within it is not stuck).",
     EXPERIMENT_LABELS,
-    registry=REGISTRY,
 )
-PHASE_SINCE = Gauge(
+PHASE_SINCE = _gauge(
     "spx_experiment_phase_since_timestamp_seconds",
     "Unix time at which the experiment entered its current phase (1 series per experiment).",
     (*EXPERIMENT_LABELS, "phase"),
-    registry=REGISTRY,
 )
 RECONCILES = Counter(
     "spx_reconcile",
@@ -125,10 +117,9 @@ RECONCILE_ERRORS = Counter(
     ("handler",),
     registry=REGISTRY,
 )
-LAST_RECONCILE = Gauge(
+LAST_RECONCILE = _gauge(
     "spx_last_reconcile_timestamp_seconds",
     "Unix time of the operator's last completed reconcile (operator liveness for alerts).",
-    registry=REGISTRY,
 )
 
 PHASES = ("Pending", "Queued", "Running", "Analyzing", "Succeeded", "Failed")
@@ -277,11 +268,13 @@ def observe_duration(seconds: float) -> None:
 
 
 def count_reconcile(handler: str, outcome: str) -> None:
+    """Count one completed reconcile of ``handler`` and stamp ``spx_last_reconcile_timestamp_seconds``."""
     RECONCILES.labels(handler, outcome).inc()
     LAST_RECONCILE.set(time.time())
 
 
 def count_error(handler: str) -> None:
+    """Count one reconcile of ``handler`` that raised."""
     RECONCILE_ERRORS.labels(handler).inc()
 
 

@@ -41,12 +41,14 @@ def fmt_us(value: float | None) -> str:
 
 
 def fmt_tokens(value: float | None) -> str:
+    """A token count: integral or ≥ 100 without decimals (thousands separated), else one decimal; ``—`` when unknown."""
     if value is None:
         return "—"
     return f"{value:,.0f}" if float(value).is_integer() or value >= 100 else f"{value:.1f}"
 
 
 def fmt_error(value: float | None) -> str:
+    """A max abs error with three significant digits; ``—`` when unknown."""
     return "—" if value is None else f"{value:.3g}"
 
 
@@ -98,6 +100,7 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
 
 
 def print_verdict(console: Console, verdict: str | None, reasons: Sequence[str]) -> None:
+    """Print ``verdict`` (coloured; ``none`` when the run did not complete) and one bullet per reason."""
     if verdict is None:
         console.print("[bold red]verdict: none[/] (the run did not complete)")
     else:

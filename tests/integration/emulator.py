@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
-import datetime as dt
 import json
 import os
 import random
@@ -59,14 +58,13 @@ import jsonpatch
 import kmock
 from kmock._internal.parsing import parse_path
 
+from spx.controller.conditions import now_rfc3339
+from spx.controller.kube import resource_path
+
 Obj = dict[str, Any]
 LogReader = Callable[[str, str, Mapping[str, str]], "str | None"]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _status(code: int, reason: str, message: str, details: Mapping[str, Any] | None = None) -> aiohttp.web.Response:
@@ -954,15 +952,7 @@ class Cluster:
 
     @staticmethod
     def path(api_version: str, plural: str, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
-        path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        if namespace:
-            path += f"/namespaces/{namespace}"
-        path += f"/{plural}"
-        if name:
-            path += f"/{name}"
-        if sub:
-            path += f"/{sub}"
-        return path
+        return resource_path(api_version, plural, namespace, name, sub)
 
     def get(self, api_version: str, plural: str, namespace: str | None, name: str) -> Obj | None:
         try:

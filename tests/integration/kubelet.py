@@ -43,18 +43,13 @@ import aiohttp
 from spx.api.result import KernelResult, PointResult, ResultSummary
 from spx.api.spec import ExperimentSpec
 from spx.api.status import Environment, KernelPoint
+from spx.controller.conditions import now_rfc3339
 
 EXPERIMENT_LABEL = "bench.spx.dev/experiment"
 EXPERIMENT_ANNOTATION = "bench.spx.dev/experiment"
 TERMINATION_LIMIT = 4096
 
 Obj = dict[str, Any]
-
-
-def now_rfc3339() -> str:
-    import datetime as dt
-
-    return dt.datetime.now(dt.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -160,14 +155,23 @@ def standin_node_env(pid_dir: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def write_gsm8k(directory: Path, questions: int) -> tuple[Path, Path]:
-    """A tiny GSM8K in its own format: ``test.jsonl`` ("What is i plus i+2?", answer 2i+2) and ``train.jsonl``."""
+def write_gsm8k(directory: Path, questions: int, annotated: bool = False) -> tuple[Path, Path]:
+    """A tiny GSM8K in its own format: ``test.jsonl`` ("What is i plus i+2?", answer 2i+2) and ``train.jsonl``
+    (6 few-shot examples "Add i and 1000."). ``annotated``: the answers carry GSM8K's ``<<a+b=c>>``
+    calculator annotations and the train answers a thousands separator (``#### 1,000``)."""
+
+    def calc(expr: str, value: int) -> str:
+        return f"<<{expr}={value}>>" if annotated else ""
+
     test, train = directory / "test.jsonl", directory / "train.jsonl"
     test.write_text("".join(
-        json.dumps({"question": f"What is {i} plus {i + 2}?", "answer": f"{i}+{i + 2}={2 * i + 2}\n#### {2 * i + 2}"}) + "\n"
+        json.dumps({"question": f"What is {i} plus {i + 2}?",
+                    "answer": f"{i}+{i + 2}={calc(f'{i}+{i + 2}', 2 * i + 2)}{2 * i + 2}\n#### {2 * i + 2}"}) + "\n"
         for i in range(questions)))
     train.write_text("".join(
-        json.dumps({"question": f"Add {i} and 1000.", "answer": f"{i} + 1000 = {i + 1000}\n#### {i + 1000}"}) + "\n"
+        json.dumps({"question": f"Add {i} and 1000.",
+                    "answer": f"{i} + 1000 = {calc(f'{i}+1000', i + 1000)}{i + 1000}\n#### "
+                              + (f"{i + 1000:,}" if annotated else f"{i + 1000}")}) + "\n"
         for i in range(6)))
     return test, train
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubelet import write_gsm8k
 
 from spx.analysis.accuracy import summarize as summarize_accuracy
 from spx.analysis.serving import summarize
@@ -213,19 +214,8 @@ def test_gpus_still_busy_stop_the_remaining_arms(h: Harness) -> None:
     assert any(f.startswith("B1: GPUs still busy") for f in result.failures)
 
 
-def _gsm8k(tmp: Path, n: int) -> tuple[Path, Path]:
-    test, train = tmp / "test.jsonl", tmp / "train.jsonl"
-    test.write_text("".join(
-        json.dumps({"question": f"What is {i} plus {i + 2}?", "answer": f"{i}+{i + 2}=<<{i}+{i + 2}={2 * i + 2}>>{2 * i + 2}\n#### {2 * i + 2}"}) + "\n"
-        for i in range(n)))
-    train.write_text("".join(
-        json.dumps({"question": f"Add {i} and 1000.", "answer": f"{i} + 1000 = <<{i}+1000={i + 1000}>>{i + 1000}\n#### {i + 1000:,}"}) + "\n"
-        for i in range(6)))
-    return test, train
-
-
 def test_gsm8k_on_the_main_and_split_arms(h: Harness) -> None:
-    test, train = _gsm8k(h.tmp, 40)
+    test, train = write_gsm8k(h.tmp, 40, annotated=True)
     record = h.tmp / "record"
     record.mkdir()
     h.env.update(STANDIN_CHAT_WRONG_MOD="16", STANDIN_RECORD_DIR=str(record))  # the split server errs on 5 of 40

@@ -39,6 +39,29 @@ def speedup(replicated_us: float, split_us: float) -> float:
     return replicated_us / split_us
 
 
+def median_point(
+    tokens: int, rows_per_rank: int, replicated_us: float, split_us: float, gather_us: float | None = None
+) -> KernelPoint:
+    """A :class:`KernelPoint` known only by its medians (µs): no spread, no error check.
+
+    ``speedup`` is :func:`speedup` of the two times; the IQR fields are 0, ``max_abs_error`` is
+    ``None`` and the point is marked ``decided`` (the spread is unknown, not zero).
+
+    Raises:
+        ValueError: when a time is not finite and > 0, or ``tokens`` / ``rows_per_rank`` is out of
+            the model's range (pydantic ``ValidationError``, a ``ValueError``).
+    """
+    return KernelPoint(
+        tokens=tokens,
+        rows_per_rank=rows_per_rank,
+        replicated_us=replicated_us,
+        split_us=split_us,
+        gather_us=gather_us,
+        speedup=speedup(replicated_us, split_us),
+        decided=True,
+    )
+
+
 def split_wins(point: KernelPoint) -> bool:
     """True when the split candidate is strictly faster at this point (``point.speedup > 1``)."""
     return point.speedup > 1.0

@@ -33,9 +33,15 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from spx.analysis.crossover import Interpolation, break_even_tokens, first_winning_tokens, sorted_points
+from spx.analysis.crossover import (
+    Interpolation,
+    break_even_tokens,
+    first_winning_tokens,
+    median_point,
+    sorted_points,
+)
 from spx.analysis.reference import parse_kernel_table
-from spx.analysis.threshold import recommended_threshold_tokens
+from spx.analysis.threshold import next_multiple, recommended_threshold_tokens
 from spx.api.base import CamelModel
 from spx.api.spec import ThresholdRounding
 from spx.api.status import KernelPoint
@@ -150,7 +156,7 @@ def predict_rows(
     reps = [p.replicated_us for p in ordered]
     rows: list[PredictedRow] = []
     for p in ordered:
-        shard_rows = -(-p.tokens // tp)
+        shard_rows = next_multiple(p.tokens, tp) // tp
         if p.rows_per_rank != shard_rows:
             raise ValueError(
                 f"{p.tokens} tokens: rows_per_rank {p.rows_per_rank} != ceil({p.tokens}/{tp}) = {shard_rows}; "
@@ -185,18 +191,7 @@ def predict_rows(
 
 def rows_to_points(rows: Sequence[PredictedRow]) -> list[KernelPoint]:
     """Predicted rows as ``KernelPoint`` s (no spread: ``decided`` True, IQRs 0, no error check)."""
-    return [
-        KernelPoint(
-            tokens=r.tokens,
-            rows_per_rank=r.shard_rows,
-            replicated_us=r.replicated_us,
-            split_us=r.split_us,
-            gather_us=r.gather_us,
-            speedup=r.speedup,
-            decided=True,
-        )
-        for r in rows
-    ]
+    return [median_point(r.tokens, r.shard_rows, r.replicated_us, r.split_us, r.gather_us) for r in rows]
 
 
 def predict_from_table(

@@ -12,7 +12,7 @@ import csv
 import io
 import math
 
-from spx.analysis.crossover import sorted_points, speedup
+from spx.analysis.crossover import median_point, sorted_points, speedup
 from spx.api.status import KernelPoint
 
 KERNEL_TABLE_COLUMNS = ("tokens", "rows_per_rank", "replicated_us", "split_allgather_us", "speedup")
@@ -68,14 +68,5 @@ def parse_kernel_table(csv_text: str) -> list[KernelPoint]:
                 f"line {line}: published speedup {published} disagrees with {rep} / {split} = {ratio:.4f} "
                 f"beyond the rounding of the written numbers (±{tolerance:.4f})"
             )
-        points.append(
-            KernelPoint(
-                tokens=tokens,
-                rows_per_rank=rows_per_rank,
-                replicated_us=rep,
-                split_us=split,
-                speedup=ratio,
-                decided=True,
-            )
-        )
+        points.append(median_point(tokens, rows_per_rank, rep, split))
     return sorted_points(points)

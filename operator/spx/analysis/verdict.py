@@ -203,16 +203,20 @@ def gate_verdict(
         verdict = "Pass"
 
     reasons = fail + slow + inconclusive
+    # what the speeds alone would have decided; when the spread already leaves it Inconclusive the
+    # cap changes nothing, so the reason says the timings could not decide either way
     speed_verdict = "Fail" if slow else ("Inconclusive" if inconclusive else "Pass")
+    capped_to = (
+        f"the speed verdict ({speed_verdict}) is reported as Inconclusive"
+        if speed_verdict != "Inconclusive"
+        else "a Pass or Fail on speed could not be reported either way"
+    )
     if on_cpu:
-        reasons.append(
-            f"CPU smoke run: timings say nothing about GPUs (allowCpuTimings false): the speed verdict "
-            f"({speed_verdict}) is reported as Inconclusive"
-        )
+        reasons.append(f"CPU smoke run: timings say nothing about GPUs (allowCpuTimings false): {capped_to}")
     if modelled:
         reasons.append(
-            f"the gather is modelled, not measured (gatherSource modelled, allowModelledGather false): the speed "
-            f"verdict ({speed_verdict}) depends on the gather model and is reported as Inconclusive"
+            "the gather is modelled, not measured (gatherSource modelled, allowModelledGather false): the speed "
+            f"verdict depends on the gather model; {capped_to}"
         )
     elif gather_source == "modelled":
         reasons.append("the gather is modelled, not measured; accepted because allowModelledGather is true")

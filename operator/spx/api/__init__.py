@@ -3,10 +3,10 @@
 Pure: imports neither torch nor kopf nor kubernetes.
 """
 
+from spx.api.base import dump_model
 from spx.api.loading import (
     SpecError,
     describe_validation_error,
-    dump_model,
     load_experiment,
     parse_experiment,
     validate_spec,

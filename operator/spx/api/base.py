@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
@@ -26,4 +29,23 @@ class CamelModel(BaseModel):
 
     def to_wire(self) -> dict[str, object]:
         """Dump as the camelCase JSON-compatible dict a user or the API server sees (``None`` dropped)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return dump_model(self)
+
+
+def dump_model(model: BaseModel) -> dict[str, Any]:
+    """camelCase, JSON-compatible dict of any spx model, ``None`` fields dropped.
+
+    ``model.model_dump(mode="json", by_alias=True, exclude_none=True)``: the wire form the API server
+    and ``status.json`` / ``result.json`` readers see.
+    """
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def utc_now(now: dt.datetime | None = None) -> str:
+    """``now`` (default: the current time) in UTC as RFC 3339 with second precision (``2026-01-02T03:04:05Z``).
+
+    The form of every timestamp in spx's documents (``startedAt``, ``finishedAt``, condition
+    ``lastTransitionTime``), as Kubernetes writes times.
+    """
+    now = now or dt.datetime.now(dt.UTC)
+    return now.astimezone(dt.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")

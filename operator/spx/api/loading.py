@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from spx.api.base import dump_model as dump_model  # re-exported: the one implementation is in base
 from spx.api.spec import (
     API_VERSION,
     DNS_SUBDOMAIN,
@@ -119,7 +120,3 @@ def load_experiment(text: str, source: str = "experiment") -> Experiment:
         raise SpecError([f"(file): expected exactly one YAML document, found {len(docs)}"], source)
     return parse_experiment(docs[0], source)
 
-
-def dump_model(model: BaseModel) -> dict[str, Any]:
-    """camelCase, JSON-compatible dict of any spx model, ``None`` fields dropped."""
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -24,8 +24,6 @@ Method (DESIGN.md "The kernel benchmark method", from the seed PR), point by poi
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import math
 import os
 import statistics
 import time
@@ -35,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spx.analysis.stats import candidate_stats
+from spx.analysis.threshold import next_multiple
+from spx.api.base import utc_now
 from spx.api.result import KernelResult, PointResult
 from spx.api.spec import ExperimentSpec
 from spx.bench.fingerprint import collect_environment
@@ -211,7 +211,12 @@ class PointPlan:
 
     @classmethod
     def of(cls, tokens: int, tp: int) -> PointPlan:
-        padded = math.ceil(tokens / tp) * tp
+        """``M = tokens`` padded up to a multiple of ``tp``, split into ``tp`` equal shards.
+
+        Raises:
+            ValueError: when ``tokens < 1`` or ``tp < 1``.
+        """
+        padded = next_multiple(tokens, tp)
         return cls(tokens, padded, padded // tp)
 
 
@@ -515,8 +520,7 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
     plan = cands.plan
     if ctx.gather_source == "modelled" and ctx.tp > 1:
         model = ctx.spec.kernel.gather_model
-        elem = {"bfloat16": 2, "float16": 2, "float32": 4}[ctx.spec.projection.activation_dtype]
-        g = model.gather_us(plan.padded_tokens, ctx.spec.projection.output_size, elem, ctx.tp)
+        g = model.gather_us(plan.padded_tokens, ctx.spec.projection.output_size, ctx.dtype.itemsize, ctx.tp)
         raw.gather = [g] * len(raw.split)
         raw.split = [s + g for s in raw.split]
     raw = _max_over_ranks(ctx, raw)
@@ -559,10 +563,6 @@ def warm_up_gpu(ctx: BenchContext, seconds: float = 0.5) -> None:
         torch.cuda.synchronize()
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def run_kernel_bench(
     spec: ExperimentSpec,
     *,
@@ -580,7 +580,7 @@ def run_kernel_bench(
     """
     import torch.distributed as dist
 
-    started, t0 = _now(), time.monotonic()
+    started, t0 = utc_now(), time.monotonic()
     ctx = setup(spec)
     try:
         warm_up_gpu(ctx)
@@ -618,7 +618,7 @@ def run_kernel_bench(
             points=points,
             warnings=notes,
             started_at=started,
-            finished_at=_now(),
+            finished_at=utc_now(),
             wall_seconds=round(time.monotonic() - t0, 3),
         )
     finally:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import os
 import shutil
@@ -48,6 +47,7 @@ from typing import IO, Any
 
 from spx.analysis.serving import arm_threshold, metric_value, summary_fields
 from spx.api.accuracy import AccuracyResult, AccuracyRun, AccuracySpec
+from spx.api.base import utc_now
 from spx.api.serving import (
     GpuCheck,
     ServingArmRun,
@@ -66,10 +66,6 @@ PLUGIN_LOG_MARKER = "spx: set "
 SERVING_RESULT_FILE = "serving-result.json"
 ACCURACY_RESULT_FILE = "accuracy-result.json"
 _TP_FLAGS = ("--tensor-parallel-size", "-tp")
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _stderr_log(msg: str) -> None:
@@ -204,7 +200,7 @@ class VllmServer:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
-        self._log.write(f"# spx: {_now()} starting: {' '.join(self.argv)}\n".encode())
+        self._log.write(f"# spx: {utc_now()} starting: {' '.join(self.argv)}\n".encode())
         self._log.flush()
         self.proc = subprocess.Popen(
             self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -267,14 +263,14 @@ class VllmServer:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 if self._log is not None:
-                    self._log.write(f"# spx: {_now()} no exit {timeout:.0f}s after SIGTERM: SIGKILL\n".encode())
+                    self._log.write(f"# spx: {utc_now()} no exit {timeout:.0f}s after SIGTERM: SIGKILL\n".encode())
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)  # workers left behind by the leader
         if self._log is not None:
-            self._log.write(f"# spx: {_now()} server exited with code {self.proc.returncode}\n".encode())
+            self._log.write(f"# spx: {utc_now()} server exited with code {self.proc.returncode}\n".encode())
             self._log.close()
             self._log = None
         return self.proc.returncode
@@ -338,7 +334,7 @@ def run_point(
     argv = bench_command(s, point, opts.vllm_command, result_dir)
     t0 = time.monotonic()
     with open(log_file, "wb") as log:
-        log.write(f"# spx: {_now()} {' '.join(argv)}\n".encode())
+        log.write(f"# spx: {utc_now()} {' '.join(argv)}\n".encode())
         log.flush()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=dict(env), start_new_session=True)
@@ -416,7 +412,7 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
         dataset = load_gsm8k(spec.accuracy)
         acc_result = AccuracyResult(experiment=opts.experiment, accuracy=spec.accuracy, dataset_sha256=dataset.sha256)
     result = ServingResult(
-        experiment=opts.experiment, serving=s, gate_threshold_tokens=spec.gate.threshold_tokens, started_at=_now()
+        experiment=opts.experiment, serving=s, gate_threshold_tokens=spec.gate.threshold_tokens, started_at=utc_now()
     )
     for arm in s.arms:
         result.arms.append(
@@ -456,7 +452,7 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
         result.failures.append(result.error)
         raise
     finally:
-        result.finished_at = _now()
+        result.finished_at = utc_now()
         result.complete = not result.failures and result.error is None
         if acc_result is not None:
             acc_result.complete = not acc_result.failures and all(r.error is None for r in acc_result.runs) and bool(acc_result.runs)

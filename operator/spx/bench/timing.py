@@ -14,6 +14,7 @@ CUPTI tags each GPU activity with the correlation id of the runtime call that is
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,11 +53,16 @@ def extract_spans(events: list[Any]) -> dict[str, SampleSpan]:
     annotations = [
         e for e in events if not _is_gpu(e) and e.name().startswith(ANNOTATION_PREFIX) and e.duration_ns() > 0
     ]
-    runtime = [
-        e
-        for e in events
-        if not _is_gpu(e) and e.correlation_id() and e.name().startswith(("cuda", "cu", "nccl"))
-    ]
+    # Runtime calls per CPU thread, sorted by start: each annotation's calls are found by bisection
+    # (O((A + R) log R) instead of scanning every runtime call per annotation).
+    runtime_by_tid: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for e in events:
+        if not _is_gpu(e) and e.correlation_id() and e.name().startswith(("cuda", "cu", "nccl")):
+            runtime_by_tid[e.start_thread_id()].append((e.start_ns(), e.correlation_id()))
+    starts_by_tid: dict[int, list[int]] = {}
+    for tid, calls in runtime_by_tid.items():
+        calls.sort(key=lambda c: c[0])
+        starts_by_tid[tid] = [start for start, _ in calls]
     gpu_by_corr: dict[int, list[Any]] = defaultdict(list)
     for e in events:
         if _is_gpu(e) and not e.is_user_annotation() and not e.name().startswith(ANNOTATION_PREFIX):
@@ -68,11 +74,9 @@ def extract_spans(events: list[Any]) -> dict[str, SampleSpan]:
     spans: dict[str, SampleSpan] = {}
     for ann in annotations:
         start, end, tid = ann.start_ns(), ann.end_ns(), ann.start_thread_id()
-        corr = {
-            r.correlation_id()
-            for r in runtime
-            if start <= r.start_ns() <= end and r.start_thread_id() == tid
-        }
+        calls, starts = runtime_by_tid.get(tid, []), starts_by_tid.get(tid, [])
+        lo, hi = bisect_left(starts, start), bisect_right(starts, end)
+        corr = {c for _, c in calls[lo:hi]}
         gpu = {id(g): g for c in corr for g in gpu_by_corr.get(c, [])}.values()
         if not gpu:
             raise RuntimeError(

@@ -23,19 +23,19 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from spx.api.base import utc_now
 from spx.api.status import Condition, DecidedReason, ExperimentStatus, KernelStatus, Phase, Verdict
 
 CONDITION_TYPES = ("Scheduled", "Completed", "Decided")
+_CONDITION_ORDER = {t: i for i, t in enumerate(CONDITION_TYPES)}
 TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed"})
 VERDICT_REASONS: frozenset[str] = frozenset({"Pass", "Fail", "Inconclusive"})
 FAILURE_REASONS: frozenset[str] = frozenset({"InvalidSpec", "BenchmarkFailed", "InfraFailed"})
 MAX_MESSAGE = 1024
 
 
-def now_rfc3339(now: dt.datetime | None = None) -> str:
-    """RFC 3339 UTC with second precision (``2026-01-02T03:04:05Z``), as Kubernetes writes times."""
-    now = now or dt.datetime.now(dt.UTC)
-    return now.astimezone(dt.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+#: RFC 3339 UTC timestamps, the one implementation in :func:`spx.api.base.utc_now`.
+now_rfc3339 = utc_now
 
 
 def parse_time(value: str | None) -> dt.datetime | None:
@@ -66,7 +66,7 @@ def set_condition(
 
     Conditions keep the canonical order (Scheduled, Completed, Decided, then any others).
     """
-    previous = next((c for c in conditions if c.type == type_), None)
+    previous = get_condition(conditions, type_)
     ltt = previous.last_transition_time if previous is not None and previous.status == status else now
     updated = Condition(
         type=type_,
@@ -77,11 +77,11 @@ def set_condition(
         observed_generation=generation,
     )
     out = [c for c in conditions if c.type != type_] + [updated]
-    order = {t: i for i, t in enumerate(CONDITION_TYPES)}
-    return sorted(out, key=lambda c: order.get(c.type, len(order)))
+    return sorted(out, key=lambda c: _CONDITION_ORDER.get(c.type, len(_CONDITION_ORDER)))
 
 
 def get_condition(conditions: Sequence[Condition], type_: str) -> Condition | None:
+    """The condition of ``type_`` in ``conditions``; None if there is none."""
     return next((c for c in conditions if c.type == type_), None)
 
 
@@ -135,51 +135,43 @@ def new_run(previous: ExperimentStatus, generation: int, now: str) -> Experiment
 # Canonical steps -----------------------------------------------------------------------------------
 
 
-def queued(active: int, limit: int) -> Step:
-    msg = f"waiting for a slot: {active} of {limit} experiments are running (operator concurrency limit)"
+def _not_started(phase: Phase, msg: str, scheduled_reason: str, decided_reason: str) -> Step:
+    """A step before the pod is bound: ``Scheduled`` False with ``msg``, nothing run, nothing decided."""
     return Step(
-        phase="Queued",
+        phase=phase,
         message=msg,
-        scheduled=("False", "Queued", msg),
+        scheduled=("False", scheduled_reason, msg),
         completed=("False", "Pending", "the run has not started"),
-        decided=("False", "Queued", "waiting for the run"),
+        decided=("False", decided_reason, "waiting for the run"),
     )
+
+
+def queued(active: int, limit: int) -> Step:
+    """Held by the operator's concurrency limit: ``active`` of ``limit`` experiments are running."""
+    msg = f"waiting for a slot: {active} of {limit} experiments are running (operator concurrency limit)"
+    return _not_started("Queued", msg, "Queued", "Queued")
 
 
 def job_pending(job: str, detail: str = "") -> Step:
+    """Job ``job`` created, its pod not bound yet (``detail`` replaces the default message)."""
     msg = detail or f"Job {job} created, waiting for its pod to be scheduled"
-    return Step(
-        phase="Pending",
-        message=msg,
-        scheduled=("False", "Pending", msg),
-        completed=("False", "Pending", "the run has not started"),
-        decided=("False", "Pending", "waiting for the run"),
-    )
+    return _not_started("Pending", msg, "Pending", "Pending")
 
 
 def suspended(job: str, queue: str | None) -> Step:
+    """Job ``job`` is suspended until Kueue admits it (``queue``: its LocalQueue, if known)."""
     msg = f"Job {job} is suspended, waiting for Kueue admission" + (f" in LocalQueue {queue}" if queue else "")
-    return Step(
-        phase="Queued",
-        message=msg,
-        scheduled=("False", "Suspended", msg),
-        completed=("False", "Pending", "the run has not started"),
-        decided=("False", "Queued", "waiting for the run"),
-    )
+    return _not_started("Queued", msg, "Suspended", "Queued")
 
 
 def unschedulable_waiting(job: str, detail: str) -> Step:
+    """The pod of Job ``job`` is unschedulable (``detail``: the scheduler's message) but may still be bound."""
     msg = f"the pod of Job {job} is unschedulable: {detail}"
-    return Step(
-        phase="Pending",
-        message=msg,
-        scheduled=("False", "Unschedulable", msg),
-        completed=("False", "Pending", "the run has not started"),
-        decided=("False", "Pending", "waiting for the run"),
-    )
+    return _not_started("Pending", msg, "Unschedulable", "Pending")
 
 
 def running(job: str, node: str | None, started: bool, detail: str = "") -> Step:
+    """The pod of Job ``job`` is bound (to ``node``, if known); ``started``: the bench process runs."""
     where = f" on node {node}" if node else ""
     msg = detail or (f"the benchmark is running{where}" if started else f"the pod of Job {job} is starting{where}")
     return Step(
@@ -192,6 +184,7 @@ def running(job: str, node: str | None, started: bool, detail: str = "") -> Step
 
 
 def analyzing(job: str, completed_reason: str, completed_message: str) -> Step:
+    """Job ``job`` finished (``Completed`` True with the given reason); its result is being read."""
     return Step(
         phase="Analyzing",
         message=f"Job {job} finished; reading and analysing its result",
@@ -207,6 +200,7 @@ def decided(
     completed_message: str,
     scheduled: tuple[str, str, str] | None = None,
 ) -> Step:
+    """A verdict reached: ``Succeeded``, ``Decided`` True with the verdict as reason and ``reasons`` joined."""
     first = reasons[0] if reasons else ""
     msg = f"verdict {verdict}" + (f": {first}" if first else "")
     return Step(
@@ -230,6 +224,7 @@ def failed(
     completed_message: str | None = None,
     scheduled: tuple[str, str, str] | None = None,
 ) -> Step:
+    """No verdict: ``Failed``, ``Completed`` and ``Decided`` True (``reason`` one of :data:`FAILURE_REASONS`)."""
     return Step(
         phase="Failed",
         message=f"{reason}: {message}",
@@ -240,6 +235,7 @@ def failed(
 
 
 def invalid_spec(problems: Sequence[str]) -> Step:
+    """The spec failed validation (``problems``): failed without a run."""
     text = "; ".join(problems)
     return failed(
         "InvalidSpec",
@@ -254,10 +250,12 @@ def invalid_spec(problems: Sequence[str]) -> Step:
 
 
 def is_terminal(status: ExperimentStatus) -> bool:
+    """True in a phase of :data:`TERMINAL_PHASES` (nothing more happens for this generation)."""
     return status.phase in TERMINAL_PHASES
 
 
 def decided_reason(status: ExperimentStatus) -> str | None:
+    """The reason of a True ``Decided`` condition; None while undecided."""
     cond = get_condition(status.conditions, "Decided")
     return cond.reason if cond is not None and cond.status == "True" else None
 
@@ -268,4 +266,5 @@ def with_kernel(
     verdict: Verdict | None,
     reasons: Sequence[str],
 ) -> ExperimentStatus:
+    """A new status with the kernel section, verdict and its reasons replaced; the input is not changed."""
     return status.model_copy(update={"kernel": kernel, "verdict": verdict, "verdict_reasons": list(reasons)})

@@ -23,11 +23,11 @@ class OperatorConfig:
     #: [SPX_MAX_CONCURRENT_EXPERIMENTS].
     max_concurrent: int = 4
     #: Seconds a pod may stay Unschedulable before the run is InfraFailed [SPX_SCHEDULE_TIMEOUT_SECONDS].
-    schedule_timeout_s: float = 900.0
+    schedule_timeout_s: float = Timeouts.schedule_timeout_s
     #: Seconds of image-pull / container-creation errors before InfraFailed [SPX_IMAGE_PULL_TIMEOUT_SECONDS].
-    image_pull_timeout_s: float = 300.0
+    image_pull_timeout_s: float = Timeouts.image_pull_timeout_s
     #: Pod disruptions (evictions) retried before InfraFailed [SPX_MAX_DISRUPTIONS].
-    max_disruptions: int = 3
+    max_disruptions: int = Timeouts.max_disruptions
     #: Port of the Prometheus endpoint ``/metrics``; 0 disables it [SPX_METRICS_PORT].
     metrics_port: int = 8080
     #: Concurrent reconciles (different experiments; one experiment is never reconciled twice at once)
@@ -59,6 +59,7 @@ class OperatorConfig:
 
     @property
     def timeouts(self) -> Timeouts:
+        """The limits :func:`spx.controller.pod_outcome.observe` classifies a run against."""
         return Timeouts(
             schedule_timeout_s=self.schedule_timeout_s,
             image_pull_timeout_s=self.image_pull_timeout_s,

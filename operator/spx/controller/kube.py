@@ -52,6 +52,8 @@ class ApiError(Exception):
 
 def resource_path(api_version: str, plural: str, namespace: str | None, name: str | None = None,
                   subresource: str | None = None) -> str:
+    """The API server path of a resource: ``/api/v1/…`` for the core group, ``/apis/<group>/<version>/…``
+    else; the collection when ``name`` is None; ``namespace`` and ``name`` are URL-quoted."""
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     path = base
     if namespace:
@@ -120,6 +122,12 @@ class KubeClient:
         text: bool = False,
         _retried: bool = False,
     ) -> Any:
+        """``method`` on ``path`` of the API server: the JSON reply (the text with ``text=True``; None on 204).
+
+        Raises :class:`ApiError` on an HTTP status >= 400 (after one re-login on 401) and
+        :class:`TimeoutError` when no credentials arrive within ``CREDENTIALS_WAIT_S`` or the request
+        outlasts ``request_timeout_s``.
+        """
         session = await self._get_session()
         assert self._info is not None
         url = self._info.server.rstrip("/") + path
@@ -169,6 +177,7 @@ class KubeClient:
         return await self.request("DELETE", path, body=body)
 
     async def pod_log(self, namespace: str, name: str, container: str, limit_bytes: int) -> str:
+        """The first ``limit_bytes`` bytes of ``container``'s log in pod ``namespace/name``."""
         path = resource_path("v1", "pods", namespace, name, "log")
         return await self.request(  # type: ignore[no-any-return]
             "GET", path, params={"container": container, "limitBytes": str(limit_bytes)}, text=True

@@ -39,6 +39,12 @@ NODE_POD_REASONS = frozenset({"Evicted", "Preempting", "Shutdown", "NodeShutdown
 
 @dataclass(frozen=True)
 class Timeouts:
+    """Limits on a run's pod problems (the defaults of :class:`~spx.controller.config.OperatorConfig`).
+
+    ``schedule_timeout_s``: seconds a pod may stay Unschedulable; ``image_pull_timeout_s``: seconds of
+    image-pull / container-creation errors; ``max_disruptions``: evictions retried before InfraFailed.
+    """
+
     schedule_timeout_s: float = 900.0
     image_pull_timeout_s: float = 300.0
     max_disruptions: int = 3
@@ -90,11 +96,13 @@ def _phase(pod: Mapping[str, Any]) -> str:
 
 
 def container_status(pod: Mapping[str, Any], name: str = CONTAINER_NAME) -> Mapping[str, Any] | None:
+    """The status of container ``name`` (else the first container's); None before the kubelet reports any."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     return next((s for s in statuses if s.get("name") == name), statuses[0] if statuses else None)
 
 
 def terminated_state(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The bench container's ``terminated`` state (current, else the last one); None if it never ended."""
     cs = container_status(pod)
     if cs is None:
         return None
@@ -102,6 +110,7 @@ def terminated_state(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def termination_message(pod: Mapping[str, Any]) -> str | None:
+    """The bench container's termination message (``/dev/termination-log``); None if it never ended."""
     term = terminated_state(pod)
     return term.get("message") if term else None
 
@@ -123,6 +132,7 @@ def _signal_name(code: int) -> str | None:
 
 
 def describe_exit(term: Mapping[str, Any]) -> str:
+    """One line on how the container ended: exit code, the signal of codes > 128, the kubelet's reason."""
     code = int(term.get("exitCode", -1))
     reason = term.get("reason") or ""
     sig = _signal_name(code)

@@ -55,16 +55,20 @@ EXPERIMENT_API = f"{GROUP}/{VERSION}"
 BACKOFF_S = (0.5, 1, 2, 5, 10, 30, 60)
 
 
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
 def _rv(obj: Mapping[str, Any]) -> int | None:
-    raw = (obj.get("metadata") or {}).get("resourceVersion")
     try:
-        return int(str(raw))
+        return int(str(_meta(obj).get("resourceVersion")))
     except ValueError:
         return None
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+def _generation(obj: Mapping[str, Any]) -> int:
+    """``metadata.generation`` (1 when the API server has not set it yet)."""
+    return int(_meta(obj).get("generation") or 1)
 
 
 def _owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
@@ -287,6 +291,8 @@ class Analysis:
 
 @dataclass
 class Reconciler:
+    """Workers that take experiment keys off :attr:`queue` and reconcile them against :attr:`store`."""
+
     config: OperatorConfig
     client: KubeClient
     store: Store = field(default_factory=Store)
@@ -430,7 +436,7 @@ class Reconciler:
             if key is None:
                 continue
             exp = self.store.experiments.get(key)
-            gen = str(_meta(exp or {}).get("generation") or 1)
+            gen = str(_generation(exp or {}))
             if (_meta(job).get("labels") or {}).get(LABEL_GENERATION) == gen:
                 active.add(key)
         return active
@@ -467,6 +473,11 @@ class Reconciler:
     # The reconcile -----------------------------------------------------------------------------------
 
     async def reconcile(self, key: Key) -> str:
+        """Do the next step for experiment ``key``; the outcome label of ``spx_reconcile_total``.
+
+        Raises :class:`Requeue` to be called again after a delay, :class:`ApiError` on API failures
+        (the worker retries with :data:`BACKOFF_S`).
+        """
         exp = self.store.experiments.get(key)
         if exp is None:
             metrics.forget_experiment(*key)
@@ -476,7 +487,7 @@ class Reconciler:
         if _deleting(exp):
             return "deleting"
         namespace, name = key
-        generation = int(meta.get("generation") or 1)
+        generation = _generation(exp)
         uid = str(meta.get("uid"))
         now = self.clock()
         nows = cond.now_rfc3339(now)
@@ -565,7 +576,7 @@ class Reconciler:
         key = Store._key(exp)
         namespace, name = key
         meta = _meta(exp)
-        generation = int(meta.get("generation") or 1)
+        generation = _generation(exp)
         nows = cond.now_rfc3339(now)
         if status.job_name == jname and status.phase in ("Pending", "Running", "Analyzing", "Queued"):
             # Status says we created this Job; the store has none. Ask the API server before concluding.
@@ -688,7 +699,7 @@ class Reconciler:
     async def _follow_run(self, exp: dict[str, Any], spec: ExperimentSpec, status: ExperimentStatus,
                           job: dict[str, Any], obs: Observation, now: dt.datetime) -> str:
         key = Store._key(exp)
-        generation = int(_meta(exp).get("generation") or 1)
+        generation = _generation(exp)
         nows = cond.now_rfc3339(now)
         jname = str(_meta(job).get("name"))
         base = status.model_copy(update={"job_name": jname, "start_time": status.start_time or nows})
@@ -735,7 +746,7 @@ class Reconciler:
         namespace, name = key
         meta = _meta(exp)
         uid = str(meta.get("uid"))
-        generation = int(meta.get("generation") or 1)
+        generation = _generation(exp)
         nows = cond.now_rfc3339(now)
         jname = str(_meta(job).get("name"))
         completed_reason = obs.reason if obs.state == "failed" else "JobSucceeded"

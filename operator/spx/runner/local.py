@@ -25,7 +25,6 @@ torch is imported lazily (inside functions): importing this module costs nothing
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from spx.api import Environment, ExperimentSpec, KernelResult, PointResult
+from spx.api.base import utc_now
 
 POINTS_FILE = "points.partial.jsonl"
 RESULT_FILE = "result.json"
@@ -96,14 +96,17 @@ class LocalRunOutcome:
 
     @property
     def ok(self) -> bool:
+        """True when the result is complete and carries no error."""
         return self.result.complete and self.result.error is None
 
     @property
     def error(self) -> str | None:
+        """The result's error message (``None`` on success)."""
         return self.result.error
 
     @property
     def failed_rank(self) -> int | None:
+        """The root-cause rank (first of ``failures``), ``None`` when no rank failed."""
         return self.failures[0].rank if self.failures else None
 
 
@@ -417,10 +420,6 @@ def _launch_environment(device: str, nproc: int) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def partial_result(
     spec: ExperimentSpec,
     points: list[PointResult],
@@ -468,7 +467,7 @@ def partial_result(
         complete=False,
         error=error,
         started_at=started_at,
-        finished_at=_now(),
+        finished_at=utc_now(),
         wall_seconds=wall_seconds,
     )
 
@@ -560,7 +559,7 @@ def run_local(
         **_supported_fields(LaunchConfig, {"shutdown_timeout": SHUTDOWN_TIMEOUT_S}),
     )
 
-    started_at = _now()
+    started_at = utc_now()
     t0 = time.monotonic()
     error: str | None = None
     failures: list[RankFailure] = []
