@@ -41,12 +41,12 @@ KERNEL_SPEEDUP = _gauge(
 CROSSOVER = _gauge(
     "spx_crossover_tokens",
     "Interpolated break-even token count where split starts to win.",
-    (*EXPERIMENT_LABELS, "gpu", "vllm"),
+    (*EXPERIMENT_LABELS, "gpu", "driver", "vllm"),
 )
 RECOMMENDED_THRESHOLD = _gauge(
     "spx_recommended_threshold_tokens",
     "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS from the measured crossover.",
-    (*EXPERIMENT_LABELS, "gpu", "vllm"),
+    (*EXPERIMENT_LABELS, "gpu", "driver", "vllm"),
 )
 VERDICT = _gauge(
     "spx_verdict",
@@ -182,8 +182,8 @@ def observe_experiment(
     """Export an experiment's status (the camelCase ``.status`` dict) as gauges.
 
     Latency per candidate and token count, speedup per token count, crossover, recommended threshold
-    and the verdict (1 for the current one, 0 for the others) — labelled with the GPU and vLLM
-    version from the fingerprint — the serving A/B and GSM8K sections, ``timeout_seconds`` (the spec's
+    and the verdict (1 for the current one, 0 for the others) — labelled with the GPU (and driver, on
+    crossover and threshold) and vLLM version from the fingerprint — the serving A/B and GSM8K sections, ``timeout_seconds`` (the spec's
     Job deadline) when given, plus the phase counts. Series the new status no longer has are
     removed; an unchanged status costs a comparison.
     """
@@ -192,6 +192,7 @@ def observe_experiment(
     env = status.get("environment") or {}
     gpu = str(env.get("gpu") or "")
     vllm = str(env.get("vllm") or "")
+    driver = str(env.get("driver") or "")  # part of the fingerprint the crossover-shift alert groups by
     kernel = status.get("kernel") or {}
     wanted: list[tuple[Any, tuple[str, ...], float]] = []
     for p in kernel.get("points") or []:
@@ -203,9 +204,9 @@ def observe_experiment(
         if p.get("speedup") is not None:
             wanted.append((KERNEL_SPEEDUP, (namespace, name, tokens, gpu), float(p["speedup"])))
     if kernel.get("crossoverTokens") is not None:
-        wanted.append((CROSSOVER, (namespace, name, gpu, vllm), float(kernel["crossoverTokens"])))
+        wanted.append((CROSSOVER, (namespace, name, gpu, driver, vllm), float(kernel["crossoverTokens"])))
     if kernel.get("recommendedThresholdTokens") is not None:
-        wanted.append((RECOMMENDED_THRESHOLD, (namespace, name, gpu, vllm), float(kernel["recommendedThresholdTokens"])))
+        wanted.append((RECOMMENDED_THRESHOLD, (namespace, name, gpu, driver, vllm), float(kernel["recommendedThresholdTokens"])))
     wanted += _vllm_series(namespace, name, status)
     if timeout_seconds is not None:
         wanted.append((TIMEOUT, (namespace, name), float(timeout_seconds)))
