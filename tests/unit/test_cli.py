@@ -106,7 +106,7 @@ def test_tp8_example_is_the_real_thing() -> None:
 
     spec = load_experiment(TP8.read_text()).spec
     assert spec.projection.hidden_size == 5120 and spec.projection.output_sizes == [1280, 512]
-    assert spec.projection.weight_format == "fp8-block128-ue8m0"
+    assert spec.projection.weight_format == "mxfp8-block32-ue8m0"
     assert spec.parallelism.tensor_parallel_size == 8
     assert spec.sweep.tokens == [6, 12, 24, 48, 96, 384, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384]
     assert (spec.kernel.samples, spec.kernel.warmup) == (50, 5)

@@ -16,7 +16,17 @@ import copy
 from typing import Any
 
 from spx.api.serving import ServingSpec, default_arms
-from spx.api.spec import FP8_BLOCK, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, ExperimentSpec
+from spx.api.spec import (
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    V41_WEIGHT_FORMAT,
+    VERSION,
+    WEIGHT_FORMAT_BLOCK,
+    ExperimentSpec,
+)
 from spx.api.status import ExperimentStatus
 
 DEFAULT_TIMEOUT_SECONDS: int = ExperimentSpec.model_fields["timeout_seconds"].default
@@ -25,12 +35,16 @@ DEFAULT_STARTUP_TIMEOUT_SECONDS: int = ServingSpec.model_fields["startup_timeout
 #: Core-CEL cross-field rules, keyed by the schema path (dot-separated properties) they sit on.
 CEL_RULES: dict[str, list[dict[str, str]]] = {
     "spec.projection": [
+        # ProjectionSpec._block_aligned, one rule per block-scaled format; absent fields take the model's
+        # defaults (V4.1's format, 5120 and [1280, 512], multiples of every block edge)
         {
-            "rule": f"self.weightFormat != 'fp8-block128-ue8m0' || "
-            f"(self.hiddenSize % {FP8_BLOCK} == 0 && self.outputSizes.all(n, n % {FP8_BLOCK} == 0))",
-            "message": f"with weightFormat fp8-block128-ue8m0, hiddenSize and every outputSizes entry "
-            f"must be multiples of {FP8_BLOCK}",
+            "rule": f"(has(self.weightFormat) ? self.weightFormat : '{V41_WEIGHT_FORMAT}') != '{fmt}' || "
+            f"((!has(self.hiddenSize) || self.hiddenSize % {block} == 0) && "
+            f"(!has(self.outputSizes) || self.outputSizes.all(n, n % {block} == 0)))",
+            "message": f"with weightFormat {fmt}, hiddenSize and every outputSizes entry must be multiples of {block}",
         }
+        for fmt, block in WEIGHT_FORMAT_BLOCK.items()
+        if block is not None
     ],
     "spec": [
         {

@@ -46,6 +46,9 @@ class PointResult(CamelModel):
     ``gather_path`` names the all-gather that ran at this size (``nccl``, ``gloo``, ``vllm-custom``,
     ``vllm-nccl``, ``modelled``, ``none``: vLLM switches from its custom all-gather to NCCL above 2 MiB
     per shard). ``max_abs_error`` is max |split − replicated| over the trimmed ``[M, N]`` output.
+    ``reference_rel_error`` is the replicated output's relative Frobenius error against the fp32
+    reference ``x.float() @ W_deq.float().T`` (``W_deq`` the dequantised checkpoint weight); the bench
+    fails the run when it exceeds :attr:`KernelResult.reference_tolerance`.
     """
 
     tokens: int = Field(gt=0)
@@ -59,10 +62,16 @@ class PointResult(CamelModel):
     gather_path: str | None = Field(default=None, max_length=64)
     max_abs_error: float = Field(ge=0)
     max_abs_reference: float | None = Field(default=None, ge=0)
+    reference_rel_error: float | None = Field(default=None, ge=0)
 
 
 class KernelResult(CamelModel):
     """The whole bench output for one experiment run.
+
+    ``gemm_backend`` is the backend that ran (``auto`` resolved), ``gemm_backend_reason`` why it was
+    chosen (e.g. ``auto: vLLM 0.33 prefers Humming on SM90 …; humming-kernels 0.1.19 importable; runs
+    W8A16``), ``reference_tolerance`` the largest relative error against the fp32 reference this
+    backend was allowed (``spx.bench.gemm.reference_tolerance``).
 
     Raises (on validation): ``pydantic.ValidationError`` naming the bad field.
     """
@@ -73,6 +82,8 @@ class KernelResult(CamelModel):
     environment: Environment = Field(default_factory=Environment)
     world_size: int = Field(ge=1)
     gemm_backend: str
+    gemm_backend_reason: str | None = Field(default=None, max_length=1024)
+    reference_tolerance: float | None = Field(default=None, gt=0)
     gather_backend: str
     gather_source: GatherSource
     timer: str

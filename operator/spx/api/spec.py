@@ -29,25 +29,52 @@ VLLM_DEFAULT_THRESHOLD_TOKENS = 2048
 #: The seed PR's token sweep (``../shared/data/h20_tp8_fused_wqa_wkv.csv``).
 SEED_TOKENS = [6, 12, 24, 48, 96, 384, 1024, 2048, 4096, 8192, 16384]
 
-WeightFormat = Literal["fp8-block128-ue8m0", "bf16"]
+WeightFormat = Literal["mxfp8-block32-ue8m0", "fp8-block128-ue8m0", "bf16"]
 ActivationDtype = Literal["bfloat16", "float16", "float32"]
-GemmBackend = Literal["auto", "torch-bf16", "torch-fp8", "vllm"]
+GemmBackend = Literal["auto", "humming", "marlin", "torch-bf16", "torch-fp8", "vllm"]
 GatherBackend = Literal["auto", "nccl", "gloo", "vllm", "modelled"]
 Timer = Literal["auto", "cupti", "cuda-events", "host"]
 Device = Literal["auto", "cuda", "cpu"]
 ThresholdRounding = Literal["next-power-of-two", "next-multiple-of-tp", "none"]
 
-#: Block edge of the FP8 block-scaled weight format (DeepSeek-V3/V4 checkpoints: 128×128 blocks).
+#: Block edge of the DeepSeek-V3-style FP8 block format (128×128 blocks, ``weight_block_size: [128, 128]``).
 FP8_BLOCK = 128
+#: Block edge of MXFP8 as the DeepSeek-V4.1 checkpoint stores it (32×32 blocks; OCP MX spec: 32 elements
+#: share one E8M0 scale). vLLM 0.33: ``DeepseekV4FP8Config.get_quant_method`` routes ``[32, 32]`` blocks with
+#: e8m0 scales to ``ModelOptLinearMethod`` (MXFP8), ``vllm/models/deepseek_v41/quant_config.py``.
+MXFP8_BLOCK = 32
+
+#: Weight format → block edge b (one power-of-two scale per b×b block; N and K must be multiples of b).
+#: ``bf16`` has no blocks (``None``). The V4.1 default is ``mxfp8-block32-ue8m0``; ``fp8-block128-ue8m0``
+#: is the DeepSeek-V3 / V3.1 layout (``weight_scale_inv`` per 128×128 block, ``scale_fmt: ue8m0``).
+WEIGHT_FORMAT_BLOCK: Final[dict[str, int | None]] = {
+    "mxfp8-block32-ue8m0": MXFP8_BLOCK,
+    "fp8-block128-ue8m0": FP8_BLOCK,
+    "bf16": None,
+}
+#: The format of DeepSeek-V4.1's ``fused_wqa_wkv`` (and the default of :class:`ProjectionSpec`).
+V41_WEIGHT_FORMAT: Final = "mxfp8-block32-ue8m0"
+
+
+def weight_block(weight_format: str) -> int | None:
+    """Block edge of ``weight_format`` (32 or 128), ``None`` for ``bf16``.
+
+    Raises:
+        ValueError: an unknown format (lists the known ones).
+    """
+    if weight_format not in WEIGHT_FORMAT_BLOCK:
+        raise ValueError(f"weightFormat {weight_format!r} is unknown; use one of {sorted(WEIGHT_FORMAT_BLOCK)}")
+    return WEIGHT_FORMAT_BLOCK[weight_format]
 
 
 class ProjectionSpec(CamelModel):
     """The projection under test: ``Y[M, N] = X[M, K] · Wᵀ`` with ``K = hidden_size``, ``N = sum(output_sizes)``.
 
     ``output_sizes`` are the merged column blocks (``fused_wqa_wkv``: q_a 1280 + kv 512 = 1792).
-    With ``weight_format = fp8-block128-ue8m0`` the weight is FP8 e4m3 in 128×128 blocks with one
-    power-of-two (UE8M0) scale per block, as DeepSeek-V4.1 checkpoints store it; K and every output
-    size must then be multiples of 128.
+    ``weight_format`` (:data:`WEIGHT_FORMAT_BLOCK`): ``mxfp8-block32-ue8m0`` (default) is FP8 e4m3 with
+    one power-of-two (UE8M0) scale per 32×32 block, as the DeepSeek-V4.1 checkpoint stores
+    ``fused_wqa_wkv``; ``fp8-block128-ue8m0`` the same with 128×128 blocks (DeepSeek-V3-style
+    checkpoints); ``bf16`` unquantized. K and every output size must be multiples of the block edge.
     """
 
     name: str = Field(default="fused_wqa_wkv", min_length=1, max_length=63)
@@ -55,7 +82,7 @@ class ProjectionSpec(CamelModel):
     output_sizes: list[Annotated[int, Field(gt=0, le=65536)]] = Field(
         default_factory=lambda: [1280, 512], min_length=1, max_length=16
     )
-    weight_format: WeightFormat = "fp8-block128-ue8m0"
+    weight_format: WeightFormat = V41_WEIGHT_FORMAT
     activation_dtype: ActivationDtype = "bfloat16"
 
     @field_validator("output_sizes")
@@ -68,18 +95,21 @@ class ProjectionSpec(CamelModel):
 
     @model_validator(mode="after")
     def _block_aligned(self) -> ProjectionSpec:
-        if self.weight_format == "fp8-block128-ue8m0":
-            if self.hidden_size % FP8_BLOCK:
-                raise ValueError(
-                    f"hiddenSize={self.hidden_size} is not a multiple of {FP8_BLOCK}, the block size of "
-                    f"weightFormat fp8-block128-ue8m0; use a multiple of {FP8_BLOCK} or weightFormat bf16"
-                )
-            bad = [n for n in self.output_sizes if n % FP8_BLOCK]
-            if bad:
-                raise ValueError(
-                    f"outputSizes {bad} are not multiples of {FP8_BLOCK}, the block size of weightFormat "
-                    f"fp8-block128-ue8m0; use multiples of {FP8_BLOCK} or weightFormat bf16"
-                )
+        block = WEIGHT_FORMAT_BLOCK[self.weight_format]
+        if block is None:
+            return self
+        others = ", ".join(f"{f} ({b})" for f, b in WEIGHT_FORMAT_BLOCK.items() if b and f != self.weight_format)
+        if self.hidden_size % block:
+            raise ValueError(
+                f"hiddenSize={self.hidden_size} is not a multiple of {block}, the block size of weightFormat "
+                f"{self.weight_format}; use a multiple of {block}, or weightFormat {others} or bf16"
+            )
+        bad = [n for n in self.output_sizes if n % block]
+        if bad:
+            raise ValueError(
+                f"outputSizes {bad[:8]}{' …' if len(bad) > 8 else ''} are not multiples of {block}, the block size "
+                f"of weightFormat {self.weight_format}; use multiples of {block}, or weightFormat {others} or bf16"
+            )
         return self
 
     @property
@@ -146,7 +176,14 @@ class GatherModelSpec(CamelModel):
 
 
 class KernelSpec(CamelModel):
-    """How the kernel microbenchmark measures (method: DESIGN.md "The kernel benchmark method")."""
+    """How the kernel microbenchmark measures (method: DESIGN.md "The kernel benchmark method").
+
+    ``gemm_backend`` (docs/kernel-benchmark.md): ``humming`` and ``marlin`` are the MXFP8 W8A16 kernels
+    vLLM 0.33 runs for DeepSeek-V4.1 (Humming preferred on SM90, Marlin with ``--linear-backend
+    marlin``); ``auto`` picks what vLLM 0.33 would pick for this weight on this GPU (``torch-bf16`` on
+    CPU); ``torch-bf16`` (cuBLAS) and ``torch-fp8`` (cuBLASLt W8A8, 128×128 blocks only) are reference
+    ceilings, not vLLM's kernels; ``vllm`` builds vLLM's own linear layer.
+    """
 
     gemm_backend: GemmBackend = "auto"
     gather: GatherBackend = "auto"

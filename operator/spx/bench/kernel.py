@@ -6,7 +6,9 @@ Method (DESIGN.md "The kernel benchmark method", from the seed PR), point by poi
 - ``split``: M is padded up to a multiple of TP (``M_pad``); rank r projects rows
   ``r·M_pad/TP … (r+1)·M_pad/TP``; an all-gather rebuilds ``[M_pad, N]``, trimmed to M (vLLM's
   ``sp_shard`` / ``sp_all_gather``).
-- W is random, in the checkpoint's format (FP8 e4m3, 128×128 blocks, UE8M0 scales).
+- W is random, in the checkpoint's format (``weightFormat``: FP8 e4m3 with UE8M0 scales in 32×32 blocks
+  for DeepSeek-V4.1's MXFP8, or 128×128 blocks), then converted the way vLLM converts it for the
+  kernel under test (:mod:`spx.bench.gemm`).
 - One CUDA graph per candidate and token count; before every measured replay an L2 flush (a write
   of 2× the L2 size) and a device-side barrier across ranks (a one-element all-reduce), both outside
   the timed interval.
@@ -16,7 +18,9 @@ Method (DESIGN.md "The kernel benchmark method", from the seed PR), point by poi
 - Each sample is the max over ranks; a point reports median and IQR of N samples; candidates
   alternate within every round (which goes first alternates too).
 - Correctness before timing: outputs poisoned with NaN, one replay each, split compared with
-  replicated; the max abs difference is reported.
+  replicated; the max abs difference is reported. The replicated output is also compared with an fp32
+  reference ``x.float() @ W_deq.float().T`` (relative Frobenius error, ``referenceRelError``); above
+  :func:`spx.bench.gemm.reference_tolerance` the run fails before that point is timed.
 - With fewer ranks than TP the shard GEMM is still measured and the gather is modelled
   (``spec.kernel.gatherModel``); the result says ``gatherSource: modelled``.
 """
@@ -38,7 +42,13 @@ from spx.api.base import utc_now
 from spx.api.result import KernelResult, PointResult
 from spx.api.spec import ExperimentSpec
 from spx.bench.fingerprint import collect_environment
-from spx.bench.gemm import activation_dtype, build_projection, resolve_gemm_backend
+from spx.bench.gemm import (
+    activation_dtype,
+    build_projection,
+    reference_tolerance,
+    resolve_gemm_backend,
+    weight_block_of,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -64,12 +74,14 @@ class BenchContext:
     world_size: int
     tp: int
     gemm_backend: str
+    gemm_backend_reason: str
     gather_backend: str  # nccl | gloo | vllm | modelled | none
     gather_source: str  # measured | modelled
     timer: str  # cupti | cuda-events | host
     cuda_graphs: bool
     projection: Projection
     dtype: torch.dtype
+    reference_weight: torch.Tensor | None = None  # float32 [N, K], the dequantised weight
     flush: torch.Tensor | None = None
     barrier_tensor: torch.Tensor | None = None
     kernels_seen: set[str] = field(default_factory=set)
@@ -133,14 +145,15 @@ def preflight(spec: ExperimentSpec, device_type: str, world_size: int) -> list[s
 
     device = torch.device("cuda", 0) if device_type == "cuda" else torch.device("cpu")
     tp = spec.parallelism.tensor_parallel_size
-    gemm = resolve_gemm_backend(spec, device)
+    gemm, reason = resolve_gemm_backend(spec, device)
     gather, source = _resolve_gather(spec, device, world_size, tp)
     timer = _resolve_timer(spec, device)
     if gemm == "vllm" or gather == "vllm":
         from spx.bench import vllm_backend
 
         vllm_backend.ensure_vllm()
-    return [f"gemm {gemm}, gather {gather} ({source}), timer {timer}, {world_size} rank(s) on {device_type}"]
+    return [f"gemm {gemm}, gather {gather} ({source}), timer {timer}, {world_size} rank(s) on {device_type}",
+            f"gemm backend: {reason}"]
 
 
 def setup(spec: ExperimentSpec) -> BenchContext:
@@ -156,7 +169,7 @@ def setup(spec: ExperimentSpec) -> BenchContext:
     import torch
     import torch.distributed as dist
 
-    from spx.bench.weights import random_fp8_block_weight
+    from spx.bench.weights import random_block_fp8_weight
 
     rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
     tp = spec.parallelism.tensor_parallel_size
@@ -172,10 +185,14 @@ def setup(spec: ExperimentSpec) -> BenchContext:
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
                                 device_id=device if device.type == "cuda" else None)
-    gemm_backend = resolve_gemm_backend(spec, device)
+    gemm_backend, gemm_reason = resolve_gemm_backend(spec, device)
     gen = torch.Generator(device=device).manual_seed(spec.kernel.seed)
     proj = spec.projection
-    weight = random_fp8_block_weight(proj.output_size, proj.hidden_size, device, gen)
+    weight = random_block_fp8_weight(proj.output_size, proj.hidden_size, weight_block_of(spec), device, gen)
+    projection = build_projection(gemm_backend, weight, spec, device)
+    activation = getattr(projection, "activation", None)  # humming: the input schema vLLM's rules chose
+    if activation:
+        gemm_reason += f"; runs {activation}"
     ctx = BenchContext(
         spec=spec,
         device=device,
@@ -183,12 +200,14 @@ def setup(spec: ExperimentSpec) -> BenchContext:
         world_size=world_size,
         tp=tp,
         gemm_backend=gemm_backend,
+        gemm_backend_reason=gemm_reason,
         gather_backend=gather_backend,
         gather_source=gather_source,
         timer=_resolve_timer(spec, device),
         cuda_graphs=spec.kernel.cuda_graphs and device.type == "cuda",
-        projection=build_projection(gemm_backend, weight, spec, device),
+        projection=projection,
         dtype=activation_dtype(spec),
+        reference_weight=weight.dequantize(torch.float32),
     )
     if device.type == "cuda":
         l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20))
@@ -321,6 +340,27 @@ def check_correctness(ctx: BenchContext, replicated_out: torch.Tensor, split_out
     return float(both[0]), float(both[1])
 
 
+def reference_error(ctx: BenchContext, x: torch.Tensor, replicated_out: torch.Tensor) -> float:
+    """Relative Frobenius error ‖y − y_ref‖ / ‖y_ref‖ of the replicated output (max over ranks).
+
+    ``y_ref = x.float() @ W_deq.float().T`` in float32 (no TF32), ``W_deq`` the dequantised checkpoint
+    weight; ``x`` ``[M, K]`` the activations, ``replicated_out`` ``[M, N]``.
+    """
+    import torch
+
+    assert ctx.reference_weight is not None
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        ref = x.float() @ ctx.reference_weight.t()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    rel = torch.linalg.vector_norm(replicated_out.float() - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30)
+    t = rel.reshape(1).to(torch.float64 if ctx.device.type == "cpu" else torch.float32)
+    _all_reduce_max(ctx, t)
+    return float(t[0])
+
+
 def _all_reduce_max(ctx: BenchContext, t: torch.Tensor) -> None:
     import torch.distributed as dist
 
@@ -388,7 +428,7 @@ def gather_path(ctx: BenchContext, padded_tokens: int) -> str:
     return ctx.gather_backend
 
 
-def _time_gpu(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, float]:
+def _time_gpu(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, float, float]:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -414,6 +454,7 @@ def _time_gpu(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, 
             outputs[name] = fn()
         torch.cuda.synchronize()
     max_err, ref_max = check_correctness(ctx, outputs["replicated"], outputs["split"], cands.plan)
+    rel_err = _check_reference(ctx, cands, outputs["replicated"])
 
     def prepare() -> None:
         torch.cuda.synchronize()
@@ -465,12 +506,31 @@ def _time_gpu(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, 
                     raw.gather.append(0.0)
         raw.kernels = {name: [] for name in CANDIDATES}
     del graphs
-    return raw, max_err, ref_max
+    return raw, max_err, ref_max, rel_err
 
 
-def _time_host(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, float]:
+def _check_reference(ctx: BenchContext, cands: Candidates, replicated_out: torch.Tensor) -> float:
+    """:func:`reference_error` of this point; raises before any timing when it exceeds the tolerance.
+
+    Raises:
+        RuntimeError: relative error above :func:`spx.bench.gemm.reference_tolerance` (every rank sees
+            the same value, so every rank raises).
+    """
+    rel = reference_error(ctx, cands.x, replicated_out)
+    tol = reference_tolerance(ctx.gemm_backend, ctx.spec.projection.weight_format)
+    if not rel <= tol:  # also catches NaN
+        raise RuntimeError(
+            f"gemm {ctx.gemm_backend} at {cands.plan.tokens} tokens: replicated output differs from the fp32 "
+            f"dequantized reference by {rel:.3g} (relative Frobenius) > tolerance {tol:.3g}; the kernel or its "
+            "weight conversion is wrong, so its timings would mean nothing"
+        )
+    return rel
+
+
+def _time_host(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, float, float]:
     rep_out, split_out = cands.replicated(), cands.split()
     max_err, ref_max = check_correctness(ctx, rep_out, split_out, cands.plan)
+    rel_err = _check_reference(ctx, cands, rep_out)
     for _ in range(ctx.spec.kernel.warmup):
         cands.replicated()
         cands.split()
@@ -490,7 +550,7 @@ def _time_host(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float,
             t2 = time.perf_counter_ns()
             raw.split.append((t2 - t0) / 1e3)
             raw.gather.append((t2 - t1) / 1e3 if cands.gather is not None else 0.0)
-    return raw, max_err, ref_max
+    return raw, max_err, ref_max, rel_err
 
 
 def _max_over_ranks(ctx: BenchContext, raw: RawSamples) -> RawSamples:
@@ -509,14 +569,15 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
     """Measure both candidates at ``tokens``; returns the point on rank 0 (None on the others).
 
     Raises:
-        RuntimeError: the correctness check failed (NaN left in an output), CUPTI saw no kernels,
+        RuntimeError: the correctness check failed (NaN left in an output, or the replicated output
+            off the fp32 reference by more than the backend's tolerance), CUPTI saw no kernels,
             or a fault was injected through ``SPX_FAULT_INJECT_RANK`` [+ ``SPX_FAULT_INJECT_TOKENS``] (tests).
     """
     at_tokens = os.environ.get(FAULT_TOKENS_ENV)
     if os.environ.get(FAULT_ENV) == str(ctx.rank) and at_tokens in (None, "", str(tokens)):
         raise RuntimeError(f"injected fault on rank {ctx.rank} at {tokens} tokens ({FAULT_ENV})")
     cands = build_candidates(ctx, tokens)
-    raw, max_err, ref_max = _time_gpu(ctx, cands) if ctx.device.type == "cuda" else _time_host(ctx, cands)
+    raw, max_err, ref_max, rel_err = _time_gpu(ctx, cands) if ctx.device.type == "cuda" else _time_host(ctx, cands)
     plan = cands.plan
     if ctx.gather_source == "modelled" and ctx.tp > 1:
         model = ctx.spec.kernel.gather_model
@@ -542,6 +603,7 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         gather_path=gather_path(ctx, plan.padded_tokens),
         max_abs_error=max_err,
         max_abs_reference=ref_max,
+        reference_rel_error=rel_err,
     )
 
 
@@ -596,6 +658,8 @@ def run_kernel_bench(
         notes = []
         if ctx.device.type == "cpu":
             notes.append("CPU smoke run: timings say nothing about GPUs")
+        if ctx.gemm_backend in ("torch-bf16", "torch-fp8") and ctx.device.type == "cuda":
+            notes.append(f"gemm {ctx.gemm_backend} is a cuBLAS reference ceiling, not the kernel vLLM runs for this weight")
         if ctx.timer == "cuda-events":
             notes.append("timer cuda-events: samples include host launch overhead (~10-15 µs on H200)")
         if ctx.gather_source == "modelled":
@@ -610,6 +674,8 @@ def run_kernel_bench(
             environment=collect_environment(ctx.device, ctx.world_size, sorted(ctx.kernels_seen)),
             world_size=ctx.world_size,
             gemm_backend=ctx.gemm_backend,
+            gemm_backend_reason=ctx.gemm_backend_reason,
+            reference_tolerance=reference_tolerance(ctx.gemm_backend, spec.projection.weight_format),
             gather_backend=ctx.gather_backend,
             gather_source=ctx.gather_source,  # type: ignore[arg-type]
             timer=ctx.timer,
