@@ -108,11 +108,11 @@ def test_load_errors(text, fragment):
 
 def test_status_and_result_round_trip_in_camel_case():
     status = ExperimentStatus.model_validate(
-        json.loads((REPO / "examples/results/h200-1gpu/torch-fp8/status.json").read_text())
+        json.loads((REPO / "examples/results/h200-1gpu/torch-bf16/status.json").read_text())
     )
     wire = status.to_wire()
     assert wire["kernel"]["recommendedThresholdTokens"] == status.kernel.recommended_threshold_tokens
-    result = KernelResult.model_validate_json((REPO / "examples/results/h200-1gpu/torch-fp8/result.json").read_text())
+    result = KernelResult.model_validate_json((REPO / "examples/results/h200-1gpu/torch-bf16/result.json").read_text())
     assert result.schema_version == "spx.dev/kernel-result/v1" and len(result.points) == 14
     assert all(len(p.replicated.samples_us) == 50 for p in result.points)
 

@@ -122,8 +122,9 @@ def choose_gemm_backend(
     if requested == "torch-fp8":
         if weight_format != "fp8-block128-ue8m0":
             raise ValueError(
-                f"spec.kernel.gemmBackend: torch-fp8 (cuBLASLt blockwise W8A8) takes 1×128 / 128×128 scale blocks only; "
-                f"weightFormat {weight_format} is not fp8-block128-ue8m0: use gemmBackend humming, marlin or torch-bf16"
+                f"spec.kernel.gemmBackend: torch-fp8 needs weightFormat fp8-block128-ue8m0 (cuBLASLt's blockwise W8A8 "
+                f"takes 1×128 / 128×128 scale blocks only), not {weight_format}: use gemmBackend humming, marlin or "
+                "torch-bf16 for MXFP8 weights"
             )
         if not cuda or cap is None or cap < 90:
             raise ValueError(

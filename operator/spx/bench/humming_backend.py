@@ -33,7 +33,6 @@ calls before CUDA-graph capture absorb that. CUPTI sees kernels named ``humming<
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -206,10 +205,10 @@ def prepare_humming_linear(weight: BlockFp8Weight, output_sizes: list[int], dtyp
                            "(the spx-operator[gpu] extra) on a CUDA machine, or use gemmBackend marlin/torch-bf16")
     if device.type != "cuda":
         raise RuntimeError(f"gemmBackend humming needs a CUDA GPU (device is {device}); use gemmBackend torch-bf16 on CPU")
+    from humming import dtypes
+    from humming.config import InputQuantizationMode
     from humming.schema import BaseWeightSchema, HummingInputSchema
     from humming.transform import prepare_and_transform_humming_tensors
-    from humming.config import InputQuantizationMode
-    from humming import dtypes
 
     n, k = weight.shape
     if sum(output_sizes) != n:
