@@ -7,6 +7,9 @@
 #
 #   bash benchmarks/h200_kernels.sh OUT_DIR [BACKEND ...]     # default backends: humming torch-bf16
 #
+# With marlin among the backends and no SPX_MARLIN_LIB set, vLLM 0.33.0's Marlin ops are built first
+# from its sources (SPX_VLLM_SRC, default .vllm-src/vllm-0.33.0; see spx.bench.marlin_build).
+#
 # Needs python3 with a CUDA torch, triton, rich, matplotlib, pyyaml, numpy; wheels in .whl/ (pydantic,
 # pydantic-core, annotated-types, typing-inspection, humming-kernels==0.1.19) are installed into
 # /tmp/site first when present (machines without a package index). Everything lands in OUT_DIR as
@@ -30,6 +33,15 @@ fi
   python3 -m pip list 2>/dev/null | grep -i -E "^(humming|pydantic|torch |triton)"
 } > "$OUT/work/env.log" 2>&1
 cat "$OUT/work/env.log"
+
+if [[ " ${BACKENDS[*]} " == *" marlin "* && -z "${SPX_MARLIN_LIB:-}" ]]; then
+  # no vLLM here: build vLLM 0.33.0's MXFP8 Marlin ops from its sources (spx.bench.marlin_build)
+  SRC=${SPX_VLLM_SRC:-.vllm-src/vllm-0.33.0}
+  echo "== marlin build from $SRC"
+  SPX_MARLIN_LIB=$(python3 -m spx.bench.marlin_build --vllm-src "$SRC" --out /tmp/spx-marlin 2> "$OUT/work/marlin_build.log" | tail -1)
+  export SPX_MARLIN_LIB
+  echo "SPX_MARLIN_LIB=$SPX_MARLIN_LIB" | tee -a "$OUT/work/env.log"
+fi
 
 echo "== humming smoke"
 python3 - > "$OUT/work/humming_smoke.log" 2>&1 <<'EOF'
@@ -76,7 +88,7 @@ echo "== do_bench cross-check"
 python3 benchmarks/crosscheck_do_bench.py --tokens 8192 --backends "$(IFS=,; echo "${BACKENDS[*]}")" "${RESULTS[@]}" 2>&1 | tee "$OUT/work/crosscheck.log"
 nvidia-smi --query-gpu=name,clocks.current.sm,clocks.current.memory,temperature.gpu,power.draw --format=csv >> "$OUT/work/env.log" 2>&1
 
-tar -czf "$OUT/h200-kernels.tar.gz" -C "$OUT/work" env.log humming_smoke.log speed.log crosscheck.log results runs
+tar -czf "$OUT/h200-kernels.tar.gz" -C "$OUT/work" .
 cp "$OUT/work/"*.log "$OUT/"
 rm -rf "$OUT/work"
 ls -la "$OUT"
