@@ -145,8 +145,8 @@ class GatherModelSpec(CamelModel):
     ``busbw`` convention, NVIDIA/nccl-tests ``doc/PERFORMANCE.md``), ``bytes`` = the gathered output
     ``[M_padded, N]`` in the activation dtype. The regime is the collective vLLM runs: its custom
     all-gather while one shard ``M_padded/TP · N · dtype_bytes`` is at most
-    ``custom_all_gather_max_shard_bytes`` (2 MiB; 0 = always NCCL, e.g. custom all-reduce disabled),
-    NCCL above.
+    ``custom_all_gather_max_shard_bytes`` (2 MiB; 0 = always NCCL, for a vLLM that runs without its
+    custom all-gather), NCCL above.
 
     ``prior`` picks the parameters:
 
