@@ -831,6 +831,9 @@ def _predict_args(p: argparse.ArgumentParser) -> None:
                    "which reproduces the seed author's ~1450 tokens; log-log gives ~1270)")
     p.add_argument("--rounding", choices=("next-power-of-two", "next-multiple-of-tp", "none"),
                    default="next-power-of-two", help="threshold rounding rule")
+    p.add_argument("--gather", choices=("h20-derived", "h20-calibrated", "datasheet"), default="h20-derived",
+                   help="all-gather of the prediction: the one derived from the table (default, the seed "
+                   "author's method), or GatherModelSpec's h20-calibrated or datasheet prior")
 
 
 def _default_table() -> str:
@@ -843,6 +846,7 @@ def _default_table() -> str:
 def cmd_predict(args: argparse.Namespace) -> int:
     from spx.analysis.crossover import Interpolation
     from spx.analysis.predict import predict_from_table
+    from spx.api.spec import GatherModelSpec
     from spx.report import prediction_table
 
     if args.csv:
@@ -859,12 +863,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError(f"--tp must be >= 1 (got {args.tp})")
     interpolation: Interpolation = "linear" if args.interpolation == "linear" else "log-log"
     try:
-        pred = predict_from_table(text, tp=args.tp, rounding=args.rounding, interpolation=interpolation)
+        gather_model = None if args.gather == "h20-derived" else GatherModelSpec(prior=args.gather)
+        pred = predict_from_table(text, tp=args.tp, rounding=args.rounding, interpolation=interpolation,
+                                  gather_model=gather_model)
     except ValueError as exc:
         raise UsageError(f"{source}: {exc}") from None
     other: Interpolation = "log-log" if interpolation == "linear" else "linear"
     try:
-        alt = predict_from_table(text, tp=args.tp, rounding=args.rounding, interpolation=other)
+        alt = predict_from_table(text, tp=args.tp, rounding=args.rounding, interpolation=other,
+                                 gather_model=gather_model)
     except ValueError:
         alt = None
     console = make_console()

@@ -48,7 +48,7 @@ def test_single_rank_cpu_run_models_the_gather_and_checks_correctness():
 
 
 def test_gather_model_formula():
-    m = small_spec().kernel.gather_model
+    m = small_spec(gatherModel={"prior": "datasheet"}).kernel.gather_model
     # 10 µs + 7/8 x 2048 x 1792 x 2 B / 360 GB/s = 10 + 17.84 µs
     assert m.gather_us(2048, 1792, 2, 8) == pytest.approx(10 + 7 / 8 * 2048 * 1792 * 2 / 360e9 * 1e6)
     assert m.gather_us(2048, 1792, 2, 1) == 0.0

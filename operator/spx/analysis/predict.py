@@ -14,8 +14,10 @@ Re-derivation (this module):
   table's replicated column: piecewise log-log by default (a power law between neighbouring rows), or
   piecewise linear; below the smallest measured count it is held at that count's time (at a few rows
   the GEMM is bound by reading the weight: 6 and 12 tokens differ by 4 %).
-- ``gather(M) = split_total(M) − shard(r)``.
-- Predicted: ``replicated'(M) = rep(M) / f(M)``; ``split'(M) = shard(r) / f(r) + gather(M)``.
+- ``gather(M) = split_total(M) − shard(r)`` (:func:`spx.analysis.gather_prior.derive_gather`).
+- Predicted: ``replicated'(M) = rep(M) / f(M)``; ``split'(M) = shard(r) / f(r) + gather(M)``. With a
+  ``gather_model`` (``spx predict --gather h20-calibrated|datasheet``) ``gather(M)`` is that model's
+  at ``[M_pad, 1792]`` bf16 instead (h20-calibrated: ≈ 1642 tokens linear, ≈ 1715 log-log).
 - The break-even is interpolated between the predicted last losing and first winning points
   (:func:`spx.analysis.crossover.break_even_tokens`, same interpolation choice) and rounded with the
   threshold rule (:mod:`spx.analysis.threshold`).
@@ -40,10 +42,12 @@ from spx.analysis.crossover import (
     median_point,
     sorted_points,
 )
+from spx.analysis.gather_prior import SEED_DTYPE_BYTES, SEED_OUTPUT_SIZE, derive_gather
+from spx.analysis.gather_prior import interpolate_time as interpolate_time  # re-exported (its former home)
 from spx.analysis.reference import parse_kernel_table
-from spx.analysis.threshold import next_multiple, recommended_threshold_tokens
+from spx.analysis.threshold import recommended_threshold_tokens
 from spx.api.base import CamelModel
-from spx.api.spec import ThresholdRounding
+from spx.api.spec import GatherModelSpec, ThresholdRounding
 from spx.api.status import KernelPoint
 
 #: (GEMM rows, H100/H200 speedup over H20) anchors of the seed author's scaling.
@@ -71,34 +75,12 @@ def gemm_scaling_factor(rows: float, anchors: Sequence[tuple[int, float]] = SEED
     return anchors[-1][1]
 
 
-def interpolate_time(x: float, xs: Sequence[float], ys: Sequence[float], interpolation: Interpolation) -> float:
-    """Time (µs) at ``x`` tokens from a table ``(xs, ys)`` sorted by increasing ``xs``.
-
-    ``"log-log"``: ``log y`` linear in ``log x`` between neighbours; ``"linear"``: ``y`` linear in ``x``.
-    Below ``xs[0]`` the time is held at ``ys[0]``; an exact table row is returned as is.
-
-    Raises:
-        ValueError: when ``x`` is above ``xs[-1]`` (no extrapolation), the table is empty or its
-            lengths differ, or the interpolation is unknown.
-    """
-    if not xs or len(xs) != len(ys):
-        raise ValueError("need a non-empty table with as many times as token counts")
-    if interpolation not in ("log-log", "linear"):
-        raise ValueError(f"unknown interpolation {interpolation!r}; use 'log-log' or 'linear'")
-    if x <= xs[0]:
-        return ys[0]
-    for x0, y0, x1, y1 in zip(xs, ys, xs[1:], ys[1:], strict=False):
-        if x == x1:
-            return y1
-        if x < x1:
-            if interpolation == "log-log":
-                return y0 * math.pow(y1 / y0, math.log(x / x0) / math.log(x1 / x0))
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    raise ValueError(f"{x} tokens is above the table's largest count {xs[-1]}: not extrapolating")
-
-
 class PredictedRow(CamelModel):
-    """One token count of the what-if, with the intermediate quantities (times in µs, factors ×)."""
+    """One token count of the what-if, with the intermediate quantities (times in µs, factors ×).
+
+    ``h20_gather_us`` is the gather derived from the H20 table; ``gather_us`` the one the prediction
+    used (the same, or a :class:`~spx.api.spec.GatherModelSpec`'s).
+    """
 
     model_config = CamelModel.model_config | {"frozen": True}
 
@@ -107,6 +89,7 @@ class PredictedRow(CamelModel):
     h20_replicated_us: float
     h20_split_us: float
     h20_shard_gemm_us: float
+    h20_gather_us: float
     gather_us: float
     replicated_factor: float
     shard_factor: float
@@ -133,7 +116,10 @@ class Prediction(CamelModel):
 
 
 def predict_rows(
-    points: Sequence[KernelPoint], tp: int = 8, interpolation: Interpolation = "log-log"
+    points: Sequence[KernelPoint],
+    tp: int = 8,
+    interpolation: Interpolation = "log-log",
+    gather_model: GatherModelSpec | None = None,
 ) -> list[PredictedRow]:
     """Scale an H20 sweep (split times = shard GEMM + all-gather) to H100/H200 (method: module docstring).
 
@@ -142,42 +128,32 @@ def predict_rows(
         tp: the TP size the table was measured at; every point's ``rows_per_rank`` must equal
             ``ceil(tokens / tp)``.
         interpolation: of the shard GEMM time from the replicated column (``log-log`` or ``linear``).
+        gather_model: ``None`` (the seed author's method): each point's gather is the one derived
+            from the H20 table (:func:`spx.analysis.gather_prior.derive_gather`). Otherwise the gather
+            is this model's at the padded ``[M_pad, 1792]`` bf16 output (e.g. the H20-calibrated or
+            the datasheet prior of :class:`~spx.api.spec.GatherModelSpec`).
 
     Raises:
         ValueError: on no points, a repeated token count, ``tp < 1``, a ``rows_per_rank`` that does not
             match ``tp``, or a derived gather time below 0 (the table is then not shard + gather).
     """
-    if tp < 1:
-        raise ValueError(f"tp must be >= 1, got {tp}")
     ordered = sorted_points(points)
-    if not ordered:
-        raise ValueError("no points to scale")
-    xs = [float(p.tokens) for p in ordered]
-    reps = [p.replicated_us for p in ordered]
+    reps = {p.tokens: p.replicated_us for p in ordered}
     rows: list[PredictedRow] = []
-    for p in ordered:
-        shard_rows = next_multiple(p.tokens, tp) // tp
-        if p.rows_per_rank != shard_rows:
-            raise ValueError(
-                f"{p.tokens} tokens: rows_per_rank {p.rows_per_rank} != ceil({p.tokens}/{tp}) = {shard_rows}; "
-                f"the table was not measured at TP{tp}"
-            )
-        shard = interpolate_time(shard_rows, xs, reps, interpolation)
-        gather = p.split_us - shard
-        if gather < 0:
-            raise ValueError(
-                f"{p.tokens} tokens: split total {p.split_us} µs is below the interpolated shard GEMM {shard:.1f} µs; "
-                "the split column is not shard GEMM + gather"
-            )
-        f_rep, f_shard = gemm_scaling_factor(p.tokens), gemm_scaling_factor(shard_rows)
-        rep_new, split_new = p.replicated_us / f_rep, shard / f_shard + gather
+    for d in derive_gather(ordered, tp, interpolation):
+        gather = d.gather_us
+        if gather_model is not None:
+            gather = gather_model.gather_us(d.padded_tokens, SEED_OUTPUT_SIZE, SEED_DTYPE_BYTES, tp)
+        f_rep, f_shard = gemm_scaling_factor(d.tokens), gemm_scaling_factor(d.shard_rows)
+        rep_new, split_new = reps[d.tokens] / f_rep, d.shard_gemm_us / f_shard + gather
         rows.append(
             PredictedRow(
-                tokens=p.tokens,
-                shard_rows=shard_rows,
-                h20_replicated_us=p.replicated_us,
-                h20_split_us=p.split_us,
-                h20_shard_gemm_us=shard,
+                tokens=d.tokens,
+                shard_rows=d.shard_rows,
+                h20_replicated_us=reps[d.tokens],
+                h20_split_us=d.split_us,
+                h20_shard_gemm_us=d.shard_gemm_us,
+                h20_gather_us=d.gather_us,
                 gather_us=gather,
                 replicated_factor=f_rep,
                 shard_factor=f_shard,
@@ -199,6 +175,7 @@ def predict_from_table(
     tp: int = 8,
     rounding: ThresholdRounding = "next-power-of-two",
     interpolation: Interpolation = "log-log",
+    gather_model: GatherModelSpec | None = None,
 ) -> Prediction:
     """The seed author's H20 → H100/H200 what-if on a kernel table's text (format: :mod:`spx.analysis.reference`).
 
@@ -208,6 +185,8 @@ def predict_from_table(
         rounding: threshold rounding rule (:func:`spx.analysis.threshold.recommended_threshold_tokens`).
         interpolation: ``log-log`` (default) or ``linear``, for both the shard GEMM time and the
             break-even.
+        gather_model: ``None`` (default, the seed author's method): the gather derived from the
+            table, unchanged. Otherwise that model's gather (:func:`predict_rows`).
 
     Returns:
         :class:`Prediction` (``.points``, ``.rows``, ``.break_even_tokens``,
@@ -217,16 +196,20 @@ def predict_from_table(
         ValueError: on a malformed table (see :func:`~spx.analysis.reference.parse_kernel_table`) or
             one not measured at ``tp`` (see :func:`predict_rows`).
     """
-    rows = predict_rows(parse_kernel_table(csv_text), tp, interpolation)
+    rows = predict_rows(parse_kernel_table(csv_text), tp, interpolation, gather_model)
     points = rows_to_points(rows)
     be = break_even_tokens(points, interpolation)
     anchors = ", ".join(f"{r} rows {f:g}×" for r, f in SEED_SCALING_ANCHORS)
+    gather_text = (
+        "the all-gather unchanged (the H20 gather)" if gather_model is None
+        else f"the all-gather modelled at [M_pad, {SEED_OUTPUT_SIZE}] bf16, {gather_model.describe()}"
+    )
     method = (
         f"Seed author's H20 → H100/H200 scaling: GEMM speedup factor f(rows) from anchors {anchors}, "
-        "linear in log2(rows) between anchors and constant outside; the all-gather unchanged. "
+        f"linear in log2(rows) between anchors and constant outside; {gather_text}. "
         f"Shard GEMM at ceil(M/{tp}) rows = H20 replicated time at that many tokens, {interpolation} "
         "interpolation of the replicated column (held at the smallest row below the table); "
-        "gather(M) = H20 split total(M) − shard GEMM. Predicted replicated = rep(M)/f(M); "
+        "H20 gather(M) = H20 split total(M) − shard GEMM. Predicted replicated = rep(M)/f(M); "
         f"predicted split = shard/f(ceil(M/{tp})) + gather(M). Break-even: {interpolation} interpolation "
         f"of speedup between the last losing and first winning predicted points; threshold: {rounding}."
     )

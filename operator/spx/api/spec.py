@@ -145,34 +145,107 @@ class SweepSpec(CamelModel):
         return v
 
 
+GatherPrior = Literal["h20-calibrated", "datasheet"]
+GatherRegime = Literal["custom", "nccl"]
+
+#: vLLM's custom all-gather handles shards up to 2 MiB; larger shards go to NCCL (``sp_all_gather`` in
+#: ``vllm/models/common/ops/sequence_parallel.py``; the seed table's README: custom up to 4096 tokens,
+#: NCCL from 6144 at N = 1792 bf16, TP8). At that shape the custom path ends at 4680 tokens (585 rows).
+CUSTOM_ALL_GATHER_MAX_SHARD_BYTES: Final = 2 * 1024 * 1024
+
+#: ``prior: datasheet``: one regime, NVLink4 datasheet figures (see :class:`GatherModelSpec`).
+DATASHEET_GATHER_LATENCY_US: Final = 10.0
+DATASHEET_GATHER_BUS_BANDWIDTH_GBPS: Final = 360.0
+
+#: ``prior: h20-calibrated``: (latency µs, bus bandwidth GB/s) per regime, fitted to the all-gather
+#: derived from the seed's 8× H20 table by :func:`spx.analysis.gather_prior.fit_h20_gather_prior`
+#: (log-log shard GEMM interpolation; custom: least squares over its 9 points; NCCL: the line through
+#: its 2 points). Rounded to 0.1 µs / 1 GB/s; ``tests/unit/test_analysis_gather_prior.py`` checks them
+#: against the fit on the shipped table. Method and residuals: docs/kernel-benchmark.md "Gather prior".
+H20_GATHER_PRIOR: Final[dict[GatherRegime, tuple[float, float]]] = {
+    "custom": (6.1, 372.0),
+    "nccl": (38.1, 370.0),
+}
+
+
 class GatherModelSpec(CamelModel):
     """Parameters of the modelled all-gather, used when fewer GPUs than TP are present.
 
-    ``t_gather(M) = latency_us + (TP − 1)/TP · bytes(M, N) / bus_bandwidth`` (the nccl-tests
+    Per regime ``t_gather(M) = latency + (TP − 1)/TP · bytes(M, N) / bus_bandwidth`` (the nccl-tests
     ``busbw`` convention, NVIDIA/nccl-tests ``doc/PERFORMANCE.md``), ``bytes`` = the gathered output
-    ``[M_padded, N]`` in the activation dtype.
+    ``[M_padded, N]`` in the activation dtype. The regime is the collective vLLM runs: its custom
+    all-gather while one shard ``M_padded/TP · N · dtype_bytes`` is at most
+    ``custom_all_gather_max_shard_bytes`` (2 MiB; 0 = always NCCL, for a vLLM that runs without its
+    custom all-gather), NCCL above.
 
-    Defaults for NVLink4 (H100/H200 SXM): NVIDIA's H100/H200 datasheets give 900 GB/s bidirectional
-    NVLink per GPU, i.e. 450 GB/s per direction; nccl-tests all-gather on 8×H100 SXM typically reaches
-    about 80% of that as bus bandwidth, hence 360 GB/s. The 10 µs latency is the order of an 8-rank
-    NCCL LL-protocol all-gather of a few KiB over NVLink. Both are priors to be replaced by a fit to
-    a measured gather sweep (``spx`` issue "Measure the crossover on 8× H200").
+    ``prior`` picks the parameters:
+
+    - ``h20-calibrated`` (default): fitted per regime to the all-gather contained in the seed's
+      8× H20 table (split total − shard GEMM; :mod:`spx.analysis.gather_prior`): custom 6.1 µs +
+      372 GB/s, NCCL 38.1 µs + 370 GB/s (:data:`H20_GATHER_PRIOR`). H20, H100 and H200 SXM have the
+      same NVLink4 (18 links, 900 GB/s bidirectional) and vLLM runs the same collectives on them.
+    - ``datasheet``: one regime, 10 µs + 360 GB/s. NVIDIA's H100/H200 datasheets give 900 GB/s
+      bidirectional NVLink per GPU, i.e. 450 GB/s per direction; nccl-tests all-gather on 8×H100 SXM
+      typically reaches about 80% of that as bus bandwidth, hence 360 GB/s; 10 µs is the order of an
+      8-rank NCCL LL-protocol all-gather of a few KiB over NVLink.
+
+    ``latency_us`` / ``bus_bandwidth_gbps``, when given, replace that parameter in every regime of the
+    prior (both given: the single formula of earlier spx versions, whatever the prior). Both priors
+    are to be replaced by a fit to a measured gather sweep (``benchmarks/gather_sweep.py``).
     """
 
-    latency_us: float = Field(default=10.0, ge=0.0, le=10_000.0)
-    bus_bandwidth_gbps: float = Field(default=360.0, gt=0.0, le=10_000.0)
+    prior: GatherPrior = "h20-calibrated"
+    latency_us: float | None = Field(default=None, ge=0.0, le=10_000.0)
+    bus_bandwidth_gbps: float | None = Field(default=None, gt=0.0, le=10_000.0)
+    custom_all_gather_max_shard_bytes: int = Field(default=CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, ge=0, le=1 << 40)
+
+    def regime(self, padded_tokens: int, output_size: int, dtype_bytes: int, tensor_parallel_size: int) -> GatherRegime:
+        """Which collective vLLM runs for a ``[padded_tokens, output_size]`` gather over TP ranks.
+
+        ``custom`` while one shard (``padded_tokens // TP`` rows × ``output_size`` × ``dtype_bytes``)
+        is at most ``custom_all_gather_max_shard_bytes``, else ``nccl``.
+        """
+        shard_bytes = padded_tokens // max(1, tensor_parallel_size) * output_size * dtype_bytes
+        return "custom" if shard_bytes <= self.custom_all_gather_max_shard_bytes else "nccl"
+
+    def parameters(self, regime: GatherRegime) -> tuple[float, float]:
+        """``(latency µs, bus bandwidth GB/s)`` used in ``regime``: the prior's, explicit fields overriding."""
+        if self.prior == "datasheet":
+            latency, bandwidth = DATASHEET_GATHER_LATENCY_US, DATASHEET_GATHER_BUS_BANDWIDTH_GBPS
+        else:
+            latency, bandwidth = H20_GATHER_PRIOR[regime]
+        return (
+            latency if self.latency_us is None else self.latency_us,
+            bandwidth if self.bus_bandwidth_gbps is None else self.bus_bandwidth_gbps,
+        )
 
     def gather_us(self, padded_tokens: int, output_size: int, dtype_bytes: int, tensor_parallel_size: int) -> float:
         """Modelled all-gather time in µs of a ``[padded_tokens, output_size]`` output over TP ranks.
 
-        ``latency_us + (TP − 1)/TP · padded_tokens · output_size · dtype_bytes / bus_bandwidth``;
-        ``bus_bandwidth_gbps`` is in GB/s (10⁹ B/s). Zero for TP = 1 (nothing to gather).
+        ``latency + (TP − 1)/TP · padded_tokens · output_size · dtype_bytes / bus_bandwidth`` with the
+        parameters of the regime (:meth:`regime`, :meth:`parameters`); bandwidth in GB/s (10⁹ B/s).
+        Zero for TP = 1 (nothing to gather).
         """
         tp = tensor_parallel_size
         if tp <= 1:
             return 0.0
+        latency, bandwidth = self.parameters(self.regime(padded_tokens, output_size, dtype_bytes, tp))
         total_bytes = padded_tokens * output_size * dtype_bytes
-        return self.latency_us + (tp - 1) / tp * total_bytes / (self.bus_bandwidth_gbps * 1e9) * 1e6
+        return latency + (tp - 1) / tp * total_bytes / (bandwidth * 1e9) * 1e6
+
+    def describe(self) -> str:
+        """One line for a result's notes: the prior and each regime's latency and bus bandwidth."""
+        (lat_c, bw_c), (lat_n, bw_n) = self.parameters("custom"), self.parameters("nccl")
+        source = f"{self.prior} prior"
+        if self.latency_us is not None or self.bus_bandwidth_gbps is not None:
+            source += " with explicit latencyUs/busBandwidthGbps"
+        if (lat_c, bw_c) == (lat_n, bw_n):
+            return f"{source}: {lat_n:g} µs + (TP-1)/TP x bytes / {bw_n:g} GB/s"
+        return (
+            f"{source}: latency + (TP-1)/TP x bytes / busBW; custom all-gather while a shard is <= "
+            f"{self.custom_all_gather_max_shard_bytes} B: {lat_c:g} µs, {bw_c:g} GB/s; NCCL above: "
+            f"{lat_n:g} µs, {bw_n:g} GB/s"
+        )
 
 
 class KernelSpec(CamelModel):

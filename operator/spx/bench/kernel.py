@@ -664,10 +664,7 @@ def run_kernel_bench(
             notes.append("timer cuda-events: samples include host launch overhead (~10-15 µs on H200)")
         if ctx.gather_source == "modelled":
             m = spec.kernel.gather_model
-            notes.append(
-                f"gather modelled ({ctx.world_size} rank(s) < TP {ctx.tp}): latency {m.latency_us} µs + "
-                f"(TP-1)/TP x bytes / {m.bus_bandwidth_gbps} GB/s"
-            )
+            notes.append(f"gather modelled ({ctx.world_size} rank(s) < TP {ctx.tp}): {m.describe()}")
         return KernelResult(
             experiment=experiment,
             spec=spec,
