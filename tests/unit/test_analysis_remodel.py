@@ -1,0 +1,54 @@
+"""Re-modelling a one-GPU run's gather under another prior, on the committed H200 Humming run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spx.analysis import evaluate_result
+from spx.analysis.remodel import remodel_gather
+from spx.api.result import KernelResult
+from spx.api.spec import GatherModelSpec
+
+RUN = Path(__file__).resolve().parents[2] / "examples" / "results" / "h200-1gpu" / "humming" / "result.json"
+
+
+@pytest.fixture(scope="module")
+def result() -> KernelResult:
+    return KernelResult.model_validate(json.loads(RUN.read_text()))
+
+
+def test_the_recorded_model_reproduces_the_run(result):
+    same = remodel_gather(result, result.spec.kernel.gather_model)
+    for a, b in zip(result.points, same.points, strict=True):
+        assert b.split.median_us == pytest.approx(a.split.median_us, rel=1e-12)
+        assert b.replicated == a.replicated
+
+
+def test_another_prior_moves_split_samples_by_the_gather_difference_only(result):
+    calibrated = remodel_gather(result, GatherModelSpec(prior="h20-calibrated"))
+    assert calibrated.spec.kernel.gather_model.prior == "h20-calibrated"
+    for a, b in zip(result.points, calibrated.points, strict=True):
+        delta = b.gather_us - a.gather_us
+        assert b.split.samples_us == pytest.approx([s + delta for s in a.split.samples_us])
+        assert b.replicated == a.replicated and b.shard_gemm_us == a.shard_gemm_us
+    # the calibrated prior's custom all-gather (6.1 µs + 372 GB/s) is cheaper than the datasheet's below 2 MiB
+    by_tokens = {p.tokens: p for p in calibrated.points}
+    assert by_tokens[2048].gather_us < result.points[[p.tokens for p in result.points].index(2048)].gather_us
+
+
+def test_h200_humming_threshold_under_each_prior(result):
+    """The headline numbers of examples/results/h200-1gpu/README.md, recomputed from the samples."""
+    datasheet = evaluate_result(remodel_gather(result, GatherModelSpec(prior="datasheet"))).kernel
+    calibrated = evaluate_result(remodel_gather(result, GatherModelSpec(prior="h20-calibrated"))).kernel
+    assert datasheet.recommended_threshold_tokens == 1024
+    assert calibrated.recommended_threshold_tokens == 128
+    assert calibrated.crossover_tokens < datasheet.crossover_tokens < 2048
+
+
+def test_a_measured_gather_is_not_remodelled(result):
+    measured = result.model_copy(update={"gather_source": "measured"})
+    with pytest.raises(ValueError, match="only a modelled gather"):
+        remodel_gather(measured, GatherModelSpec())
