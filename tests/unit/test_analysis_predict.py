@@ -101,3 +101,42 @@ def test_rounding_and_points_for_the_cli_table() -> None:
 def test_table_measured_at_another_tp_is_rejected() -> None:
     with pytest.raises(ValueError, match="not measured at TP4"):
         predict_from_table(H20_CSV, tp=4)
+
+
+def test_predict_with_measured_h200_humming_gemms():
+    """The H20 gather + the committed H200 Humming GEMMs (issue 9 req. 6): split from ~90 tokens, threshold 128."""
+    import json
+    from importlib.resources import files
+    from pathlib import Path
+
+    from spx.analysis.predict import predict_with_measured
+    from spx.api.result import KernelResult
+
+    table = (files("spx") / "data" / "h20_tp8_fused_wqa_wkv.csv").read_text()
+    run = Path(__file__).resolve().parents[2] / "examples" / "results" / "h200-1gpu" / "humming" / "result.json"
+    measured = KernelResult.model_validate(json.loads(run.read_text()))
+    pred = predict_with_measured(table, measured)
+    assert [r.tokens for r in pred.rows] == [6, 12, 24, 48, 96, 384, 1024, 2048, 4096, 8192, 16384]
+    by = {r.tokens: r for r in pred.rows}
+    # GEMMs are the measured ones; the gather is the H20 table's
+    assert by[8192].replicated_us == next(p.replicated.median_us for p in measured.points if p.tokens == 8192)
+    assert by[8192].split_us == pytest.approx(by[8192].h20_gather_us + next(
+        p.shard_gemm_us for p in measured.points if p.tokens == 8192))
+    assert by[8192].replicated_factor == pytest.approx(1794.7 / by[8192].replicated_us)
+    assert 60 < pred.break_even_tokens < 96 and pred.recommended_threshold_tokens == 128
+    assert all(r.speedup > 1 for r in pred.rows if r.tokens >= 96)
+
+
+def test_predict_with_measured_refuses_a_run_without_shard_times():
+    from importlib.resources import files
+
+    from spx.analysis.predict import predict_with_measured
+    from spx.api.result import KernelResult
+
+    table = (files("spx") / "data" / "h20_tp8_fused_wqa_wkv.csv").read_text()
+    measured = KernelResult.model_validate({"spec": {"parallelism": {"tensorParallelSize": 8}}, "worldSize": 8,
+                                            "gemmBackend": "humming", "gatherBackend": "nccl",
+                                            "gatherSource": "measured", "timer": "cupti", "device": "cuda",
+                                            "cudaGraphs": True})
+    with pytest.raises(ValueError, match="shardGemmUs"):
+        predict_with_measured(table, measured)

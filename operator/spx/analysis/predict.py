@@ -47,6 +47,7 @@ from spx.analysis.gather_prior import interpolate_time as interpolate_time  # re
 from spx.analysis.reference import parse_kernel_table
 from spx.analysis.threshold import recommended_threshold_tokens
 from spx.api.base import CamelModel
+from spx.api.result import KernelResult
 from spx.api.spec import GatherModelSpec, ThresholdRounding
 from spx.api.status import KernelPoint
 
@@ -224,4 +225,63 @@ def predict_from_table(
         tensor_parallel_size=tp,
         interpolation=interpolation,
         method=method,
+    )
+
+
+def predict_with_measured(
+    csv_text: str,
+    measured: KernelResult,
+    tp: int = 8,
+    rounding: ThresholdRounding = "next-power-of-two",
+    interpolation: Interpolation = "log-log",
+) -> Prediction:
+    """H20 table → this GPU with **measured** GEMM times instead of the seed author's scaling factors.
+
+    The all-gather is the one inside the H20 table (derived point by point,
+    :func:`spx.analysis.gather_prior.derive_gather`: same NVLink4 and vLLM gather path on H20, H100
+    and H200); the GEMMs are ``measured``'s, typically a one-GPU run of the same projection with the
+    kernel vLLM runs (``spx run ... --gemm-backend humming``): replicated = its replicated median at M,
+    shard = its measured shard GEMM (``shardGemmUs``, the ``ceil(M/TP)``-row GEMM) at M. Only token
+    counts present in both sweeps are predicted. ``replicated_factor`` / ``shard_factor`` of each row
+    are then the measured H20 → this-GPU speedups.
+
+    Raises:
+        ValueError: a malformed table, ``measured`` without shard GEMM times (a run whose gather was
+            measured: use its own result instead), a different TP, or fewer than two common token counts.
+    """
+    if measured.spec.parallelism.tensor_parallel_size != tp:
+        raise ValueError(f"the measured run is TP{measured.spec.parallelism.tensor_parallel_size}, the table TP{tp}")
+    mine = {p.tokens: p for p in measured.points if p.shard_gemm_us is not None}
+    if not mine:
+        raise ValueError("the measured run has no shard GEMM times (shardGemmUs): it must be a run with a modelled gather")
+    h20 = sorted_points(parse_kernel_table(csv_text))
+    derived = [d for d in derive_gather(h20, tp, interpolation) if d.tokens in mine]
+    if len(derived) < 2:
+        raise ValueError(f"fewer than two token counts in both sweeps (measured: {sorted(mine)[:20]})")
+    reps = {p.tokens: p.replicated_us for p in h20}
+    rows: list[PredictedRow] = []
+    for d in derived:
+        point = mine[d.tokens]
+        rep_new, shard_new = point.replicated.median_us, float(point.shard_gemm_us or 0.0)
+        split_new = shard_new + d.gather_us
+        rows.append(PredictedRow(
+            tokens=d.tokens, shard_rows=d.shard_rows, h20_replicated_us=reps[d.tokens], h20_split_us=d.split_us,
+            h20_shard_gemm_us=d.shard_gemm_us, h20_gather_us=d.gather_us, gather_us=d.gather_us,
+            replicated_factor=reps[d.tokens] / rep_new, shard_factor=d.shard_gemm_us / shard_new,
+            replicated_us=rep_new, split_us=split_new, speedup=rep_new / split_new,
+        ))
+    points = rows_to_points(rows)
+    be = break_even_tokens(points, interpolation)
+    gpu = measured.environment.gpu or measured.device
+    method = (
+        f"H20 table's all-gather (split total − shard GEMM, shard at ceil(M/{tp}) rows, {interpolation} "
+        f"interpolation of the H20 replicated column) + GEMMs measured on {gpu} with {measured.gemm_backend} "
+        f"(replicated median, measured shard GEMM); break-even: {interpolation} interpolation; threshold: {rounding}."
+    )
+    return Prediction(
+        points=points, rows=rows, first_winning_tokens=first_winning_tokens(points),
+        break_even_tokens=be.tokens if be else None,
+        break_even_at_or_below_smallest_measured=be.at_or_below_smallest_measured if be else False,
+        recommended_threshold_tokens=recommended_threshold_tokens(be.tokens, rounding, tp) if be else None,
+        threshold_rounding=rounding, tensor_parallel_size=tp, interpolation=interpolation, method=method,
     )
