@@ -14,13 +14,13 @@ from pathlib import Path
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
-import torch  # noqa: E402
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from blockweights import random_block_weight  # noqa: E402
-from v41spec import v41_spec  # noqa: E402
+from blockweights import random_block_weight
+from v41spec import v41_spec
 
-from spx.bench import vllm_backend  # noqa: E402
+from spx.bench import vllm_backend
 
 
 def main() -> None:
