@@ -76,6 +76,7 @@ def test_weights_load_through_vllms_loaders_in_the_checkpoint_layout(vllm: Modul
         "quantConfig": "DeepseekV4FP8Config",
         "quantMethod": "ModelOptLinearMethod",
         "linearKernel": "EmulationMxfp8LinearKernel",
+        "linearBackend": "auto",
         "platform": "cpu",
         "kernelNote": info.kernel_note,
         "kernelCandidatesSm90": ",".join(vllm_backend.mxfp8_kernel_candidates(90)),
@@ -103,6 +104,14 @@ def test_forward_matches_the_dequantised_weight(vllm: ModuleType, weight: BlockW
     bound = (x.float().abs() @ w.abs().t()) * 2**-7  # bf16 output rounding + fp32 accumulation
     assert bool(((y.float() - reference).abs() <= bound).all())
     assert torch.equal(proj.split(x), y)  # one rank: sp_shard/sp_all_gather are the identity
+
+
+def test_linear_backend_is_vllms_kernel_config(vllm: ModuleType, weight: BlockWeight) -> None:
+    """``--linear-backend``: passed to vLLM's ``KernelConfig``; an unknown one is refused with vLLM's list."""
+    _, info = vllm_backend.build_vllm_layer(v41_spec(), "cpu", weight, linear_backend="emulation")
+    assert (info.linear_backend, info.linear_kernel) == ("emulation", "EmulationMxfp8LinearKernel")
+    with pytest.raises(ValueError, match="linear backend 'nope': Input should be 'auto', .*'marlin', 'humming'"):
+        vllm_backend.build_vllm_layer(v41_spec(), "cpu", weight, linear_backend="nope")
 
 
 def test_sm90_ranks_humming_ahead_of_marlin(vllm: ModuleType) -> None:
@@ -145,6 +154,9 @@ def test_bad_inputs_are_named(vllm: ModuleType, weight: BlockWeight) -> None:
     small = random_block_weight(1280, K, 32)
     with pytest.raises(ValueError, match=r"weight is \(1280, 5120\), the projection needs \(1792, 5120\)"):
         vllm_backend.build_vllm_layer(v41_spec(), "cpu", small)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="device cuda, but torch sees no CUDA GPU here"):
+            vllm_backend.build_vllm_layer(v41_spec(), "cuda", weight)
     not_pow2 = BlockWeight(weight.weight, weight.scale * 1.5, 32)
     with pytest.raises(ValueError, match="powers of two"):
         vllm_backend.checkpoint_tensors(not_pow2, 32, [1280, 512])

@@ -144,12 +144,18 @@ def _device(device: torch.device | str) -> torch.device:
     """``cuda`` (index filled in) or ``cpu``; on CPU selects vLLM's CPU platform.
 
     Raises:
-        RuntimeError: another device type; CPU asked for after vLLM already chose another platform.
+        RuntimeError: another device type; cuda without a visible GPU; CPU asked for after vLLM already
+            chose another platform.
     """
     import torch
 
     dev = torch.device(device)
     if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "gemmBackend/gather vllm on device cuda, but torch sees no CUDA GPU here "
+                "(torch.cuda.is_available() is False); use device cpu for a pipeline check"
+            )
         return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
     if dev.type != "cpu":
         raise RuntimeError(f"gemmBackend/gather vllm runs on cuda (or cpu for tests), not {dev}")
@@ -351,6 +357,7 @@ class VllmLayerInfo:
     quant_method: str
     linear_kernel: str
     platform: str
+    linear_backend: str = "auto"
     kernel_note: str | None = None
     #: vLLM's MXFP8 kernel order on a CUDA GPU of ``candidates_cc`` (this GPU's; 90 on CPU, the target).
     candidates: list[str] = field(default_factory=list)
@@ -358,7 +365,7 @@ class VllmLayerInfo:
 
     def to_dict(self) -> dict[str, str]:
         out = {"layer": "MergedColumnParallelLinear", "quantConfig": self.quant_config, "quantMethod": self.quant_method,
-               "linearKernel": self.linear_kernel, "platform": self.platform}
+               "linearKernel": self.linear_kernel, "linearBackend": self.linear_backend, "platform": self.platform}
         if self.kernel_note:
             out["kernelNote"] = self.kernel_note
         if self.candidates:
@@ -374,13 +381,21 @@ def _kernel_name(quant_method: Any) -> str:
     return "unknown"
 
 
-def build_vllm_layer(spec: ExperimentSpec, device: torch.device | str, weight: BlockFp8WeightLike) -> tuple[Any, VllmLayerInfo]:
+def build_vllm_layer(
+    spec: ExperimentSpec, device: torch.device | str, weight: BlockFp8WeightLike, linear_backend: str = "auto"
+) -> tuple[Any, VllmLayerInfo]:
     """vLLM's ``fused_wqa_wkv`` with ``weight`` loaded through its loaders (not yet post-processed).
+
+    ``linear_backend`` is ``vllm serve --linear-backend`` (vLLM's ``KernelConfig.linear_backend``):
+    ``auto`` (vLLM's ranking: Humming on SM90), ``marlin`` (``MarlinMxfp8LinearKernel``),
+    ``humming``, ``emulation``, … Where the backend has no kernel for the layer, vLLM falls back to
+    ``auto`` (and logs a warning); :attr:`VllmLayerInfo.linear_kernel` says what it chose.
 
     Raises:
         RuntimeError: no importable vLLM ≥ 0.33; an unsupported device; vLLM found no kernel; its
             parameters are not the format spx knows.
-        ValueError: ``weightFormat`` not an FP8 block format or not the weight's; a wrong weight shape.
+        ValueError: ``weightFormat`` not an FP8 block format or not the weight's; a wrong weight shape;
+            a ``linear_backend`` vLLM does not know (its message lists the ones it does).
     """
     ensure_vllm()
     import torch
@@ -391,14 +406,19 @@ def build_vllm_layer(spec: ExperimentSpec, device: torch.device | str, weight: B
         raise ValueError(f"weight is {tuple(weight.weight.shape)}, the projection needs {(proj.output_size, proj.hidden_size)}")
     dev = _device(device)
     init_vllm_runtime(dev)
-    from vllm.config import VllmConfig, set_current_vllm_config
+    from pydantic import ValidationError
+    from vllm.config import KernelConfig, VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.linear import MergedColumnParallelLinear
     from vllm.platforms import current_platform
 
+    try:
+        kernel_config = KernelConfig(linear_backend=linear_backend)  # type: ignore[arg-type]
+    except ValidationError as err:
+        raise ValueError(f"linear backend {linear_backend[:64]!r}: {err.errors()[0]['msg']}") from err
     note = _ensure_cpu_mxfp8_kernel() if dev.type == "cpu" and block == MXFP8_GROUP else None
     dtype = getattr(torch, proj.activation_dtype)
     quant_config = vllm_quant_config(block)
-    config = VllmConfig()
+    config = VllmConfig(kernel_config=kernel_config)
     config.model_config = layer_model_config(dtype, checkpoint_quant_config(block))
     previous_dtype = torch.get_default_dtype()
     with set_current_vllm_config(config), torch.device(dev):
@@ -420,6 +440,7 @@ def build_vllm_layer(spec: ExperimentSpec, device: torch.device | str, weight: B
         quant_method=type(layer.quant_method).__name__,
         linear_kernel=_kernel_name(layer.quant_method),
         platform=f"cuda sm{cc}" if dev.type == "cuda" else dev.type,
+        linear_backend=linear_backend,
         kernel_note=note,
         candidates=mxfp8_kernel_candidates(cc) if block == MXFP8_GROUP else [],
         candidates_cc=cc,
@@ -452,16 +473,18 @@ class VllmProjection:
         return self.info.to_dict()
 
 
-def build_vllm_projection(spec: ExperimentSpec, device: torch.device | str, weight: BlockFp8WeightLike) -> VllmProjection:
+def build_vllm_projection(
+    spec: ExperimentSpec, device: torch.device | str, weight: BlockFp8WeightLike, linear_backend: str = "auto"
+) -> VllmProjection:
     """:func:`build_vllm_layer`, then the quant method's ``process_weights_after_loading`` (the kernel's
-    weight repack), as vLLM's model loader does after ``load_weights``.
+    weight repack: Humming's or Marlin's layout), as vLLM's model loader does after ``load_weights``.
 
     Raises:
         RuntimeError / ValueError: see :func:`build_vllm_layer`.
     """
     import torch
 
-    layer, info = build_vllm_layer(spec, device, weight)
+    layer, info = build_vllm_layer(spec, device, weight, linear_backend)
     with torch.device(layer.weight.device):
         layer.quant_method.process_weights_after_loading(layer)
     layer.eval()
