@@ -1,8 +1,10 @@
-"""The only module of spx.bench that touches vLLM: ``gemmBackend: vllm`` and ``gather: vllm``.
+"""``gemmBackend: vllm``: DeepSeek-V4.1's ``fused_wqa_wkv`` built, loaded and run by vLLM's own classes.
 
-vLLM is imported lazily, inside functions, and only here; without it every entry point raises
-``RuntimeError("gemmBackend vllm needs an importable vLLM ≥ 0.33 ...")``. Written against vLLM 0.33.0
-(the ``vllm`` test stage of ``scripts/test.sh`` runs it against the real package on CPU).
+With ``spx.bench.vllm_runtime`` (import, version, distributed init) and ``spx.bench.vllm_gather``
+(``gather: vllm``, re-exported here) the only modules of spx.bench that touch vLLM; vLLM is imported
+lazily, inside functions; without it every entry point raises ``RuntimeError("gemmBackend vllm needs
+an importable vLLM ≥ 0.33 ...")``. Written against vLLM 0.33.0 (the ``vllm`` test stage of
+``scripts/test.sh`` runs it against the real package on CPU).
 
 - :func:`build_vllm_layer` builds ``fused_wqa_wkv`` as ``vllm/models/deepseek_v41/attention.py`` does:
   ``MergedColumnParallelLinear(5120, [1280, 512], bias=False, disable_tp=True)`` with the checkpoint's
@@ -19,10 +21,6 @@ vLLM is imported lazily, inside functions, and only here; without it every entry
 - :func:`build_vllm_projection` also runs ``process_weights_after_loading`` (the kernel's repack) and
   returns a :class:`VllmProjection`; :meth:`VllmProjection.split` is ``_fused_wqa_wkv_gemm``'s split
   path: ``sp_all_gather(layer(sp_shard(x)))[:M]``.
-- :func:`build_vllm_gather` returns vLLM's sequence-parallel all-gather
-  (``vllm.models.common.ops.sequence_parallel.sp_all_gather``: the custom all-gather below its size
-  limit, NCCL above) and records which of the two ran per token count (:data:`GATHER_PATHS`).
-- :func:`vllm_graph_capture` is vLLM's ``graph_capture`` context for the split candidate's graphs.
 
 The model config vLLM needs outside a model: building a linear layer reads
 ``get_current_vllm_config().model_config`` (``.dtype`` in ``ModelOptLinearMethod.__init__`` /
@@ -41,40 +39,34 @@ the GPU kernel's. On a GPU the kernel vLLM picks is the one timed (CUPTI's kerne
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import os
-import re
-import socket
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from spx.api.spec import ExperimentSpec
+from spx.bench.vllm_gather import GATHER_PATHS, VllmGather, build_vllm_gather, vllm_graph_capture
+from spx.bench.vllm_runtime import (
+    ENV_SKIP_VERSION_CHECK,
+    MIN_VLLM,
+    _parse_version,
+    ensure_vllm,
+    init_vllm_runtime,
+    resolve_device,
+)
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     import torch
 
-MIN_VLLM = (0, 33)
-#: Set to 1 to accept a vLLM whose version string says < 0.33 (a patched or source build).
-ENV_SKIP_VERSION_CHECK = "SPX_VLLM_SKIP_VERSION_CHECK"
+__all__ = [
+    "ENV_SKIP_VERSION_CHECK", "FORMAT_BLOCKS", "GATHER_PATHS", "MIN_VLLM", "MXFP8_GROUP", "VllmGather", "VllmLayerInfo",
+    "VllmProjection", "_parse_version", "resolve_device", "build_vllm_gather", "build_vllm_layer", "build_vllm_projection",
+    "checkpoint_quant_config", "checkpoint_tensors", "ensure_vllm", "init_vllm_runtime", "layer_model_config",
+    "load_checkpoint_weight", "mxfp8_kernel_candidates", "vllm_graph_capture", "vllm_quant_config",
+]
+
 #: vLLM's MXFP8 group size (``MXFP8_BLOCK_SIZE`` in ``layers/quantization/utils/mxfp8_utils.py``).
 MXFP8_GROUP = 32
 #: Block edge of each weight format spx knows (``spec.projection.weightFormat``).
 FORMAT_BLOCKS = {"mxfp8-block32-ue8m0": 32, "fp8-block128-ue8m0": 128}
-
-#: Which gather path ran, per padded token count: ``custom`` (vLLM's custom all-gather), ``nccl``
-#: (it declined: over its size limit, or disabled), ``unknown`` (this vLLM does not route through a
-#: ``custom_all_gather`` spx can observe; on CPU the TP group's gloo all-gather).
-GATHER_PATHS: dict[int, str] = {}
-
-_HINT = (
-    "vLLM is not a dependency of spx: run in the bench image (vLLM base + spx[bench]), "
-    "`pip install 'vllm>=0.33'` on a CUDA machine, or `bash scripts/setup_vllm.sh` for the CPU tests."
-)
-
 
 class BlockFp8WeightLike(Protocol):
     """What spx passes in (``spx.bench.weights``): ``weight`` float8_e4m3fn ``[N, K]``, ``scale``
@@ -101,126 +93,6 @@ def checkpoint_quant_config(block: int) -> dict[str, Any]:
         "scale_fmt": "ue8m0",
         "weight_block_size": [block, block],
     }
-
-
-def _parse_version(version: str) -> tuple[int, int] | None:
-    """``(major, minor)`` of a vLLM version, ``None`` when it says nothing (e.g. ``0.1.dev1+g…`` of an
-    untagged source build)."""
-    m = re.match(r"^(\d+)\.(\d+)", version)
-    if m is None:
-        return None
-    parsed = (int(m.group(1)), int(m.group(2)))
-    if parsed == (0, 1) and "dev" in version:
-        return None
-    return parsed
-
-
-def ensure_vllm() -> ModuleType:
-    """Import vLLM and check its version.
-
-    Raises:
-        RuntimeError: ``gemmBackend vllm needs an importable vLLM ≥ 0.33 …`` when ``import vllm``
-            fails or its version is older (set ``SPX_VLLM_SKIP_VERSION_CHECK=1`` to accept a patched
-            older build).
-    """
-    try:
-        vllm = importlib.import_module("vllm")
-    except Exception as err:  # ImportError, or a broken install raising anything on import
-        raise RuntimeError(
-            f"gemmBackend vllm needs an importable vLLM ≥ {MIN_VLLM[0]}.{MIN_VLLM[1]} "
-            f"(import vllm failed: {type(err).__name__}: {err}). {_HINT}"
-        ) from err
-    version = str(getattr(vllm, "__version__", "unknown"))
-    parsed = _parse_version(version)
-    if parsed is not None and parsed < MIN_VLLM and os.environ.get(ENV_SKIP_VERSION_CHECK) != "1":
-        raise RuntimeError(
-            f"gemmBackend vllm needs an importable vLLM ≥ {MIN_VLLM[0]}.{MIN_VLLM[1]} (found {version}, "
-            f"without DeepSeek-V4.1's token split); set {ENV_SKIP_VERSION_CHECK}=1 for a patched build. {_HINT}"
-        )
-    return vllm
-
-
-def _device(device: torch.device | str) -> torch.device:
-    """``cuda`` (index filled in) or ``cpu``; on CPU selects vLLM's CPU platform.
-
-    Raises:
-        RuntimeError: another device type; cuda without a visible GPU; CPU asked for after vLLM already
-            chose another platform.
-    """
-    import torch
-
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                "gemmBackend/gather vllm on device cuda, but torch sees no CUDA GPU here "
-                "(torch.cuda.is_available() is False); use device cpu for a pipeline check"
-            )
-        return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
-    if dev.type != "cpu":
-        raise RuntimeError(f"gemmBackend/gather vllm runs on cuda (or cpu for tests), not {dev}")
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # read when vLLM first resolves its platform
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        raise RuntimeError(
-            f"gemmBackend vllm on device cpu needs vLLM's CPU platform, but vLLM chose "
-            f"{type(current_platform).__name__}: set VLLM_TARGET_DEVICE=cpu before vLLM is first used"
-        )
-    return dev
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-_RUNTIME: dict[str, Any] = {}
-
-
-def init_vllm_runtime(device: torch.device | str) -> Any:
-    """vLLM's distributed init over this run's ranks, once per process; returns the ``VllmConfig``.
-
-    Uses the existing ``torch.distributed`` world when the bench already initialised it (vLLM reuses
-    it), else ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` (``env://``), else a single local rank. The TP
-    group is the whole world, as in a TP-only deployment: NCCL with custom all-reduce enabled on
-    CUDA, gloo on CPU. The config has no model config (``initialize_model_parallel`` reads
-    ``model_config.is_moe`` when there is one).
-
-    Raises:
-        RuntimeError: no importable vLLM ≥ 0.33; an unsupported device (see :func:`_device`).
-    """
-    if "config" in _RUNTIME:
-        return _RUNTIME["config"]
-    ensure_vllm()
-    import torch
-    import torch.distributed as dist
-    from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
-    from vllm.distributed import parallel_state as ps
-
-    dev = _device(device)
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-    if dist.is_initialized():
-        rank, world_size = dist.get_rank(), dist.get_world_size()
-        init_method = "env://"
-    else:
-        rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-        init_method = "env://" if world_size > 1 else f"tcp://127.0.0.1:{_free_port()}"
-    local_rank = int(os.environ.get("LOCAL_RANK", dev.index if dev.index is not None else rank))
-    config = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world_size, disable_custom_all_reduce=False))
-    with set_current_vllm_config(config):
-        if dev.type == "cuda":
-            ps.set_custom_all_reduce(True)
-        if not ps.model_parallel_is_initialized():
-            ps.init_distributed_environment(
-                world_size=world_size, rank=rank, distributed_init_method=init_method, local_rank=local_rank,
-                backend="nccl" if dev.type == "cuda" else "gloo",
-            )
-            ps.ensure_model_parallel_initialized(world_size, 1)
-    _RUNTIME["config"] = config
-    return config
 
 
 def layer_model_config(dtype: torch.dtype, quant_config: dict[str, Any]) -> Any:
@@ -404,7 +276,7 @@ def build_vllm_layer(
     block = _weight_block(weight, spec)
     if tuple(weight.weight.shape) != (proj.output_size, proj.hidden_size):
         raise ValueError(f"weight is {tuple(weight.weight.shape)}, the projection needs {(proj.output_size, proj.hidden_size)}")
-    dev = _device(device)
+    dev = resolve_device(device)
     init_vllm_runtime(dev)
     from pydantic import ValidationError
     from vllm.config import KernelConfig, VllmConfig, set_current_vllm_config
@@ -489,94 +361,3 @@ def build_vllm_projection(
         layer.quant_method.process_weights_after_loading(layer)
     layer.eval()
     return VllmProjection(layer, info)
-
-
-class VllmGather:
-    """vLLM's sequence-parallel all-gather of ``[rows, N]`` shards into ``[padded_tokens, N]``."""
-
-    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], padded_tokens: int, n: int, world_size: int) -> None:
-        self._fn = fn
-        self.padded_tokens = padded_tokens
-        self.n = n
-        self.world_size = world_size
-        self.path = "unknown"
-
-    def __call__(self, shard: torch.Tensor) -> torch.Tensor:
-        if shard.shape[0] * self.world_size != self.padded_tokens or shard.shape[1] != self.n:
-            raise ValueError(
-                f"gather vllm: shard {tuple(shard.shape)} × {self.world_size} ranks is not [{self.padded_tokens}, {self.n}]"
-            )
-        _PATH_PROBE["last"] = None
-        out = self._fn(shard.contiguous())
-        seen = _PATH_PROBE["last"]
-        self.path = "unknown" if seen is None else seen
-        GATHER_PATHS[self.padded_tokens] = self.path
-        return out
-
-
-_PATH_PROBE: dict[str, str | None] = {"last": None}
-
-
-def _install_path_probe() -> None:
-    """Wrap the TP group's ``custom_all_gather`` to note whether it took the gather (``custom``) or
-    declined it (``nccl``). Python-level only: in a CUDA graph it runs at capture, not at replay."""
-    from vllm.distributed.parallel_state import get_tp_group
-
-    comm = getattr(get_tp_group(), "device_communicator", None)
-    original = getattr(comm, "custom_all_gather", None)
-    if comm is None or original is None or getattr(original, "_spx_probe", False):
-        return
-
-    def probed(inp: Any, *args: Any, **kwargs: Any) -> Any:
-        out = original(inp, *args, **kwargs)
-        _PATH_PROBE["last"] = "nccl" if out is None else "custom"
-        return out
-
-    probed._spx_probe = True  # type: ignore[attr-defined]
-    comm.custom_all_gather = probed
-
-
-def build_vllm_gather(
-    spec: ExperimentSpec, device: torch.device | str, padded_tokens: int, n: int, dtype: torch.dtype
-) -> VllmGather:
-    """vLLM's ``sp_all_gather`` after vLLM's distributed init, for ``[padded_tokens / TP, n]`` shards.
-
-    Raises:
-        RuntimeError: no importable vLLM ≥ 0.33; an unsupported device; the world is not the TP size.
-        ValueError: ``padded_tokens`` not a multiple of TP.
-    """
-    del dtype  # the gather keeps its input's dtype; kept for the call-site signature
-    ensure_vllm()
-    init_vllm_runtime(device)
-    from vllm.distributed.parallel_state import get_tp_group
-    from vllm.models.common.ops.sequence_parallel import sp_all_gather
-
-    world_size = int(get_tp_group().world_size)
-    tp = spec.parallelism.tensor_parallel_size
-    if world_size != tp:
-        raise RuntimeError(f"gather vllm: vLLM's TP group has {world_size} ranks, the experiment's TP is {tp}")
-    if padded_tokens % world_size:
-        raise ValueError(f"gather vllm: {padded_tokens} tokens are not a multiple of TP {world_size}")
-    _install_path_probe()
-    return VllmGather(sp_all_gather, padded_tokens, n, world_size)
-
-
-@contextlib.contextmanager
-def vllm_graph_capture(device: torch.device | str) -> Iterator[Any]:
-    """vLLM's ``graph_capture`` context (registers the custom all-gather's graph buffers at exit).
-
-    Capture every split-candidate CUDA graph of a point inside one such context, on every rank in
-    the same order; eager calls inside it are warm-ups (the custom collectives return placeholders).
-
-    Raises:
-        RuntimeError: no importable vLLM ≥ 0.33; not a CUDA device.
-    """
-    ensure_vllm()
-    init_vllm_runtime(device)
-    from vllm.distributed.parallel_state import graph_capture
-
-    dev = _device(device)
-    if dev.type != "cuda":
-        raise RuntimeError(f"vLLM's graph_capture needs a CUDA device, not {dev}")
-    with graph_capture(dev) as ctx:
-        yield ctx
