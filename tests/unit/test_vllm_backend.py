@@ -10,7 +10,8 @@ import pytest
 
 from spx.api.spec import ExperimentSpec
 from spx.bench import vllm_backend
-from spx.bench.vllm_backend import _parse_version, checkpoint_quant_config, ensure_vllm
+from spx.bench.vllm_backend import checkpoint_quant_config, ensure_vllm
+from spx.bench.vllm_runtime import _parse_version
 
 MESSAGE = "gemmBackend vllm needs an importable vLLM ≥ 0.33"
 

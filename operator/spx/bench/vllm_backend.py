@@ -47,7 +47,6 @@ from spx.bench.vllm_gather import GATHER_PATHS, VllmGather, build_vllm_gather, v
 from spx.bench.vllm_runtime import (
     ENV_SKIP_VERSION_CHECK,
     MIN_VLLM,
-    _parse_version,
     ensure_vllm,
     init_vllm_runtime,
     resolve_device,
@@ -58,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_SKIP_VERSION_CHECK", "FORMAT_BLOCKS", "GATHER_PATHS", "MIN_VLLM", "MXFP8_GROUP", "VllmGather", "VllmLayerInfo",
-    "VllmProjection", "_parse_version", "resolve_device", "build_vllm_gather", "build_vllm_layer", "build_vllm_projection",
+    "VllmProjection", "build_vllm_gather", "build_vllm_layer", "build_vllm_projection", "resolve_device",
     "checkpoint_quant_config", "checkpoint_tensors", "ensure_vllm", "init_vllm_runtime", "layer_model_config",
     "load_checkpoint_weight", "mxfp8_kernel_candidates", "vllm_graph_capture", "vllm_quant_config",
 ]
@@ -67,6 +66,7 @@ __all__ = [
 MXFP8_GROUP = 32
 #: Block edge of each weight format spx knows (``spec.projection.weightFormat``).
 FORMAT_BLOCKS = {"mxfp8-block32-ue8m0": 32, "fp8-block128-ue8m0": 128}
+
 
 class BlockFp8WeightLike(Protocol):
     """What spx passes in (``spx.bench.weights``): ``weight`` float8_e4m3fn ``[N, K]``, ``scale``
