@@ -24,6 +24,11 @@ the new value. ``SPX_SHARD_FUSED_WQA_WKV_TARGET`` overrides the module path (tes
 
 Idempotent: vLLM may load plugins several times per process. Importing this module has no side
 effects and does not import vLLM.
+
+The line it logs starts with :data:`LOG_MARKER`; it goes through vLLM's logger where vLLM has
+configured logging (engine core, workers) and to stderr where it has not yet (vLLM 0.33's API server
+loads plugins while it builds its argument parser, before configuring logging), so every process's
+log shows it. Tested against the real vLLM 0.33.0 in ``tests/vllm/test_plugin.py``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ SYMBOL = "_SHARD_FUSED_WQA_WKV_MIN_TOKENS"
 OFF_TOKENS = 2**31 - 1
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 ENTRY_POINT_NAME = "spx_shard_threshold"
+#: Start of the line the plugin logs once it set the threshold (the serving runner looks for it).
+LOG_MARKER = "spx: set "
 
 # A child of vLLM's "vllm" logger, so vLLM's handler and format print it in the server log.
 logger = logging.getLogger("vllm.plugins.spx_shard_threshold")
@@ -124,11 +131,17 @@ def apply(environ: Mapping[str, str] | None = None) -> int | None:
             setattr(mod, SYMBOL, tokens)
             copies.append(name)
     shown = "off (never split)" if tokens == OFF_TOKENS else f"{tokens} tokens"
-    logger.info(
-        "spx: set %s.%s = %d (%s; was %d) from %s=%s (pid %d)%s",
-        target, SYMBOL, tokens, shown, previous, ENV_THRESHOLD, raw.strip(), os.getpid(),
-        f"; also updated the copies in {', '.join(sorted(copies))}" if copies else "",
+    also = f"; also updated the copies in {', '.join(sorted(copies))}" if copies else ""
+    message = (
+        f"{LOG_MARKER}{target}.{SYMBOL} = {tokens} ({shown}; was {previous}) from "
+        f"{ENV_THRESHOLD}={raw.strip()} (pid {os.getpid()}){also}"
     )
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s", message)
+    else:
+        # vLLM ≥ 0.33's API server loads plugins while building its argument parser, before it
+        # configures logging: print the line so that process's log shows it too.
+        print(f"INFO [spx vllm plugin] {message}", file=sys.stderr, flush=True)
     return tokens
 
 

@@ -1,4 +1,5 @@
-"""spx.bench.vllm_backend without vLLM: clear errors, version rules (the GPU paths need vLLM + a GPU)."""
+"""spx.bench.vllm_backend without vLLM: clear errors, version rules, the checkpoint configs. The layer itself
+is tested against the real vLLM in tests/vllm (``pytest -m vllm``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 from spx.api.spec import ExperimentSpec
 from spx.bench import vllm_backend
-from spx.bench.vllm_backend import DEEPSEEK_V4_FP8_CONFIG, _parse_version, ensure_vllm
+from spx.bench.vllm_backend import checkpoint_quant_config, ensure_vllm
+from spx.bench.vllm_runtime import _parse_version
 
 MESSAGE = "gemmBackend vllm needs an importable vLLM ≥ 0.33"
 
@@ -21,7 +23,7 @@ def test_missing_vllm_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "bench image" in str(err.value)
     spec = ExperimentSpec()
     with pytest.raises(RuntimeError, match=MESSAGE):
-        vllm_backend.build_vllm_projection(spec, "cuda")
+        vllm_backend.build_vllm_projection(spec, "cuda", None)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match=MESSAGE):
         vllm_backend.build_vllm_gather(spec, "cuda", 16, 1792, None)  # type: ignore[arg-type]
 
@@ -47,11 +49,18 @@ def test_parse_version(version: str, parsed: tuple[int, int] | None) -> None:
     assert _parse_version(version) == parsed
 
 
-def test_deepseek_v4_quant_config_is_the_checkpoints() -> None:
-    assert DEEPSEEK_V4_FP8_CONFIG == {
+@pytest.mark.parametrize("block", [32, 128])
+def test_quant_config_is_the_checkpoints(block: int) -> None:
+    """V4.1 (32, MXFP8) and V3-style (128) ``quantization_config`` of ``config.json``."""
+    assert checkpoint_quant_config(block) == {
         "quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "scale_fmt": "ue8m0",
-        "weight_block_size": [128, 128],
+        "weight_block_size": [block, block],
     }
+
+
+def test_unknown_block_is_refused() -> None:
+    with pytest.raises(ValueError, match="FP8 weight block 64"):
+        checkpoint_quant_config(64)
 
 
 def test_module_does_not_import_vllm_at_import_time() -> None:
@@ -59,38 +68,3 @@ def test_module_does_not_import_vllm_at_import_time() -> None:
 
     importlib.reload(vllm_backend)
     assert "vllm" not in sys.modules
-
-
-def test_checkpoint_weight_is_loaded_shard_by_shard_then_post_processed() -> None:
-    """The loader feeds vLLM's ``weight_loader`` the ``wq_a`` rows as shard 0 and ``wkv`` as shard 1,
-    with the matching 128-row blocks of scales (a fake layer records the calls; torch on CPU)."""
-    torch = pytest.importorskip("torch")
-    from spx.bench.weights import quantize_weight_fp8_block
-
-    w = quantize_weight_fp8_block(torch.randn(1792, 256) * 0.05)
-    calls: list[tuple[str, int, tuple[int, ...], object]] = []
-
-    class Param(torch.nn.Parameter):
-        pass
-
-    def make(name: str, shape: tuple[int, ...], dtype: object) -> object:
-        p = Param(torch.empty(shape, dtype=dtype), requires_grad=False)
-        p.weight_loader = lambda param, loaded, shard: calls.append((name, shard, tuple(loaded.shape), loaded.dtype))
-        return p
-
-    class QuantMethod:
-        processed = False
-
-        def process_weights_after_loading(self, layer: object) -> None:
-            QuantMethod.processed = True
-
-    layer = torch.nn.Module()
-    layer.register_parameter("weight", make("weight", (1792, 256), torch.float8_e4m3fn))
-    layer.register_parameter("weight_scale_inv", make("scale", (14, 2), torch.float32))
-    layer.quant_method = QuantMethod()
-    vllm_backend._load_checkpoint_weight(layer, w, [1280, 512])
-    assert calls == [
-        ("weight", 0, (1280, 256), torch.float8_e4m3fn), ("scale", 0, (10, 2), torch.float32),
-        ("weight", 1, (512, 256), torch.float8_e4m3fn), ("scale", 1, (4, 2), torch.float32),
-    ]
-    assert QuantMethod.processed
