@@ -136,11 +136,12 @@ def test_block128_weights_take_fp8_linear_method(vllm: ModuleType) -> None:
     """DeepSeek-V3-style 128×128 blocks: ``Fp8Config`` → ``Fp8LinearMethod``; vLLM's CPU FP8 block
     kernels need AMX, so without it the error says so."""
     w = random_block_weight(N, K, 128, seed=4)
+    v3 = ExperimentSpec.model_validate({"projection": {"weightFormat": "fp8-block128-ue8m0"}})
     if not _has_amx():
         with pytest.raises(RuntimeError, match="(?s)could not build fused_wqa_wkv on cpu.*requires AMX"):
-            vllm_backend.build_vllm_layer(ExperimentSpec(), "cpu", w)
+            vllm_backend.build_vllm_layer(v3, "cpu", w)
         return
-    layer, info = vllm_backend.build_vllm_layer(ExperimentSpec(), "cpu", w)
+    layer, info = vllm_backend.build_vllm_layer(v3, "cpu", w)
     assert info.quant_method == "Fp8LinearMethod"
     assert torch.equal(layer.weight_scale_inv.data, w.scale)
 
@@ -149,8 +150,9 @@ def test_bad_inputs_are_named(vllm: ModuleType, weight: BlockWeight) -> None:
     bf16 = ExperimentSpec.model_validate({"projection": {"weightFormat": "bf16"}})
     with pytest.raises(ValueError, match="weightFormat bf16 is not one"):
         vllm_backend.build_vllm_layer(bf16, "cpu", weight)
+    v3 = ExperimentSpec.model_validate({"projection": {"weightFormat": "fp8-block128-ue8m0"}})
     with pytest.raises(ValueError, match="has 128×128 blocks, the weight has 32×32"):
-        vllm_backend.build_vllm_layer(ExperimentSpec(), "cpu", weight)
+        vllm_backend.build_vllm_layer(v3, "cpu", weight)
     small = random_block_weight(1280, K, 32)
     with pytest.raises(ValueError, match=r"weight is \(1280, 5120\), the projection needs \(1792, 5120\)"):
         vllm_backend.build_vllm_layer(v41_spec(), "cpu", small)

@@ -193,6 +193,9 @@ def setup(spec: ExperimentSpec) -> BenchContext:
     activation = getattr(projection, "activation", None)  # humming: the input schema vLLM's rules chose
     if activation:
         gemm_reason += f"; runs {activation}"
+    describe = getattr(projection, "describe", None)  # vllm: the quant method and kernel class vLLM chose
+    if callable(describe):
+        gemm_reason += "; vLLM chose " + ", ".join(f"{k}={v}" for k, v in describe().items())
     ctx = BenchContext(
         spec=spec,
         device=device,
@@ -200,7 +203,7 @@ def setup(spec: ExperimentSpec) -> BenchContext:
         world_size=world_size,
         tp=tp,
         gemm_backend=gemm_backend,
-        gemm_backend_reason=gemm_reason,
+        gemm_backend_reason=gemm_reason[:1024],  # KernelResult.gemmBackendReason max_length
         gather_backend=gather_backend,
         gather_source=gather_source,
         timer=_resolve_timer(spec, device),

@@ -130,7 +130,11 @@ def init_vllm_runtime(device: torch.device | str) -> Any:
         init_method = "env://"
     else:
         rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-        init_method = "env://" if world_size > 1 else f"tcp://127.0.0.1:{_free_port()}"
+        # Under torch's elastic launcher (spx run, torchrun) even one rank must rendezvous through the
+        # agent's store at MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE): a tcp:// URL of our own
+        # makes the rank wait forever as a client of a store nobody serves.
+        launched = bool(os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"))
+        init_method = "env://" if world_size > 1 or launched else f"tcp://127.0.0.1:{_free_port()}"
     local_rank = int(os.environ.get("LOCAL_RANK", dev.index if dev.index is not None else rank))
     config = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world_size, disable_custom_all_reduce=False))
     with set_current_vllm_config(config):
