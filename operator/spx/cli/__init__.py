@@ -25,7 +25,7 @@ EXIT_INVALID = EXIT_USAGE
 
 
 def _error(message: str) -> None:
-    err_console().print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    err_console().print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNREACHABLE
     except KeyboardInterrupt:
         err_console().print("interrupted (Ctrl-C): nothing was started, or every started rank was stopped",
-                            highlight=False, markup=False)
+                            highlight=False, markup=False, soft_wrap=True)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `spx crd | head`
         return EXIT_OK

@@ -43,7 +43,7 @@ def err_console() -> Console:
 
 def warn(message: str) -> None:
     """``warning: MESSAGE`` on stderr."""
-    err_console().print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False)
+    err_console().print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def read_text(path: str, what: str = "an experiment YAML") -> str:

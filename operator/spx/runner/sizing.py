@@ -143,18 +143,26 @@ def point_flops(spec: ExperimentSpec, tokens: int, nproc: int) -> float:
     return float(rounds * (2 * tokens * k * n + 2 * rows * k * n))
 
 
-def calibrate_cpu_gflops(dtype: str = "bfloat16", seconds: float = 0.2) -> float:
-    """GFLOP/s of a ``[256, 1024] · [1024, 1024]`` GEMM in ``dtype`` on this host's CPU, all threads."""
+def calibrate_cpu_gflops(spec: ExperimentSpec, seconds: float = 0.3) -> float:
+    """GFLOP/s of ``spec``'s own projection GEMM (``[512, K] · [N, K]ᵀ`` in its activation dtype) on this
+    host's CPU with all threads: the median of the timed calls after one warm-up (a shared machine's
+    rate varies by 2-3× from second to second; the median of a few calls is what a sweep sees)."""
+    import statistics
+
     import torch
 
-    dt = getattr(torch, dtype)
-    a, w = torch.randn(256, 1024).to(dt), torch.randn(1024, 1024).to(dt)
+    dt = getattr(torch, spec.projection.activation_dtype)
+    k, n = spec.projection.hidden_size, spec.projection.output_size
+    rows = min(512, max(spec.sweep.tokens))
+    a, w = torch.randn(rows, k).to(dt), torch.randn(n, k).to(dt)
     torch.nn.functional.linear(a, w)
-    calls, t0 = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - t0) < seconds:
+    times: list[float] = []
+    t0 = time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - t0 < seconds and len(times) < 50):
+        t = time.perf_counter()
         torch.nn.functional.linear(a, w)
-        calls += 1
-    return 2 * 256 * 1024 * 1024 * calls / max(elapsed, 1e-9) / 1e9
+        times.append(time.perf_counter() - t)
+    return 2 * rows * k * n / max(statistics.median(times), 1e-9) / 1e9
 
 
 def estimate(spec: ExperimentSpec, device: str, nproc: int, cpu_gflops: float | None = None) -> RunEstimate:
@@ -216,7 +224,7 @@ def check_fits(
             is GPU-sized and CPU was not asked for. The message gives the estimate and the fix.
     """
     if device == "cpu" and cpu_gflops is None:
-        cpu_gflops = calibrate_cpu_gflops(spec.projection.activation_dtype)
+        cpu_gflops = calibrate_cpu_gflops(spec)
     est = estimate(spec, device, nproc, cpu_gflops)
     largest = max(spec.sweep.tokens)
     if device == "cpu":
