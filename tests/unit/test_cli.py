@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from spx.analysis import judge
 from spx.api import (
     SUMMARY_MAX_BYTES,
     CandidateStats,
@@ -18,7 +19,6 @@ from spx.api import (
     PointResult,
     ResultSummary,
 )
-from spx.analysis import judge
 from spx.cli import COMMANDS, EXIT_INVALID, EXIT_OK, apply_overrides, build_status, build_summary, main, parse_tokens
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,11 +14,11 @@ from spx.analysis.crossover import (
     find_crossover,
     first_winning_tokens,
 )
+from spx.analysis.judge import Judgement, judge, local_status
 from spx.analysis.predict import Prediction, predict_from_table
 from spx.analysis.reference import parse_kernel_table
 from spx.analysis.rollout import combine_verdict
 from spx.analysis.stats import candidate_stats
-from spx.analysis.judge import Judgement, judge, local_status
 from spx.analysis.summary import Evaluation, evaluate, points_from_result
 from spx.analysis.threshold import recommended_threshold_tokens
 from spx.analysis.verdict import GateOutcome, gate_verdict

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-
 #: A float that must be finite: ``.inf``, ``-.inf`` and ``.nan`` (YAML) or ``Infinity``/``NaN`` are refused at
 #: validation, as the API server's JSON cannot carry them (pydantic would write them as ``null`` and the
 #: bench's ranks would then reject their own spec). Used by every float field of a spec.
