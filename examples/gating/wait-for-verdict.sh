@@ -30,7 +30,7 @@ resource="shardedprojectionexperiments.bench.spx.dev/${name}"
 # Reachable, and does it exist? (NotFound is a usage error: a typo; anything else: unreachable.)
 if ! err=$("$kubectl" get --namespace "$namespace" "$resource" -o name 2>&1 >/dev/null); then
   err=${err##*$'\n'}  # kubectl's last line says what happened
-  if [[ "$err" == *NotFound* || "$err" == *"not found"* ]]; then
+  if [[ "$err" == *NotFound* || "$err" == *"not found"* || "$err" == *"Not Found"* ]]; then
     echo "No such experiment: ${namespace}/${name}: ${err}" >&2
     exit "$EXIT_USAGE"
   fi
