@@ -170,6 +170,9 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
         emit_jsonl(stdout, "result", dump_model(result))
 
     if status.phase != "Succeeded":
+        if args.serving:
+            console.print("serving A/B and GSM8K not run: the kernel bench did not complete", highlight=False,
+                          markup=False)
         _report_failure(outcome, spec)
         return EXIT_INTERRUPTED if (result.error or "").startswith("interrupted (SIGINT)") else EXIT_FAIL
     if args.serving:

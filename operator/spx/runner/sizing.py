@@ -95,8 +95,13 @@ class RunEstimate:
     gflops: float | None = None
 
     def describe(self, nproc: int) -> str:
-        """e.g. ``≈ 25 min and ≈ 6.2 GiB (3.1 GiB per rank × 2, at 16384 tokens)``."""
-        head = f"≈ {fmt_seconds(self.seconds)} and " if self.seconds is not None else ""
+        """e.g. ``≈ 25 min of GEMMs and ≈ 6.2 GiB (3.1 GiB per rank × 2, at 16384 tokens)``.
+
+        The time counts the GEMMs only (start-up, ~2-5 s on 2 cores, and the gathers come on top)."""
+        head = ""
+        if self.seconds is not None:
+            t = fmt_seconds(self.seconds)
+            head = f"{'' if t.startswith('<') else '≈ '}{t} of GEMMs and "
         return (f"{head}≈ {fmt_bytes(self.total_bytes)} ({fmt_bytes(self.peak_rank_bytes)} per rank × {nproc}, "
                 f"at {self.peak_tokens:,} tokens)")
 
@@ -110,7 +115,9 @@ def fmt_bytes(n: float) -> str:
 
 
 def fmt_seconds(s: float) -> str:
-    """``42 s``, ``25 min``, ``3.2 h``."""
+    """``< 1 s``, ``42 s``, ``25 min``, ``3.2 h``."""
+    if s < 1:
+        return "< 1 s"
     if s < 90:
         return f"{s:.0f} s"
     if s < 5400:
