@@ -153,7 +153,7 @@ def time_cuda_events(launch: Launches, samples: int, prepare: Callable[[], None]
     out: dict[str, list[float]] = {name: [] for name in launch}
     for _, name in alternating(list(launch), samples):
         prepare()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
         launch[name]()
         end.record()
