@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from spx.analysis import evaluate_result
+from spx.analysis.judge import judge
 from spx.analysis.remodel import remodel_gather
 from spx.api.result import KernelResult
 from spx.api.spec import GatherModelSpec
@@ -34,8 +34,8 @@ def main() -> int:
     for d in args.dirs:
         result = KernelResult.model_validate(json.loads((d / "result.json").read_text()))
         for prior in PRIORS:
-            ev = evaluate_result(remodel_gather(result, GatherModelSpec(prior=prior)))
-            k = ev.kernel
+            k = judge(remodel_gather(result, GatherModelSpec(prior=prior)), result.spec).kernel
+            assert k is not None
             speed = {pt.tokens: pt.speedup for pt in k.points}
             be = f"{k.crossover_tokens:,.0f} ({k.crossover_confidence})" if k.crossover_tokens else "none"
             print(" | ".join([result.gemm_backend, prior, be, f"{k.first_winning_tokens or '-'}",

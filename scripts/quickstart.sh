@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The main job on its embedded default: set up, then run the kernel benchmark.
-# With NVIDIA GPUs: the DeepSeek-V4.1 TP8 experiment; without: the CPU smoke run (2 gloo ranks).
+# The main job on its embedded default: set up what `spx run` needs (no apt, no root), then run the
+# kernel benchmark. With NVIDIA GPUs: the DeepSeek-V4.1 TP8 experiment; without: the CPU smoke run
+# (2 gloo ranks). Extra arguments go to `spx run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --quickstart
 if command -v nvidia-smi >/dev/null 2>&1 && .venv/bin/python -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   exec .venv/bin/spx run examples/deepseek-v41-tp8.yaml --out spx-out --overwrite "$@"
 else

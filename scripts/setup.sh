@@ -1,16 +1,33 @@
 #!/usr/bin/env bash
-# Set up a virtual environment in .venv with spx and its test tools. Idempotent.
-#   - Debian packages: prometheus (prometheus + promtool, for the observability tests).
+# Set up a virtual environment in .venv with spx. Idempotent.
+#
+#   bash scripts/setup.sh               # everything the tests need: spx[bench,dev] + Debian's prometheus
+#   bash scripts/setup.sh --quickstart  # only what `spx run` needs: spx[bench] (torch, matplotlib); no apt, no root
+#
+#   - Debian packages (not with --quickstart): prometheus (prometheus + promtool, for the observability
+#     tests). apt waits up to SPX_APT_LOCK_TIMEOUT seconds (default 600) for another apt/dpkg to release
+#     its lock (apt's DPkg::Lock::Timeout) instead of failing at once.
 #   - torch: on machines without a GPU, torch==2.13.0 is installed explicitly (a CPU wheel; plain
 #     `torch` would pull a multi-GB CUDA build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+MODE=test
+case "${1:-}" in
+  "") ;;
+  --quickstart) MODE=quickstart ;;
+  -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+  *) echo "setup.sh: unknown option $1 (use --quickstart or nothing)" >&2; exit 3 ;;
+esac
+
+if [ "$MODE" = test ] && { ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; }; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    $SUDO apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    LOCK_TIMEOUT=${SPX_APT_LOCK_TIMEOUT:-600}
+    echo "setup: installing prometheus/promtool with apt-get for the observability tests" \
+         "(waiting up to ${LOCK_TIMEOUT} s if another apt or dpkg holds the lock)" >&2
+    $SUDO apt-get -o DPkg::Lock::Timeout="$LOCK_TIMEOUT" update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout="$LOCK_TIMEOUT" install -y -qq --no-install-recommends prometheus >/dev/null
     # the package starts a system service on some hosts; the tests start their own on loopback
     ($SUDO systemctl stop prometheus 2>/dev/null || $SUDO service prometheus stop 2>/dev/null || true) >/dev/null 2>&1
   else
@@ -19,6 +36,7 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  echo "setup: installing torch into .venv" >&2
   if command -v nvidia-smi >/dev/null 2>&1; then
     .venv/bin/python -m pip install -q torch
   else
@@ -26,4 +44,8 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     .venv/bin/python -m pip install -q torch==2.13.0 ${SPX_TORCH_INDEX_URL:+--index-url "$SPX_TORCH_INDEX_URL"}
   fi
 fi
-.venv/bin/python -m pip install -q -e ".[bench,dev]"
+if [ "$MODE" = quickstart ]; then
+  .venv/bin/python -m pip install -q -e ".[bench]"
+else
+  .venv/bin/python -m pip install -q -e ".[bench,dev]"
+fi

@@ -1,12 +1,17 @@
 """``spx gate NAME | status.json``: turn an experiment's verdict into a release pipeline's exit code.
 
-Exit codes (``docs/gating.md``):
+Exit codes (:mod:`spx.exit_codes`, ``docs/cli.md``; the same in ``examples/gating/wait-for-verdict.sh``):
 
 * ``0`` — the experiment decided **Pass**: splitting by token wins at and above the threshold.
 * ``1`` — it decided **Fail**.
-* ``2`` — anything else: **Inconclusive**, not decided yet (still running, or the status is for an
-  older generation of the spec), decided without a verdict (InvalidSpec, BenchmarkFailed,
-  InfraFailed), or the experiment could not be read.
+* ``2`` — **Inconclusive**, not decided yet (still running, or the status is for an older generation
+  of the spec), or decided without a verdict (InvalidSpec, BenchmarkFailed, InfraFailed).
+* ``3`` — usage: a bad option, no such file, a file that is not a status document, no such experiment.
+* ``4`` — unreachable: no kubeconfig, the API server cannot be reached, or it refused access.
+
+The decision is the ``Decided`` condition's: its reason (``Pass``/``Fail``/``Inconclusive``, or why
+there is no verdict) in a terminal phase decides, and a ``verdict`` field that disagrees with it, or
+stands without a ``Decided`` condition, is not trusted (the message says so).
 
 The argument is either a local ``spx run`` output (``status.json`` or the ``--out`` directory holding
 it) or the name of a ``ShardedProjectionExperiment``, read through kubeconfig (``--kubeconfig``,
@@ -25,16 +30,19 @@ from pathlib import Path
 from typing import Any, cast
 
 from spx.api.spec import GROUP, PLURAL, VERSION
-
-EXIT_PASS = 0
-EXIT_FAIL = 1
-EXIT_UNDECIDED = 2
+from spx.exit_codes import EXIT_FAIL, EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
+from spx.exit_codes import EXIT_OK as EXIT_PASS
 
 _EXIT_BY_VERDICT = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "Inconclusive": EXIT_UNDECIDED}
+_TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 class GateError(Exception):
-    """The experiment or its status could not be read (exit code 2)."""
+    """The experiment or its status could not be read: ``exit_code`` 3 (usage) or 4 (unreachable)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass
@@ -88,25 +96,27 @@ def decide(status: dict[str, Any] | None, source: str, generation: int | None = 
         )
 
     if decided_cond is None:
-        # A status written without conditions (e.g. by an older spx run): a verdict in a terminal
-        # phase still counts; anything else is undecided.
-        if verdict in _EXIT_BY_VERDICT and phase in ("Succeeded", "Failed"):
-            return GateResult(
-                _EXIT_BY_VERDICT[verdict], source, True, verdict, phase, verdict, "; ".join(reasons), reasons
-            )
-        return GateResult(EXIT_UNDECIDED, source, False, None, phase, message="no Decided condition yet")
+        msg = "no Decided condition yet"
+        if verdict is not None:
+            msg += f": a bare verdict field ({verdict!r}) is not a decision"
+        return GateResult(EXIT_UNDECIDED, source, False, None, phase, message=msg)
 
     if decided_cond.get("status") != "True":
         msg = decided_cond.get("message") or "the Decided condition is not True yet"
         return GateResult(EXIT_UNDECIDED, source, False, None, phase, decided_cond.get("reason"), msg)
 
     reason = decided_cond.get("reason")
-    if verdict is None and reason in _EXIT_BY_VERDICT:
-        verdict = reason
-    if verdict in _EXIT_BY_VERDICT:
+    if phase not in _TERMINAL_PHASES:
+        return GateResult(EXIT_UNDECIDED, source, False, None, phase, reason,
+                          f"Decided is True but the phase is {phase!r}, not Succeeded or Failed: not decided yet")
+    if reason in _EXIT_BY_VERDICT:
         msg = "; ".join(reasons) or decided_cond.get("message") or ""
-        return GateResult(_EXIT_BY_VERDICT[verdict], source, True, verdict, phase, reason, msg, reasons)
+        if verdict is not None and verdict != reason:
+            msg = f"the verdict field says {verdict!r} but the Decided reason is {reason!r}: the reason decides; " + msg
+        return GateResult(_EXIT_BY_VERDICT[reason], source, True, reason, phase, reason, msg, reasons)
     msg = decided_cond.get("message") or status.get("message") or ""
+    if verdict is not None:
+        msg = f"decided {reason} without a verdict (a verdict field {verdict!r} is not trusted): " + msg
     return GateResult(EXIT_UNDECIDED, source, True, None, phase, reason, msg, reasons)
 
 
@@ -121,6 +131,8 @@ def read_local(path: Path) -> tuple[dict[str, Any], int | None]:
         data = json.loads(target.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise GateError(f"{target}: no such file (expected the status.json that `spx run --out DIR` writes)") from None
+    except IsADirectoryError:
+        raise GateError(f"{target}: is a directory without a status.json") from None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise GateError(f"{target}: cannot read a status document: {err}") from None
     if not isinstance(data, dict):
@@ -160,11 +172,11 @@ def read_cluster(
         api_client = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
     except (ConfigException, FileNotFoundError, TypeError) as err:
         if kubeconfig or context:
-            raise GateError(f"cannot load kubeconfig: {err}") from None
+            raise GateError(f"cannot load kubeconfig: {err}", EXIT_UNREACHABLE) from None
         try:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
         except ConfigException:
-            raise GateError(f"no kubeconfig and not in a pod: {err}") from None
+            raise GateError(f"no kubeconfig and not in a pod: {err}", EXIT_UNREACHABLE) from None
         api_client = client.ApiClient()
     ns = namespace or _namespace_from_kubeconfig(kubeconfig, context)
     api = client.CustomObjectsApi(api_client)
@@ -172,10 +184,10 @@ def read_cluster(
         obj = cast(dict[str, Any], api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name))
     except ApiException as err:
         if err.status == 404:
-            raise GateError(f"shardedprojectionexperiment {ns}/{name} not found") from None
-        raise GateError(f"reading {ns}/{name}: HTTP {err.status} {err.reason}") from None
+            raise GateError(f"shardedprojectionexperiment {ns}/{name} not found (check the name and -n/--namespace)") from None
+        raise GateError(f"reading {ns}/{name}: HTTP {err.status} {err.reason}", EXIT_UNREACHABLE) from None
     except Exception as err:  # connection refused, DNS, TLS
-        raise GateError(f"reading {ns}/{name}: {err}") from None
+        raise GateError(f"cannot reach the cluster reading {ns}/{name}: {str(err)[:300]}", EXIT_UNREACHABLE) from None
     finally:
         api_client.close()
     generation = (obj.get("metadata") or {}).get("generation")
@@ -197,7 +209,8 @@ def evaluate(
         status, generation, source = read_cluster(target, namespace, kubeconfig, context)
         return decide(status, source, generation)
     except GateError as err:
-        return GateResult(EXIT_UNDECIDED, target, False, message=str(err), reason="Unreadable")
+        reason = "Unreachable" if err.exit_code == EXIT_UNREACHABLE else "Unreadable"
+        return GateResult(err.exit_code, target, False, message=str(err), reason=reason)
 
 
 # --------------------------------------------------------------------------- command line
@@ -226,21 +239,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval", type=float, default=10.0, metavar="SECONDS", help="poll interval with --wait (default 10)"
     )
-    parser.add_argument("--json", action="store_true", help="print the decision as one JSON object")
+    parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                        help="output format (default text); json/yaml: one document, schema docs/schemas/gate.schema.json")
+    parser.add_argument("--json", action="store_true", help="the same as -o json")
+
+
+def document(result: GateResult) -> dict[str, Any]:
+    """The ``-o json`` document of a decision (``docs/schemas/gate.schema.json``)."""
+    from spx.api.base import dump_model
+    from spx.cli.documents import GateDocument
+
+    return dump_model(GateDocument.model_validate({**asdict(result)}))
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the gate for parsed arguments; returns the exit code (0 Pass, 1 Fail, 2 otherwise)."""
-    deadline = time.monotonic() + max(0.0, args.wait)
+    """Run the gate for parsed arguments; returns the exit code (0 Pass, 1 Fail, 2 undecided, 3 usage,
+    4 unreachable). With ``--wait`` an unreachable cluster is retried until the deadline; a usage error
+    (no such file or experiment) is not."""
+    if args.wait < 0 or args.interval <= 0:
+        print("spx gate: --wait must be >= 0 and --interval > 0", file=sys.stderr)
+        return EXIT_USAGE
+    deadline = time.monotonic() + args.wait
     while True:
         result = evaluate(args.target, args.namespace, args.kubeconfig, args.context)
-        if result.decided or time.monotonic() >= deadline:
+        if result.decided or result.exit_code == EXIT_USAGE or time.monotonic() >= deadline:
             break
         time.sleep(max(0.1, min(args.interval, deadline - time.monotonic())))
-    if args.json:
-        print(json.dumps(asdict(result), sort_keys=True))
+    fmt = "json" if args.json else args.output
+    if fmt == "json":
+        print(json.dumps(document(result), sort_keys=True))
+    elif fmt == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(document(result), sort_keys=True))
     else:
-        stream = sys.stdout if result.reason != "Unreadable" else sys.stderr
+        stream = sys.stderr if result.reason in ("Unreadable", "Unreachable") else sys.stdout
         print(result.line(), file=stream)
     return result.exit_code
 
@@ -251,7 +284,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="spx gate", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code not in (0, None) else 0
+    return run(args)
 
 
 if __name__ == "__main__":

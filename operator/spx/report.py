@@ -1,7 +1,8 @@
 """Human-readable rendering of a kernel sweep: the rich table, the crossover lines, the verdict.
 
 Used by ``spx run``, ``spx report`` and ``spx predict``; pure presentation (no analysis here: give it
-a :class:`~spx.api.KernelStatus` that :func:`spx.analysis.evaluate` produced).
+a :class:`~spx.api.KernelStatus` that :func:`spx.analysis.judge.judge` produced). A partial run is
+labelled as such in the table caption and the verdict line.
 """
 
 from __future__ import annotations
@@ -99,10 +100,11 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
     return lines
 
 
-def print_verdict(console: Console, verdict: str | None, reasons: Sequence[str]) -> None:
+def print_verdict(console: Console, verdict: str | None, reasons: Sequence[str], partial: bool = False) -> None:
     """Print ``verdict`` (coloured; ``none`` when the run did not complete) and one bullet per reason."""
     if verdict is None:
-        console.print("[bold red]verdict: none[/] (the run did not complete)")
+        why = "partial run: no verdict from a run that stopped early" if partial else "the run did not complete"
+        console.print(f"[bold red]verdict: none[/] ({why})")
     else:
         console.print(f"verdict: [{_VERDICT_STYLE.get(verdict, 'bold')}]{verdict}[/]")
     for r in reasons:
@@ -119,9 +121,11 @@ def print_report(
     cpu: bool = False,
     gate_threshold_tokens: int | None = None,
     notes: Sequence[str] = (),
+    partial: str | None = None,
 ) -> None:
-    """Table, crossover, threshold, verdict and reasons; the CPU note as the table caption on CPU."""
-    caption_parts = [*([CPU_NOTE] if cpu else []), *notes]
+    """Table, crossover, threshold, verdict and reasons; the CPU note (and ``partial``, the partial-run
+    note) as the table caption."""
+    caption_parts = [*([f"PARTIAL RUN: {partial}"] if partial else []), *([CPU_NOTE] if cpu else []), *notes]
     caption = "\n".join(caption_parts) or None
     if kernel.points:
         console.print(kernel_table(kernel, title=title, caption=caption))
@@ -131,7 +135,7 @@ def print_report(
             console.print(caption, markup=False)
     for line in crossover_lines(kernel, gate_threshold_tokens):
         console.print(line, highlight=False, markup=False)
-    print_verdict(console, verdict, reasons)
+    print_verdict(console, verdict, reasons, partial=partial is not None)
 
 
 def prediction_table(rows: Sequence[PredictedRow], *, title: str | None = None) -> Table:

@@ -1,4 +1,4 @@
-"""`spx gate NAME|status.json`: exit 0 on Pass, 1 on Fail, 2 on Inconclusive / undecided / unreadable.
+"""`spx gate NAME|status.json`: exit 0 Pass, 1 Fail, 2 Inconclusive / undecided, 3 usage (unreadable), 4 unreachable.
 
 Decisions are table-tested on real ExperimentStatus documents; the command line is run as the
 installed console script on local `spx run` outputs (status.json, its directory, a `kubectl get -o
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from spx.api import Condition, ExperimentStatus, dump_model
+from spx.exit_codes import EXIT_UNREACHABLE, EXIT_USAGE
 from spx.gate import EXIT_FAIL, EXIT_PASS, EXIT_UNDECIDED, decide
 
 NOW = "2026-01-01T00:00:00Z"
@@ -61,7 +62,12 @@ CASES = [
     ("invalid spec", status(phase="Failed", reason="InvalidSpec"), None, EXIT_UNDECIDED, True),
     ("stale generation", status(verdict="Pass", generation=1), 2, EXIT_UNDECIDED, False),
     ("current generation", status(verdict="Fail", generation=3), 3, EXIT_FAIL, True),
-    ("verdict without conditions", status(verdict="Pass", decided=None), None, EXIT_PASS, True),
+    # a bare verdict field is not a decision: the phase and the Decided reason are
+    ("verdict without conditions", status(verdict="Pass", decided=None), None, EXIT_UNDECIDED, False),
+    ("verdict Pass, Decided BenchmarkFailed", status(phase="Failed", verdict="Pass", reason="BenchmarkFailed"), None,
+     EXIT_UNDECIDED, True),
+    ("verdict Pass, Decided Fail", status(verdict="Pass", reason="Fail"), None, EXIT_FAIL, True),
+    ("Decided Pass while Running", status(phase="Running", verdict="Pass"), None, EXIT_UNDECIDED, False),
     ("reason only", {**status(reason="Fail"), "verdict": None}, None, EXIT_FAIL, True),
     ("empty", {}, None, EXIT_UNDECIDED, False),
 ]
@@ -123,13 +129,42 @@ def test_cli_on_a_kubectl_dump_with_a_newer_generation_is_undecided(tmp_path: Pa
     assert spx_gate(str(path)).returncode == EXIT_PASS
 
 
-def test_cli_unreadable_is_undecided_with_a_message(tmp_path: Path) -> None:
+def test_cli_unreadable_is_a_usage_error_with_a_message(tmp_path: Path) -> None:
     missing = spx_gate(str(tmp_path / "nope" / "status.json"))
-    assert missing.returncode == 2
+    assert missing.returncode == EXIT_USAGE
     assert "no such file" in missing.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    assert spx_gate(str(bad)).returncode == 2
+    assert spx_gate(str(bad)).returncode == EXIT_USAGE
+    assert spx_gate("--wait", "x", str(bad)).returncode == EXIT_USAGE  # argparse's own usage error
+
+
+def test_cli_unreachable_cluster_is_exit_4(tmp_path: Path) -> None:
+    """A kubeconfig whose API server refuses connections (a port nothing listens on): exit 4, one line."""
+    import socket
+
+    with socket.socket() as s:  # a free port, closed again: connections to it are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "ml"}}],
+        "users": [{"name": "u", "user": {}}],
+    }))
+    proc = spx_gate("h200-tp8", "--kubeconfig", str(kubeconfig))
+    assert proc.returncode == EXIT_UNREACHABLE, proc.stdout + proc.stderr
+    assert "cannot reach the cluster" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    missing = spx_gate("h200-tp8", "--kubeconfig", str(tmp_path / "nope"))
+    assert missing.returncode == EXIT_UNREACHABLE and "kubeconfig" in missing.stderr
+
+
+def test_cli_json_document_has_the_exit_code(tmp_path: Path) -> None:
+    (tmp_path / "status.json").write_text(json.dumps(status(verdict="Fail")))
+    proc = spx_gate(str(tmp_path), "-o", "json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == doc["exitCode"] == EXIT_FAIL and doc["verdict"] == "Fail"
 
 
 def test_cli_wait_gives_up_at_the_deadline(tmp_path: Path) -> None:

@@ -121,10 +121,10 @@ def test_spx_gate_waits_for_the_decision(cluster: Any, kubeconfig: Path) -> None
 
 def test_spx_gate_missing_experiment_or_cluster(cluster: Any, kubeconfig: Path, tmp_path: Path) -> None:
     proc = _gate(kubeconfig, "no-such-experiment")
-    assert proc.returncode == 2 and "not found" in proc.stderr
+    assert proc.returncode == 3 and "not found" in proc.stderr  # a typo is a usage error, not Inconclusive
     dead = tmp_path / "dead"
     dead.write_text(kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{emulator.free_port()}"))
-    assert _gate(dead, "gate-pass").returncode == 2
+    assert _gate(dead, "gate-pass").returncode == 4  # unreachable
 
 
 # --------------------------------------------------------------------------- the kubectl script
@@ -165,3 +165,14 @@ def test_wait_script_times_out_as_undecided(cluster: Any, kubeconfig: Path, kube
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "not decided within 3s" in proc.stderr
     assert time.monotonic() - started < 60
+
+
+def test_wait_script_missing_experiment_is_usage_unreachable_cluster_is_4(
+    cluster: Any, kubeconfig: Path, kubectl: str, tmp_path: Path
+) -> None:
+    proc = _script(kubeconfig, "no-such-experiment")
+    assert proc.returncode == 3 and "No such experiment" in proc.stderr, proc.stdout + proc.stderr
+    dead = tmp_path / "dead"
+    dead.write_text(kubeconfig.read_text().replace(cluster.url, f"http://127.0.0.1:{emulator.free_port()}"))
+    proc = _script(dead, "gate-pass")
+    assert proc.returncode == 4 and proc.stderr.startswith("Unreachable"), proc.stdout + proc.stderr

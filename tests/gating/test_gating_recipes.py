@@ -5,6 +5,7 @@ and tests/observability/test_obs_prometheus.py (the template's query in a real P
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -53,8 +54,32 @@ def test_wait_script_is_valid_bash() -> None:
 
 
 def test_wait_script_usage_error_without_a_name() -> None:
-    proc = subprocess.run(["bash", str(GATING / "wait-for-verdict.sh")], capture_output=True, text=True, timeout=30)
-    assert proc.returncode != 0 and "usage" in proc.stderr
+    """No NAME (or too many arguments) is exit 3, the usage code of `spx gate` — not 1, which means Fail."""
+    for argv in ([], ["a", "b", "c", "d"]):
+        proc = subprocess.run(["bash", str(GATING / "wait-for-verdict.sh"), *argv], capture_output=True, text=True,
+                              timeout=30)
+        assert proc.returncode == 3 and "usage" in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+def test_wait_script_unreachable_cluster_is_exit_4(tmp_path: Path) -> None:
+    """The real kubectl against an API server address nothing listens on: exit 4, kubectl's last line."""
+    import json
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "users": [{"name": "u", "user": {}}],
+    }))
+    proc = subprocess.run(["bash", str(GATING / "wait-for-verdict.sh"), "h200-tp8"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "KUBECONFIG": str(kubeconfig)})
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stderr.startswith("Unreachable") and len(proc.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("path", sorted(GATING.glob("*.yaml")), ids=lambda p: p.name)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spx.analysis import evaluate_result
+from spx.analysis.judge import judge
 from spx.analysis.remodel import remodel_gather
 from spx.api.result import KernelResult
 from spx.api.spec import GatherModelSpec
@@ -41,8 +41,8 @@ def test_another_prior_moves_split_samples_by_the_gather_difference_only(result)
 
 def test_h200_humming_threshold_under_each_prior(result):
     """The headline numbers of examples/results/h200-1gpu/README.md, recomputed from the samples."""
-    datasheet = evaluate_result(remodel_gather(result, GatherModelSpec(prior="datasheet"))).kernel
-    calibrated = evaluate_result(remodel_gather(result, GatherModelSpec(prior="h20-calibrated"))).kernel
+    datasheet = judge(remodel_gather(result, GatherModelSpec(prior="datasheet")), result.spec).kernel
+    calibrated = judge(remodel_gather(result, GatherModelSpec(prior="h20-calibrated")), result.spec).kernel
     assert datasheet.recommended_threshold_tokens == 1024
     assert calibrated.recommended_threshold_tokens == 128
     assert calibrated.crossover_tokens < datasheet.crossover_tokens < 2048

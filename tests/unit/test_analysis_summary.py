@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import spx.analysis
-from spx.analysis import evaluate, evaluate_result, parse_kernel_table, points_from_result
+from spx.analysis import evaluate, judge, parse_kernel_table, points_from_result
 from spx.analysis.stats import candidate_stats
 from spx.api.result import KernelResult, PointResult
 from spx.api.spec import ExperimentSpec, GateSpec
@@ -125,21 +125,23 @@ def test_overlapping_spreads_give_within_spread_and_inconclusive() -> None:
         point_result(2048, [96, 99, 102, 105, 108], [94, 97, 100, 103, 106]),  # 1.02×, IQRs overlap
         point_result(4096, [198, 199, 200, 201, 202], [98, 99, 100, 101, 102]),
     ])
-    ev = evaluate_result(result)
-    assert ev.kernel.first_winning_tokens == 2048
+    ev = judge(result, result.spec)
+    assert ev.kernel is not None and ev.kernel.first_winning_tokens == 2048
     assert ev.kernel.crossover_confidence == "within-spread"
     assert ev.verdict == "Inconclusive"
     assert any("at 2048 tokens the speedup 1.02×" in r and "undecided" in r for r in ev.reasons)
 
 
-def test_evaluate_result_uses_spec_and_caps_a_partial_run() -> None:
+def test_judge_uses_spec_and_gives_a_partial_run_no_verdict() -> None:
     points = [
         point_result(1024, [80, 81, 82, 83, 84], [98, 99, 100, 101, 102]),
         point_result(2048, [148, 149, 150, 151, 152], [98, 99, 100, 101, 102]),
     ]
-    complete = evaluate_result(kernel_result(points))
+    result = kernel_result(points)
+    complete = judge(result, result.spec)
     assert complete.verdict == "Pass"
+    assert complete.kernel is not None
     assert (complete.kernel.gemm_backend, complete.kernel.timer) == ("torch-fp8", "cupti")
-    partial = evaluate_result(kernel_result(points, complete=False, error="NCCL timeout at 4096 tokens"))
-    assert partial.verdict == "Inconclusive"
-    assert "NCCL timeout at 4096 tokens" in partial.reasons[0] and "capped at Inconclusive" in partial.reasons[0]
+    partial = judge(kernel_result(points, complete=False, error="NCCL timeout at 4096 tokens"), result.spec)
+    assert partial.verdict is None and partial.reason == "BenchmarkFailed" and partial.measured_verdict == "Pass"
+    assert "NCCL timeout at 4096 tokens" in partial.reasons[0] and "partial run" in partial.reasons[0]

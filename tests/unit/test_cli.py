@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from spx.analysis import judge
 from spx.api import (
     SUMMARY_MAX_BYTES,
     CandidateStats,
@@ -228,10 +229,8 @@ def test_report_reanalyses_a_result_dir(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_report_from_status_json_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from spx.analysis import evaluate_result
-
     result = _result([6, 48, 384, 2048, 4096])
-    status = build_status(result, evaluate_result(result))
+    status = build_status(result, judge(result, result.spec))
     (tmp_path / "status.json").write_text(status.model_dump_json(by_alias=True, exclude_none=True))
     assert main(["report", str(tmp_path / "status.json"), "--no-plot"]) == EXIT_OK
     assert "verdict:" in capsys.readouterr().out
@@ -242,10 +241,8 @@ def test_report_without_results_exits_2(tmp_path: Path) -> None:
 
 
 def test_status_of_a_completed_run() -> None:
-    from spx.analysis import evaluate_result
-
     result = _result([6, 48, 384, 2048, 4096])
-    ev = evaluate_result(result)
+    ev = judge(result, result.spec)
     status = ExperimentStatus.model_validate(json.loads(build_status(result, ev).model_dump_json(by_alias=True)))
     assert status.phase == "Succeeded" and status.verdict == ev.verdict
     conds = {c.type: c for c in status.conditions}
@@ -256,7 +253,7 @@ def test_status_of_a_completed_run() -> None:
 
 def test_status_of_a_failed_run_has_no_verdict() -> None:
     result = _result([6, 48], complete=False, error="rank 1 failed: RuntimeError: boom")
-    status = build_status(result, None)
+    status = build_status(result, judge(result, result.spec))
     assert status.phase == "Failed" and status.verdict is None
     conds = {c.type: c for c in status.conditions}
     assert conds["Completed"].status == "False" and conds["Completed"].reason == "BenchmarkFailed"
@@ -265,10 +262,8 @@ def test_status_of_a_failed_run_has_no_verdict() -> None:
 
 
 def test_cpu_status_says_timings_are_meaningless() -> None:
-    from spx.analysis import evaluate_result
-
     result = _result([6, 48, 384, 2048]).model_copy(update={"device": "cpu", "environment": Environment(device="cpu")})
-    status = build_status(result, evaluate_result(result))
+    status = build_status(result, judge(result, result.spec))
     assert "CPU smoke run: timings say nothing about GPUs" in (status.message or "")
 
 

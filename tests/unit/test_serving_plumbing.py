@@ -16,7 +16,7 @@ from spx.api.accuracy import AccuracyStatus
 from spx.api.crd import CEL_RULES, build_crd
 from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatus, ServingStatus
 from spx.api.spec import min_timeout_seconds
-from spx.cli import build_summary, with_vllm_gates
+from spx.cli import build_summary
 from spx.controller.results import collect, read_vllm_log, vllm_statuses
 from spx.runner import kubernetes as k8s
 
@@ -166,13 +166,14 @@ def test_summary_fits_4_kib_shrinking_serving_detail_before_kernel_points() -> N
 
 
 def test_local_status_gets_the_vllm_sections_and_the_combined_verdict() -> None:
-    from spx.analysis import evaluate_result
+    from spx.analysis import judge
     from spx.cli import build_status
 
     result = kernel_result([6, 48, 384, 2048, 4096])
-    status = build_status(result, evaluate_result(result))
+    status = build_status(result, judge(result, result.spec))
     assert status.verdict == "Pass"
-    combined = with_vllm_gates(status, serving_status(True), accuracy_status(False))
+    combined = build_status(result, judge(result, result.spec, serving=serving_status(True),
+                                          accuracy=accuracy_status(False)))
     assert combined.verdict == "Fail" and combined.accuracy is not None and combined.serving is not None
     decided = next(c for c in combined.conditions if c.type == "Decided")
     assert decided.reason == "Fail" and decided.message.startswith("accuracy gate failed")

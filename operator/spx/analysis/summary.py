@@ -1,8 +1,8 @@
 """The analysis entry point: bench result → points → crossover, threshold, verdict → ``KernelStatus``.
 
-The CLI (``spx run | report | gate``) and the operator call :func:`evaluate` (or
-:func:`evaluate_result` on a whole result document), so a local run and a cluster run are judged by
-the same code.
+:func:`evaluate` judges a list of points; a whole run (complete or partial, with its serving and
+accuracy gates) is judged by :func:`spx.analysis.judge.judge`, which the CLI (``spx run | report``)
+and the operator call, so a local run and a cluster run are judged by the same code.
 """
 
 from __future__ import annotations
@@ -115,29 +115,3 @@ def evaluate(
         timer=timer,
     )
     return Evaluation(kernel=kernel, verdict=outcome.verdict, reasons=list(outcome.reasons))
-
-
-def evaluate_result(result: KernelResult) -> Evaluation:
-    """:func:`evaluate` on a whole result document, with its spec's gate and TP size.
-
-    A partial run (``complete = False``) is judged on the points it has, and a Pass is capped at
-    Inconclusive with a reason quoting ``error``.
-
-    Raises:
-        ValueError: on a repeated token count.
-    """
-    ev = evaluate(
-        points_from_result(result),
-        result.spec.gate,
-        result.gather_source,
-        result.spec.parallelism.tensor_parallel_size,
-        gemm_backend=result.gemm_backend,
-        timer=result.timer,
-        device=result.device,
-    )
-    if result.complete:
-        return ev
-    reason = f"the run did not complete ({result.error or 'no error recorded'}): judged on {len(result.points)} points"
-    if ev.verdict == "Pass":
-        return Evaluation(ev.kernel, "Inconclusive", [reason + "; the verdict is capped at Inconclusive", *ev.reasons])
-    return Evaluation(ev.kernel, ev.verdict, [*ev.reasons, reason])

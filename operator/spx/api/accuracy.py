@@ -20,7 +20,7 @@ from typing import Any, Final, Literal
 
 from pydantic import Field
 
-from spx.api.base import CamelModel
+from spx.api.base import CamelModel, FiniteFloat
 from spx.api.serving import ArmVariant
 
 ACCURACY_RESULT_SCHEMA_VERSION: Final = "spx.dev/accuracy-result/v1"
@@ -53,15 +53,15 @@ class AccuracySpec(CamelModel):
     num_fewshot: int = Field(default=5, ge=0, le=16)
     limit: int | None = Field(default=None, gt=0)
     max_tokens: int = Field(default=1024, gt=0, le=65536)
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    temperature: FiniteFloat = Field(default=0.0, ge=0.0, le=2.0)
     seed: int = Field(default=0, ge=0)
     concurrency: int = Field(default=32, gt=0, le=1024)
     chat_template_kwargs: dict[str, Any] = Field(default_factory=_thinking_off)
     system_prompt: str | None = Field(default=None, max_length=8192)
-    request_timeout_seconds: float = Field(default=600.0, gt=0.0, le=24 * 3600.0)
+    request_timeout_seconds: FiniteFloat = Field(default=600.0, gt=0.0, le=24 * 3600.0)
     max_request_errors: int = Field(default=0, ge=0)
     arms: list[str] | None = Field(default=None, min_length=1, max_length=16)
-    max_drop_points: float = Field(default=1.0, ge=0.0, le=100.0)
+    max_drop_points: FiniteFloat = Field(default=1.0, ge=0.0, le=100.0)
 
 
 # --------------------------------------------------------------------------- result document

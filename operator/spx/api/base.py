@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+#: A float that must be finite: ``.inf``, ``-.inf`` and ``.nan`` (YAML) or ``Infinity``/``NaN`` are refused at
+#: validation, as the API server's JSON cannot carry them (pydantic would write them as ``null`` and the
+#: bench's ranks would then reject their own spec). Used by every float field of a spec.
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class CamelModel(BaseModel):

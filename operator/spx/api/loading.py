@@ -1,4 +1,16 @@
-"""Load experiment files and turn pydantic errors into messages a user can act on."""
+"""Load experiment files and turn pydantic errors into messages a user can act on.
+
+YAML is loaded defensively, since an experiment file may come from anyone who can open a pull request:
+
+- a document over :data:`MAX_DOCUMENT_BYTES` is refused before parsing;
+- the composed node graph is walked once (memoised, so linear in the file) and a document whose
+  aliases would expand past :data:`MAX_EXPANDED_NODES` nodes ("billion laughs") is refused before any
+  Python object is built or validated;
+- a mapping with the same key twice is an error naming both lines (YAML 1.2 forbids it; PyYAML keeps
+  the last one silently);
+- every message quotes a bounded excerpt of the bad value (:func:`excerpt`) and at most
+  :data:`MAX_PROBLEMS` problems are listed, so 100,000 bad token counts give a screenful, not 700 KB.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +41,48 @@ PATTERN_HELP = {
 }
 
 
+#: Largest experiment document accepted (bytes of UTF-8): a real experiment is a few KiB; 256 KiB is the
+#: API server's limit on an object's annotations, far below the ~1.5 MiB etcd request limit.
+MAX_DOCUMENT_BYTES = 256 << 10
+#: Most YAML nodes a document may expand to with its aliases resolved (a 100,000-entry token list is
+#: ~100,000 nodes and is still loaded, so that validation can say what is wrong with it).
+MAX_EXPANDED_NODES = 200_000
+#: Most problems listed in one :class:`SpecError` (the rest are counted).
+MAX_PROBLEMS = 20
+#: Characters of a bad value quoted in a message.
+EXCERPT_CHARS = 80
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters, with the size of a long list, dict or string.
+
+    >>> excerpt(list(range(100_000)))
+    '[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22…] (100000 items)'
+    """
+    if isinstance(value, dict | list | tuple):
+        head = repr(value[:64] if not isinstance(value, dict) else dict(list(value.items())[:16]))
+    elif isinstance(value, str | bytes):
+        head = repr(value[: limit + 1])
+    else:
+        head = repr(value)
+    if len(head) <= limit:
+        return head
+    size = f" ({len(value)} {'items' if isinstance(value, list | tuple | dict) else 'characters'})" if hasattr(
+        value, "__len__") else ""
+    return head[: limit - 1] + "…" + size
+
+
+def clip(text: str, limit: int = 500) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _bounded(problems: list[str]) -> list[str]:
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    return [*problems[:MAX_PROBLEMS], f"… and {len(problems) - MAX_PROBLEMS} more problems"]
+
+
 class SpecError(ValueError):
     """An experiment failed validation.
 
@@ -37,6 +91,7 @@ class SpecError(ValueError):
     """
 
     def __init__(self, problems: list[str], source: str = "experiment") -> None:
+        problems = _bounded(problems)
         self.problems = problems
         self.source = source
         super().__init__(f"invalid {source}:\n" + "\n".join(f"  - {p}" for p in problems))
@@ -47,6 +102,8 @@ def _loc_to_path(prefix: str, loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
+        elif part == "[key]":
+            path += " (the key)"
         elif part.startswith("function-") or part in {"literal", "str", "int"}:
             continue
         else:
@@ -68,9 +125,17 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> list[st
             msg = "must be a whole number (an integer count, e.g. 2048)"
         elif e["type"] == "literal_error":
             msg = msg.replace("Input should be", "must be one of:")
+        elif e["type"] == "finite_number":
+            msg = "must be a finite number (not .inf, -.inf or .nan)"
+        elif e["type"] in ("too_long", "too_short") and "items" in msg:
+            msg = msg.replace("List should have", "must have").replace("Input should have", "must have")
         value = e.get("input")
-        shown = repr(value) if not isinstance(value, dict) or len(repr(value)) < 120 else "{...}"
-        lines.append(f"{path}: {msg} (got {shown})")
+        lines.append(f"{path}: {clip(msg, 300)} (got {excerpt(value)})")
+        if len(lines) > MAX_PROBLEMS:
+            break
+    total = len(err.errors(include_url=False))
+    if total > len(lines):
+        lines = lines[:MAX_PROBLEMS] + [f"… and {total - MAX_PROBLEMS} more problems"]
     return lines
 
 
@@ -106,17 +171,93 @@ def parse_experiment(doc: Any, source: str = "experiment") -> Experiment:
         raise SpecError(describe_validation_error(err), source) from None
 
 
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML's safe loader (libyaml's C parser when available)."""
+
+
+def _check_node(root: yaml.Node) -> list[str]:
+    """Problems of a composed document: duplicate mapping keys, alias expansion past the limit.
+
+    Walks each distinct node once; the expanded size of a node is memoised, so the walk is linear in
+    the file even when aliases nest (a size is computed before its parents sum it).
+    """
+    sizes: dict[int, int] = {}
+    problems: list[str] = []
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes or isinstance(node, yaml.ScalarNode):
+            continue
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = node.value
+        if not done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if not isinstance(c, yaml.ScalarNode) and id(c) not in sizes)
+            continue
+        size = 1 + sum(1 if isinstance(c, yaml.ScalarNode) else sizes[id(c)] for c in children)
+        sizes[id(node)] = size
+        if size > MAX_EXPANDED_NODES:
+            return [
+                f"(YAML): the document expands to more than {MAX_EXPANDED_NODES:,} nodes with its aliases "
+                f"resolved (line {node.start_mark.line + 1}): refusing an alias bomb; write the values out"
+            ]
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for key, _ in node.value:
+                if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    continue
+                if key.value in seen:
+                    problems.append(
+                        f"(YAML) line {key.start_mark.line + 1}: duplicate key {excerpt(key.value)} (first at line "
+                        f"{seen[key.value]}); each key may appear once in a mapping, remove one"
+                    )
+                else:
+                    seen[key.value] = key.start_mark.line + 1
+    return problems
+
+
+def load_yaml_document(text: str, source: str = "experiment") -> Any:
+    """The single YAML document in ``text`` as Python data, loaded defensively (module docstring).
+
+    Raises:
+        SpecError: a document over :data:`MAX_DOCUMENT_BYTES`, YAML syntax errors, not exactly one
+            document, duplicate keys, or aliases expanding past :data:`MAX_EXPANDED_NODES` nodes.
+    """
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_DOCUMENT_BYTES:
+        raise SpecError(
+            [f"(file): {size:,} bytes is over the {MAX_DOCUMENT_BYTES:,}-byte limit of an experiment document "
+             "(a real one is a few KiB): is this the right file? List at most 64 token counts"],
+            source,
+        )
+    loader = _Loader(text)
+    try:
+        nodes = []
+        while loader.check_node():
+            node = loader.get_node()
+            if node is not None:
+                nodes.append(node)
+        if len(nodes) != 1:
+            raise SpecError([f"(file): expected exactly one YAML document, found {len(nodes)}"], source)
+        problems = _check_node(nodes[0])
+        if problems:
+            raise SpecError(problems, source)
+        return loader.construct_document(nodes[0])
+    except yaml.YAMLError as err:
+        raise SpecError([f"(YAML): {clip(str(err))}"], source) from None
+    except RecursionError:
+        raise SpecError(["(YAML): the document nests too deeply"], source) from None
+    finally:
+        loader.dispose()
+
+
 def load_experiment(text: str, source: str = "experiment") -> Experiment:
     """Parse YAML text of one experiment, the file a user would ``kubectl apply``.
 
     Raises:
-        SpecError: on YAML syntax errors, several documents, or invalid fields.
+        SpecError: on an oversized or alias-exploding document, YAML syntax errors, duplicate keys,
+            several documents, or invalid fields (see :func:`load_yaml_document`).
     """
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as err:
-        raise SpecError([f"(YAML): {err}"], source) from None
-    if len(docs) != 1:
-        raise SpecError([f"(file): expected exactly one YAML document, found {len(docs)}"], source)
-    return parse_experiment(docs[0], source)
-
+    return parse_experiment(load_yaml_document(text, source), source)

@@ -19,7 +19,7 @@ from typing import Final, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from spx.api.base import CamelModel
+from spx.api.base import CamelModel, FiniteFloat
 
 SERVING_RESULT_SCHEMA_VERSION: Final = "spx.dev/serving-result/v1"
 
@@ -123,8 +123,8 @@ class ServingGateSpec(CamelModel):
     not gated. A point without a value for both variants makes the gate Inconclusive.
     """
 
-    min_throughput_change_pct: float = Field(default=-1.0, ge=-100.0, le=1000.0)
-    max_ttft_regression_pct: float = Field(default=1.0, ge=-100.0, le=1000.0)
+    min_throughput_change_pct: FiniteFloat = Field(default=-1.0, ge=-100.0, le=1000.0)
+    max_ttft_regression_pct: FiniteFloat = Field(default=1.0, ge=-100.0, le=1000.0)
 
 
 #: Paths the bench Job mounts itself (:mod:`spx.runner.kubernetes`: the experiment file, the scratch

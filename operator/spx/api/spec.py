@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field, StrictInt, field_validator, model_validator
 
 from spx.api.accuracy import AccuracySpec
-from spx.api.base import CamelModel
+from spx.api.base import CamelModel, FiniteFloat
 from spx.api.serving import ServingSpec
 
 GROUP = "bench.spx.dev"
@@ -195,8 +195,8 @@ class GatherModelSpec(CamelModel):
     """
 
     prior: GatherPrior = "h20-calibrated"
-    latency_us: float | None = Field(default=None, ge=0.0, le=10_000.0)
-    bus_bandwidth_gbps: float | None = Field(default=None, gt=0.0, le=10_000.0)
+    latency_us: FiniteFloat | None = Field(default=None, ge=0.0, le=10_000.0)
+    bus_bandwidth_gbps: FiniteFloat | None = Field(default=None, gt=0.0, le=10_000.0)
     custom_all_gather_max_shard_bytes: int = Field(default=CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, ge=0, le=1 << 40)
 
     def regime(self, padded_tokens: int, output_size: int, dtype_bytes: int, tensor_parallel_size: int) -> GatherRegime:
@@ -282,8 +282,8 @@ class GateSpec(CamelModel):
     """
 
     threshold_tokens: StrictInt = Field(default=VLLM_DEFAULT_THRESHOLD_TOKENS, gt=0, le=1 << 24)
-    min_speedup_at_or_above_threshold: float = Field(default=1.0, gt=0.0, le=100.0)
-    max_abs_error: float = Field(default=0.05, ge=0.0)
+    min_speedup_at_or_above_threshold: FiniteFloat = Field(default=1.0, gt=0.0, le=100.0)
+    max_abs_error: FiniteFloat = Field(default=0.05, ge=0.0)
     allow_modelled_gather: bool = False
     allow_cpu_timings: bool = False
     threshold_rounding: ThresholdRounding = "next-power-of-two"
@@ -298,7 +298,13 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?
 #: Kubernetes resource quantity (``resource.Quantity``), e.g. ``32``, ``500m``, ``128Gi``.
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 
+#: DNS-1123 label (namespaces): ≤ 63 of lower-case a-z 0-9 -, alphanumeric ends.
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
 LabelValue = Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_VALUE)]
+#: A label or annotation key as the API server checks it (apimachinery ``IsQualifiedName``): an optional
+#: DNS-subdomain prefix of ≤ 253 characters, "/", and a name of ≤ 63.
+LabelKey = Annotated[str, Field(min_length=1, max_length=253 + 1 + 63, pattern=LABEL_KEY)]
 
 
 class ResourcesSpec(CamelModel):
@@ -387,9 +393,9 @@ class ObjectMeta(CamelModel):
     model_config = CamelModel.model_config | {"extra": "allow"}
 
     name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
-    namespace: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    namespace: str | None = Field(default=None, min_length=1, max_length=63, pattern=DNS_LABEL)
+    labels: dict[LabelKey, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] = Field(default_factory=dict)
+    annotations: dict[LabelKey, str] = Field(default_factory=dict)
 
 
 class Experiment(CamelModel):

@@ -31,7 +31,6 @@ import contextlib
 import os
 import statistics
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -433,9 +432,8 @@ def gather_path(ctx: BenchContext, padded_tokens: int) -> str:
 
 def _time_gpu(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, float, float]:
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
 
-    from spx.bench.timing import extract_spans
+    from spx.bench.timing import time_cuda_events, time_cupti
 
     fns: dict[str, Callable[[], torch.Tensor]] = {"replicated": cands.replicated, "split": cands.split}
     launch: dict[str, Callable[[], Any]] = {}
@@ -475,38 +473,16 @@ def _time_gpu(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, 
     torch.cuda.synchronize()
 
     raw = RawSamples([], [], [], {})
+    launches = {name: launch[name] for name in CANDIDATES}
     if ctx.timer == "cupti":
-        with warnings.catch_warnings():  # one session per point: torch warns it is not accumulating
-            warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                for i in range(samples):
-                    for name in CANDIDATES if i % 2 == 0 else CANDIDATES[::-1]:
-                        prepare()
-                        with record_function(f"spx/{name}/{i}"):
-                            launch[name]()
-                torch.cuda.synchronize()
-        spans = extract_spans(list(prof.profiler.kineto_results.events()))
+        spans = time_cupti(launches, samples, prepare)
         for name in CANDIDATES:
-            names: set[str] = set()
-            for i in range(samples):
-                s = spans[f"spx/{name}/{i}"]
-                getattr(raw, name).append(s.span_us)
-                if name == "split":
-                    raw.gather.append(s.gather_us)
-                names.update(s.kernels)
-            raw.kernels[name] = sorted(names)
+            getattr(raw, name).extend(s.span_us for s in spans[name])
+            raw.kernels[name] = sorted({k for s in spans[name] for k in s.kernels})
+        raw.gather = [s.gather_us for s in spans["split"]]
     else:  # cuda-events: includes launch overhead; a labelled fallback
-        for i in range(samples):
-            for name in CANDIDATES if i % 2 == 0 else CANDIDATES[::-1]:
-                prepare()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                launch[name]()
-                end.record()
-                end.synchronize()
-                getattr(raw, name).append(start.elapsed_time(end) * 1e3)
-                if name == "split":
-                    raw.gather.append(0.0)
+        times = time_cuda_events(launches, samples, prepare)
+        raw.replicated, raw.split, raw.gather = times["replicated"], times["split"], [0.0] * samples
         raw.kernels = {name: [] for name in CANDIDATES}
     del graphs
     return raw, max_err, ref_max, rel_err
@@ -531,29 +507,26 @@ def _check_reference(ctx: BenchContext, cands: Candidates, replicated_out: torch
 
 
 def _time_host(ctx: BenchContext, cands: Candidates) -> tuple[RawSamples, float, float, float]:
+    from spx.bench.timing import time_host
+
     rep_out, split_out = cands.replicated(), cands.split()
     max_err, ref_max = check_correctness(ctx, rep_out, split_out, cands.plan)
     rel_err = _check_reference(ctx, cands, rep_out)
     for _ in range(ctx.spec.kernel.warmup):
         cands.replicated()
         cands.split()
-    raw = RawSamples([], [], [], {"replicated": ["cpu:linear"], "split": ["cpu:linear", f"{ctx.gather_backend}:all_gather"]})
-    for i in range(ctx.spec.kernel.samples):
-        for name in CANDIDATES if i % 2 == 0 else CANDIDATES[::-1]:
-            _barrier(ctx)
-            t0 = time.perf_counter_ns()
-            if name == "replicated":
-                cands.replicated()
-                raw.replicated.append((time.perf_counter_ns() - t0) / 1e3)
-                continue
-            y = cands.shard_gemm()
-            t1 = time.perf_counter_ns()
-            if cands.gather is not None:
-                cands.gather(y)[: cands.plan.tokens]
-            t2 = time.perf_counter_ns()
-            raw.split.append((t2 - t0) / 1e3)
-            raw.gather.append((t2 - t1) / 1e3 if cands.gather is not None else 0.0)
-    return raw, max_err, ref_max, rel_err
+    gather_us: list[float] = []
+
+    def split() -> None:  # the gather's share of each split sample is timed inside it
+        y = cands.shard_gemm()
+        t1 = time.perf_counter_ns()
+        if cands.gather is not None:
+            cands.gather(y)[: cands.plan.tokens]
+        gather_us.append((time.perf_counter_ns() - t1) / 1e3 if cands.gather is not None else 0.0)
+
+    times = time_host({"replicated": cands.replicated, "split": split}, ctx.spec.kernel.samples, lambda: _barrier(ctx))
+    kernels = {"replicated": ["cpu:linear"], "split": ["cpu:linear", f"{ctx.gather_backend}:all_gather"]}
+    return RawSamples(times["replicated"], times["split"], gather_us, kernels), max_err, ref_max, rel_err
 
 
 def _max_over_ranks(ctx: BenchContext, raw: RawSamples) -> RawSamples:

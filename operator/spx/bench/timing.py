@@ -1,4 +1,13 @@
-"""Per-sample GPU time of one launch from CUPTI kernel records (torch.profiler / kineto).
+"""Timers generic over "a dict of launch functions", and the CUPTI span extraction they rest on.
+
+The timers (:func:`time_cupti`, :func:`time_cuda_events`, :func:`time_host`) take ``{name: launch}``
+(zero-argument callables: a CUDA graph's ``replay``, an eager function), a sample count and a
+``prepare`` callable run before every timed launch, outside the timed interval (an L2 flush, a barrier
+across ranks); they alternate the launch order every round so no candidate always goes first, and
+return ``{name: samples}``. This is the shape of vLLM's ``benchmarks/kernels`` helpers and FlashInfer's
+``bench_gpu_time``: the benchmark builds the candidates, the timer only times them.
+
+Per-sample GPU time of one launch from CUPTI kernel records (torch.profiler / kineto):
 
 The sample is the *span* of the GPU activities the launch issued: first kernel start → last kernel
 end, measured by CUPTI on the device's clock. Unlike CUDA events around ``graph.replay()`` it
@@ -14,8 +23,11 @@ CUPTI tags each GPU activity with the correlation id of the runtime call that is
 from __future__ import annotations
 
 import re
+import time
+import warnings
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,3 +105,69 @@ def extract_spans(events: list[Any]) -> dict[str, SampleSpan]:
             kernels=sorted({g.name() for g in gpu}),
         )
     return spans
+
+
+Launches = Mapping[str, Callable[[], object]]
+
+
+def alternating(names: Sequence[str], samples: int) -> Iterator[tuple[int, str]]:
+    """``(sample index, name)`` for ``samples`` rounds over ``names``, the order reversed every other round."""
+    for i in range(samples):
+        for name in names if i % 2 == 0 else names[::-1]:
+            yield i, name
+
+
+def _noop() -> None:
+    return None
+
+
+def time_cupti(launch: Launches, samples: int, prepare: Callable[[], None] = _noop) -> dict[str, list[SampleSpan]]:
+    """``samples`` CUPTI spans (µs) of each launch, in one profiler session.
+
+    Each timed launch runs inside ``record_function("spx/<name>/<i>")``; :func:`extract_spans` maps the
+    GPU activities it issued back to it. The caller has warmed up and synchronised.
+
+    Raises:
+        RuntimeError: CUPTI saw no GPU activity for a launch (see :func:`extract_spans`).
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    names = list(launch)
+    with warnings.catch_warnings():  # one session per call: torch warns it is not accumulating
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for i, name in alternating(names, samples):
+                prepare()
+                with record_function(f"{ANNOTATION_PREFIX}{name}/{i}"):
+                    launch[name]()
+            torch.cuda.synchronize()
+    spans = extract_spans(list(prof.profiler.kineto_results.events()))
+    return {name: [spans[f"{ANNOTATION_PREFIX}{name}/{i}"] for i in range(samples)] for name in names}
+
+
+def time_cuda_events(launch: Launches, samples: int, prepare: Callable[[], None] = _noop) -> dict[str, list[float]]:
+    """``samples`` CUDA-event times (µs) of each launch; includes the host's launch overhead (a fallback)."""
+    import torch
+
+    out: dict[str, list[float]] = {name: [] for name in launch}
+    for _, name in alternating(list(launch), samples):
+        prepare()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()
+        launch[name]()
+        end.record()
+        end.synchronize()
+        out[name].append(start.elapsed_time(end) * 1e3)
+    return out
+
+
+def time_host(launch: Launches, samples: int, prepare: Callable[[], None] = _noop) -> dict[str, list[float]]:
+    """``samples`` host wall times (µs, ``perf_counter_ns``) of each launch: CPU smoke runs only."""
+    out: dict[str, list[float]] = {name: [] for name in launch}
+    for _, name in alternating(list(launch), samples):
+        prepare()
+        t0 = time.perf_counter_ns()
+        launch[name]()
+        out[name].append((time.perf_counter_ns() - t0) / 1e3)
+    return out

@@ -1,0 +1,64 @@
+"""``spx`` — the command line: run an experiment on this host, validate it, print the CRD, report, predict, gate.
+
+One module per command group: :mod:`spx.cli.run` (``run``), :mod:`spx.cli.validate` (``validate``,
+``crd``, ``completion``), :mod:`spx.cli.report` (``report``), :mod:`spx.cli.predict` (``predict``),
+:mod:`spx.cli.cluster` (``gate``, ``operator``, ``serving``); the registry is :mod:`spx.cli.registry`.
+Exit codes: one table for every command, :mod:`spx.exit_codes` (``docs/cli.md``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rich.markup import escape
+
+from spx.api import SpecError
+from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (importing registers their commands)
+from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
+from spx.cli.registry import COMMANDS, build_parser, command
+from spx.cli.run import build_status
+from spx.cli.summary import build_summary
+from spx.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+
+#: Former name of :data:`spx.exit_codes.EXIT_USAGE`.
+EXIT_INVALID = EXIT_USAGE
+
+
+def _error(message: str) -> None:
+    err_console().print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``spx`` console script; returns the exit code (:mod:`spx.exit_codes`).
+
+    Usage errors (argparse's own included) are 3, an unreachable cluster 4, Ctrl-C 130 with one line.
+    """
+    try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse: --help → 0, bad usage → 2 (ours: 3)
+            return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
+        return int(args.handler(args))
+    except (UsageError, SpecError) as exc:
+        _error(str(exc))
+        return EXIT_USAGE
+    except UnreachableError as exc:
+        _error(str(exc))
+        return EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        err_console().print("interrupted (Ctrl-C): nothing was started, or every started rank was stopped",
+                            highlight=False, markup=False, soft_wrap=True)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `spx crd | head`
+        return EXIT_OK
+
+
+__all__ = [
+    "COMMANDS", "EXIT_FAIL", "EXIT_INTERRUPTED", "EXIT_INVALID", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE",
+    "UnreachableError", "UsageError", "apply_overrides", "build_parser", "build_status", "build_summary", "command",
+    "main", "parse_tokens",
+]
+
+if __name__ == "__main__":
+    sys.exit(main())

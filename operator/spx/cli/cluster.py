@@ -1,0 +1,101 @@
+"""Commands that talk to a cluster or to vLLM: ``spx gate``, ``spx operator``, ``spx serving``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from spx.cli.common import UnreachableError
+from spx.cli.registry import command
+
+
+def _gate_args(p: argparse.ArgumentParser) -> None:
+    from spx.gate import add_arguments
+
+    add_arguments(p)
+
+
+@command("gate", "Exit 0 if an experiment decided Pass, 1 Fail, 2 Inconclusive/undecided, 3 usage, 4 unreachable "
+         "(NAME or status.json).", _gate_args)
+def cmd_gate(args: argparse.Namespace) -> int:
+    from spx.gate import run
+
+    return run(args)
+
+
+def _serving_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", type=Path, help="experiment YAML with spec.serving and/or spec.accuracy")
+    p.add_argument("--out", type=Path, default=Path("spx-out"), help="output directory")
+    p.add_argument("--vllm", default="vllm", help="the vLLM CLI (argv prefix, split on spaces)")
+
+
+@command("serving", "Run the vLLM serving A/B and GSM8K benches of an experiment (needs vLLM and GPUs).", _serving_args)
+def cmd_serving(args: argparse.Namespace) -> int:
+    from spx.bench.serving import main as serving_main
+
+    return serving_main([str(args.file), "--out", str(args.out), "--vllm", args.vllm])
+
+
+def _operator_args(p: argparse.ArgumentParser) -> None:
+    from spx.controller.run import add_arguments
+
+    add_arguments(p)
+
+
+def cluster_preflight(timeout_s: float = 5.0) -> str:
+    """Check, before kopf starts, that there are credentials and the API server accepts connections.
+
+    In a pod: the service account (``KUBERNETES_SERVICE_HOST`` and its token); else the kubeconfig
+    (``$KUBECONFIG`` or ``~/.kube/config``), loaded with the kubernetes client. Then one TCP connection
+    to the server (no request: an API server down for a moment is a restart away). Returns the server URL.
+
+    Raises:
+        UnreachableError: no credentials, a kubeconfig that cannot be loaded, or the server refuses the
+            connection (one line naming it).
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    except ConfigException:
+        try:
+            config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except (ConfigException, OSError, TypeError, ValueError) as err:
+            raise UnreachableError(
+                f"spx operator: no Kubernetes credentials: not in a pod, and no usable kubeconfig "
+                f"({str(err)[:200]}); set KUBECONFIG, or run it in a pod with a service account") from None
+    url = urlsplit(str(cfg.host))
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "localhost", port), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise UnreachableError(f"spx operator: cannot reach the Kubernetes API server at {cfg.host}: "
+                               f"{err.strerror or err}") from None
+    return str(cfg.host)
+
+
+def _login_error(exc: BaseException) -> bool:
+    return type(exc).__name__ == "LoginError" or any(
+        type(e).__name__ == "LoginError" for e in (exc.__cause__, exc.__context__) if e is not None)
+
+
+@command("operator", "Run the Kubernetes operator (kopf) that runs ShardedProjectionExperiments as GPU Jobs.", _operator_args)
+def cmd_operator(args: argparse.Namespace) -> int:
+    """Run kopf; a cluster that cannot be reached (kopf's ``LoginError``) is one line, exit 4."""
+    from spx.controller.run import run_operator
+
+    cluster_preflight()
+    try:
+        return run_operator(args)
+    except Exception as exc:
+        if _login_error(exc):
+            raise UnreachableError(
+                f"spx operator: cannot log in to a Kubernetes cluster ({str(exc)[:200]}): set KUBECONFIG or "
+                "--kubeconfig context, or run it in a pod with a service account") from None
+        raise

@@ -1,0 +1,131 @@
+"""What every ``spx`` command shares: its errors, consoles, reading an experiment, ``-o json|yaml``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.markup import escape
+
+from spx.api import Experiment, ExperimentSpec, dump_model, load_experiment, validate_spec
+
+DEFAULT_OUT_ROOT = "spx-runs"
+#: Width used when output is not a terminal (pipes, logs, tests): wide enough for every table.
+PIPE_WIDTH = 160
+OUTPUT_FORMATS = ("text", "json", "yaml")
+
+
+class UsageError(Exception):
+    """Invalid input or usage found by a command (exit code 3, ``EXIT_USAGE``); the message is shown as is."""
+
+
+class UnreachableError(Exception):
+    """The cluster could not be reached or refused access (exit code 4, ``EXIT_UNREACHABLE``)."""
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A rich console on stdout or stderr; :data:`PIPE_WIDTH` columns when not a terminal."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, width=PIPE_WIDTH)
+    return console
+
+
+def err_console() -> Console:
+    """A rich console on stderr."""
+    return make_console(stderr=True)
+
+
+def warn(message: str) -> None:
+    """``warning: MESSAGE`` on stderr."""
+    err_console().print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def read_text(path: str, what: str = "an experiment YAML") -> str:
+    """The UTF-8 text of ``path``.
+
+    Raises:
+        UsageError: it can't be read or is not UTF-8 text.
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a UTF-8 text file: give {what}") from None
+
+
+def read_experiment(path: str) -> Experiment:
+    """Load and validate an experiment file.
+
+    Raises:
+        UsageError: the file can't be read. SpecError: it is not a valid experiment.
+    """
+    return load_experiment(read_text(path), source=path)
+
+
+def parse_tokens(text: str) -> list[int]:
+    """``"6,12,24"`` → ``[6, 12, 24]``.
+
+    Raises:
+        UsageError: a value that is not a whole number.
+    """
+    out = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise UsageError(f"--tokens: {part[:40]!r} is not a whole number (use e.g. --tokens 6,12,2048)") from None
+    if not out:
+        raise UsageError("--tokens: no token counts given")
+    return out
+
+
+def apply_overrides(
+    spec: ExperimentSpec,
+    *,
+    gemm_backend: str | None = None,
+    samples: int | None = None,
+    tokens: list[int] | None = None,
+    device: str | None = None,
+) -> ExperimentSpec:
+    """The spec with command-line overrides applied and re-validated.
+
+    Raises:
+        SpecError: an override makes the spec invalid (the message names the ``spec.…`` field).
+    """
+    raw = dump_model(spec)
+    if gemm_backend is not None:
+        raw["kernel"]["gemmBackend"] = gemm_backend
+    if samples is not None:
+        raw["kernel"]["samples"] = samples
+    if tokens is not None:
+        raw["sweep"]["tokens"] = tokens
+    if device is not None:
+        raw["kernel"]["device"] = device
+    return validate_spec(raw, source="experiment with command-line overrides")
+
+
+def add_output_option(p: argparse.ArgumentParser, schema: str) -> None:
+    """``-o/--output text|json|yaml``; ``schema`` names the document's JSON schema under ``docs/schemas/``."""
+    p.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="text",
+                   help=f"output format (default text); json/yaml print one document, schema docs/schemas/{schema}")
+
+
+def emit(document: BaseModel, fmt: str) -> None:
+    """Print ``document`` (camelCase wire form, ``None`` fields kept out) as JSON or YAML on stdout."""
+    data: Any = dump_model(document)
+    if fmt == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    else:
+        sys.stdout.write(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    sys.stdout.flush()

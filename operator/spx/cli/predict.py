@@ -1,0 +1,120 @@
+"""``spx predict``: the seed's H20 → H100/H200 what-if from an H20 kernel table."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from spx.cli.common import UsageError, add_output_option, emit, make_console, read_text
+from spx.cli.documents import PredictDocument
+from spx.cli.registry import command
+from spx.exit_codes import EXIT_OK
+
+if TYPE_CHECKING:
+    from spx.api.result import KernelResult
+
+H20_TABLE = "h20_tp8_fused_wqa_wkv.csv"
+
+
+def _predict_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("csv", metavar="CSV", nargs="?",
+                   help="kernel table (tokens,rows_per_rank,replicated_us,split_allgather_us,speedup); "
+                   "default: the seed's 8× H20 table shipped with spx")
+    p.add_argument("--tp", type=int, default=8, help="TP size the table was measured at (default 8)")
+    p.add_argument("--interpolation", choices=("linear", "log-log"), default="linear",
+                   help="interpolation of the shard GEMM time and the break-even (default linear, "
+                   "which reproduces the seed author's ~1450 tokens; log-log gives ~1270)")
+    p.add_argument("--rounding", choices=("next-power-of-two", "next-multiple-of-tp", "none"),
+                   default="next-power-of-two", help="threshold rounding rule")
+    p.add_argument("--gather", choices=("h20-derived", "h20-calibrated", "datasheet"), default="h20-derived",
+                   help="all-gather of the prediction: the one derived from the table (default, the seed "
+                   "author's method), or GatherModelSpec's h20-calibrated or datasheet prior")
+    p.add_argument("--measured", metavar="RESULT",
+                   help="a one-GPU run's result.json (e.g. examples/results/h200-1gpu/humming/result.json): "
+                   "predict with its measured GEMM times instead of the seed author's scaling factors; the "
+                   "gather stays the table's")
+    add_output_option(p, "predict.schema.json")
+
+
+def _default_table() -> str:
+    from importlib.resources import files
+
+    return (files("spx") / "data" / H20_TABLE).read_text(encoding="utf-8")
+
+
+@command("predict", "The seed's H20 → H100/H200 what-if: predicted crossover and threshold from an H20 table.", _predict_args)
+def cmd_predict(args: argparse.Namespace) -> int:
+    from spx.analysis.crossover import Interpolation
+    from spx.analysis.predict import Prediction, predict_from_table, predict_with_measured
+    from spx.api.spec import GatherModelSpec
+    from spx.report import prediction_table
+
+    if args.csv:
+        text, source = read_text(args.csv, "a CSV table"), args.csv
+    else:
+        text, source = _default_table(), f"{H20_TABLE} (shipped with spx)"
+    if args.tp < 1:
+        raise UsageError(f"--tp must be >= 1 (got {args.tp})")
+    interpolation: Interpolation = "linear" if args.interpolation == "linear" else "log-log"
+    measured = _read_measured(args.measured) if args.measured else None
+    if measured is not None and args.gather != "h20-derived":
+        raise UsageError("--measured predicts with the table's own gather: leave --gather at h20-derived")
+    gather_model = None if args.gather == "h20-derived" else GatherModelSpec(prior=args.gather)
+
+    def predict(how: Interpolation) -> Prediction:
+        if measured is not None:
+            return predict_with_measured(text, measured, tp=args.tp, rounding=args.rounding, interpolation=how)
+        return predict_from_table(text, tp=args.tp, rounding=args.rounding, interpolation=how,
+                                  gather_model=gather_model)
+
+    try:
+        pred = predict(interpolation)
+    except ValueError as exc:
+        raise UsageError(f"{args.measured or source}: {exc}") from None
+    other: Interpolation = "log-log" if interpolation == "linear" else "linear"
+    try:
+        alt = predict(other)
+    except ValueError:
+        alt = None
+    if measured is not None:
+        source += f" with the GEMMs of {args.measured} ({measured.gemm_backend})"
+    if args.output != "text":
+        emit(PredictDocument(source=source, prediction=pred, alternative_interpolation=other,
+                             alternative_break_even_tokens=alt.break_even_tokens if alt else None), args.output)
+        return EXIT_OK
+    console = make_console()
+    console.print(prediction_table(pred.rows, title=f"H100/H200 what-if from {source}, TP{args.tp}"))
+    be = pred.break_even_tokens
+    alt_text = ""
+    if alt is not None and alt.break_even_tokens is not None:
+        alt_text = f" ({other} interpolation: ≈ {alt.break_even_tokens:,.0f})"
+    console.print(
+        f"break-even: ≈ {be:,.0f} tokens, {args.interpolation} interpolation{alt_text}" if be is not None
+        else "break-even: none (the split never wins from some count on)",
+        highlight=False,
+        markup=False,
+    )
+    if pred.first_winning_tokens is not None:
+        console.print(f"first winning count: {pred.first_winning_tokens:,} tokens", highlight=False, markup=False)
+    if pred.recommended_threshold_tokens is not None:
+        console.print(f"recommended threshold: {pred.recommended_threshold_tokens:,} tokens ({pred.threshold_rounding})",
+                      highlight=False, markup=False)
+    console.print(f"method: {pred.method}", highlight=False, markup=False)
+    return EXIT_OK
+
+
+def _read_measured(path: str) -> KernelResult:
+    """The result document at ``path``; raises :class:`UsageError` naming what is wrong with it."""
+    import json
+
+    from pydantic import ValidationError
+
+    from spx.api import describe_validation_error
+    from spx.api.result import KernelResult
+
+    try:
+        return KernelResult.model_validate(json.loads(read_text(path, "a result.json")))
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not JSON: {exc}") from None
+    except ValidationError as err:
+        raise UsageError(f"{path} is not a spx result document: {describe_validation_error(err)[:2000]}") from None

@@ -1,0 +1,83 @@
+"""Progress of ``spx run``: a rich bar on a terminal, one plain line per point on stderr otherwise.
+
+Both implement :class:`spx.runner.local.RunProgress`; the runner calls them from its tail thread.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from rich.console import Console
+
+from spx.api import PointResult
+from spx.runner.sizing import RunEstimate
+
+
+def _point_text(p: PointResult) -> str:
+    rep, split = p.replicated.median_us, p.split.median_us
+    return f"tokens={p.tokens}: replicated {rep:.1f} µs, split {split:.1f} µs, speedup {rep / split:.2f}×"
+
+
+class LineProgress:
+    """``spx: [3/11] tokens=48: replicated 12.3 µs, split 10.1 µs, speedup 1.22× (14 s)`` per point."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.total = 0
+        self.done = 0
+        self.t0 = time.monotonic()
+
+    def _say(self, text: str) -> None:
+        self.stream.write(f"spx: {text}\n")
+        self.stream.flush()
+
+    def start(self, total: int, nproc: int, device: str, estimate: RunEstimate | None) -> None:
+        """Print the start line (ranks, device, the estimate)."""
+        self.total, self.t0 = total, time.monotonic()
+        est = f"; estimate {estimate.describe(nproc)}" if estimate is not None else ""
+        self._say(f"starting {nproc} {device} rank(s) for {total} token counts{est}")
+
+    def point(self, point: PointResult) -> None:
+        """Print one point's line."""
+        self.done += 1
+        self._say(f"[{self.done}/{self.total}] {_point_text(point)} ({time.monotonic() - self.t0:.0f} s)")
+
+    def stop(self) -> None:
+        """Print nothing: the report follows."""
+
+
+class BarProgress:
+    """A rich progress bar over the points (terminals)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.bar: Any = None
+        self.task: Any = None
+
+    def start(self, total: int, nproc: int, device: str, estimate: RunEstimate | None) -> None:
+        """Draw the bar; print the estimate above it."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        if estimate is not None:
+            self.console.print(f"estimate: {estimate.describe(nproc)}", highlight=False, markup=False)
+        self.bar = Progress(SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), console=self.console, transient=False)
+        self.bar.start()
+        self.task = self.bar.add_task(f"starting {nproc} {device} ranks", total=total)
+
+    def point(self, point: PointResult) -> None:
+        """Advance the bar."""
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=f"tokens={point.tokens} done")
+
+    def stop(self) -> None:
+        """Remove the live display."""
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def progress_for(console: Console) -> LineProgress | BarProgress:
+    """A bar when ``console`` is a terminal, else progress lines on stderr."""
+    return BarProgress(console) if console.is_terminal else LineProgress()

@@ -1,0 +1,70 @@
+"""The ``spx`` command registry: every subcommand registers its options and handler here, in one place.
+
+Adding a command: in a module of :mod:`spx.cli`, write ``_NAME_args(parser)`` (its options) and
+``cmd_NAME(args) -> int`` (returns an exit code of :mod:`spx.exit_codes`) and decorate the handler with
+``@command("NAME", "help", _NAME_args)``; list the module in ``spx/cli/__init__.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from spx.exit_codes import epilog
+
+Handler = Callable[[argparse.Namespace], int]
+Configure = Callable[[argparse.ArgumentParser], None]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``spx`` subcommand: its name, ``--help`` line, option builder and handler (returns the exit code)."""
+
+    name: str
+    help: str
+    configure: Configure
+    handler: Handler
+
+
+#: Every ``spx`` subcommand, by name.
+COMMANDS: dict[str, Command] = {}
+#: The order ``spx --help`` lists the commands in (others follow in registration order).
+HELP_ORDER = ("run", "validate", "report", "predict", "gate", "crd", "serving", "operator", "completion")
+
+
+def command(name: str, help: str, configure: Configure | None = None) -> Callable[[Handler], Handler]:
+    """Register ``handler`` as ``spx NAME``; ``configure`` adds its options to its subparser.
+
+    Raises:
+        ValueError: ``name`` is registered twice.
+    """
+
+    def register(handler: Handler) -> Handler:
+        if name in COMMANDS:
+            raise ValueError(f"spx command {name!r} registered twice")
+        COMMANDS[name] = Command(name, help, configure or (lambda p: None), handler)
+        return handler
+
+    return register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``spx`` argument parser: one subparser per :data:`COMMANDS` entry, its handler in ``handler``."""
+    from spx import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="spx",
+        description="Measure when splitting a TP projection by token (+ all-gather) beats computing it replicated.",
+        epilog=epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"spx {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    rank = {name: i for i, name in enumerate(HELP_ORDER)}
+    for cmd in sorted(COMMANDS.values(), key=lambda c: rank.get(c.name, len(rank))):
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, epilog=epilog(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        cmd.configure(p)
+        p.set_defaults(handler=cmd.handler)
+    return parser

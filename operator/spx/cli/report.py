@@ -1,0 +1,186 @@
+"""``spx report DIR``: re-judge a finished (or partial) run, re-print its table, re-draw its plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from spx.analysis.judge import judge
+from spx.api import (
+    Environment,
+    ExperimentSpec,
+    ExperimentStatus,
+    KernelResult,
+    KernelStatus,
+    ResultSummary,
+    SpecError,
+    dump_model,
+    validate_spec,
+)
+from spx.cli.common import UsageError, add_output_option, emit, make_console, read_experiment, warn
+from spx.cli.documents import ReportDocument
+from spx.cli.registry import command
+from spx.exit_codes import EXIT_OK
+
+
+def draw_plot(
+    console: Console, kernel: KernelStatus, path: Path, *, name: str, gpu: str | None, gemm_backend: str | None,
+    gather_source: str | None, cpu: bool, gate_threshold: int | None,
+) -> None:
+    """Draw the crossover plot to ``path``; a failure is printed, never raised (a plot is a convenience)."""
+    from spx.plot import plot_crossover, plot_title
+
+    try:
+        plot_crossover(
+            kernel, path,
+            title=plot_title(name=name, gpu=gpu, gemm_backend=gemm_backend, gather_source=gather_source, cpu=cpu),
+            gate_threshold_tokens=gate_threshold,
+        )
+        console.print(f"plot: {path}", highlight=False, markup=False)
+    except Exception as exc:  # a plot is a convenience: never fail a run over it
+        console.print(f"[yellow]plot not drawn:[/] {type(exc).__name__}: {escape(str(exc))}", highlight=False)
+
+
+def gpu_label(env: Environment, cpu: bool) -> str | None:
+    """``8× NVIDIA H200``, ``CPU``, or ``None`` when unknown."""
+    if cpu:
+        return "CPU"
+    if env.gpu and env.gpu_count:
+        return f"{env.gpu_count}× {env.gpu}"
+    return env.gpu
+
+
+def table_title(name: str, env: Environment, gemm: str | None, gather: str | None, tp: int, cpu: bool) -> str:
+    """The report table's title: experiment, TP, where, GEMM backend, gather source."""
+    where = gpu_label(env, cpu) or "unknown GPU"
+    return f"{name}: TP{tp} on {where} · gemm {gemm or '?'} · gather {gather or '?'}"
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", help="a run's output directory (result.json and/or status.json), or one of those files")
+    p.add_argument("--experiment", metavar="FILE",
+                   help="judge against the gate of this experiment file instead of the recorded one (the "
+                        "measurement's TP and shapes are kept; a file that differs in them is warned about)")
+    p.add_argument("--threshold-tokens", type=int, metavar="N", help="override spec.gate.thresholdTokens")
+    p.add_argument("--plot", metavar="PATH", help="where to draw the plot (default: DIR/crossover.png)")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
+    add_output_option(p, "report.schema.json")
+
+
+def load_json(path: Path) -> Any:
+    """JSON of ``path``.
+
+    Raises:
+        UsageError: unreadable, not UTF-8, or not JSON.
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a UTF-8 text file") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not JSON: {exc}") from None
+
+
+def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source: str) -> list[str]:
+    """What ``--experiment`` would relabel: TP, the projection's shapes, the sweep (the measurement stays)."""
+    out = []
+    tp_m, tp_o = measured.parallelism.tensor_parallel_size, override.parallelism.tensor_parallel_size
+    if tp_m != tp_o:
+        out.append(f"{source} says tensorParallelSize {tp_o} but the run measured TP{tp_m}: the report keeps TP{tp_m} "
+                   "(the points were split over that many ranks); only the gate is taken from the file")
+    pm, po = measured.projection, override.projection
+    if (pm.hidden_size, pm.output_sizes, pm.weight_format, pm.activation_dtype) != (
+            po.hidden_size, po.output_sizes, po.weight_format, po.activation_dtype):
+        out.append(f"{source} describes a different projection ({po.hidden_size} → {po.output_sizes}, {po.weight_format}) "
+                   f"than the run measured ({pm.hidden_size} → {pm.output_sizes}, {pm.weight_format}): the "
+                   "points are still the measured shapes")
+    if measured.sweep.tokens != override.sweep.tokens:
+        out.append(f"{source} sweeps other token counts than the run measured: the report shows the measured ones")
+    return out
+
+
+@command("report", "Re-print the table and re-draw the plot of a finished run, re-running the analysis.", _report_args)
+def cmd_report(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from spx.api import describe_validation_error
+    from spx.report import print_report
+
+    target = Path(args.dir)
+    if not target.exists():
+        raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
+    directory = target if target.is_dir() else target.parent
+    result_path = target if target.is_file() and target.name != "status.json" else directory / "result.json"
+    status_path = target if target.is_file() and target.name == "status.json" else directory / "status.json"
+    override = read_experiment(args.experiment) if args.experiment else None
+
+    result: KernelResult | ResultSummary
+    source: Path
+    if result_path.is_file():
+        source = result_path
+        try:
+            result = KernelResult.model_validate(load_json(result_path))
+        except ValidationError as err:
+            raise SpecError(describe_validation_error(err), str(result_path)) from None
+        spec, env, name = result.spec, result.environment, result.experiment
+    elif status_path.is_file():
+        source = status_path
+        try:
+            status = ExperimentStatus.model_validate(load_json(status_path))
+        except ValidationError as err:
+            raise SpecError(describe_validation_error(err), str(status_path)) from None
+        if status.kernel is None or not status.kernel.points:
+            raise UsageError(f"{status_path} has no kernel points to report")
+        spec, env, name = ExperimentSpec(), status.environment or Environment(), directory.name
+        result = ResultSummary(points=status.kernel.points, environment=env, world_size=1,
+                               gemm_backend=status.kernel.gemm_backend or "?",
+                               gather_source=status.kernel.gather_source or "measured",
+                               timer=status.kernel.timer or "?", complete=status.phase != "Failed")
+        spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(
+            update={"tokens": [p.tokens for p in status.kernel.points]})})
+    else:
+        raise UsageError(f"no result.json or status.json in {directory}")
+    if not result.points:
+        raise UsageError(f"{source} has no points to report")
+    warnings: list[str] = []
+    if override is not None:
+        if isinstance(result, KernelResult):
+            warnings = relabel_warnings(spec, override.spec, args.experiment)
+        spec = spec.model_copy(update={"gate": override.spec.gate})
+        name = override.metadata.name
+    if args.threshold_tokens is not None:
+        raw = dump_model(spec)
+        raw["gate"]["thresholdTokens"] = args.threshold_tokens
+        spec = validate_spec(raw, source="gate with --threshold-tokens")
+    for w in warnings:
+        warn(w)
+
+    j = judge(result, spec)
+    cpu = (result.device if isinstance(result, KernelResult) else None) == "cpu" or env.device == "cpu"
+    if args.output != "text":
+        emit(ReportDocument(
+            experiment=name, source=str(source), partial=j.partial, verdict=j.verdict, measured_verdict=j.measured_verdict,
+            decided_reason=j.reason, reasons=j.reasons, kernel=j.kernel, environment=env, cpu=cpu, warnings=warnings,
+        ), args.output)
+        return EXIT_OK
+    console = make_console()
+    tp = spec.parallelism.tensor_parallel_size
+    kernel = j.kernel or KernelStatus()
+    print_report(
+        console, kernel, verdict=j.verdict, reasons=j.reasons,
+        title=table_title(name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
+        gate_threshold_tokens=spec.gate.threshold_tokens,
+        partial=(f"{len(result.points)} of {len(spec.sweep.tokens)} token counts" if j.partial else None),
+    )
+    if not args.no_plot and kernel.points:
+        draw_plot(console, kernel, Path(args.plot) if args.plot else directory / "crossover.png", name=name,
+                  gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend, gather_source=result.gather_source,
+                  cpu=cpu, gate_threshold=spec.gate.threshold_tokens)
+    return EXIT_OK

@@ -1,0 +1,46 @@
+"""The exit codes of every ``spx`` command, in one table (``docs/cli.md``, ``examples/gating/wait-for-verdict.sh``).
+
+====  ==================  =====================================================================================
+code  name                meaning
+====  ==================  =====================================================================================
+0     ``EXIT_OK``         the command did its job; for ``spx gate``: the experiment decided **Pass**
+1     ``EXIT_FAIL``       ``spx gate``: decided **Fail**; ``spx run``: the benchmark failed (a rank crashed,
+                          timed out, or the vLLM benches could not start); partial results are kept
+2     ``EXIT_UNDECIDED``  ``spx gate``: **Inconclusive**, not decided (yet), or decided without a verdict
+                          (InvalidSpec, BenchmarkFailed, InfraFailed)
+3     ``EXIT_USAGE``      usage or input error: a bad option, an invalid or unreadable experiment file, no such
+                          experiment or file, an output folder in use by another run, a run this machine cannot
+                          hold (memory) or that is GPU-sized on a CPU without ``--device cpu``
+4     ``EXIT_UNREACHABLE``  the cluster could not be reached or refused access (no kubeconfig, connection refused,
+                          TLS, 401/403, API server errors)
+130   ``EXIT_INTERRUPTED``  interrupted (SIGINT, Ctrl-C); 128 + 2, the shell's convention
+====  ==================  =====================================================================================
+
+Before this table, ``spx`` used 2 for usage errors as well; a pipeline that must tell "Inconclusive" from "you
+mistyped the name" now can.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXIT_UNDECIDED = 2
+EXIT_USAGE = 3
+EXIT_UNREACHABLE = 4
+EXIT_INTERRUPTED = 130
+
+#: ``(code, name, meaning)`` rows, as documented (``spx --help`` and docs/cli.md print them).
+TABLE: tuple[tuple[int, str, str], ...] = (
+    (EXIT_OK, "ok", "done; spx gate: Pass"),
+    (EXIT_FAIL, "fail", "spx gate: Fail; spx run: the benchmark failed (partial results kept)"),
+    (EXIT_UNDECIDED, "undecided", "spx gate: Inconclusive, not decided yet, or decided without a verdict"),
+    (EXIT_USAGE, "usage", "bad option or input: invalid/unreadable file, no such experiment, --out in use, "
+     "a run this machine cannot hold"),
+    (EXIT_UNREACHABLE, "unreachable", "the cluster could not be reached or refused access"),
+    (EXIT_INTERRUPTED, "interrupted", "interrupted (Ctrl-C)"),
+)
+
+
+def epilog() -> str:
+    """The exit-code table as plain text, for ``--help``."""
+    return "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, _, meaning in TABLE)

@@ -1,0 +1,214 @@
+"""Launching a local run's ranks through torch's elastic launcher (the library behind ``torchrun``).
+
+:func:`torch.distributed.launcher.api.elastic_launch` with a c10d rendezvous on ``localhost:0`` (the
+port is picked for us), ``max_restarts=0`` so the first failing rank ends the whole group (the agent
+sends SIGTERM, then SIGKILL after :data:`SHUTDOWN_TIMEOUT_S`), and every rank's entry point wrapped in
+:func:`torch.distributed.elastic.multiprocessing.errors.record`, which writes the exception and its
+traceback to that rank's error file (read by :mod:`spx.runner.forensics`).
+
+Logs: ``logs/rank<N>.stdout.log``, ``logs/rank<N>.stderr.log``, ``logs/rank<N>.error.json`` per rank and
+``logs/launcher.log`` (the agent's own log). torch is imported inside functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from spx.api import ExperimentSpec, KernelResult, PointResult
+
+POINTS_FILE = "points.partial.jsonl"
+LAUNCHER_LOG = "launcher.log"
+#: Loggers of the launcher whose records go to ``logs/launcher.log`` during a run.
+LAUNCHER_LOGGERS = ("torch.distributed", "torch.multiprocessing")
+#: Seconds the agent waits after SIGTERM before it SIGKILLs the remaining ranks.
+SHUTDOWN_TIMEOUT_S = 5
+#: ``module:function`` each rank runs (signature of ``spx.bench.kernel.run_kernel_bench``).
+BENCH_ENTRY = "spx.bench.kernel:run_kernel_bench"
+
+
+def _append_point(path: str, point: PointResult) -> None:
+    line = point.model_dump_json(by_alias=True) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+
+
+def _load_bench(entry: str) -> Callable[..., KernelResult | None]:
+    import importlib
+
+    module, _, attr = entry.partition(":")
+    fn: Callable[..., KernelResult | None] = getattr(importlib.import_module(module), attr)
+    return fn
+
+
+def _rank_main(spec_json: str, out_dir: str, experiment: str, bench: str) -> str | None:
+    """Entry point of one rank (env: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
+
+    Returns rank 0's :class:`KernelResult` as JSON, ``None`` on other ranks; raises on error
+    (``record`` writes the exception to this rank's error file for the parent).
+    """
+    from functools import partial
+
+    run_bench = _load_bench(bench)
+    spec = ExperimentSpec.model_validate_json(spec_json)
+    on_point = partial(_append_point, os.path.join(out_dir, POINTS_FILE))
+    result = run_bench(spec, experiment=experiment, on_point=on_point)
+    return None if result is None else result.model_dump_json(by_alias=True)
+
+
+def rank_entry(spec_json: str, out_dir: str, experiment: str, bench: str = BENCH_ENTRY) -> str | None:
+    """Picklable top-level entry point given to the launcher (``record``-wrapped at call time)."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    return record(_rank_main)(spec_json, out_dir, experiment, bench)
+
+
+def _supported_fields(cls: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` that are fields of dataclass ``cls`` (torch's launcher dataclasses
+    gain fields across versions: ``LaunchConfig.shutdown_timeout`` is torch >= 2.12, the GPU
+    images may run an older torch)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in values.items() if k in names}
+
+
+def _flat_logs_specs(log_dir: Path) -> Any:
+    """A ``LogsSpecs`` writing ``rank<N>.{stdout,stderr}.log`` and ``rank<N>.error.json`` flat in ``log_dir``."""
+    from torch.distributed.elastic.multiprocessing import LogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.api import LogsDest
+
+    class FlatLogsSpecs(LogsSpecs):
+        def __init__(self, root: Path) -> None:
+            super().__init__(log_dir=str(root), redirects=Std.ALL, tee=Std.NONE)
+            self._root = root
+
+        @property
+        def root_log_dir(self) -> str:
+            return str(self._root)
+
+        def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
+            self._root.mkdir(parents=True, exist_ok=True)
+            stdouts, stderrs, errors = {}, {}, {}
+            for local_rank, env in envs.items():
+                rank = env.get("RANK", str(local_rank))
+                stdouts[local_rank] = str(self._root / f"rank{rank}.stdout.log")
+                stderrs[local_rank] = str(self._root / f"rank{rank}.stderr.log")
+                errors[local_rank] = str(self._root / f"rank{rank}.error.json")
+                for p in (stdouts[local_rank], stderrs[local_rank], errors[local_rank]):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(p)
+                env["TORCHELASTIC_ERROR_FILE"] = errors[local_rank]
+            return LogsDest(
+                stdouts=stdouts, stderrs=stderrs, tee_stdouts={}, tee_stderrs={}, error_files=errors,
+                **_supported_fields(LogsDest, {
+                    "filtered_stdout": str(self._root / "filtered_stdout.log"),
+                    "filtered_stderr": str(self._root / "filtered_stderr.log"),
+                }),
+            )
+
+    return FlatLogsSpecs(log_dir)
+
+
+@contextlib.contextmanager
+def launcher_logging(log_dir: Path) -> Iterator[None]:
+    """Send the launcher's own log records to ``logs/launcher.log`` instead of the terminal.
+
+    torch attaches stderr handlers to its loggers; they are detached for the run (the agent's
+    "failed (exitcode: 1)" traceback dump would bury the one-line error) and restored after.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log_dir / LAUNCHER_LOG, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = []
+    for name in LAUNCHER_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, list(logger.handlers), logger.propagate, logger.level))
+        for h in list(logger.handlers):
+            logger.removeHandler(h)
+        logger.addHandler(handler)
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for logger, handlers, propagate, level in saved:
+            logger.removeHandler(handler)
+            for h in handlers:
+                logger.addHandler(h)
+            logger.propagate = propagate
+            logger.setLevel(level)
+        handler.close()
+
+
+@contextlib.contextmanager
+def launch_environment(device: str, nproc: int) -> Iterator[None]:
+    """Environment the ranks inherit: one OpenMP thread pool share per CPU rank; restored after.
+
+    Also saves and restores the signal handlers and ``TORCHELASTIC_SIGNALS_TO_HANDLE`` the elastic
+    agent installs in this process.
+    """
+    saved_env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "TORCHELASTIC_SIGNALS_TO_HANDLE")}
+    if device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    in_main = threading.current_thread() is threading.main_thread()
+    sigs = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT]
+    saved_handlers = {s: signal.getsignal(s) for s in sigs} if in_main else {}
+    if in_main:
+        from torch.distributed.elastic.multiprocessing.api import _terminate_process_handler
+
+        # From here on SIGTERM/SIGINT raise SignalException (as they will once the agent has started),
+        # so an interrupt or the timeout watchdog always goes through the agent's shutdown path.
+        for s in sigs:
+            signal.signal(s, _terminate_process_handler)
+    try:
+        yield
+    finally:
+        for s, h in saved_handlers.items():
+            signal.signal(s, h)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def launch_config(nproc: int, log_dir: Path) -> Any:
+    """The :class:`~torch.distributed.launcher.api.LaunchConfig` of a single-node run of ``nproc`` ranks."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"spx-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.2,
+        start_method="spawn",
+        logs_specs=_flat_logs_specs(log_dir),
+        **_supported_fields(LaunchConfig, {"shutdown_timeout": SHUTDOWN_TIMEOUT_S}),
+    )
+
+
+def launch(spec: ExperimentSpec, out: Path, nproc: int, experiment: str, bench: str) -> dict[int, Any]:
+    """Run ``bench`` on ``nproc`` ranks; returns the ranks' return values (rank 0: the result JSON).
+
+    Raises whatever the launcher raises: ``ChildFailedError`` (a rank failed), ``SignalException``
+    (SIGTERM/SIGINT reached the agent), ``KeyboardInterrupt``.
+    """
+    from torch.distributed.launcher.api import elastic_launch
+
+    returns = elastic_launch(launch_config(nproc, out / "logs"), rank_entry)(
+        spec.model_dump_json(by_alias=True), str(out), experiment, bench
+    )
+    return returns if isinstance(returns, dict) else {}

@@ -1,0 +1,285 @@
+"""Sizing and preflight of a local run, before any rank starts: device, rank count, time and memory.
+
+Pure arithmetic plus a few reads of the host (visible GPUs, ``/proc/meminfo``, the cgroup's memory
+limit, one short calibration GEMM on CPU). Everything here raises :class:`RunnerError` with the number
+that decided it, so ``spx run`` refuses a run this machine cannot hold instead of spawning ranks that
+run out of memory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from spx.analysis.threshold import next_multiple
+from spx.api import ExperimentSpec
+
+#: A spec whose ``kernel.device`` is ``auto`` and that would run on CPU (no GPU visible) runs there
+#: only when its estimated time is below this; otherwise it is GPU-sized and needs ``--device cpu``.
+CPU_AUTO_LIMIT_S = 120.0
+#: A sweep whose GEMMs add up to more than this (FLOPs per rank, warm-up and samples included) is GPU-sized
+#: whatever this CPU's speed: the V4.1 TP8 sweep is ~5e13, the CPU quickstart ~4e10. A machine-independent
+#: bound keeps the refusal deterministic (a time estimate alone moves 2-3× with the load of a shared host).
+GPU_SIZED_FLOPS = 1e12
+#: Resident memory of one rank before any tensor (a CPU torch process with gloo: ~300 MiB measured
+#: on torch 2.13; a CUDA context is larger but lives on the GPU).
+RANK_BASE_BYTES = 400 << 20
+#: Fraction of the available host memory a run may plan to use.
+MEMORY_HEADROOM = 0.8
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+class RunnerError(RuntimeError):
+    """The run could not be started: bad ``nproc``, no GPU for a CUDA spec, too large for this host."""
+
+
+def visible_gpus() -> int:
+    """Number of CUDA devices torch can see (0 without CUDA)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a bench dependency
+        return 0
+    try:
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception:  # pragma: no cover - broken driver: behave as CPU
+        return 0
+
+
+def resolve_device(spec: ExperimentSpec, gpus: int | None = None) -> str:
+    """``cuda`` or ``cpu``: ``spec.kernel.device`` with ``auto`` resolved by what is visible."""
+    if spec.kernel.device != "auto":
+        return spec.kernel.device
+    return "cuda" if (visible_gpus() if gpus is None else gpus) > 0 else "cpu"
+
+
+def default_nproc(spec: ExperimentSpec, gpus: int | None = None) -> int:
+    """Visible GPUs on CUDA, else 2 on CPU; capped at TP (fewer ranks than TP: the gather is modelled)."""
+    gpus = visible_gpus() if gpus is None else gpus
+    device = resolve_device(spec, gpus)
+    n = gpus if device == "cuda" else 2
+    return max(1, min(n, spec.parallelism.tensor_parallel_size))
+
+
+def check_nproc(spec: ExperimentSpec, nproc: int, device: str, gpus: int | None = None) -> int:
+    """Validate a requested rank count; returns it capped at TP.
+
+    Raises:
+        RunnerError: ``nproc < 1``, or a CUDA run with more ranks than visible GPUs.
+    """
+    if nproc < 1:
+        raise RunnerError(f"--nproc must be >= 1 (got {nproc})")
+    nproc = min(nproc, spec.parallelism.tensor_parallel_size)
+    if device == "cuda":
+        gpus = visible_gpus() if gpus is None else gpus
+        if gpus == 0:
+            raise RunnerError("spec.kernel.device is cuda but no CUDA GPU is visible on this host")
+        if nproc > gpus:
+            raise RunnerError(f"--nproc {nproc} ranks need {nproc} GPUs; only {gpus} visible")
+    return nproc
+
+
+@dataclass(frozen=True)
+class RunEstimate:
+    """What a sweep costs on this host, before it runs.
+
+    Attributes:
+        peak_rank_bytes: the largest point's peak memory of one rank (bytes), ``RANK_BASE_BYTES`` included.
+        peak_tokens: the token count that peak belongs to.
+        total_bytes: ``peak_rank_bytes × nproc``: what the host (CPU) must hold at once.
+        seconds: estimated wall time of the sweep (``None`` on CUDA: not estimated, GPUs are fast).
+        gflops: the calibrated CPU GEMM rate the time is based on (GFLOP/s over all cores; ``None`` on CUDA).
+    """
+
+    peak_rank_bytes: int
+    peak_tokens: int
+    total_bytes: int
+    seconds: float | None = None
+    gflops: float | None = None
+
+    def describe(self, nproc: int) -> str:
+        """e.g. ``≈ 25 min of GEMMs and ≈ 6.2 GiB (3.1 GiB per rank × 2, at 16384 tokens)``.
+
+        The time counts the GEMMs only (start-up, ~2-5 s on 2 cores, and the gathers come on top)."""
+        head = ""
+        if self.seconds is not None:
+            t = fmt_seconds(self.seconds)
+            head = f"{'' if t.startswith('<') else '≈ '}{t} of GEMMs and "
+        return (f"{head}≈ {fmt_bytes(self.total_bytes)} ({fmt_bytes(self.peak_rank_bytes)} per rank × {nproc}, "
+                f"at {self.peak_tokens:,} tokens)")
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes in binary units: ``3.1 GiB``."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n / 1024:.0f} KiB"
+
+
+def fmt_seconds(s: float) -> str:
+    """``< 1 s``, ``42 s``, ``25 min``, ``3.2 h``."""
+    if s < 1:
+        return "< 1 s"
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def point_bytes(spec: ExperimentSpec, tokens: int) -> int:
+    """Peak bytes one rank allocates at ``tokens`` (``M``), without :data:`RANK_BASE_BYTES`.
+
+    From :func:`spx.bench.kernel.build_candidates` and ``check_correctness``: ``X`` drawn in fp32 then
+    cast (``4·M·K + b·M·K``), the padded shard input (``b·M_pad·K``), the replicated output, the gathered
+    output, the gathered shards and their concatenation (``4 · b·M_pad·N``), and the fp32 comparison
+    copies (``3 · 4·M·N``); the FP8 weight with its dequantised copy (``N·K·(1 + b)``). ``b`` is the
+    activation dtype's size.
+    """
+    k, n = spec.projection.hidden_size, spec.projection.output_size
+    b = _DTYPE_BYTES.get(spec.projection.activation_dtype, 2)
+    m_pad = next_multiple(tokens, spec.parallelism.tensor_parallel_size)
+    return tokens * k * (4 + b) + m_pad * k * b + 4 * m_pad * n * b + 12 * tokens * n + n * k * (1 + b)
+
+
+def point_flops(spec: ExperimentSpec, tokens: int, nproc: int) -> float:
+    """GEMM FLOPs one rank runs for one point: ``(warmup + samples + 2)`` rounds of the replicated
+    ``2·M·K·N`` and the shard ``2·(M_pad/TP)·K·N``."""
+    k, n = spec.projection.hidden_size, spec.projection.output_size
+    tp = spec.parallelism.tensor_parallel_size
+    rows = next_multiple(tokens, tp) // tp
+    rounds = spec.kernel.warmup + spec.kernel.samples + 2
+    return float(rounds * (2 * tokens * k * n + 2 * rows * k * n))
+
+
+def calibrate_cpu_gflops(spec: ExperimentSpec, seconds: float = 0.3) -> float:
+    """GFLOP/s of ``spec``'s own projection GEMM (``[512, K] · [N, K]ᵀ`` in its activation dtype) on this
+    host's CPU with all threads: the median of the timed calls after one warm-up (a shared machine's
+    rate varies by 2-3× from second to second; the median of a few calls is what a sweep sees)."""
+    import statistics
+
+    import torch
+
+    dt = getattr(torch, spec.projection.activation_dtype)
+    k, n = spec.projection.hidden_size, spec.projection.output_size
+    rows = min(512, max(spec.sweep.tokens))
+    a, w = torch.randn(rows, k).to(dt), torch.randn(n, k).to(dt)
+    torch.nn.functional.linear(a, w)
+    times: list[float] = []
+    t0 = time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - t0 < seconds and len(times) < 50):
+        t = time.perf_counter()
+        torch.nn.functional.linear(a, w)
+        times.append(time.perf_counter() - t)
+    return 2 * rows * k * n / max(statistics.median(times), 1e-9) / 1e9
+
+
+def estimate(spec: ExperimentSpec, device: str, nproc: int, cpu_gflops: float | None = None) -> RunEstimate:
+    """Peak memory (and on CPU the time, at ``cpu_gflops``) of ``spec``'s sweep with ``nproc`` ranks.
+
+    Each rank gets ``1/nproc`` of the CPU's rate (the runner splits the threads evenly).
+    """
+    peak_tokens = max(spec.sweep.tokens, key=lambda t: point_bytes(spec, t))
+    peak = point_bytes(spec, peak_tokens) + RANK_BASE_BYTES
+    seconds = None
+    if device == "cpu" and cpu_gflops:
+        per_rank = cpu_gflops * 1e9 / nproc
+        seconds = sum(point_flops(spec, t, nproc) for t in spec.sweep.tokens) / per_rank
+    return RunEstimate(peak, peak_tokens, peak * nproc if device == "cpu" else peak, seconds, cpu_gflops)
+
+
+def host_memory_available() -> int | None:
+    """Bytes this process may still allocate: ``MemAvailable`` of ``/proc/meminfo``, capped by the
+    cgroup v2 limit (``memory.max − memory.current``) where one is set; ``None`` when unknown."""
+    avail: int | None = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            left = int(limit) - used
+            avail = left if avail is None else min(avail, left)
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def gpu_memory_bytes() -> int | None:
+    """Total memory of CUDA device 0 (bytes), ``None`` without CUDA."""
+    try:
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory) if torch.cuda.is_available() else None
+    except Exception:  # pragma: no cover - broken driver
+        return None
+
+
+def check_fits(
+    spec: ExperimentSpec, device: str, nproc: int, *, device_asked: bool, cpu_gflops: float | None = None,
+    available: int | None = None,
+) -> RunEstimate:
+    """Refuse, before spawning, a run this host cannot hold or that is GPU-sized on a CPU.
+
+    ``device_asked``: the user chose CPU explicitly (``--device cpu`` or ``spec.kernel.device: cpu``);
+    without it a CPU run whose GEMMs exceed :data:`GPU_SIZED_FLOPS` or whose time estimate exceeds
+    :data:`CPU_AUTO_LIMIT_S` is refused.
+
+    Raises:
+        RunnerError: the memory estimate exceeds ``MEMORY_HEADROOM`` of the available memory, or the spec
+            is GPU-sized and CPU was not asked for. The message gives the estimate and the fix.
+    """
+    if device == "cpu" and cpu_gflops is None:
+        cpu_gflops = calibrate_cpu_gflops(spec)
+    est = estimate(spec, device, nproc, cpu_gflops)
+    largest = max(spec.sweep.tokens)
+    if device == "cpu":
+        avail = host_memory_available() if available is None else available
+        if avail is not None and est.total_bytes > MEMORY_HEADROOM * avail:
+            raise RunnerError(
+                f"the sweep needs {est.describe(nproc)} of memory, more than this host can hold "
+                f"({fmt_bytes(avail)} available): lower spec.sweep.tokens (largest {largest:,}) or --nproc"
+            )
+        flops = sum(point_flops(spec, t, nproc) for t in spec.sweep.tokens)
+        too_slow = est.seconds is not None and est.seconds > CPU_AUTO_LIMIT_S
+        if not device_asked and (too_slow or flops > GPU_SIZED_FLOPS):
+            raise RunnerError(
+                f"no GPU is visible and this experiment is sized for GPUs (hiddenSize "
+                f"{spec.projection.hidden_size}, {len(spec.sweep.tokens)} token counts up to {largest:,}): on this "
+                f"CPU it would take {est.describe(nproc)}. Pass --device cpu (or set spec.kernel.device: cpu) to "
+                "run it on CPU anyway (a smoke run: CPU timings say nothing about GPUs), or try "
+                "examples/quickstart.yaml"
+            )
+    else:
+        total = gpu_memory_bytes() if available is None else available
+        if total is not None and est.peak_rank_bytes > MEMORY_HEADROOM * total:
+            raise RunnerError(
+                f"a rank needs ≈ {fmt_bytes(est.peak_rank_bytes)} of GPU memory at {est.peak_tokens:,} tokens, more "
+                f"than the GPU holds ({fmt_bytes(total)}): lower spec.sweep.tokens (largest {largest:,})"
+            )
+    return est
+
+
+def preflight(spec: ExperimentSpec, device: str, nproc: int) -> list[str]:
+    """:func:`spx.bench.kernel.preflight`: the backend, gather and timer this host can run.
+
+    Raises:
+        RunnerError: a backend, gather or timer the device cannot run, or vLLM missing.
+    """
+    from spx.bench.kernel import preflight as bench_preflight
+
+    try:
+        return bench_preflight(spec, device, nproc)
+    except (ValueError, RuntimeError) as exc:
+        raise RunnerError(str(exc)) from None
+
+
+__all__ = [
+    "CPU_AUTO_LIMIT_S", "RunEstimate", "RunnerError", "check_fits", "check_nproc", "default_nproc", "estimate",
+    "host_memory_available", "point_bytes", "preflight", "resolve_device", "visible_gpus",
+]

@@ -1,0 +1,57 @@
+"""spx.runner.sizing: the memory/time estimate that refuses a run before any rank starts (pure arithmetic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spx.api import ExperimentSpec
+from spx.runner.sizing import CPU_AUTO_LIMIT_S, RANK_BASE_BYTES, RunnerError, check_fits, estimate, point_bytes
+
+GiB = 1 << 30
+
+
+def spec(tokens: list[int], device: str = "auto", hidden: int = 5120, outputs: list[int] | None = None) -> ExperimentSpec:
+    return ExperimentSpec.model_validate({
+        "sweep": {"tokens": tokens}, "kernel": {"device": device},
+        "projection": {"hiddenSize": hidden, "outputSizes": outputs or [1280, 512]},
+    })
+
+
+def test_point_bytes_counts_activations_outputs_and_copies() -> None:
+    s = spec([1024])
+    k, n, m = 5120, 1792, 1024
+    expected = m * k * 6 + m * k * 2 + 4 * m * n * 2 + 12 * m * n + n * k * 3
+    assert point_bytes(s, 1024) == expected
+    assert point_bytes(s, 2048) > 2 * point_bytes(s, 1024) - n * k * 3 - 1  # linear in M, plus the weight
+
+
+def test_ten_million_tokens_need_hundreds_of_gib() -> None:
+    est = estimate(spec([8, 10_000_000]), "cpu", 2)
+    assert est.peak_tokens == 10_000_000 and est.total_bytes > 400 * GiB
+    assert est.total_bytes == 2 * est.peak_rank_bytes and est.peak_rank_bytes > RANK_BASE_BYTES
+
+
+def test_refused_with_the_number_when_memory_is_short() -> None:
+    with pytest.raises(RunnerError, match=r"GiB .* more than this host can hold \(16.0 GiB available\)"):
+        check_fits(spec([8, 10_000_000], "cpu"), "cpu", 2, device_asked=True, cpu_gflops=100.0, available=16 * GiB)
+
+
+def test_gpu_sized_spec_needs_cpu_to_be_asked_for() -> None:
+    s = spec([6, 1024, 4096, 16384])
+    slow = 1.0  # GFLOP/s: the estimate is far over the limit
+    with pytest.raises(RunnerError, match="sized for GPUs.*--device cpu"):
+        check_fits(s, "cpu", 2, device_asked=False, cpu_gflops=slow, available=512 * GiB)
+    est = check_fits(s, "cpu", 2, device_asked=True, cpu_gflops=slow, available=512 * GiB)
+    assert est.seconds is not None and est.seconds > CPU_AUTO_LIMIT_S
+
+
+def test_small_spec_runs_on_cpu_without_asking() -> None:
+    est = check_fits(spec([8, 32], hidden=256, outputs=[128]), "cpu", 2, device_asked=False, cpu_gflops=10.0,
+                     available=8 * GiB)
+    assert est.seconds is not None and est.seconds < CPU_AUTO_LIMIT_S
+
+
+def test_gpu_memory_check() -> None:
+    with pytest.raises(RunnerError, match="GPU memory"):
+        check_fits(spec([8, 10_000_000]), "cuda", 8, device_asked=False, available=141 * GiB)
+    assert check_fits(spec([8, 16384]), "cuda", 8, device_asked=False, available=141 * GiB).seconds is None
