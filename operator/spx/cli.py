@@ -39,6 +39,7 @@ from spx.api import (
     dump_model,
     load_experiment,
     validate_spec,
+    wire,
 )
 from spx.api.accuracy import AccuracyStatus
 from spx.api.base import utc_now
@@ -302,7 +303,7 @@ def _round_point(p: KernelPoint, digits: int) -> KernelPoint:
 
 
 def _compact(model: Any) -> str:
-    return json.dumps(dump_model(model), separators=(",", ":"), ensure_ascii=False)
+    return wire.dumps(dump_model(model))
 
 
 def _clip(text: str, n: int) -> str:
@@ -399,8 +400,7 @@ def write_summary(path: str, text: str) -> None:
 
 
 def _emit_jsonl(stream: TextIO, kind: str, payload: Any) -> None:
-    stream.write(json.dumps({"kind": kind, kind: payload}, separators=(",", ":")) + "\n")
-    stream.flush()
+    wire.write_line(stream, kind, payload)
 
 
 def _draw_plot(
