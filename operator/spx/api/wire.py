@@ -125,7 +125,9 @@ def parse_summary(message: str | None) -> tuple[dict[str, Any] | None, str | Non
     except NonStandardJSON as err:
         return None, f"termination message: {err}; starts {excerpt(message)}"
     except json.JSONDecodeError as err:
-        cut = f" (at the {SUMMARY_MAX_BYTES}-byte limit, so the kubelet truncated it)" if size >= SUMMARY_MAX_BYTES else ""
+        # (within a UTF-8 character of the limit: a cut may drop a partial character)
+        at_limit = size > SUMMARY_MAX_BYTES - 4
+        cut = f" (at the {SUMMARY_MAX_BYTES}-byte limit, so the kubelet truncated it)" if at_limit else ""
         return None, f"termination message: not JSON{cut}: {err.msg} at char {err.pos}; starts {excerpt(message)}"
     if not isinstance(doc, dict):
         return None, f"termination message: expected a JSON object, got {type(doc).__name__}"
