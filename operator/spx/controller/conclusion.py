@@ -381,10 +381,13 @@ def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Ma
         events: tuple[Event, ...] = (("Normal", "Running", step.message),) if status.phase != "Running" else ()
         after: tuple[Action, ...] = ()
         if obs.state == "running" and obs.pod is not None and o.progress_interval_s > 0:
-            due = o.progress_read_at is None or (o.now - o.progress_read_at).total_seconds() >= o.progress_interval_s
-            if due:
+            # Read the log every progress_interval_s of running (not at once: a short run needs no progress).
+            since = o.progress_read_at or cond.parse_time((obs.pod.get("status") or {}).get("startTime")) or o.now
+            wait = o.progress_interval_s - (o.now - since).total_seconds()
+            if wait <= 0:
                 after = (ReadProgress(str(_meta(obs.pod).get("name")), str(_meta(obs.pod).get("uid"))),)
-            recheck = min(recheck or o.progress_interval_s, o.progress_interval_s)
+                wait = o.progress_interval_s
+            recheck = min(recheck or wait, wait)
         return Decision(obs.state, cond.apply_step(base, step, nows, gen), events, after=after, requeue_after_s=recheck)
     # The run ended (succeeded or failed): read what it left, then decide.
     if o.results is None:

@@ -103,7 +103,7 @@ class OperatorSettings(BaseSettings):
                                      "first delay after a 409 Conflict; doubles per conflict, full jitter",
                                      default=0.2, gt=0)
     conflict_backoff_max_s: float = _env("SPX_CONFLICT_BACKOFF_MAX_SECONDS", "cap of the conflict backoff, s",
-                                         default=30.0, gt=0)
+                                         default=10.0, gt=0)
     log_every_event: bool = _env("SPX_LOG_EVERY_EVENT", "log kopf's per-event handler lines at INFO", default=False)
     extra_env: dict[str, str] = Field(default_factory=dict,
                                       description=f"environment of the bench container [{BENCH_ENV_PREFIX}<NAME>]")

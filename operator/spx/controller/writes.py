@@ -70,7 +70,7 @@ class Backoff:
     """
 
     base_s: float = 0.2
-    cap_s: float = 30.0
+    cap_s: float = 10.0
     rng: Callable[[], float] = random.random
     _attempts: dict[Any, int] = field(default_factory=dict)
 

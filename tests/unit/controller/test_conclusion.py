@@ -35,6 +35,7 @@ from .world import (
     pod,
     python_json_line,
     running_status,
+    ts,
 )
 
 LOG, SUMMARY = bench_outputs()
@@ -160,12 +161,18 @@ def test_fm6_points_measured_before_a_node_loss_are_kept() -> None:
 
 
 def test_fm6_the_log_of_a_running_pod_is_read_while_it_runs() -> None:
-    o = observed(status=running_status(), jobs=[job()], pods=[pod("Running", running=True)], progress_interval_s=30)
+    running = pod("Running", running=True)
+    running["status"]["startTime"] = ts(0)
+    o = observed(status=running_status(), jobs=[job()], pods=[running], progress_interval_s=30,
+                 now=T0 + dt.timedelta(seconds=10))
     d = c.conclude(o)
+    assert d.after == () and d.requeue_after_s == pytest.approx(20)  # running 10 s: first read at 30 s
+    d = c.conclude(replace(o, now=T0 + dt.timedelta(seconds=31)))
     assert [type(a) for a in d.after] == [c.ReadProgress] and d.requeue_after_s == 30
-    recent = c.conclude(replace(o, progress_read_at=T0 - dt.timedelta(seconds=5), progress_log=PARTIAL_LOG))
-    assert recent.after == ()  # read 5 s ago: not yet again
-    assert c.conclude(replace(o, progress_interval_s=0)).after == ()
+    recent = c.conclude(replace(o, now=T0 + dt.timedelta(seconds=40), progress_read_at=T0 + dt.timedelta(seconds=35),
+                                progress_log=PARTIAL_LOG))
+    assert recent.after == () and recent.requeue_after_s == pytest.approx(25)  # read 5 s ago: not yet again
+    assert c.conclude(replace(o, progress_interval_s=0, now=T0 + dt.timedelta(seconds=99))).after == ()
 
 
 # FM7: the Job decided before its pod ended — a matrix of (Job condition) × (pod state) -------------------
