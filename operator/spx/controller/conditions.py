@@ -95,7 +95,7 @@ def get_condition(conditions: Sequence[Condition], type_: str) -> Condition | No
 
 @dataclass(frozen=True)
 class Step:
-    """What the reconciler observed, as the inputs of a status transition.
+    """What the decision step observed, as the inputs of a status transition.
 
     ``scheduled``/``completed``/``decided`` are ``(status, reason, message)`` triples; ``None`` keeps
     the condition as it is.

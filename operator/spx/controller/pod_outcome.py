@@ -1,7 +1,7 @@
 """Classify the state of a bench Job and its pods: still going, succeeded, or failed — and whose fault.
 
 Pure: takes the Job and pod manifests as the API server returns them, the current time and the
-operator's timeouts. The reconciler acts on the :class:`Observation`.
+operator's timeouts. The decision step (:mod:`spx.controller.conclusion`) acts on the :class:`Observation`.
 
 How each failure class is told apart:
 
@@ -39,7 +39,7 @@ NODE_POD_REASONS = frozenset({"Evicted", "Preempting", "Shutdown", "NodeShutdown
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Limits on a run's pod problems (the defaults of :class:`~spx.controller.config.OperatorConfig`).
+    """Limits on a run's pod problems (the defaults of :class:`~spx.controller.settings.OperatorSettings`).
 
     ``schedule_timeout_s``: seconds a pod may stay Unschedulable; ``image_pull_timeout_s``: seconds of
     image-pull / container-creation errors; ``max_disruptions``: evictions retried before InfraFailed.

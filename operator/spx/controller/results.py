@@ -1,7 +1,7 @@
 """Read what a bench pod produced: its termination message (summary) and its log (JSON lines).
 
 Pure: strings in, validated models and a list of human-readable problems out. Nothing is
-discarded here; the reconciler stores the raw inputs next to whatever validated.
+discarded here; the decision step keeps the raw inputs (the result ConfigMap) next to whatever validated.
 
 The bench writes (``spx run … --summary-file /dev/termination-log --jsonl``):
 
