@@ -2,12 +2,12 @@
 
 By concern:
 
-- :mod:`~spx.controller.conclusion` — the pure decision step: (spec, status, observed Job/pods,
+- :mod:`~spx.controller.conclusion` (over :mod:`~spx.controller.decision`, :mod:`~spx.controller.finish`) — the pure decision step: (spec, status, observed Job/pods,
   collected results, now) → (new status, events, actions); table-tested.
 - :mod:`~spx.controller.reactor` — carries decisions out: :mod:`~spx.controller.store` (the
   mirror, corrected by re-lists from the API server), :mod:`~spx.controller.workqueue`, backoff;
 - :mod:`~spx.controller.admission` — the concurrency limit (pure);
-- :mod:`~spx.controller.writes` — the API writes (409 backs off with jitter, 422 is terminal);
+- :mod:`~spx.controller.writes` — the API writes (409 backs off with jitter, 422 is terminal); :mod:`~spx.controller.reads` the reads;
 - :mod:`~spx.controller.manifests`, :mod:`~spx.controller.result_configmap` — pure builders;
 - :mod:`~spx.controller.pod_outcome`, :mod:`~spx.controller.results`, :mod:`~spx.controller.conditions`
   — pure readings of pods, outputs and statuses;

@@ -9,8 +9,12 @@ otherwise count no running Jobs and exceed the limit.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+
+from spx.controller.manifests import LABEL_GENERATION
+from spx.controller.pod_outcome import job_finished
+from spx.controller.store import Store, deleting, generation, meta
 
 Key = tuple[str, str]  # (namespace, experiment name)
 
@@ -45,3 +49,26 @@ def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key],
     if key not in queue:
         queue.append(key)
     return Verdict(queue.index(key) < free, len(active))
+
+
+def active(store: Store, reserved: Iterable[Key] = ()) -> set[Key]:
+    """Experiments holding a slot: an unfinished Job of their current generation, or a reservation."""
+    out = set(reserved)
+    for job in store.jobs.values():
+        if job_finished(job) or deleting(job):
+            continue
+        key = store.experiment_of_job(job)
+        exp = store.experiments.get(key) if key is not None else None
+        if key is not None and (meta(job).get("labels") or {}).get(LABEL_GENERATION) == str(generation(exp or {})):
+            out.add(key)
+    return out
+
+
+def waiting(store: Store) -> list[Key]:
+    """Experiments the operator queued for the current generation, oldest first (FIFO admission)."""
+    rows = []
+    for key, exp in store.experiments.items():
+        st = exp.get("status") or {}
+        if st.get("phase") == "Queued" and not st.get("jobName") and st.get("observedGeneration") == meta(exp).get("generation"):
+            rows.append((str(meta(exp).get("creationTimestamp") or ""), key))
+    return [k for _, k in sorted(rows)]

@@ -214,6 +214,23 @@ def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int 
     return "InfraFailed", "PodFailed", f"pod {name}: {why}", None
 
 
+def job_finished(job: Mapping[str, Any]) -> bool:
+    """The Job has its final ``Complete`` or ``Failed`` condition (the Job controller is done with it)."""
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            return True
+    return False
+
+
+def job_ending(job: Mapping[str, Any]) -> bool:
+    """``FailureTarget``/``SuccessCriteriaMet`` is set: the Job controller is terminating its pods
+    (their grace period) and will set the final condition — do not delete it meanwhile."""
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("FailureTarget", "SuccessCriteriaMet") and c.get("status") == "True":
+            return True
+    return False
+
+
 def _job_owned_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     uid = (job.get("metadata") or {}).get("uid")
     name = (job.get("metadata") or {}).get("name")

@@ -34,12 +34,10 @@ from spx.controller import conclusion as c
 from spx.controller import conditions as cond
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.manifests import (
-    CONTAINER_NAME,
-    LABEL_EXPERIMENT_UID,
-    LABEL_GENERATION,
     MANAGED_SELECTOR,
     BenchOptions,
 )
+from spx.controller.reads import Reads
 from spx.controller.settings import OperatorSettings
 from spx.controller.store import Key, Store, deleting, generation, meta
 from spx.controller.workqueue import WorkQueue
@@ -78,18 +76,19 @@ class Reactor:
     synced: bool = False
     last_reconcile: float = 0.0
     writes: Writes = field(init=False)
+    reads: Reads = field(init=False)
     backoff: Backoff = field(init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _reserved: set[Key] = field(default_factory=set)
     _failures: dict[Key, int] = field(default_factory=dict)
     _own_writes: set[tuple[str, str, str, str]] = field(default_factory=set)
-    _pods_listed: set[str] = field(default_factory=set)
     _specs: dict[tuple[str, int], ExperimentSpec | SpecError] = field(default_factory=dict)
     _progress: dict[str, tuple[dt.datetime, str]] = field(default_factory=dict)
     _unwritable: dict[tuple[Key, int], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.writes = Writes(self.client, lambda: cond.now_rfc3339(self.clock()))
+        self.reads = Reads(self.client, self.store, self.settings.log_limit_bytes)
         self.backoff = Backoff(self.settings.conflict_backoff_s, self.settings.conflict_backoff_max_s)
 
     # Lifecycle ----------------------------------------------------------------------------------------
@@ -135,7 +134,7 @@ class Reactor:
             for gone in self.store.reconcile_list(kind, items, rv):
                 logger.info("%s %s/%s is gone from the API server; dropped from the store", kind,
                             meta(gone).get("namespace"), meta(gone).get("name"))
-        self._pods_listed.update(self.store.job_by_uid)
+        self.reads.listed.update(self.store.job_by_uid)
         if not self.synced:
             self.synced = True
             logger.info("listed %d experiments and %d Jobs: admission open", len(self.store.experiments),
@@ -240,24 +239,11 @@ class Reactor:
     # Admission ----------------------------------------------------------------------------------------
 
     def active_keys(self) -> set[Key]:
-        """Experiments holding a slot: an unfinished Job of their current generation, or a reservation."""
-        active = set(self._reserved)
-        for job in self.store.jobs.values():
-            if c.job_finished(job) or deleting(job):
-                continue
-            key = self.store.experiment_of_job(job)
-            exp = self.store.experiments.get(key) if key is not None else None
-            if key is not None and (meta(job).get("labels") or {}).get(LABEL_GENERATION) == str(generation(exp or {})):
-                active.add(key)
-        return active
+        """Experiments holding a slot (see :func:`spx.controller.admission.active`)."""
+        return admission.active(self.store, self._reserved)
 
     def _waiting(self) -> list[Key]:
-        rows = []
-        for key, exp in self.store.experiments.items():
-            st = exp.get("status") or {}
-            if st.get("phase") == "Queued" and not st.get("jobName") and st.get("observedGeneration") == meta(exp).get("generation"):
-                rows.append((str(meta(exp).get("creationTimestamp") or ""), key))
-        return [k for _, k in sorted(rows)]
+        return admission.waiting(self.store)
 
     def _admit(self, key: Key) -> c.Admission:
         limit = self.settings.max_concurrent
@@ -320,10 +306,10 @@ class Reactor:
             return "deleted"
         if (key, o.generation) in self._unwritable:
             return "status-unwritable"
-        unlisted = [j for j in o.jobs if str(meta(j).get("uid")) not in self._pods_listed]
+        unlisted = [j for j in o.jobs if str(meta(j).get("uid")) not in self.reads.listed]
         if unlisted:  # the pod watch may not have delivered them yet (restart): list once
             for job in unlisted:
-                await self._list_pods(key[0], o.uid, str(meta(job).get("uid")))
+                await self.reads.pods(key[0], o.uid, str(meta(job).get("uid")))
             o = self.observed(key) or o
         try:
             for _ in range(MAX_QUESTIONS):
@@ -353,7 +339,7 @@ class Reactor:
                 job.setdefault("apiVersion", "batch/v1")
                 job.setdefault("kind", "Job")
                 self.store.put_job(job)
-                await self._list_pods(namespace, o.uid, str(meta(job).get("uid")))
+                await self.reads.pods(namespace, o.uid, str(meta(job).get("uid")))
                 return {}
             return {"job_gone": True}
         if isinstance(need, c.CreateJob):
@@ -362,57 +348,16 @@ class Reactor:
                 return {"creation": refusal}
             self.store.put_job(job)
             self._wrote("Job", job)
-            self._pods_listed.add(str(meta(job).get("uid")))
+            self.reads.listed.add(str(meta(job).get("uid")))
             return {}
         if isinstance(need, c.FetchFailedCreate):
             job = self.store.jobs.get((namespace, need.job))
-            return {"failed_create": await self._failed_create(namespace, job) if job else ""}
+            return {"failed_create": await self.reads.failed_create(namespace, job) if job else ""}
         if isinstance(need, c.ReadResults):
             # (StoreResult re-reads the owner from the API server before the ConfigMap is written.)
-            log = await self._read_log(namespace, need.pod) if need.pod else None
+            log = await self.reads.log(namespace, need.pod) if need.pod else None
             return {"results": c.Results(log=log, progress_log=o.progress_log)}
         raise TypeError(f"unknown need {need!r}")
-
-    async def _list_pods(self, namespace: str, experiment_uid: str, job_uid: str) -> None:
-        items = (await self.client.get(resource_path("v1", "pods", namespace),
-                                       params={"labelSelector": f"{LABEL_EXPERIMENT_UID}={experiment_uid}"})).get("items") or []
-        for pod in items:
-            pod.setdefault("apiVersion", "v1")
-            pod.setdefault("kind", "Pod")
-            self.store.put_pod(pod)
-        self._pods_listed.add(job_uid)
-
-    async def _failed_create(self, namespace: str, job: Mapping[str, Any]) -> str:
-        uid = meta(job).get("uid")
-        try:
-            items = (await self.client.get(resource_path("v1", "events", namespace), params={
-                "fieldSelector": f"involvedObject.uid={uid},reason=FailedCreate"})).get("items") or []
-        except (TimeoutError, ApiError, OSError) as err:
-            logger.info("could not list the events of Job %s/%s: %s", namespace, meta(job).get("name"), err)
-            return ""
-        items = [e for e in items if e.get("reason") == "FailedCreate" and (e.get("involvedObject") or {}).get("uid") == uid]
-        if not items:
-            return ""
-        latest = max(items, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp")
-                                              or meta(e).get("creationTimestamp") or ""))
-        return f"FailedCreate: {latest.get('message') or latest.get('note') or ''}".rstrip(": ")
-
-    async def _read_log(self, namespace: str, pod: str) -> str | None:
-        limit = self.settings.log_limit_bytes
-        try:
-            text: str = await self.client.pod_log(namespace, pod, CONTAINER_NAME, limit)
-        except (ApiError, TimeoutError, OSError) as err:
-            logger.info("could not read the log of pod %s/%s: %s", namespace, pod, err)
-            return None
-        if len(text.encode()) >= limit:  # the result line is the last one: fetch the tail too
-            try:
-                tail: str = await self.client.request(
-                    "GET", resource_path("v1", "pods", namespace, pod, "log"),
-                    params={"container": CONTAINER_NAME, "tailLines": "20"}, text=True)
-                text = text + "\n" + tail
-            except (ApiError, TimeoutError, OSError):
-                pass
-        return text
 
     async def _carry_out(self, key: Key, o: c.Observed, d: c.Decision) -> str | None:
         """Effects before, the status, effects after; a string ends the reconcile with that outcome."""
@@ -484,7 +429,7 @@ class Reactor:
                 return "deleted"
             await self.writes.configmap(action.manifest)
         elif isinstance(action, c.ReadProgress):
-            text = await self._read_log(namespace, action.pod)
+            text = await self.reads.log(namespace, action.pod)
             if text is not None:
                 self._progress[action.pod_uid] = (o.now, text)
                 if len(self._progress) > 10_000:
