@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -115,9 +115,10 @@ class Reactor:
         """Names of the reactor's background tasks that have ended (they never should)."""
         return [t.get_name() for t in self._tasks if t.done()]
 
-    async def _list(self, api_version: str, plural: str, selector: str | None) -> tuple[list[dict[str, Any]], str | None]:
+    async def _list(self, api_version: str, plural: str, selector: str | None,
+                    namespace: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
         params = {"labelSelector": selector} if selector else None
-        doc = await self.client.get(resource_path(api_version, plural, None), params=params)
+        doc = await self.client.get(resource_path(api_version, plural, namespace), params=params)
         kind = {"jobs": "Job", "pods": "Pod"}.get(plural, KIND)
         items = doc.get("items") or []
         for item in items:
@@ -125,15 +126,34 @@ class Reactor:
             item.setdefault("kind", kind)
         return items, (doc.get("metadata") or {}).get("resourceVersion")
 
-    async def resync(self) -> None:
-        """List experiments, then Jobs and pods, from the API server; correct the store; reconcile all."""
+    def _scopes(self) -> list[str | None]:
+        """Where to list: each watched namespace (``SPX_WATCH_NAMESPACES`` without glob patterns), else
+        the whole cluster (None)."""
+        names = self.settings.watch_namespaces
+        if names and not any(ch in n for n in names for ch in "*?[!"):
+            return list(names)
+        return [None]
+
+    async def _relist(self, scopes: Sequence[str | None]) -> None:
         for kind, api, plural, selector in (("experiment", EXPERIMENT_API, PLURAL, None),
                                             ("job", "batch/v1", "jobs", MANAGED_SELECTOR),
                                             ("pod", "v1", "pods", MANAGED_SELECTOR)):
-            items, rv = await self._list(api, plural, selector)
-            for gone in self.store.reconcile_list(kind, items, rv):
-                logger.info("%s %s/%s is gone from the API server; dropped from the store", kind,
-                            meta(gone).get("namespace"), meta(gone).get("name"))
+            for ns in scopes:
+                items, rv = await self._list(api, plural, selector, ns)
+                for gone in self.store.reconcile_list(kind, items, rv, namespaces=None if ns is None else [ns]):
+                    logger.info("%s %s/%s is gone from the API server; dropped from the store", kind,
+                                meta(gone).get("namespace"), meta(gone).get("name"))
+
+    async def resync(self) -> None:
+        """List experiments, then Jobs and pods, from the API server; correct the store; reconcile all."""
+        scopes = self._scopes()
+        try:
+            await self._relist(scopes)
+        except ApiError as err:
+            if err.code != 403 or scopes != [None]:
+                raise
+            # Namespaced RBAC and namespace patterns: the namespaces seen so far, one by one.
+            await self._relist(sorted({k[0] for k in self.store.experiments}))
         self.reads.listed.update(self.store.job_by_uid)
         if not self.synced:
             self.synced = True
@@ -247,6 +267,8 @@ class Reactor:
 
     def _admit(self, key: Key) -> c.Admission:
         limit = self.settings.max_concurrent
+        if limit <= 0 and self.synced:  # no limit: no need to count (O(experiments + Jobs))
+            return c.Admission(True, 0, 0, True)
         v = admission.admit(key, limit, self.active_keys(), self._waiting(), self.synced)
         if v.admitted:
             self._reserved.add(key)

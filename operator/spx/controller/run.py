@@ -64,7 +64,10 @@ def run_operator(args: argparse.Namespace) -> int:
     from spx.controller.settings import load_settings
 
     try:
-        settings = load_settings(**{field: getattr(args, opt, None) for opt, field in _OPTIONS.items()})
+        overrides = {field: getattr(args, opt, None) for opt, field in _OPTIONS.items()}
+        if args.namespaces and not args.all_namespaces:
+            overrides["watch_namespaces"] = tuple(args.namespaces)
+        settings = load_settings(**overrides)
     except ValueError as err:
         print(f"spx operator: {err}")
         return 2

@@ -104,6 +104,11 @@ class OperatorSettings(BaseSettings):
                                      default=0.2, gt=0)
     conflict_backoff_max_s: float = _env("SPX_CONFLICT_BACKOFF_MAX_SECONDS", "cap of the conflict backoff, s",
                                          default=10.0, gt=0)
+    watch_namespaces: Annotated[tuple[str, ...], NoDecode] = _env(
+        "SPX_WATCH_NAMESPACES",
+        "namespaces the operator watches (comma- or space-separated; empty = all); its own re-lists stay "
+        "inside them, so namespaced RBAC (a Role per namespace) suffices — `spx operator -n` sets it",
+        default=())
     log_every_event: bool = _env("SPX_LOG_EVERY_EVENT", "log kopf's per-event handler lines at INFO", default=False)
     extra_env: dict[str, str] = Field(default_factory=dict,
                                       description=f"environment of the bench container [{BENCH_ENV_PREFIX}<NAME>]")
@@ -115,6 +120,13 @@ class OperatorSettings(BaseSettings):
             if not value.strip():
                 raise PydanticUseDefault()
             return tuple(value.split())
+        return value
+
+    @field_validator("watch_namespaces", mode="before")
+    @classmethod
+    def _split_namespaces(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(n for n in value.replace(",", " ").split() if n)
         return value
 
     @field_validator("bench_service_account", "bench_shm_size", "kube_server", "kube_token", "kube_namespace",

@@ -58,24 +58,27 @@ def job_of(cluster: Cluster, exp: dict[str, Any]) -> dict[str, Any]:
     return cluster.create("batch/v1", "jobs", NS, manifest)
 
 
-def test_fm1_a_job_deleted_behind_a_broken_watch_is_found_gone_by_the_resync(cluster: Cluster) -> None:
-    exp = cluster.apply("fm1", SPEC)
+@pytest.mark.parametrize("namespaces", [(), (NS,)], ids=["cluster-wide", "namespaced"])
+def test_fm1_a_job_deleted_behind_a_broken_watch_is_found_gone_by_the_resync(cluster: Cluster,
+                                                                             namespaces: tuple[str, ...]) -> None:
+    name = f"fm1-{len(namespaces)}"
+    exp = cluster.apply(name, SPEC)
     job_of(cluster, exp)
 
     async def scenario() -> tuple[str, str, str]:
-        r = reactor(cluster)
+        r = reactor(cluster, watch_namespaces=namespaces)
         await r.resync()  # the store now holds the experiment and its Job
-        first = await r.reconcile((NS, "fm1"))
-        cluster.delete("batch/v1", "jobs", NS, "fm1-g1")  # … and the watch never says so (410, re-list)
-        stale = await r.reconcile((NS, "fm1"))
+        first = await r.reconcile((NS, name))
+        cluster.delete("batch/v1", "jobs", NS, f"{name}-g1")  # … and the watch never says so (410, re-list)
+        stale = await r.reconcile((NS, name))
         await r.resync()  # the periodic re-list asks the API server, not the cache
-        final = await r.reconcile((NS, "fm1"))
+        final = await r.reconcile((NS, name))
         await r.stop()
         return first, stale, final
 
     first, stale, final = asyncio.run(scenario())
     assert (first, stale, final) == ("pending", "pending", "job-vanished")
-    c = conditions(cluster.exp("fm1"))
+    c = conditions(cluster.exp(name))
     assert c["Decided"] == ("True", "InfraFailed") and c["Completed"] == ("True", "JobDeleted")
     assert c["Stalled"] == ("True", "InfraFailed") and c["Reconciling"][0] == "False"
 
