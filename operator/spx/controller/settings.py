@@ -91,8 +91,9 @@ class OperatorSettings(BaseSettings):
     kube_token: str | None = _env("SPX_KUBE_TOKEN", "bearer token for SPX_KUBE_SERVER", default=None, repr=False)
     kube_insecure: bool = _env("SPX_KUBE_INSECURE", "skip TLS verification of SPX_KUBE_SERVER", default=False)
     kube_namespace: str | None = _env("SPX_KUBE_NAMESPACE", "default namespace with SPX_KUBE_SERVER", default=None)
-    watch_server_timeout_s: float = _env("SPX_WATCH_SERVER_TIMEOUT", "server-side timeout of one watch request, s",
-                                         default=300.0, gt=0)
+    # An integer: the API server parses ?timeoutSeconds= as one (a real server refuses "300.0" with 400).
+    watch_server_timeout_s: int = _env("SPX_WATCH_SERVER_TIMEOUT", "server-side timeout of one watch request, whole s",
+                                       default=300, gt=0)
     watch_client_timeout_s: float = _env("SPX_WATCH_CLIENT_TIMEOUT", "client-side timeout of one watch request, s",
                                          default=330.0, gt=0)
     watch_inactivity_timeout_s: float = _env("SPX_WATCH_INACTIVITY_TIMEOUT",
