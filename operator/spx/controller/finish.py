@@ -82,8 +82,8 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
     completed_reason = obs.reason if obs.state == "failed" else "JobSucceeded"
     try:
         meas = measurement(collected, points_from_result)
-    except (ValueError, TypeError, ArithmeticError) as err:  # the analysis' own conversion failed: say why
-        collected.problems.append(f"could not convert the result's points: {err}")
+    except Exception as err:  # any result the analysis cannot use ends BenchmarkFailed, never a retry loop
+        collected.problems.append(f"could not convert the result's points: {type(err).__name__}: {err}")
         meas = None
     serving, accuracy = (vllm_statuses(collected, summarize_serving, summarize_accuracy) if spec.serving is not None
                          else (None, None))
@@ -97,8 +97,8 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
     if obs.state == "succeeded" and meas is not None and meas.complete and meas.points:
         try:
             judgement = judge(spec, meas, serving, accuracy)
-        except (ValueError, TypeError, ArithmeticError) as err:  # a result the analysis cannot use
-            collected.problems.append(f"the analysis could not use the result: {err}")
+        except Exception as err:  # a result the analysis cannot use: decided, not retried forever
+            collected.problems.append(f"the analysis could not use the result: {type(err).__name__}: {err}")
 
     configmap = build_result_configmap(
         o.name, o.namespace, o.uid, gen,

@@ -39,6 +39,7 @@ from .world import (
 )
 
 LOG, SUMMARY = bench_outputs()
+REPEATED_LOG, _ = bench_outputs(tokens=(8, 8, 128))
 PARTIAL_LOG, _ = bench_outputs(tokens=(8, 128), result=False)
 
 
@@ -71,6 +72,9 @@ TERMINAL = [
     ("FM2 a summary with Infinity and no log",
      observed(status=running_status(), jobs=[job(cond("Complete"))], pods=[pod("Succeeded", exit_code=0, message=INF_SUMMARY)]),
      ApiServer(log=None), "BenchmarkFailed", "JobSucceeded", "Infinity is not a JSON number"),
+    ("FM2 a valid result the analysis cannot use (a repeated token count)",
+     observed(status=running_status(), jobs=[job(cond("Complete"))], pods=[pod("Succeeded", exit_code=0)]),
+     ApiServer(log=REPEATED_LOG), "BenchmarkFailed", "JobSucceeded", "appear more than once"),
     ("FM3 the API server rejects the status (422)",
      observed(status=running_status(), jobs=[job()], pods=[pod("Running", running=True)],
               status_rejected="status.kernel.points[0].speedup: must be > 0"),
