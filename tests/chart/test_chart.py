@@ -275,13 +275,13 @@ def test_operator_settings_reach_the_container(chart: Any) -> None:
 
 def test_every_spx_env_var_of_the_deployment_is_read_by_the_operator(chart: Any) -> None:
     """A chart value that sets a variable the operator ignores would be a silent no-op."""
-    from spx.controller.config import ENV_VARS, from_env
+    from spx.controller.settings import ENV_VARS, load_settings
 
     docs = render_docs(chart, ALL_FEATURES)
     (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     set_vars = {e["name"]: e.get("value") for e in container["env"] if e["name"].startswith("SPX_")}
     assert set(set_vars) <= set(ENV_VARS.values()), set(set_vars) - set(ENV_VARS.values())
-    from_env({k: v for k, v in set_vars.items() if v is not None})  # and they parse
+    load_settings({k: v for k, v in set_vars.items() if v is not None})  # and they parse
 
 
 def test_metrics_service_selects_the_operator_pod(chart: Any) -> None:

@@ -90,11 +90,11 @@ SERVING_SPEC = {"serving": {"model": "deepseek-ai/DeepSeek-V4.1", "modelPvc": "w
 def test_the_operators_job_runs_an_entrypoint_of_the_bench_image(spec: dict) -> None:
     from spx.api.spec import ExperimentSpec
     from spx.cli import COMMANDS, build_parser
-    from spx.controller.config import OperatorConfig
-    from spx.runner.kubernetes import build_job
+    from spx.controller.manifests import BenchOptions, build_job
+    from spx.controller.settings import OperatorSettings
 
     job = build_job("h200-tp8", "ml", "0000-uid", 1, ExperimentSpec.model_validate(spec),
-                    "ghcr.io/spx-dev/spx-bench:0.1.0", command=OperatorConfig().bench_command)  # fmt: skip
+                    "ghcr.io/spx-dev/spx-bench:0.1.0", BenchOptions(command=OperatorSettings().bench_command))  # fmt: skip
     (container,) = job["spec"]["template"]["spec"]["containers"]
     command = list(container.get("command") or []) + list(container.get("args") or [])
     entrypoints = _bench_entrypoints()

@@ -19,7 +19,7 @@ from specs import CPU_SPEC
 
 from spx.api import KernelResult
 from spx.api.crd import build_crd
-from spx.runner.kubernetes import read_result_configmap
+from spx.controller.result_configmap import read_result_configmap
 
 pytestmark = pytest.mark.timeout(300)
 

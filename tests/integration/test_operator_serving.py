@@ -23,7 +23,7 @@ from kubelet import Kubelet, standin_node_env, write_gsm8k
 from spx.api.accuracy import AccuracyResult
 from spx.api.crd import build_crd
 from spx.api.serving import ServingResult
-from spx.runner.kubernetes import read_result_configmap
+from spx.controller.result_configmap import read_result_configmap
 
 pytestmark = pytest.mark.timeout(120)
 

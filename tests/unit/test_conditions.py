@@ -12,7 +12,6 @@ from spx import metrics
 from spx.api import ExperimentStatus, ResultSummary
 from spx.api.status import Condition, Environment, KernelPoint
 from spx.controller import conditions as cond
-from spx.controller.config import from_env
 from spx.controller.pod_outcome import Timeouts, describe_exit, observe
 from spx.controller.results import collect, read_summary
 
@@ -285,16 +284,6 @@ def test_collect_prefers_the_log_and_keeps_partial_points() -> None:
 # Configuration --------------------------------------------------------------------------------------------------
 
 
-def test_config_from_env() -> None:
-    cfg = from_env({"SPX_MAX_CONCURRENT_EXPERIMENTS": "2", "SPX_BENCH_IMAGE": "img:1", "SPX_SCHEDULE_TIMEOUT_SECONDS": "30",
-                    "SPX_BENCH_COMMAND": "python -m spx run", "SPX_BENCH_SERVICE_ACCOUNT": "", "SPX_BENCH_ENV_NCCL_DEBUG": "INFO"})
-    assert cfg.max_concurrent == 2 and cfg.bench_image == "img:1" and cfg.schedule_timeout_s == 30.0
-    assert cfg.bench_command == ("python", "-m", "spx", "run") and cfg.bench_service_account is None
-    assert cfg.extra_env == {"NCCL_DEBUG": "INFO"}
-    with pytest.raises(ValueError, match="SPX_MAX_CONCURRENT_EXPERIMENTS"):
-        from_env({"SPX_MAX_CONCURRENT_EXPERIMENTS": "two"})
-
-
 # Metrics ----------------------------------------------------------------------------------------------------------
 
 
@@ -331,7 +320,7 @@ def test_metrics_follow_status_and_are_removed_with_the_experiment() -> None:
 def test_work_queue_dedupes_prioritises_and_never_runs_a_key_twice_at_once() -> None:
     import asyncio
 
-    from spx.controller.reconciler import WorkQueue
+    from spx.controller.workqueue import WorkQueue
 
     async def scenario() -> list[tuple[str, str]]:
         q = WorkQueue()
@@ -353,7 +342,7 @@ def test_work_queue_dedupes_prioritises_and_never_runs_a_key_twice_at_once() -> 
 
 
 def test_store_ignores_stale_versions_and_other_incarnations() -> None:
-    from spx.controller.reconciler import Store
+    from spx.controller.store import Store
 
     def exp(uid: str, rv: str) -> dict[str, Any]:
         return {"metadata": {"namespace": "ns", "name": "e", "uid": uid, "resourceVersion": rv}}

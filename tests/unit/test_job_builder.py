@@ -1,4 +1,4 @@
-"""spx.runner.kubernetes: the bench Job and the result ConfigMap are pure, deterministic manifests."""
+"""spx.controller.manifests: the bench Job and the result ConfigMap are pure, deterministic manifests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import re
 import pytest
 
 from spx.api import ExperimentSpec, KernelResult, load_experiment, validate_spec
-from spx.runner import kubernetes as k8s
+from spx.controller import manifests as k8s
+from spx.controller import result_configmap as rcm
 
 UID = "0b7e3c1e-5f0a-4c4e-9a55-1d2f3e4a5b6c"
 KUBE_VERSION = "1.30"  # oldest Kubernetes the chart supports
@@ -20,7 +21,8 @@ def spec(**overrides: object) -> ExperimentSpec:
 
 
 def job(s: ExperimentSpec | None = None, **kw: object) -> dict:
-    return k8s.build_job("ds-v41-h200", "bench", UID, 3, s or spec(), "registry.example/spx-bench:1", **kw)  # type: ignore[arg-type]
+    return k8s.build_job("ds-v41-h200", "bench", UID, 3, s or spec(), "registry.example/spx-bench:1",
+                         k8s.BenchOptions(**kw))  # type: ignore[arg-type]
 
 
 # Names -----------------------------------------------------------------------------------------------
@@ -207,7 +209,7 @@ def _result(samples: int = 5, tokens: tuple[int, ...] = (8, 128)) -> dict:
 
 def test_configmap_keeps_everything_and_is_owned() -> None:
     result = _result()
-    cm = k8s.build_result_configmap("exp", "ns", UID, 2, result=result, termination_message='{"x":1}',
+    cm = rcm.build_result_configmap("exp", "ns", UID, 2, result=result, termination_message='{"x":1}',
                                     log="line 1\nline 2\n", problems=["termination message: bad"], pod_name="exp-g2-abcde")
     assert cm["metadata"]["name"] == "exp-g2-result"
     assert cm["metadata"]["ownerReferences"][0]["uid"] == UID
@@ -215,15 +217,15 @@ def test_configmap_keeps_everything_and_is_owned() -> None:
     assert cm["data"]["summary.json"] == '{"x":1}'
     assert cm["data"]["pod.log"] == "line 1\nline 2\n"
     assert cm["data"]["problems.txt"] == "termination message: bad\n"
-    assert k8s.read_result_configmap(cm) == result
+    assert rcm.read_result_configmap(cm) == result
 
 
 def test_configmap_compresses_then_slims_big_results_and_cuts_logs() -> None:
     big = _result(samples=10_000, tokens=tuple(range(8, 8 * 41, 8)))
-    cm = k8s.build_result_configmap("exp", "ns", UID, 1, result=big, log="x" * 3_000_000)
+    cm = rcm.build_result_configmap("exp", "ns", UID, 1, result=big, log="x" * 3_000_000)
     size = sum(len(v.encode()) for v in cm["data"].values()) + sum(len(v) for v in cm.get("binaryData", {}).values())
     assert size <= 1_000_000
-    stored = k8s.read_result_configmap(cm)
+    stored = rcm.read_result_configmap(cm)
     assert stored is not None and [p["tokens"] for p in stored["points"]] == [p["tokens"] for p in big["points"]]
     if stored["points"][0]["replicated"]["samplesUs"] == []:  # did not fit even compressed
         assert "samplesUs" in cm["data"]["problems.txt"]
@@ -233,9 +235,9 @@ def test_configmap_compresses_then_slims_big_results_and_cuts_logs() -> None:
 
 
 def test_configmap_without_a_result_keeps_the_raw_outputs() -> None:
-    cm = k8s.build_result_configmap("exp", "ns", UID, 1, termination_message="Traceback…", log="boom\n",
+    cm = rcm.build_result_configmap("exp", "ns", UID, 1, termination_message="Traceback…", log="boom\n",
                                     problems=["pod log: no result line"])
-    assert k8s.read_result_configmap(cm) is None
+    assert rcm.read_result_configmap(cm) is None
     assert cm["data"]["summary.json"] == "Traceback…" and cm["data"]["pod.log"] == "boom\n"
 
 

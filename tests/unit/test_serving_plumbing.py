@@ -17,8 +17,9 @@ from spx.api.crd import CEL_RULES, build_crd
 from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatus, ServingStatus
 from spx.api.spec import min_timeout_seconds
 from spx.cli import build_summary
+from spx.controller import manifests as k8s
+from spx.controller import result_configmap as rcm
 from spx.controller.results import collect, read_vllm_log, vllm_statuses
-from spx.runner import kubernetes as k8s
 
 SERVING = {"model": "deepseek-ai/DeepSeek-V4.1"}
 
@@ -247,10 +248,10 @@ def test_the_job_runs_the_vllm_benches_after_the_kernel_and_mounts_the_weights()
 
 def test_the_configmap_keeps_the_vllm_documents() -> None:
     serving, accuracy = _serving_doc(1.0), {"schemaVersion": "spx.dev/accuracy-result/v1", "accuracy": {}, "runs": []}
-    cm = k8s.build_result_configmap("ab", "ml", "uid-1", 1, serving_result=serving, accuracy_result=accuracy)
-    assert k8s.read_result_configmap(cm, "serving-result.json") == serving
-    assert k8s.read_result_configmap(cm, "accuracy-result.json") == accuracy
-    assert k8s.read_result_configmap(cm) is None  # no kernel result in this one
+    cm = rcm.build_result_configmap("ab", "ml", "uid-1", 1, serving_result=serving, accuracy_result=accuracy)
+    assert rcm.read_result_configmap(cm, "serving-result.json") == serving
+    assert rcm.read_result_configmap(cm, "accuracy-result.json") == accuracy
+    assert rcm.read_result_configmap(cm) is None  # no kernel result in this one
 
 
 # Metrics ---------------------------------------------------------------------------------------------------

@@ -3,7 +3,16 @@
 Pure: imports neither torch nor kopf nor kubernetes.
 """
 
+from spx.api import wire
 from spx.api.base import dump_model
+from spx.api.conditions import (
+    CONDITION_TYPES,
+    DECIDED_REASONS,
+    FAILURE_REASONS,
+    VERDICT_REASONS,
+    WAITING_REASONS,
+    kstatus_conditions,
+)
 from spx.api.loading import (
     SpecError,
     describe_validation_error,
@@ -35,6 +44,8 @@ from spx.api.spec import (
 from spx.api.status import Condition, Environment, ExperimentStatus, KernelPoint, KernelStatus
 
 __all__ = [
+    "CONDITION_TYPES", "DECIDED_REASONS", "FAILURE_REASONS", "VERDICT_REASONS", "WAITING_REASONS",
+    "kstatus_conditions", "wire",
     "API_VERSION", "GROUP", "KIND", "PLURAL", "VERSION", "RESULT_SCHEMA_VERSION",
     "CandidateStats", "Condition", "Environment", "Experiment", "ExperimentSpec", "ExperimentStatus",
     "GateSpec", "GatherModelSpec", "KernelPoint", "KernelResult", "KernelSpec", "KernelStatus",

@@ -157,6 +157,9 @@ def build_crd() -> dict[str, Any]:
     """
     spec_schema = structural_schema(ExperimentSpec)
     status_schema = structural_schema(ExperimentStatus)
+    # Conditions are a map-list keyed by type (metav1.Condition convention; server-side apply and
+    # kstatus readers merge them by type).
+    status_schema["properties"]["conditions"].update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     root: dict[str, Any] = {
         "type": "object",
         "required": ["spec"],

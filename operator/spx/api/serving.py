@@ -127,7 +127,7 @@ class ServingGateSpec(CamelModel):
     max_ttft_regression_pct: FiniteFloat = Field(default=1.0, ge=-100.0, le=1000.0)
 
 
-#: Paths the bench Job mounts itself (:mod:`spx.runner.kubernetes`: the experiment file, the scratch
+#: Paths the bench Job mounts itself (:mod:`spx.controller.manifests`: the experiment file, the scratch
 #: directory, the memory-backed ``/dev/shm`` and the termination message file): the model volume may be
 #: mounted neither there nor under them.
 RESERVED_MOUNT_PATHS: Final = ("/etc/spx", "/var/run/spx", "/dev/shm", "/dev/termination-log")

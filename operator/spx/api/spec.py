@@ -327,11 +327,24 @@ class ResourcesSpec(CamelModel):
     memory: str = Field(default="192Gi", pattern=QUANTITY, max_length=32)
 
 
+#: Default of ``spec.scheduling.admissionTimeoutSeconds``: how long a Kueue-suspended Job may wait.
+DEFAULT_ADMISSION_TIMEOUT_SECONDS = 6 * 3600
+
+
 class SchedulingSpec(CamelModel):
-    """Optional Kueue queue and priority class for the bench Job."""
+    """Optional Kueue queue and priority class for the bench Job.
+
+    ``admission_timeout_seconds``: how long the Job may stay suspended waiting for Kueue's admission
+    (default 6 h) before the run ends ``InfraFailed`` with reason ``NotAdmitted`` (the Job is deleted
+    and the operator's slot freed). It bounds the wait, not the run (``timeoutSeconds`` does that).
+    """
 
     queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=LABEL_VALUE)
     priority_class_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    admission_timeout_seconds: int = Field(
+        default=DEFAULT_ADMISSION_TIMEOUT_SECONDS, ge=60, le=7 * 24 * 3600,
+        description="seconds the Job may wait suspended for Kueue admission before the run is InfraFailed "
+                    "with reason NotAdmitted (default 21600 = 6 h)")
 
 
 class ExperimentSpec(CamelModel):

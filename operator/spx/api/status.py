@@ -17,7 +17,8 @@ from spx.api.serving import ServingStatus
 Phase = Literal["Pending", "Queued", "Running", "Analyzing", "Succeeded", "Failed"]
 Verdict = Literal["Pass", "Fail", "Inconclusive"]
 GatherSource = Literal["measured", "modelled"]
-ConditionType = Literal["Scheduled", "Completed", "Decided"]
+#: spx's conditions, then kstatus's (the vocabulary: :mod:`spx.api.conditions`).
+ConditionType = Literal["Scheduled", "Completed", "Decided", "Ready", "Reconciling", "Stalled"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 #: Reasons of the terminal ``Decided`` condition; every terminal outcome sets one of them.
 DecidedReason = Literal["Pass", "Fail", "Inconclusive", "InvalidSpec", "BenchmarkFailed", "InfraFailed"]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, TextIO
 
-from spx.api import SUMMARY_MAX_BYTES, Environment, KernelPoint, KernelResult, ResultSummary, dump_model
+from spx.api import SUMMARY_MAX_BYTES, Environment, KernelPoint, KernelResult, ResultSummary, dump_model, wire
 from spx.api.accuracy import AccuracyStatus
 from spx.api.serving import ServingStatus
 
@@ -31,7 +30,7 @@ def _round_point(p: KernelPoint, digits: int) -> KernelPoint:
 
 
 def _compact(model: Any) -> str:
-    return json.dumps(dump_model(model), separators=(",", ":"), ensure_ascii=False)
+    return wire.dumps(dump_model(model))
 
 
 def _clip(text: str, n: int) -> str:
@@ -128,5 +127,5 @@ def write_summary(path: str, text: str) -> None:
 
 
 def emit_jsonl(stream: TextIO, kind: str, payload: Any) -> None:
-    stream.write(json.dumps({"kind": kind, kind: payload}, separators=(",", ":")) + "\n")
-    stream.flush()
+    """One bench → operator log line (:func:`spx.api.wire.write_line`: standard JSON, flushed)."""
+    wire.write_line(stream, kind, payload)

@@ -1,8 +1,21 @@
 """spx.controller — the kopf operator that runs ShardedProjectionExperiments as GPU Jobs.
 
-``kopf run -m spx.controller`` (and ``spx operator``, see :mod:`spx.controller.run`) load the kopf
-handlers of :mod:`spx.controller.handlers`. The pure parts — :mod:`~spx.controller.conditions`,
-:mod:`~spx.controller.pod_outcome`, :mod:`~spx.controller.results` — import without kopf.
+By concern:
+
+- :mod:`~spx.controller.conclusion` (over :mod:`~spx.controller.decision`, :mod:`~spx.controller.finish`) — the pure decision step: (spec, status, observed Job/pods,
+  collected results, now) → (new status, events, actions); table-tested.
+- :mod:`~spx.controller.reactor` — carries decisions out: :mod:`~spx.controller.store` (the
+  mirror, corrected by re-lists from the API server), :mod:`~spx.controller.workqueue`, backoff;
+- :mod:`~spx.controller.admission` — the concurrency limit (pure);
+- :mod:`~spx.controller.writes` — the API writes (409 backs off with jitter, 422 is terminal); :mod:`~spx.controller.reads` the reads;
+- :mod:`~spx.controller.manifests`, :mod:`~spx.controller.result_configmap` — pure builders;
+- :mod:`~spx.controller.pod_outcome`, :mod:`~spx.controller.results`, :mod:`~spx.controller.conditions`
+  — pure readings of pods, outputs and statuses;
+- :mod:`~spx.controller.settings` — every ``SPX_*`` setting (pydantic-settings);
+- :mod:`~spx.controller.handlers` — kopf handlers, one line each.
+
+``kopf run -m spx.controller`` (and ``spx operator``, :mod:`spx.controller.run`) load the handlers;
+the pure parts import without kopf.
 """
 
 import sys

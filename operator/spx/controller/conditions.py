@@ -1,6 +1,8 @@
 """Status and condition computation: pure functions from (previous status, what happened) to status.
 
-Three conditions, always present, in this order:
+The vocabulary (condition types, reasons) is :mod:`spx.api.conditions`. Six conditions, always
+present: spx's three, then kstatus's ``Ready``/``Reconciling``/``Stalled`` (derived from the phase by
+:func:`spx.api.conditions.kstatus_conditions` on every step). spx's three:
 
 - ``Scheduled`` — True once the current run's pod is bound to a node. False with reason
   ``Queued`` (held by the operator's concurrency limit), ``Suspended`` (Kueue has not admitted the
@@ -24,13 +26,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spx.api.base import utc_now
+from spx.api.conditions import (
+    CONDITION_TYPES,
+    FAILURE_REASONS,
+    SPX_CONDITION_TYPES,
+    TERMINAL_PHASES,
+    VERDICT_REASONS,
+    kstatus_conditions,
+)
 from spx.api.status import Condition, DecidedReason, ExperimentStatus, KernelStatus, Phase, Verdict
 
-CONDITION_TYPES = ("Scheduled", "Completed", "Decided")
+__all__ = ["CONDITION_TYPES", "FAILURE_REASONS", "TERMINAL_PHASES", "VERDICT_REASONS"]
+
 _CONDITION_ORDER = {t: i for i, t in enumerate(CONDITION_TYPES)}
-TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed"})
-VERDICT_REASONS: frozenset[str] = frozenset({"Pass", "Fail", "Inconclusive"})
-FAILURE_REASONS: frozenset[str] = frozenset({"InvalidSpec", "BenchmarkFailed", "InfraFailed"})
 MAX_MESSAGE = 1024
 
 
@@ -87,7 +95,7 @@ def get_condition(conditions: Sequence[Condition], type_: str) -> Condition | No
 
 @dataclass(frozen=True)
 class Step:
-    """What the reconciler observed, as the inputs of a status transition.
+    """What the decision step observed, as the inputs of a status transition.
 
     ``scheduled``/``completed``/``decided`` are ``(status, reason, message)`` triples; ``None`` keeps
     the condition as it is.
@@ -106,13 +114,17 @@ def apply_step(status: ExperimentStatus, step: Step, now: str, generation: int |
     for type_, triple in (("Scheduled", step.scheduled), ("Completed", step.completed), ("Decided", step.decided)):
         if triple is not None:
             conditions = set_condition(conditions, type_, *triple, now=now, generation=generation)
+    decided = get_condition(conditions, "Decided")
+    reason = decided.reason if decided is not None and decided.status == "True" else None
+    for type_, cstatus, creason, cmessage in kstatus_conditions(step.phase, reason, step.message):
+        conditions = set_condition(conditions, type_, cstatus, creason, cmessage, now=now, generation=generation)
     return status.model_copy(update={"phase": step.phase, "message": _clip(step.message), "conditions": conditions})
 
 
 def ensure_all_conditions(status: ExperimentStatus, now: str, generation: int | None) -> ExperimentStatus:
     """Add any missing condition as Unknown/``Pending`` so a reader always finds all three."""
     conditions = list(status.conditions)
-    for type_ in CONDITION_TYPES:
+    for type_ in SPX_CONDITION_TYPES:
         if get_condition(conditions, type_) is None:
             conditions = set_condition(conditions, type_, "Unknown", "Pending", "", now, generation)
     return status.model_copy(update={"conditions": conditions})

@@ -1,13 +1,14 @@
-"""kopf handlers: thin. They configure kopf, log in, mirror watched objects into the reconciler's
-store and queue the owning experiment; :mod:`spx.controller.reconciler` does the rest.
+"""kopf handlers: one-liners. They configure kopf, log in, and hand watch events to the reactor.
 
-Registered on import (``kopf run -m spx.controller`` or ``spx operator``).
+Registered on import (``kopf run -m spx.controller`` or ``spx operator``). The settings object
+(:class:`~spx.controller.settings.OperatorSettings`) and the reactor live in kopf's ``memo``
+(``memo.settings``, ``memo.reactor``): ``spx operator`` passes settings in; under plain ``kopf run``
+the startup handler loads them from the environment.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any
 
@@ -15,10 +16,10 @@ import kopf
 
 from spx import metrics
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.controller.config import OperatorConfig, from_env
 from spx.controller.kube import KubeClient
-from spx.controller.reconciler import Reconciler
-from spx.runner.kubernetes import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
+from spx.controller.manifests import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
+from spx.controller.reactor import Reactor
+from spx.controller.settings import OperatorSettings, load_settings
 
 logger = logging.getLogger("spx.controller")
 
@@ -30,7 +31,7 @@ class NoEssenceDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
     kopf computes every watched object's "essence" (a deep copy of the whole body) on each event to
     diff it against the last-handled state — only useful for ``on.create/update/resume`` handlers,
-    of which spx has none (its reconciler compares observed state itself). Building an empty essence
+    of which spx has none (its reactor compares observed state itself). Building an empty essence
     saves that copy for every Job/pod/experiment event (about a third of the operator's CPU at 500
     experiments). Add change-detection handlers and this must go.
     """
@@ -39,44 +40,32 @@ class NoEssenceDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
         return {}
 
 
-class Runtime:
-    """Process-wide state of the operator (one per process)."""
-
-    config: OperatorConfig | None = None
-    client: KubeClient | None = None
-    reconciler: Reconciler | None = None
-    metrics_server: Any = None
-    login_info: kopf.ConnectionInfo | None = None
+def _settings(memo: kopf.Memo) -> OperatorSettings:
+    if not isinstance(memo.get("settings"), OperatorSettings):
+        memo["settings"] = load_settings()
+    return memo["settings"]  # type: ignore[no-any-return]
 
 
-RUNTIME = Runtime()
-
-
-def _reconciler() -> Reconciler:
-    if RUNTIME.reconciler is None:
+def _reactor(memo: kopf.Memo) -> Reactor:
+    reactor = memo.get("reactor")
+    if reactor is None:
         raise kopf.TemporaryError("the operator is still starting", delay=1)
-    return RUNTIME.reconciler
+    return reactor  # type: ignore[no-any-return]
 
 
-async def _login_fallback(settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo | None:
-    cfg = RUNTIME.config or from_env()
-    if cfg.kube_server:
-        return kopf.ConnectionInfo(
-            server=cfg.kube_server,
-            token=os.environ.get("SPX_KUBE_TOKEN") or None,
-            insecure=os.environ.get("SPX_KUBE_INSECURE", "") in ("1", "true"),
-            default_namespace=os.environ.get("SPX_KUBE_NAMESPACE") or None,
-        )
-    settings = settings or kopf.OperatorSettings()
-    return kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
+def login_info(settings: OperatorSettings, kopf_settings: kopf.OperatorSettings | None = None) -> kopf.ConnectionInfo | None:
+    """``SPX_KUBE_SERVER`` (development, tests), else the service account, else the kubeconfig."""
+    if settings.kube_server:
+        return kopf.ConnectionInfo(server=settings.kube_server, token=settings.kube_token,
+                                   insecure=settings.kube_insecure, default_namespace=settings.kube_namespace)
+    kopf_settings = kopf_settings or kopf.OperatorSettings()
+    return kopf.login_with_service_account(settings=kopf_settings) or kopf.login_with_kubeconfig(settings=kopf_settings)
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """kopf settings, the reconciler's workers and the metrics endpoint."""
-    cfg = from_env()
-    RUNTIME.config = cfg
-
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """kopf settings, the reactor's workers and the metrics endpoint."""
+    cfg = _settings(memo)
     # Our own prefix for anything kopf would persist (finalizer, progress, last-handled config).
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -91,85 +80,76 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.request_timeout = cfg.request_timeout_s
     # The CRD is installed before the operator (Helm chart): no runtime CRD/namespace scanning.
     settings.scanning.disabled = True
-    # kopf's own k8s events only for problems; the reconciler posts the experiment's events.
+    # kopf's own k8s events only for problems; the reactor posts the experiment's events.
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "spx-operator"
     settings.posting.event_name_prefix = "spx-operator-"
     settings.execution.max_workers = 4
-    # kopf logs "Handler … succeeded." per watch event at INFO; keep the object log to what matters.
-    if not os.environ.get("SPX_LOG_EVERY_EVENT"):
+    if not cfg.log_every_event:  # kopf logs "Handler … succeeded." per watch event at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    if not os.environ.get("KOPF_RUN_PEERING"):
-        settings.peering.standalone = True
 
-    RUNTIME.client = KubeClient(cfg.request_timeout_s, relogin=lambda: _login_fallback(settings))
-    if RUNTIME.login_info is not None:
-        RUNTIME.client.set_credentials(RUNTIME.login_info)
-    RUNTIME.reconciler = Reconciler(config=cfg, client=RUNTIME.client)
-    await RUNTIME.reconciler.start()
+    client = KubeClient(cfg.request_timeout_s, relogin=lambda: _relogin(memo, settings))
+    if memo.get("login_info") is not None:
+        client.set_credentials(memo["login_info"])
+    memo["client"] = client
+    memo["reactor"] = reactor = Reactor(settings=cfg, client=client)
+    await reactor.start()
     if cfg.metrics_port:
         from prometheus_client import start_http_server
 
-        RUNTIME.metrics_server = start_http_server(cfg.metrics_port, registry=metrics.REGISTRY)
+        memo["metrics_server"] = start_http_server(cfg.metrics_port, registry=metrics.REGISTRY)
     logger.info("spx operator started: max %s concurrent experiments, bench image %s, metrics on :%s",
                 cfg.max_concurrent or "unlimited", cfg.bench_image, cfg.metrics_port or "off")
 
 
+async def _relogin(memo: kopf.Memo, settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
+    return login_info(_settings(memo), settings)
+
+
 @kopf.on.cleanup()
-async def shutdown(**_: Any) -> None:
-    if RUNTIME.reconciler is not None:
-        await RUNTIME.reconciler.stop()
-    if RUNTIME.metrics_server is not None:
-        server = RUNTIME.metrics_server[0] if isinstance(RUNTIME.metrics_server, tuple) else RUNTIME.metrics_server
-        server.shutdown()
+async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    if memo.get("reactor") is not None:
+        await memo["reactor"].stop()
+    server = memo.get("metrics_server")
+    if server is not None:
+        (server[0] if isinstance(server, tuple) else server).shutdown()
 
 
 @kopf.on.login()
-async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo | None:
+async def login(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
     """``SPX_KUBE_SERVER`` (development, tests), else the service account, else the kubeconfig."""
-    info = await _login_fallback(settings)
-    RUNTIME.login_info = info
-    if info is not None and RUNTIME.client is not None:
-        RUNTIME.client.set_credentials(info)
+    info = memo["login_info"] = login_info(_settings(memo), settings)
+    if info is not None and memo.get("client") is not None:
+        memo["client"].set_credentials(info)
     return info
 
 
 @kopf.on.probe(id="reconcile")
-def probe(**_: Any) -> dict[str, Any]:
+def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
     """Liveness details (``/healthz`` of ``--liveness``): queue depth and last reconcile."""
-    rec = RUNTIME.reconciler
+    rec: Reactor | None = memo.get("reactor")
     if rec is None:
         return {"started": False}
-    dead = rec.dead_tasks()
-    if dead:  # a reconcile worker died: fail the liveness probe so the pod is restarted
-        raise RuntimeError(f"reconciler tasks stopped: {', '.join(dead)}")
-    return {
-        "queued": len(rec.queue),
-        "experiments": len(rec.store.experiments),
-        "secondsSinceLastReconcile": round(time.time() - rec.last_reconcile, 1) if rec.last_reconcile else None,
-    }
+    if dead := rec.dead_tasks():  # a reconcile worker died: fail the liveness probe so the pod is restarted
+        raise RuntimeError(f"reactor tasks stopped: {', '.join(dead)}")
+    return {"queued": len(rec.queue), "experiments": len(rec.store.experiments), "synced": rec.synced,
+            "secondsSinceLastReconcile": round(time.time() - rec.last_reconcile, 1) if rec.last_reconcile else None}
 
 
-# Watch events → the reconciler's store and queue. (No kopf index handlers: they would double kopf's
-# per-event cost; after a restart the reconciler lists a Job's pods itself the first time it sees
-# the Job, so an experiment is never judged on a half-filled store.)
+# Watch events → the reactor's store and queue. (No kopf index handlers: they would double kopf's
+# per-event cost; the reactor lists from the API server itself.)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def experiment_event(event: kopf.RawEvent, **_: Any) -> None:
-    _reconciler().on_experiment(event["type"], dict(event["object"]))
+async def experiment_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    _reactor(memo).on_experiment(event["type"], dict(event["object"]))
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-async def job_event(event: kopf.RawEvent, **_: Any) -> None:
-    _reconciler().on_job(event["type"], dict(event["object"]))
+async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    _reactor(memo).on_job(event["type"], dict(event["object"]))
 
 
 @kopf.on.event("v1", "pods", labels=MANAGED)
-async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
-    _reconciler().on_pod(event["type"], dict(event["object"]))
-
-
-def configured() -> OperatorConfig:
-    """The configuration this process runs with (tests/CLI)."""
-    return RUNTIME.config or from_env()
+async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    _reactor(memo).on_pod(event["type"], dict(event["object"]))

@@ -2,9 +2,9 @@
 
 The operator's own writes (Jobs, ConfigMaps, Events, status) go through this client; kopf does the
 watching. It speaks plain JSON (no model classes) and raises :class:`ApiError` with the HTTP code
-and the API's ``Status`` message. Optimistic concurrency: status writes are JSON patches that
-``test`` the ``resourceVersion`` they were computed from; a newer object gives a 422
-(:attr:`ApiError.conflict`) and the reconciler starts over from the fresh object.
+and the API's ``Status`` message. Optimistic concurrency: status writes (:mod:`spx.controller.writes`)
+are merge patches carrying the ``resourceVersion`` they were computed from; a newer object gives a
+409 ``Conflict``, a status the server refuses a 422 — told apart, never retried alike.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class ApiError(Exception):
 
     @property
     def conflict(self) -> bool:
-        """Optimistic-concurrency failure: a JSON-patch ``test`` (422) or a resourceVersion 409."""
-        return self.code == 422 or (self.code == 409 and self.reason == "Conflict")
+        """Optimistic-concurrency failure: a stale ``resourceVersion`` (409 ``Conflict``)."""
+        return self.code == 409 and self.reason == "Conflict"
 
 
 def resource_path(api_version: str, plural: str, namespace: str | None, name: str | None = None,

@@ -1,7 +1,7 @@
 """Classify the state of a bench Job and its pods: still going, succeeded, or failed — and whose fault.
 
 Pure: takes the Job and pod manifests as the API server returns them, the current time and the
-operator's timeouts. The reconciler acts on the :class:`Observation`.
+operator's timeouts. The decision step (:mod:`spx.controller.conclusion`) acts on the :class:`Observation`.
 
 How each failure class is told apart:
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from spx.controller.conditions import parse_time
-from spx.runner.kubernetes import CONTAINER_NAME
+from spx.controller.manifests import CONTAINER_NAME
 
 State = Literal["suspended", "pending", "unschedulable", "scheduled", "running", "succeeded", "failed"]
 Outcome = Literal["BenchmarkFailed", "InfraFailed"]
@@ -39,7 +39,7 @@ NODE_POD_REASONS = frozenset({"Evicted", "Preempting", "Shutdown", "NodeShutdown
 
 @dataclass(frozen=True)
 class Timeouts:
-    """Limits on a run's pod problems (the defaults of :class:`~spx.controller.config.OperatorConfig`).
+    """Limits on a run's pod problems (the defaults of :class:`~spx.controller.settings.OperatorSettings`).
 
     ``schedule_timeout_s``: seconds a pod may stay Unschedulable; ``image_pull_timeout_s``: seconds of
     image-pull / container-creation errors; ``max_disruptions``: evictions retried before InfraFailed.
@@ -115,6 +115,50 @@ def termination_message(pod: Mapping[str, Any]) -> str | None:
     return term.get("message") if term else None
 
 
+#: ``DisruptionTarget`` reasons of a pod whose node went away (taint manager, pod GC of orphans).
+NODE_LOST_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
+
+
+def is_node_lost(pod: Mapping[str, Any]) -> bool:
+    """The pod's node went away under it: phase ``Unknown``, reason ``NodeLost``, or a
+    ``DisruptionTarget`` set by the taint manager / pod GC (``k8s.io/kubernetes/pkg/controller/podgc``)."""
+    if _phase(pod) == "Unknown" or (pod.get("status") or {}).get("reason") == "NodeLost":
+        return True
+    target = _true(pod, "DisruptionTarget")
+    return target is not None and target.get("reason") in NODE_LOST_DISRUPTIONS
+
+
+def _deadline_exceeded(job: Mapping[str, Any], jname: str, mine: Sequence[Mapping[str, Any]],
+                       pod: Mapping[str, Any] | None, node: str | None, disruptions: int) -> Observation:
+    """``DeadlineExceeded``: the bench was slow only if its pod ran; else say what kept it from running."""
+    deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
+    bound = [p for p in mine if (p.get("spec") or {}).get("nodeName")]
+    if not bound:
+        last = mine[-1] if mine else None
+        sched = _cond(last, "PodScheduled") if last is not None else None
+        why = (sched or {}).get("message") or ("no pod was created" if last is None else "no node was assigned")
+        return Observation("failed", "NeverScheduled",
+                           f"the pod of Job {jname} was never scheduled before activeDeadlineSeconds={deadline} "
+                           f"(spec.timeoutSeconds) passed: {why}", outcome="InfraFailed", pod=last, disruptions=disruptions)
+    lost = next((p for p in reversed(bound) if is_node_lost(p)), None)
+    if lost is not None:
+        lnode = (lost.get("spec") or {}).get("nodeName")
+        return Observation("failed", "NodeLost",
+                           f"node {lnode} of pod {(lost.get('metadata') or {}).get('name')} was lost while the bench ran; "
+                           f"the Job then hit activeDeadlineSeconds={deadline}", outcome="InfraFailed", pod=lost,
+                           node=lnode, disruptions=disruptions)
+    cs = container_status(bound[-1]) or {}
+    if not (cs.get("state") or {}).get("running") and not terminated_state(bound[-1]) and not cs.get("lastState"):
+        waiting = ((cs.get("state") or {}).get("waiting") or {})
+        return Observation("failed", "NeverStarted",
+                           f"the bench container of Job {jname} never started before activeDeadlineSeconds={deadline}: "
+                           f"{waiting.get('reason') or 'waiting'} {waiting.get('message') or ''}".rstrip(),
+                           outcome="InfraFailed", pod=bound[-1], node=node, disruptions=disruptions)
+    return Observation("failed", "DeadlineExceeded",
+                       f"Job {jname} ran past activeDeadlineSeconds={deadline} (spec.timeoutSeconds) and was stopped",
+                       outcome="InfraFailed", pod=pod, node=node, disruptions=disruptions)
+
+
 def is_disrupted(pod: Mapping[str, Any]) -> bool:
     """The pod was taken away by the cluster (eviction, preemption, drain, node pressure)."""
     if _true(pod, "DisruptionTarget"):
@@ -150,6 +194,9 @@ def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int 
     """(outcome, reason, message, exit code) of a pod in phase Failed."""
     status = pod.get("status") or {}
     name = (pod.get("metadata") or {}).get("name", "?")
+    if is_node_lost(pod):
+        node = (pod.get("spec") or {}).get("nodeName") or "?"
+        return "InfraFailed", "NodeLost", f"node {node} of pod {name} was lost while the bench ran", None
     if is_disrupted(pod):
         cond = _true(pod, "DisruptionTarget") or {}
         why = cond.get("message") or status.get("message") or cond.get("reason") or status.get("reason") or "disrupted"
@@ -165,6 +212,23 @@ def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int 
         return "InfraFailed", "ImagePullFailed", f"pod {name}: {waiting.get('reason')}: {waiting.get('message', '')}".rstrip(": "), None
     why = status.get("message") or status.get("reason") or "the pod failed before its container ran"
     return "InfraFailed", "PodFailed", f"pod {name}: {why}", None
+
+
+def job_finished(job: Mapping[str, Any]) -> bool:
+    """The Job has its final ``Complete`` or ``Failed`` condition (the Job controller is done with it)."""
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            return True
+    return False
+
+
+def job_ending(job: Mapping[str, Any]) -> bool:
+    """``FailureTarget``/``SuccessCriteriaMet`` is set: the Job controller is terminating its pods
+    (their grace period) and will set the final condition — do not delete it meanwhile."""
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("FailureTarget", "SuccessCriteriaMet") and c.get("status") == "True":
+            return True
+    return False
 
 
 def _job_owned_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -248,8 +312,24 @@ def observe(
     jname = (job.get("metadata") or {}).get("name", "?")
     spec = job.get("spec") or {}
 
-    complete = _true(job, "Complete") or _true(job, "SuccessCriteriaMet")
-    failed = _true(job, "Failed") or _true(job, "FailureTarget")
+    complete = _true(job, "Complete")
+    failed = _true(job, "Failed")
+    ending = _true(job, "SuccessCriteriaMet") or _true(job, "FailureTarget")
+    if ending and not (complete or failed):
+        # The Job controller decided (Kubernetes ≥ 1.31 sets these first) and is terminating its pods:
+        # decide once the pod has ended, and do not delete the Job during its grace period.
+        alive = [p for p in mine if _phase(p) not in ("Succeeded", "Failed")]
+        if alive:
+            ending_pod = alive[-1]
+            pname = (ending_pod.get("metadata") or {}).get("name", "?")
+            return Observation("running", "Terminating",
+                               f"Job {jname} is ending ({ending.get('type')}: {ending.get('reason') or 'no reason'}); "
+                               f"waiting for pod {pname} to terminate", pod=ending_pod,
+                               node=(ending_pod.get("spec") or {}).get("nodeName"), disruptions=disruptions)
+        if ending.get("type") == "SuccessCriteriaMet":
+            complete = ending
+        else:
+            failed = ending
     if complete:
         pod = next((p for p in reversed(mine) if _phase(p) == "Succeeded"), last)
         node = (pod or {}).get("spec", {}).get("nodeName") if pod else None
@@ -261,10 +341,7 @@ def observe(
         pod = ran[-1] if ran else last
         node = (pod or {}).get("spec", {}).get("nodeName") if pod else None
         if reason == "DeadlineExceeded":
-            deadline = spec.get("activeDeadlineSeconds")
-            return Observation("failed", "DeadlineExceeded",
-                               f"Job {jname} ran past activeDeadlineSeconds={deadline} (spec.timeoutSeconds) and was stopped",
-                               outcome="InfraFailed", pod=pod, node=node, disruptions=disruptions)
+            return _deadline_exceeded(job, jname, mine, pod, node, disruptions)
         if pod is None:
             return Observation("failed", "JobFailed",
                                f"Job {jname} failed ({reason or 'no reason'}: {failed.get('message', '')}) and its pod is gone",

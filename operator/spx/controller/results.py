@@ -1,7 +1,7 @@
 """Read what a bench pod produced: its termination message (summary) and its log (JSON lines).
 
 Pure: strings in, validated models and a list of human-readable problems out. Nothing is
-discarded here; the reconciler stores the raw inputs next to whatever validated.
+discarded here; the decision step keeps the raw inputs (the result ConfigMap) next to whatever validated.
 
 The bench writes (``spx run … --summary-file /dev/termination-log --jsonl``):
 
@@ -19,14 +19,13 @@ last valid one of each wins — and the termination message's summary gets their
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
+from spx.api import wire
 from spx.api.accuracy import AccuracyResult, AccuracyStatus
 from spx.api.loading import describe_validation_error
 from spx.api.result import SUMMARY_MAX_BYTES, SUMMARY_SCHEMA_VERSION, KernelResult, PointResult, ResultSummary
@@ -50,23 +49,13 @@ class Collected:
         return self.result is not None or self.summary is not None
 
 
-def _preview(text: str, n: int = 80) -> str:
-    text = text.strip().replace("\n", "\\n")
-    return repr(text[:n] + ("…" if len(text) > n else ""))
-
-
 def read_summary(message: str | None) -> tuple[ResultSummary | None, str | None]:
-    """Validate a termination message as a :class:`ResultSummary`; (summary, None) or (None, problem)."""
-    if message is None or not message.strip():
-        return None, "termination message: empty (the bench wrote no summary to /dev/termination-log)"
-    size = len(message.encode())
-    try:
-        doc = json.loads(message)
-    except json.JSONDecodeError as err:
-        cut = " (over the 4 KiB limit, so Kubernetes truncated it)" if size >= SUMMARY_MAX_BYTES else ""
-        return None, f"termination message: not JSON{cut}: {err.msg} at char {err.pos}; starts {_preview(message)}"
-    if not isinstance(doc, dict):
-        return None, f"termination message: expected a JSON object, got {type(doc).__name__}"
+    """Validate a termination message (:func:`spx.api.wire.parse_summary`) as a :class:`ResultSummary`;
+    (summary, None) or (None, problem)."""
+    doc, problem = wire.parse_summary(message)
+    if doc is None:
+        return None, problem
+    size = len((message or "").encode())
     version = doc.get("schemaVersion")
     if version != SUMMARY_SCHEMA_VERSION:
         return None, f"termination message: schemaVersion {version!r} is not {SUMMARY_SCHEMA_VERSION!r}"
@@ -80,58 +69,40 @@ def read_summary(message: str | None) -> tuple[ResultSummary | None, str | None]
     return summary, None
 
 
-def _point_payload(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    inner = obj.get("point")
-    if isinstance(inner, Mapping):
-        return inner
-    return {k: v for k, v in obj.items() if k != "kind"}
-
-
 def read_log(text: str | None) -> tuple[KernelResult | None, list[PointResult], list[str]]:
-    """Find the ``{"kind": "result"}`` line (the last valid one wins) and the point lines."""
+    """The ``{"kind": "result"}`` document (the last valid one wins) and the point lines of a pod log."""
     if text is None:
         return None, [], ["pod log: not available (the pod or its node is gone, or the log could not be read)"]
+    records = wire.parse_log(text)
     result: KernelResult | None = None
     points: list[PointResult] = []
-    problems: list[str] = []
-    result_lines = 0
-    bad_points = 0
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{") or '"kind"' not in line:
-            continue
+    problems = [p for p in records.problems if '"kind": "result"' in p or '"kind": "point"' in p]
+    result_problems: list[str] = []
+    for payload in records.of("result"):
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            if '"result"' in line[:40]:
-                result_lines += 1
-                problems.append(f"pod log: a result line is not valid JSON (truncated?), starts {_preview(line)}")
-            continue
-        if not isinstance(obj, dict):
-            continue
-        kind = obj.get("kind")
-        if kind == "result":
-            result_lines += 1
-            payload = obj.get("result", obj)
-            try:
-                result = KernelResult.model_validate(payload)
-            except ValidationError as err:
-                problems.append("pod log: invalid result document: " + "; ".join(describe_validation_error(err, "result")[:5]))
-        elif kind == "point":
-            try:
-                points.append(PointResult.model_validate(_point_payload(obj)))
-            except ValidationError:
-                bad_points += 1
-    if result_lines == 0:
+            result = KernelResult.model_validate(payload)
+        except ValidationError as err:
+            result_problems.append("pod log: invalid result document: "
+                                   + "; ".join(describe_validation_error(err, "result")[:5]))
+    bad_points = records.bad.get("point", 0)
+    for payload in records.of("point"):
+        try:
+            points.append(PointResult.model_validate(payload))
+        except ValidationError:
+            bad_points += 1
+    if not records.of("result") and not records.bad.get("result"):
         problems.append(f'pod log: no {{"kind": "result"}} line ({len(points)} point line(s) found)')
-    if bad_points:
+    if bad_points and not records.bad.get("point"):
         problems.append(f"pod log: {bad_points} point line(s) did not validate")
-    if result is not None:
-        problems = [p for p in problems if "invalid result document" not in p and "not valid JSON" not in p]
+    elif bad_points > records.bad.get("point", 0):
+        problems.append(f"pod log: {bad_points - records.bad['point']} more point line(s) did not validate")
+    if result is None:
+        problems.extend(result_problems)
+    else:  # a valid result line makes broken earlier ones harmless
+        problems = [p for p in problems if '"kind": "result"' not in p]
     return result, points, problems
 
 
-_VLLM_LINE = re.compile(r'^\{\s*"kind"\s*:\s*"(serving|accuracy)"')
 _VLLM_KINDS: dict[str, type[ServingResult] | type[AccuracyResult]] = {"serving": ServingResult, "accuracy": AccuracyResult}
 
 
@@ -141,24 +112,19 @@ def read_vllm_log(text: str | None) -> tuple[ServingResult | None, AccuracyResul
     A kind whose lines are all invalid (truncated, wrong schema) is a problem; a kind without lines
     is not (the run had no such section, or died before its first arm ended).
     """
+    records = wire.parse_log(text)
     found: dict[str, Any] = {}
     bad: dict[str, str] = {}
-    for line in (text or "").splitlines():
-        line = line.strip()
-        m = _VLLM_LINE.match(line)
-        if m is None:
-            continue
-        kind = m.group(1)
-        try:
-            obj = json.loads(line)
-            found[kind] = _VLLM_KINDS[kind].model_validate(obj.get(kind))
-            bad.pop(kind, None)
-        except json.JSONDecodeError as err:
-            if kind not in found:
-                bad[kind] = f"not valid JSON (truncated?): {err.msg}"
-        except ValidationError as err:
-            if kind not in found:
-                bad[kind] = "invalid document: " + "; ".join(describe_validation_error(err, kind)[:3])
+    for kind, model in _VLLM_KINDS.items():
+        if records.bad.get(kind):
+            bad[kind] = "not valid JSON (truncated, or non-finite numbers)"
+        for payload in records.of(kind):
+            try:
+                found[kind] = model.model_validate(payload)
+                bad.pop(kind, None)
+            except ValidationError as err:
+                if kind not in found:
+                    bad[kind] = "invalid document: " + "; ".join(describe_validation_error(err, kind)[:3])
     problems = [f'pod log: the {{"kind": "{k}"}} line(s): {why}' for k, why in bad.items()]
     return found.get("serving"), found.get("accuracy"), problems
 

@@ -2,13 +2,13 @@
 
 Equivalent to ``kopf run -m spx.controller --standalone --log-format=json --liveness=… -A`` plus
 ``SPX_*`` environment variables for the operator's own settings (see
-:mod:`spx.controller.config`); options given here override the environment.
+:mod:`spx.controller.settings`); options given here override the environment. The settings go to
+the handlers through kopf's ``memo`` (the environment is read, never written).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
@@ -54,35 +54,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds a pod may stay unschedulable [SPX_SCHEDULE_TIMEOUT_SECONDS]")
 
 
-_ENV_OPTIONS = {
-    "max_concurrent": "SPX_MAX_CONCURRENT_EXPERIMENTS",
-    "bench_image": "SPX_BENCH_IMAGE",
-    "metrics_port": "SPX_METRICS_PORT",
-    "schedule_timeout": "SPX_SCHEDULE_TIMEOUT_SECONDS",
-}
+#: ``spx operator`` options → settings fields.
+_OPTIONS = {"max_concurrent": "max_concurrent", "bench_image": "bench_image", "metrics_port": "metrics_port",
+            "schedule_timeout": "schedule_timeout_s"}
 
 
 def run_operator(args: argparse.Namespace) -> int:
-    """Validate the configuration, then hand over to kopf (blocks until the operator exits)."""
-    for attr, var in _ENV_OPTIONS.items():
-        value = getattr(args, attr, None)
-        if value is not None:
-            os.environ[var] = str(value)
-    from spx.controller.config import from_env
+    """Validate the configuration, then run kopf in this process (blocks until the operator exits)."""
+    from spx.controller.settings import load_settings
 
     try:
-        from_env()
+        overrides = {field: getattr(args, opt, None) for opt, field in _OPTIONS.items()}
+        if args.namespaces and not args.all_namespaces:
+            overrides["watch_namespaces"] = tuple(args.namespaces)
+        settings = load_settings(**overrides)
     except ValueError as err:
         print(f"spx operator: {err}")
         return 2
-    from kopf.cli import main as kopf_main
+    import kopf
 
-    import spx.controller.handlers  # noqa: F401  (registers the handlers before kopf loads the module)
+    import spx.controller.handlers  # noqa: F401  (registers the handlers)
 
-    argv = kopf_args(args.namespaces, args.all_namespaces, args.liveness or None, args.log_format,
-                     args.verbose, args.peering)
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
+    namespaces = list(args.namespaces)
     try:
-        kopf_main.main(args=argv, prog_name="spx operator", standalone_mode=False)
+        kopf.run(standalone=not args.peering, peering_name=args.peering or None, liveness_endpoint=args.liveness or None,
+                 clusterwide=args.all_namespaces or not namespaces, namespaces=namespaces,
+                 memo=kopf.Memo(settings=settings))
     except KeyboardInterrupt:
         return 130
     return 0

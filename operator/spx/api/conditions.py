@@ -1,0 +1,88 @@
+"""One vocabulary of conditions and reasons, shared by the operator's status and ``spx run``'s status.json.
+
+Pure: names and one function, no I/O.
+
+**spx's own conditions** (always present, in this order):
+
+- ``Scheduled``: True once the run's pod is bound to a node.
+- ``Completed``: True once no bench process will run any more for this generation; the reason says how
+  the run ended (:data:`COMPLETED_REASONS`).
+- ``Decided``: the terminal condition a pipeline waits on (``kubectl wait --for=condition=Decided``):
+  True on *every* terminal outcome with a reason of :data:`DECIDED_REASONS`; False with a reason of
+  :data:`WAITING_REASONS` before.
+
+**kstatus conditions** (``sigs.k8s.io/cli-utils/pkg/kstatus``, read by Flux, Argo CD's health checks
+and ``helm install --wait``), computed from the phase by :func:`kstatus_conditions`:
+
+- ``Reconciling`` True while the run is in progress (reason = the phase);
+- ``Stalled`` True when the run ended without a verdict (InvalidSpec, BenchmarkFailed, InfraFailed):
+  the resource will make no more progress until its spec changes;
+- ``Ready`` True when a verdict was reached, whichever: a ``Fail`` verdict is a finished measurement,
+  not a broken resource (pipelines gate on the ``Decided`` reason, not on ``Ready``).
+
+Each condition carries ``observedGeneration``, so a tool can tell a stale condition from a fresh one.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+#: spx's conditions, in their canonical order, then kstatus's.
+SPX_CONDITION_TYPES: Final = ("Scheduled", "Completed", "Decided")
+KSTATUS_CONDITION_TYPES: Final = ("Ready", "Reconciling", "Stalled")
+CONDITION_TYPES: Final = SPX_CONDITION_TYPES + KSTATUS_CONDITION_TYPES
+
+VerdictReason = Literal["Pass", "Fail", "Inconclusive"]
+FailureReason = Literal["InvalidSpec", "BenchmarkFailed", "InfraFailed"]
+#: ``Decided`` True: the verdict, or why there is none.
+VERDICT_REASONS: Final[frozenset[str]] = frozenset({"Pass", "Fail", "Inconclusive"})
+FAILURE_REASONS: Final[frozenset[str]] = frozenset({"InvalidSpec", "BenchmarkFailed", "InfraFailed"})
+DECIDED_REASONS: Final[frozenset[str]] = VERDICT_REASONS | FAILURE_REASONS
+#: ``Decided`` False: where the run stands (also the phases before a terminal one).
+WAITING_REASONS: Final[frozenset[str]] = frozenset({"Pending", "Queued", "Running", "Analyzing"})
+
+#: Reasons of ``Completed`` True when the cluster (not the bench) ended the run → ``InfraFailed``.
+INFRA_REASONS: Final[frozenset[str]] = frozenset({
+    "NotAdmitted",          # Kueue never admitted the Job within spec.scheduling.admissionTimeoutSeconds
+    "Unschedulable",        # the pod stayed unschedulable past the operator's limit
+    "NeverScheduled",       # the Job's deadline passed before its pod was ever bound
+    "NeverStarted",         # the pod was bound but its container never started before the deadline
+    "NodeLost",             # the pod's node went away while the bench ran
+    "ResultLost",           # the pod succeeded but was removed before its result was read
+    "Evicted",              # disrupted more often than the retry budget
+    "ImagePullFailed", "ContainerCreateFailed", "PodCreateFailed", "PodFailed",
+    "DeadlineExceeded",     # the bench ran past activeDeadlineSeconds (spec.timeoutSeconds)
+    "JobDeleted", "JobConflict", "JobRejected", "JobFailed",
+    "StatusRejected",       # the API server refuses (422) every status the operator writes
+})
+#: Reasons of ``Completed`` True when the bench itself failed → ``BenchmarkFailed``.
+BENCH_REASONS: Final[frozenset[str]] = frozenset({
+    "BenchmarkCrashed", "OOMKilled", "InvalidInput",
+})
+COMPLETED_REASONS: Final[frozenset[str]] = INFRA_REASONS | BENCH_REASONS | {"JobSucceeded", "NotRun"}
+
+TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"Succeeded", "Failed"})
+
+#: (type, status, reason, message) of one condition.
+ConditionTriple = tuple[str, str, str, str]
+
+
+def kstatus_conditions(phase: str, decided_reason: str | None, message: str) -> list[ConditionTriple]:
+    """The kstatus conditions (``Ready``, ``Reconciling``, ``Stalled``) of a status in ``phase``.
+
+    ``decided_reason``: the reason of a True ``Decided`` (None while undecided). ``message`` goes on
+    the condition that is True. Abnormal-true polarity as kstatus defines it: ``Reconciling`` and
+    ``Stalled`` are True only while they apply.
+    """
+    if phase in TERMINAL_PHASES and decided_reason in VERDICT_REASONS:
+        return [("Ready", "True", decided_reason, message),
+                ("Reconciling", "False", "Decided", "the run is decided"),
+                ("Stalled", "False", "Decided", "the run is decided")]
+    if phase in TERMINAL_PHASES:
+        reason = decided_reason or "Failed"
+        return [("Ready", "False", reason, message),
+                ("Reconciling", "False", reason, "no more progress for this generation"),
+                ("Stalled", "True", reason, message)]
+    return [("Ready", "False", phase, message),
+            ("Reconciling", "True", phase, message),
+            ("Stalled", "False", phase, "in progress")]

@@ -1,0 +1,187 @@
+"""The bench → operator wire format: one module writes it, the same module reads it.
+
+A bench pod reports through two channels (``spx run … --summary-file /dev/termination-log --jsonl``):
+
+- its **termination message**: one compact :class:`~spx.api.result.ResultSummary` JSON object of at
+  most :data:`SUMMARY_MAX_BYTES` (4096) bytes — the kubelet truncates anything longer
+  (``k8s.io/kubernetes/pkg/kubelet/kuberuntime``, ``maxTerminationMessageLogLength``);
+- its **log** (stdout): JSON lines ``{"kind": K, K: {...}}`` with ``K`` one of :data:`KINDS` —
+  ``point`` (a :class:`~spx.api.result.PointResult`, one per measured token count, as it is measured),
+  ``result`` (the whole :class:`~spx.api.result.KernelResult`), ``serving``/``accuracy`` (the vLLM
+  benches' documents). Other lines (stderr is merged into the pod log) are not ours and are skipped.
+
+The writer emits standard JSON only (RFC 8259): a non-finite float (NaN, ±Infinity — which Python's
+``json.dumps`` writes as bare ``NaN``/``Infinity`` tokens no other parser accepts) becomes ``null``,
+so the reader's validation names the field. The reader refuses those tokens too (an older bench
+wrote them): the line is reported as a problem, never silently turned into a number.
+
+Pure: strings in, plain JSON values out; validation into models is the reader's caller's business
+(:mod:`spx.controller.results`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, TextIO
+
+from spx.api.result import SUMMARY_MAX_BYTES
+
+#: Kinds of JSON lines the bench writes to its log.
+KINDS: Final = ("point", "result", "serving", "accuracy")
+#: Bytes of a bad line quoted in a problem.
+EXCERPT_CHARS: Final = 80
+
+__all__ = [
+    "EXCERPT_CHARS", "KINDS", "SUMMARY_MAX_BYTES", "LogRecords", "NonStandardJSON", "dumps", "fit_summary",
+    "line", "loads", "parse_log", "parse_summary", "write_line",
+]
+
+
+class NonStandardJSON(ValueError):
+    """A ``NaN``/``Infinity``/``-Infinity`` token: valid Python ``json``, not JSON (RFC 8259 §6)."""
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, ±inf) replaced by ``None``, recursively (dicts, lists, tuples)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def dumps(value: Any) -> str:
+    """Compact standard JSON of a JSON-able value (non-finite floats as ``null``; UTF-8 kept, not escaped)."""
+    return json.dumps(finite(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _refuse_constant(token: str) -> Any:
+    raise NonStandardJSON(f"{token} is not a JSON number (a non-finite value; the writer must send null)")
+
+
+def loads(text: str) -> Any:
+    """Parse standard JSON.
+
+    Raises:
+        NonStandardJSON: the text holds ``NaN``, ``Infinity`` or ``-Infinity``.
+        json.JSONDecodeError: it is not JSON at all.
+    """
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def line(kind: str, payload: Any) -> str:
+    """One log line ``{"kind": kind, kind: payload}`` with its newline.
+
+    Raises:
+        ValueError: ``kind`` is not one of :data:`KINDS`.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"wire kind {kind!r} is not one of {', '.join(KINDS)}")
+    return dumps({"kind": kind, kind: payload}) + "\n"
+
+
+def write_line(stream: TextIO, kind: str, payload: Any) -> None:
+    """Write :func:`line` to ``stream`` and flush (the operator reads the log while the pod runs)."""
+    stream.write(line(kind, payload))
+    stream.flush()
+
+
+def fit_summary(candidates: Iterable[Any], max_bytes: int = SUMMARY_MAX_BYTES) -> str:
+    """The first candidate whose :func:`dumps` fits ``max_bytes`` UTF-8 bytes, else the last one cut to fit.
+
+    ``candidates`` go from richest to smallest (JSON-able values). A cut text is no longer JSON: the
+    reader reports it as truncated — but it never exceeds what the kubelet keeps.
+    """
+    text = ""
+    for cand in candidates:
+        text = dumps(cand)
+        if len(text.encode()) <= max_bytes:
+            return text
+    return text.encode()[:max_bytes].decode(errors="ignore")
+
+
+def excerpt(text: str, n: int = EXCERPT_CHARS) -> str:
+    """A bounded, one-line ``repr`` of ``text`` for problem messages."""
+    text = text.strip().replace("\n", "\\n")
+    return repr(text[:n] + ("…" if len(text) > n else ""))
+
+
+def parse_summary(message: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The termination message as a JSON object: ``(doc, None)`` or ``(None, problem)``.
+
+    A message of :data:`SUMMARY_MAX_BYTES` or more that does not parse is reported as truncated by
+    the kubelet. Schema validation is the caller's (it knows the model).
+    """
+    if message is None or not message.strip():
+        return None, "termination message: empty (the bench wrote no summary to /dev/termination-log)"
+    size = len(message.encode())
+    try:
+        doc = loads(message)
+    except NonStandardJSON as err:
+        return None, f"termination message: {err}; starts {excerpt(message)}"
+    except json.JSONDecodeError as err:
+        # (within a UTF-8 character of the limit: a cut may drop a partial character)
+        at_limit = size > SUMMARY_MAX_BYTES - 4
+        cut = f" (at the {SUMMARY_MAX_BYTES}-byte limit, so the kubelet truncated it)" if at_limit else ""
+        return None, f"termination message: not JSON{cut}: {err.msg} at char {err.pos}; starts {excerpt(message)}"
+    if not isinstance(doc, dict):
+        return None, f"termination message: expected a JSON object, got {type(doc).__name__}"
+    return doc, None
+
+
+@dataclass
+class LogRecords:
+    """The bench's lines of a pod log, in order: ``records`` as ``(kind, payload)``; ``problems`` one
+    line each for lines that are ours (start with ``{"kind": "<one of KINDS>"``) and do not parse."""
+
+    records: list[tuple[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    bad: dict[str, int] = field(default_factory=dict)
+
+    def of(self, kind: str) -> list[Any]:
+        """The payloads of ``kind``, in log order."""
+        return [p for k, p in self.records if k == kind]
+
+
+def _claimed_kind(text: str) -> str | None:
+    """The kind a line claims to be, by its first 40 characters (so a truncated line is still ours)."""
+    head = text[:40].replace(" ", "")
+    for kind in KINDS:
+        if head.startswith(f'{{"kind":"{kind}"'):
+            return kind
+    return None
+
+
+def parse_log(text: str | None) -> LogRecords:
+    """Every bench line of a pod log; garbage (not ours) is skipped, broken lines of ours are problems."""
+    out = LogRecords()
+    for raw in (text or "").splitlines():
+        stripped = raw.strip()
+        if not stripped.startswith("{"):
+            continue
+        kind = _claimed_kind(stripped)
+        if kind is None:
+            continue
+        try:
+            obj = loads(stripped)
+        except NonStandardJSON as err:
+            out.bad[kind] = out.bad.get(kind, 0) + 1
+            out.problems.append(f'pod log: a {{"kind": "{kind}"}} line is not standard JSON: {err}; starts {excerpt(stripped)}')
+            continue
+        except json.JSONDecodeError as err:
+            out.bad[kind] = out.bad.get(kind, 0) + 1
+            out.problems.append(f'pod log: a {{"kind": "{kind}"}} line is not valid JSON (truncated?): {err.msg}; '
+                                f"starts {excerpt(stripped)}")
+            continue
+        if not isinstance(obj, dict) or obj.get("kind") != kind:
+            continue
+        payload = obj.get(kind)
+        if payload is None and kind == "point":  # an older flat form: {"kind": "point", "tokens": …}
+            payload = {k: v for k, v in obj.items() if k != "kind"}
+        out.records.append((kind, payload))
+    return out

@@ -1,0 +1,173 @@
+"""The terminal decision of a run whose Job ended and whose outputs were read (pure).
+
+The judgement (result → the status' kernel section + verdict) is called in ONE place, :func:`judge`,
+so switching to the unified ``spx.analysis`` judgement is one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spx.analysis import combine_verdict, evaluate, points_from_result
+from spx.analysis.accuracy import summarize as summarize_accuracy
+from spx.analysis.serving import summarize as summarize_serving
+from spx.analysis.summary import point_from_result
+from spx.api.accuracy import AccuracyStatus
+from spx.api.serving import ServingStatus
+from spx.api.spec import ExperimentSpec
+from spx.api.status import Environment, ExperimentStatus, KernelStatus
+from spx.controller import conditions as cond
+from spx.controller.decision import Action, Decision, DeleteJobs, Event, Observed, Results, StoreResult
+from spx.controller.manifests import result_configmap_name
+from spx.controller.pod_outcome import Observation, termination_message
+from spx.controller.result_configmap import build_result_configmap
+from spx.controller.results import Collected, collect, measurement, vllm_statuses
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The kernel section, verdict and reasons of a usable result (plus the vLLM sections)."""
+
+    kernel: KernelStatus
+    verdict: Any
+    reasons: list[str]
+    serving: ServingStatus | None
+    accuracy: AccuracyStatus | None
+
+
+def judge(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
+    """Result → status kernel section + verdict (to be :func:`spx.analysis.judge` once it lands: one line).
+
+    A section the run should have produced and did not is undecided, never a silent pass.
+
+    Raises:
+        ValueError: the analysis cannot use the points (e.g. a repeated token count).
+    """
+    ev = evaluate(meas.points, spec.gate, meas.gather_source, spec.parallelism.tensor_parallel_size,
+                  gemm_backend=meas.gemm_backend, timer=meas.timer,
+                  device=meas.environment.device if meas.environment else None)
+    verdict, reasons = ev.verdict, list(ev.reasons)
+    if spec.serving is not None:
+        if serving is None and spec.serving.points:
+            serving = ServingStatus(reasons=["the serving A/B left no result"])
+        if accuracy is None and spec.accuracy is not None:
+            accuracy = AccuracyStatus(reasons=["GSM8K: the run left no result"], max_drop_points=spec.accuracy.max_drop_points)
+        verdict, reasons = combine_verdict(verdict, reasons, serving, accuracy)
+    return Judgement(ev.kernel, verdict, list(reasons), serving, accuracy)
+
+
+def _collected(o: Observed, obs: Observation) -> tuple[Collected, str | None, str | None]:
+    """Parse the pod's outputs; a log that is gone falls back to the log read while the pod ran."""
+    r = o.results or Results()
+    message = r.message if r.message is not None else (termination_message(obs.pod) if obs.pod else None)
+    log = r.log
+    progress = r.progress_log if r.progress_log is not None else o.progress_log
+    if log is None and progress is not None:
+        log = progress
+    return collect(message, log), message, log
+
+
+def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Mapping[str, Any], obs: Observation,
+           nows: str) -> Decision:
+    """The terminal decision of a run whose Job ended and whose outputs were read."""
+    gen = o.generation
+    collected, message, log = _collected(o, obs)
+    pod_name = str(_meta(obs.pod).get("name")) if obs.pod is not None else None
+    completed_reason = obs.reason if obs.state == "failed" else "JobSucceeded"
+    try:
+        meas = measurement(collected, points_from_result)
+    except Exception as err:  # any result the analysis cannot use ends BenchmarkFailed, never a retry loop
+        collected.problems.append(f"could not convert the result's points: {type(err).__name__}: {err}")
+        meas = None
+    serving, accuracy = (vllm_statuses(collected, summarize_serving, summarize_accuracy) if spec.serving is not None
+                         else (None, None))
+    if spec.serving is not None and obs.state == "succeeded":
+        if serving is None and spec.serving.points:
+            collected.problems.append("the serving A/B left no result (no serving line in the log, none in the summary)")
+        if accuracy is None and spec.accuracy is not None:
+            collected.problems.append("GSM8K left no result (no accuracy line in the log, none in the summary)")
+
+    judgement: Judgement | None = None
+    if obs.state == "succeeded" and meas is not None and meas.complete and meas.points:
+        try:
+            judgement = judge(spec, meas, serving, accuracy)
+        except Exception as err:  # a result the analysis cannot use: decided, not retried forever
+            collected.problems.append(f"the analysis could not use the result: {type(err).__name__}: {err}")
+
+    configmap = build_result_configmap(
+        o.name, o.namespace, o.uid, gen,
+        result=collected.result.to_wire() if collected.result is not None else None,
+        termination_message=message, log=log, problems=collected.problems, pod_name=pod_name,
+        serving_result=collected.serving_result.to_wire() if collected.serving_result is not None else None,
+        accuracy_result=collected.accuracy_result.to_wire() if collected.accuracy_result is not None else None,
+    )
+    environment: Environment | None = meas.environment if meas is not None else None
+    if environment is not None and environment.node is None and obs.node:
+        environment = environment.model_copy(update={"node": obs.node})
+    update: dict[str, Any] = {"completion_time": nows, "result_config_map": result_configmap_name(o.name, gen),
+                              "environment": environment, "serving": serving, "accuracy": accuracy}
+    after: tuple[Action, ...] = (DeleteJobs((str(_meta(job).get("name")),), f"gave up: {obs.reason}"),) if obs.abort else ()
+
+    if judgement is not None:
+        new = cond.with_kernel(status, judgement.kernel, judgement.verdict, judgement.reasons)
+        new = cond.apply_step(new, cond.decided(judgement.verdict, judgement.reasons, "JobSucceeded", obs.message,
+                                                cond.ran_on(obs.node)), nows, gen)
+        update.update(serving=judgement.serving, accuracy=judgement.accuracy)
+        event: Event = ("Normal" if judgement.verdict == "Pass" else "Warning", f"Verdict{judgement.verdict}",
+                        new.message or "")
+        return Decision(f"verdict-{judgement.verdict}", new.model_copy(update=update), (event,),
+                        before=(StoreResult(configmap),), after=after, slot_freed=True, observed_duration=True)
+
+    reason, completed_reason, msg = _failure(obs, collected, meas, serving, accuracy, completed_reason, pod_name)
+    kernel = None
+    if meas is not None and meas.points:
+        kernel = KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
+                              gemm_backend=meas.gemm_backend, timer=meas.timer)
+    elif collected.partial_points:  # the points the bench printed before it died: kept
+        by_tokens = {p.tokens: p for p in collected.partial_points}
+        kernel = KernelStatus(points=[point_from_result(by_tokens[t]) for t in sorted(by_tokens)],
+                              gather_source=collected.partial_points[-1].gather_source)
+    new = cond.with_kernel(status, kernel, None, [])
+    new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
+                                           scheduled=cond.ran_on(obs.node)), nows, gen)
+    return Decision(reason, new.model_copy(update=update), (("Warning", reason, msg),),
+                    before=(StoreResult(configmap),), after=after, slot_freed=True, observed_duration=True)
+
+
+def _failure(obs: Observation, collected: Collected, meas: Any, serving: ServingStatus | None,
+             accuracy: AccuracyStatus | None, completed_reason: str, pod_name: str | None) -> tuple[str, str, str]:
+    """(Decided reason, Completed reason, message) of a run that reached no verdict."""
+    problems = "; ".join(collected.problems)
+    kept = f"; {len(collected.partial_points)} point(s) measured before it were kept" if collected.partial_points else ""
+    if obs.state == "succeeded":
+        if obs.pod is None and meas is None:
+            return ("InfraFailed", "ResultLost",
+                    f"the pod of the Job succeeded but was removed before its result was read "
+                    f"(garbage-collected while the operator was away?){kept}")
+        # The Job did succeed (Completed keeps JobSucceeded); the result is what failed.
+        if meas is None:
+            return "BenchmarkFailed", completed_reason, f"the bench exited 0 but left no usable result: {problems}"
+        if not meas.complete:
+            return ("BenchmarkFailed", completed_reason,
+                    f"the bench reported an incomplete run: {meas.error or 'no error given'}")
+        if not meas.points:
+            return "BenchmarkFailed", completed_reason, "the bench's result has no points"
+        return "BenchmarkFailed", completed_reason, f"the analysis could not use the result: {problems}"
+    reason = obs.outcome or "InfraFailed"
+    msg = obs.message + (kept if obs.reason in ("NodeLost", "Evicted") else "")
+    if meas is not None and meas.error:
+        msg += f"; the bench reported: {meas.error}"
+    if meas is None and collected.problems and obs.outcome == "BenchmarkFailed":
+        msg += f"; result: {problems}"
+    vllm_note = (serving.failures[0] if serving is not None and serving.failures
+                 else accuracy.reasons[0] if accuracy is not None and accuracy.gate_passed is None
+                 and accuracy.reasons else None)
+    if vllm_note:  # e.g. the vLLM benches could not start
+        msg += f"; {vllm_note}"
+    return reason, completed_reason, msg

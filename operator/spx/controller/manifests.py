@@ -1,0 +1,358 @@
+"""Pure builders of the bench Job and the result ConfigMap (dask-kubernetes' ``build_*_spec()`` style).
+
+Nothing here talks to an API server; the controller's writes (:mod:`spx.controller.writes`) send
+these manifests. The Job is built in layers, each a pure function of its inputs:
+:func:`build_container_spec` (the bench container) → :func:`build_pod_spec` (volumes, placement,
+security) → :func:`build_job_spec` (deadline, failure policy, Kueue suspension) → :func:`build_job`
+(metadata, owner reference).
+Everything is a deterministic function of its inputs, so a restarted operator rebuilds exactly the
+same Job and an existing one is recognised by name (and owner uid).
+
+The bench pod gets no API credentials: the experiment reaches it through the downward API (a pod
+annotation projected as ``/etc/spx/experiment.json``), and results leave it through the container's
+termination message (a bounded :class:`~spx.api.ResultSummary`) and its log (JSON lines of the full
+:class:`~spx.api.KernelResult`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from spx.api.spec import API_VERSION, GROUP, KIND, ExperimentSpec
+
+#: Prefix of every label/annotation key the operator owns (also kopf's finalizer/annotation prefix).
+PREFIX = GROUP
+LABEL_EXPERIMENT = f"{PREFIX}/experiment"
+LABEL_EXPERIMENT_UID = f"{PREFIX}/experiment-uid"
+LABEL_GENERATION = f"{PREFIX}/generation"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "spx-operator"
+ANNOTATION_EXPERIMENT = f"{PREFIX}/experiment"
+ANNOTATION_EXPERIMENT_NAME = f"{PREFIX}/experiment-name"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: Selector of everything the operator creates (used for server-side filtered watches).
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+CONTAINER_NAME = "bench"
+EXPERIMENT_MOUNT = "/etc/spx"
+EXPERIMENT_FILE = f"{EXPERIMENT_MOUNT}/experiment.json"
+SCRATCH_MOUNT = "/var/run/spx"
+OUT_DIR = f"{SCRATCH_MOUNT}/out"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: GPU feature discovery's compute-capability label; Hopper is 9.x (SM90).
+GPU_COMPUTE_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
+HOPPER_COMPUTE_MAJOR = "9"
+DEFAULT_BENCH_COMMAND: tuple[str, ...] = ("spx", "run")
+
+#: Kubernetes names: a Job name must be a DNS label (≤ 63) because it becomes the pods' ``job-name``
+#: label value; label values are ≤ 63 characters too.
+MAX_NAME = 63
+
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+def _digest(text: str, n: int = 8) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def _dns_label(text: str) -> str:
+    """Lower-case, ``[a-z0-9-]`` only, no leading/trailing dash."""
+    return _NOT_DNS.sub("-", text.lower()).strip("-")
+
+
+def _bounded(base: str, suffix: str, full: str) -> str:
+    """``base + suffix`` if it fits a DNS label, else ``base[:k] + '-' + hash(full) + suffix``."""
+    base = _dns_label(base) or "x"
+    if len(base) + len(suffix) <= MAX_NAME and base == full:
+        return base + suffix
+    head = base[: MAX_NAME - len(suffix) - 9].rstrip("-") or "x"
+    return f"{head}-{_digest(full)}{suffix}"
+
+
+def job_name(experiment_name: str, generation: int) -> str:
+    """Deterministic Job name of one run: ``<experiment>-g<generation>``, a DNS label ≤ 63 characters.
+
+    Long (or non-DNS-label) experiment names are truncated and suffixed with a hash of the full
+    name, so different experiments never share a Job name and the same one always gets the same.
+    """
+    return _bounded(experiment_name, f"-g{int(generation)}", experiment_name)
+
+
+def result_configmap_name(experiment_name: str, generation: int) -> str:
+    """Name of the ConfigMap holding the result of one run: ``<job name>-result``."""
+    return f"{job_name(experiment_name, generation)}-result"
+
+
+def experiment_label_value(experiment_name: str) -> str:
+    """The ``bench.spx.dev/experiment`` label value: the name, or a bounded hash form if > 63 chars."""
+    if len(experiment_name) <= MAX_NAME and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", experiment_name):
+        return experiment_name
+    return _bounded(experiment_name, "", experiment_name + "\0")
+
+
+def owner_reference(experiment_name: str, uid: str) -> dict[str, Any]:
+    """Controller owner reference to the experiment (garbage collection removes the child with it)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": experiment_name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def link_labels(experiment_name: str, uid: str, generation: int) -> dict[str, str]:
+    """Labels put on every child (Job, pod, ConfigMap): which experiment, which incarnation, which run."""
+    return {
+        "app.kubernetes.io/name": "spx-bench",
+        "app.kubernetes.io/component": "kernel-bench",
+        "app.kubernetes.io/part-of": "spx",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_EXPERIMENT: experiment_label_value(experiment_name),
+        LABEL_EXPERIMENT_UID: uid,
+        LABEL_GENERATION: str(int(generation)),
+    }
+
+
+def experiment_document(experiment_name: str, namespace: str, spec: ExperimentSpec) -> dict[str, Any]:
+    """The experiment as ``spx run`` reads it (``/etc/spx/experiment.json`` in the pod)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": experiment_name, "namespace": namespace},
+        "spec": spec.to_wire(),
+    }
+
+
+def _uses_gpus(spec: ExperimentSpec) -> bool:
+    return spec.kernel.device != "cpu"
+
+
+def _node_affinity(spec: ExperimentSpec) -> dict[str, Any] | None:
+    if not _uses_gpus(spec):
+        return None
+    expressions = [
+        {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(spec.resources.gpu_products)},
+        {"key": GPU_COMPUTE_MAJOR_LABEL, "operator": "In", "values": [HOPPER_COMPUTE_MAJOR]},
+    ]
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": expressions}],
+            }
+        }
+    }
+
+
+def _tolerations(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    tolerations = [dict(t) for t in spec.resources.tolerations]
+    if _uses_gpus(spec) and not any(t.get("key") == GPU_RESOURCE for t in tolerations):
+        # GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule (GPU operator / cloud defaults).
+        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
+    return tolerations
+
+
+def bench_args(command: Sequence[str] = DEFAULT_BENCH_COMMAND, serving: bool = False) -> list[str]:
+    """The container command: ``spx run /etc/spx/experiment.json --out … --summary-file … --jsonl``,
+    plus ``--serving`` when the experiment has ``spec.serving`` (the vLLM serving A/B and GSM8K run
+    in the same pod, on the same GPUs, after the kernel bench)."""
+    return [
+        *command,
+        EXPERIMENT_FILE,
+        "--out",
+        OUT_DIR,
+        "--summary-file",
+        TERMINATION_MESSAGE_PATH,
+        "--jsonl",
+        *(["--serving"] if serving else []),
+    ]
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """The operator's settings that shape the bench pod (:class:`~spx.controller.settings.OperatorSettings`)."""
+
+    command: Sequence[str] = DEFAULT_BENCH_COMMAND
+    service_account_name: str | None = None
+    shm_size: str | None = "64Gi"
+    image_pull_policy: str = "IfNotPresent"
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentSpec, image: str,
+                         options: BenchOptions = BenchOptions()) -> dict[str, Any]:
+    """The bench container: command (:func:`bench_args`), env, requests = limits (Guaranteed QoS:
+    ``spec.resources.cpu``/``memory`` and ``nvidia.com/gpu: <TP>`` unless ``kernel.device`` is cpu),
+    termination message at ``/dev/termination-log``, non-root with no capabilities, the experiment,
+    scratch and ``/dev/shm`` mounts, plus ``serving.modelPvc`` read-only at ``serving.modelMountPath``."""
+    reserved: dict[str, str] = {"cpu": spec.resources.cpu, "memory": spec.resources.memory}
+    if _uses_gpus(spec):
+        reserved[GPU_RESOURCE] = str(spec.parallelism.tensor_parallel_size)
+    env = [
+        {"name": "SPX_EXPERIMENT_NAME", "value": experiment_name},
+        {"name": "SPX_EXPERIMENT_NAMESPACE", "value": namespace},
+        {"name": "SPX_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    env += [{"name": k, "value": v} for k, v in sorted(options.extra_env.items())]
+    mounts = [
+        {"name": "experiment", "mountPath": EXPERIMENT_MOUNT, "readOnly": True},
+        {"name": "scratch", "mountPath": SCRATCH_MOUNT},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
+    if spec.serving is not None and spec.serving.model_pvc:
+        mounts.append({"name": "model", "mountPath": spec.serving.model_mount_path, "readOnly": True})
+    return {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": options.image_pull_policy,
+        "command": bench_args(options.command, serving=spec.serving is not None),
+        "env": env,
+        "resources": {"limits": dict(reserved), "requests": dict(reserved)},
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "File",
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": mounts,
+    }
+
+
+def build_pod_spec(container: Mapping[str, Any], spec: ExperimentSpec, options: BenchOptions = BenchOptions()) -> dict[str, Any]:
+    """The bench pod's spec around ``container``: ``restartPolicy: Never``, no API credentials
+    (``automountServiceAccountToken: false``), RuntimeDefault seccomp, the downward-API experiment
+    file, scratch and memory-backed ``/dev/shm`` (NCCL and torch use shared memory), the model PVC;
+    placement: the user's node selector, required Hopper affinity (``nvidia.com/gpu.product`` ∈
+    ``spec.resources.gpuProducts``, compute capability 9.x), tolerations (plus ``nvidia.com/gpu``
+    NoSchedule) and the priority class — GPU parts left out when ``kernel.device`` is cpu."""
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if options.shm_size:
+        shm["sizeLimit"] = options.shm_size
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": "experiment",
+            "downwardAPI": {
+                "items": [
+                    {
+                        "path": "experiment.json",
+                        "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_EXPERIMENT}']"},
+                    }
+                ]
+            },
+        },
+        {"name": "scratch", "emptyDir": {}},
+        {"name": "dshm", "emptyDir": shm},
+    ]
+    if spec.serving is not None and spec.serving.model_pvc:
+        # The weights, read-only: every arm loads the model from here (no download per arm).
+        volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": spec.serving.model_pvc, "readOnly": True}})
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 1000,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [dict(container)],
+        "volumes": volumes,
+    }
+    if options.service_account_name:
+        pod_spec["serviceAccountName"] = options.service_account_name
+    if spec.resources.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
+    affinity = _node_affinity(spec)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    tolerations = _tolerations(spec)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    if spec.scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
+    return pod_spec
+
+
+def build_job_spec(pod_spec: Mapping[str, Any], pod_metadata: Mapping[str, Any], spec: ExperimentSpec) -> dict[str, Any]:
+    """The Job's spec: one pod (``parallelism = completions = 1``), ``backoffLimit: 0`` and a
+    ``podFailurePolicy`` that ignores disruptions (``DisruptionTarget``: eviction, preemption, node
+    drain) so an evicted pod is retried while a failing benchmark is not;
+    ``activeDeadlineSeconds`` = ``spec.timeoutSeconds`` (with ``spec.serving`` it must cover every
+    arm's model load, :func:`spx.api.spec.min_timeout_seconds`); suspended when
+    ``spec.scheduling.queueName`` is set (Kueue unsuspends it on admission)."""
+    job_spec: dict[str, Any] = {
+        "parallelism": 1,
+        "completions": 1,
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": int(spec.timeout_seconds),
+        "podFailurePolicy": {
+            "rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {"containerName": CONTAINER_NAME, "operator": "NotIn", "values": [0]},
+                },
+            ]
+        },
+        "template": {"metadata": dict(pod_metadata), "spec": dict(pod_spec)},
+    }
+    if spec.scheduling.queue_name:
+        job_spec["suspend"] = True
+    return job_spec
+
+
+def build_job(
+    experiment_name: str,
+    namespace: str,
+    uid: str,
+    generation: int,
+    spec: ExperimentSpec,
+    image: str,
+    options: BenchOptions = BenchOptions(),
+) -> dict[str, Any]:
+    """The bench Job of one run (one generation) of an experiment, as a manifest dict.
+
+    Name :func:`job_name`; owner reference to the experiment; :func:`link_labels` on Job and pod
+    (plus ``kueue.x-k8s.io/queue-name`` on the Job with ``spec.scheduling.queueName``); the pod
+    annotation the experiment file is projected from; the spec of :func:`build_job_spec` around
+    :func:`build_pod_spec` around :func:`build_container_spec`.
+    """
+    labels = link_labels(experiment_name, uid, generation)
+    job_labels = dict(labels)
+    if spec.scheduling.queue_name:
+        job_labels[KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
+    annotations = {ANNOTATION_EXPERIMENT_NAME: experiment_name}
+    pod_metadata = {
+        "labels": labels,
+        "annotations": {
+            **annotations,
+            ANNOTATION_EXPERIMENT: json.dumps(experiment_document(experiment_name, namespace, spec), sort_keys=True),
+        },
+    }
+    container = build_container_spec(experiment_name, namespace, spec, image, options)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(experiment_name, generation),
+            "namespace": namespace,
+            "labels": job_labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(experiment_name, uid)],
+        },
+        "spec": build_job_spec(build_pod_spec(container, spec, options), pod_metadata, spec),
+    }

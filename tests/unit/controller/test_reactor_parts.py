@@ -1,0 +1,105 @@
+"""The pure parts under the reactor: admission, the store's correction by a re-list, the merge patch
+of a status write, the conflict backoff, kstatus conditions and the settings object."""
+
+from __future__ import annotations
+
+import pytest
+
+from spx.api.conditions import kstatus_conditions
+from spx.controller.admission import admit
+from spx.controller.settings import ENV_VARS, load_settings
+from spx.controller.store import Store
+from spx.controller.writes import Backoff, merge_patch_for
+
+A, B, C = ("ml", "a"), ("ml", "b"), ("ml", "c")
+
+
+@pytest.mark.parametrize(("key", "limit", "active", "waiting", "synced", "admitted"), [
+    (A, 2, set(), [A], False, False),       # FM4: before the lists, nobody starts
+    (A, 0, {B, C}, [], False, False),       # … not even without a limit
+    (A, 0, {B, C}, [], True, True),         # no limit
+    (A, 2, {B}, [A], True, True),           # a free slot
+    (A, 2, {B, C}, [A], True, False),       # full
+    (B, 1, set(), [A, B], True, False),     # FIFO: A first
+    (A, 1, set(), [A, B], True, True),
+    (A, 1, {A}, [], True, True),            # already holds its slot
+])
+def test_admission(key: tuple[str, str], limit: int, active: set, waiting: list, synced: bool, admitted: bool) -> None:
+    v = admit(key, limit, active, waiting, synced)
+    assert v.admitted == admitted and v.synced == synced and v.active == len(active)
+
+
+def _job(name: str, rv: int, uid: str | None = None) -> dict:
+    return {"metadata": {"namespace": "ml", "name": name, "uid": uid or f"{name}-uid", "resourceVersion": str(rv),
+                         "ownerReferences": [{"kind": "ShardedProjectionExperiment", "uid": "exp-uid"}]}}
+
+
+def test_fm1_a_relist_drops_jobs_deleted_while_the_watch_was_down() -> None:
+    store = Store()
+    for j in (_job("kept", 5), _job("deleted-during-410", 6), _job("created-after-the-list", 12)):
+        store.put_job(j)
+    removed = store.reconcile_list("job", [_job("kept", 7)], list_rv="10")
+    assert [r["metadata"]["name"] for r in removed] == ["deleted-during-410"]
+    assert sorted(k[1] for k in store.jobs) == ["created-after-the-list", "kept"]
+    assert [j["metadata"]["name"] for j in store.jobs_of("exp-uid")] == ["created-after-the-list", "kept"]
+    assert store.jobs[("ml", "kept")]["metadata"]["resourceVersion"] == "7"
+
+
+def test_merge_patch_removes_what_the_new_status_drops() -> None:
+    old = {"phase": "Running", "kernel": {"points": [1], "gemmBackend": "x"}, "jobName": "j"}
+    new = {"phase": "Pending", "kernel": {"points": [1]}, "message": "m"}
+    assert merge_patch_for(old, new) == {"phase": "Pending", "jobName": None, "kernel": {"gemmBackend": None},
+                                         "message": "m"}
+    assert merge_patch_for(new, new) == {}
+
+
+def test_conflict_backoff_grows_with_full_jitter_and_is_capped() -> None:
+    draws = iter([1.0, 1.0, 1.0, 0.5, 1.0] + [1.0] * 20)
+    b = Backoff(base_s=0.2, cap_s=2.0, rng=lambda: next(draws))
+    delays = [b.next_delay("k") for _ in range(6)]
+    assert delays[:5] == pytest.approx([0.2, 0.4, 0.8, 0.8, 2.0]) and delays[5] == 2.0
+    b.reset("k")
+    assert b.next_delay("k") == pytest.approx(0.2)
+    real = Backoff(base_s=0.2, cap_s=30.0)
+    assert all(0 <= real.next_delay("x") <= 30.0 for _ in range(40))
+
+
+@pytest.mark.parametrize(("phase", "reason", "ready", "reconciling", "stalled"), [
+    ("Pending", None, "False", "True", "False"),
+    ("Running", None, "False", "True", "False"),
+    ("Succeeded", "Pass", "True", "False", "False"),
+    ("Succeeded", "Fail", "True", "False", "False"),
+    ("Failed", "InfraFailed", "False", "False", "True"),
+    ("Failed", "InvalidSpec", "False", "False", "True"),
+])
+def test_kstatus_conditions(phase: str, reason: str | None, ready: str, reconciling: str, stalled: str) -> None:
+    got = {t: s for t, s, _, _ in kstatus_conditions(phase, reason, "m")}
+    assert got == {"Ready": ready, "Reconciling": reconciling, "Stalled": stalled}
+
+
+def test_settings_parse_every_variable_by_type() -> None:
+    s = load_settings({"SPX_MAX_CONCURRENT_EXPERIMENTS": "2", "SPX_BENCH_IMAGE": "img:1", "SPX_SCHEDULE_TIMEOUT_SECONDS": "30",
+                       "SPX_BENCH_COMMAND": "python -m spx run", "SPX_BENCH_SERVICE_ACCOUNT": "", "SPX_METRICS_PORT": "",
+                       "SPX_BENCH_ENV_NCCL_DEBUG": "INFO", "SPX_KUBE_INSECURE": "true"})
+    assert s.max_concurrent == 2 and s.bench_image == "img:1" and s.schedule_timeout_s == 30.0
+    assert s.bench_command == ("python", "-m", "spx", "run") and s.bench_service_account is None
+    assert s.metrics_port == 8080 and s.extra_env == {"NCCL_DEBUG": "INFO"} and s.kube_insecure is True
+    assert load_settings({}, max_concurrent=9).max_concurrent == 9  # `spx operator --max-concurrent`
+    assert "SPX_RESYNC_SECONDS" in ENV_VARS.values() and len(ENV_VARS) == len(set(ENV_VARS.values()))
+
+
+@pytest.mark.parametrize(("env", "fragment"), [
+    ({"SPX_MAX_CONCURRENT_EXPERIMENTS": "two"}, "SPX_MAX_CONCURRENT_EXPERIMENTS='two'"),
+    ({"SPX_RECONCILE_WORKERS": "0"}, "SPX_RECONCILE_WORKERS='0': Input should be greater than or equal to 1"),
+    ({"SPX_BENCH_IMAGE_PULL_POLICY": "Sometimes"}, "SPX_BENCH_IMAGE_PULL_POLICY='Sometimes'"),
+])
+def test_bad_settings_name_the_variable(env: dict, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment.replace("(", r"\(")):
+        load_settings(env)
+
+
+def test_the_process_environment_is_read_by_the_settings_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPX_MAX_CONCURRENT_EXPERIMENTS", "3")
+    monkeypatch.setenv("SPX_BENCH_ENV_FOO", "bar")
+    s = load_settings()
+    assert s.max_concurrent == 3 and s.extra_env["FOO"] == "bar"

@@ -1,0 +1,179 @@
+"""Plain-data builders for the decision-step tests: experiments' Jobs and pods as the API server
+returns them, bench outputs written with the real wire module, and a pure driver that answers the
+decision step's questions the way the reactor would (from a scripted API server)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from spx.api import wire
+from spx.api.loading import validate_spec
+from spx.api.result import KernelResult, PointResult, ResultSummary
+from spx.api.status import Environment, ExperimentStatus, KernelPoint
+from spx.controller import conclusion as c
+from spx.controller.manifests import job_name
+
+T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+UID = "0000-exp-uid"
+NAME, NS = "ds", "ml"
+SPEC = validate_spec({
+    "projection": {"hiddenSize": 1024, "outputSizes": [256, 128]},
+    "parallelism": {"tensorParallelSize": 2},
+    "sweep": {"tokens": [8, 128, 2048]},
+    "kernel": {"device": "cpu", "timer": "host", "gather": "gloo", "samples": 5, "warmup": 1,
+               "cudaGraphs": False, "l2Flush": False},
+    "gate": {"thresholdTokens": 2048},
+    "timeoutSeconds": 3600,
+})
+JOB = job_name(NAME, 1)
+
+
+def ts(seconds: float) -> str:
+    """RFC 3339 of T0 + seconds."""
+    return (T0 + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cond(type_: str, status: str = "True", reason: str = "", message: str = "", at: float = 0) -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": ts(at)}
+
+
+def job(*conditions: dict[str, Any], suspend: bool = False, created: float = 0, deadline: int = 3600,
+        start: float | None = 0) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": list(conditions)}
+    if start is not None and not suspend:
+        status["startTime"] = ts(start)
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": JOB, "namespace": NS, "uid": "job-uid", "creationTimestamp": ts(created),
+                     "labels": {"bench.spx.dev/generation": "1"},
+                     "ownerReferences": [{"kind": "ShardedProjectionExperiment", "uid": UID, "controller": True}]},
+        "spec": {"suspend": suspend, "activeDeadlineSeconds": deadline},
+        "status": status,
+    }
+
+
+def pod(phase: str, node: str | None = "gpu-1", *, running: bool = False, exit_code: int | None = None,
+        message: str | None = None, conditions: tuple[dict[str, Any], ...] = (), deleting: bool = False,
+        reason: str | None = None, waiting: str | None = None, name: str = f"{JOB}-abcde") -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    if running:
+        state = {"running": {"startedAt": ts(10)}}
+    elif exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                                **({"message": message} if message is not None else {})}}
+    elif waiting:
+        state = {"waiting": {"reason": waiting}}
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": f"{name}-uid", "creationTimestamp": ts(1),
+                            "labels": {"job-name": JOB}, "ownerReferences": [{"kind": "Job", "uid": "job-uid"}]}
+    if deleting:
+        meta["deletionTimestamp"] = ts(100)
+    status: dict[str, Any] = {"phase": phase, "conditions": list(conditions),
+                              "containerStatuses": [{"name": "bench", "state": state}] if state else []}
+    if reason:
+        status["reason"] = reason
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"nodeName": node} if node else {},
+            "status": status}
+
+
+def _point(m: int, tp: int = 2) -> PointResult:
+    padded = -(-m // tp) * tp
+    rep, split = 4.0 + 0.02 * m, 9.0 + 0.02 * m / tp + 0.001 * m
+
+    def stats(med: float) -> dict[str, Any]:
+        return {"samplesUs": [med] * 5, "medianUs": med, "q1Us": med * 0.99, "q3Us": med * 1.01, "iqrPct": 2.0}
+
+    return PointResult.model_validate({
+        "tokens": m, "paddedTokens": padded, "rowsPerRank": padded // tp, "replicated": stats(rep),
+        "split": stats(split), "shardGemmUs": split - 5.0, "gatherUs": 5.0, "gatherSource": "measured",
+        "maxAbsError": 0.0, "maxAbsReference": 1.0,
+    })
+
+
+def bench_outputs(tokens: tuple[int, ...] = (8, 128, 2048), result: bool = True) -> tuple[str, str]:
+    """(log, termination message) of a run that measured ``tokens``, written by :mod:`spx.api.wire`."""
+    points = [_point(m) for m in tokens]
+    lines = [wire.line("point", p.to_wire()) for p in points]
+    kr = KernelResult(experiment=NAME, spec=SPEC, environment=Environment(gpu="cpu", device="cpu"), world_size=2,
+                      gemm_backend="torch-bf16", gather_backend="gloo", gather_source="measured", timer="host",
+                      device="cpu", cuda_graphs=False, points=points)
+    if result:
+        lines.append(wire.line("result", kr.to_wire()))
+    kpoints = [KernelPoint(tokens=p.tokens, rows_per_rank=p.rows_per_rank, replicated_us=p.replicated.median_us,
+                           split_us=p.split.median_us, speedup=p.replicated.median_us / p.split.median_us)
+               for p in points]
+    summary = ResultSummary(points=kpoints, environment=kr.environment, world_size=2, gemm_backend="torch-bf16",
+                            gather_source="measured", timer="host")
+    return "".join(lines), wire.dumps(summary.to_wire())
+
+
+def python_json_line(kind: str, payload: Any) -> str:
+    """A line as an older bench wrote it with ``json.dumps`` (NaN/Infinity as bare tokens)."""
+    return json.dumps({"kind": kind, kind: payload}) + "\n"
+
+
+def observed(**kw: Any) -> c.Observed:
+    base: dict[str, Any] = {"name": NAME, "namespace": NS, "uid": UID, "generation": 1, "spec": SPEC,
+                            "status": ExperimentStatus(), "now": T0}
+    return c.Observed(**{**base, **kw})
+
+
+def running_status(phase: str = "Running") -> ExperimentStatus:
+    return ExperimentStatus(phase=phase, observed_generation=1, job_name=JOB, start_time=ts(0))  # type: ignore[arg-type]
+
+
+@dataclass
+class ApiServer:
+    """Scripted answers to the decision step's questions (what the reactor would find out)."""
+
+    admitted: bool = True
+    synced: bool = True
+    job_exists: bool = False
+    log: str | None = None
+    message: str | None = None
+    refusal: c.JobCreation | None = None
+    asked: list[c.Need] = field(default_factory=list)
+
+    def answer(self, need: c.Need, o: c.Observed) -> dict[str, Any]:
+        self.asked.append(need)
+        if isinstance(need, c.AskAdmission):
+            return {"admission": c.Admission(self.admitted, active=0 if self.admitted else 4, limit=4, synced=self.synced)}
+        if isinstance(need, c.CreateJob):
+            if self.refusal is not None:
+                return {"creation": self.refusal}
+            created = {**need.manifest, "metadata": {**need.manifest["metadata"], "uid": "job-uid",
+                                                      "creationTimestamp": ts(0)}}
+            return {"jobs": [*o.jobs, created]}
+        if isinstance(need, c.ConfirmJobGone):
+            return {} if self.job_exists else {"job_gone": True}
+        if isinstance(need, c.FetchFailedCreate):
+            return {"failed_create": ""}
+        if isinstance(need, c.ReadResults):
+            return {"results": c.Results(message=self.message, log=self.log)}
+        raise AssertionError(need)
+
+
+def drive(o: c.Observed, api: ApiServer | None = None, limit: int = 8) -> tuple[c.Observed, list[c.Decision]]:
+    """Decide, apply the status, answer the question, decide again — until a decision needs nothing."""
+    api = api or ApiServer()
+    decisions: list[c.Decision] = []
+    for _ in range(limit):
+        d = c.conclude(o)
+        decisions.append(d)
+        if d.status is not None:
+            o = replace(o, status=d.status)
+        if d.need is None:
+            return o, decisions
+        o = replace(o, **api.answer(d.need, o))
+    raise AssertionError(f"no decision after {limit} steps: {decisions[-1]}")
+
+
+def actions(decisions: list[c.Decision]) -> list[c.Action]:
+    return [a for d in decisions for a in (*d.before, *d.after)]
+
+
+def condition(status: ExperimentStatus, type_: str) -> tuple[str, str, str]:
+    found = next(x for x in status.conditions if x.type == type_)
+    return found.status, found.reason, found.message
