@@ -7,11 +7,12 @@ so switching to the unified ``spx.analysis`` judgement is one line.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from spx.analysis import combine_verdict, evaluate, points_from_result
+from spx.analysis import points_from_result
 from spx.analysis.accuracy import summarize as summarize_accuracy
+from spx.analysis.judge import Judgement
+from spx.analysis.judge import judge as analysis_judge
 from spx.analysis.serving import summarize as summarize_serving
 from spx.analysis.summary import point_from_result
 from spx.api.accuracy import AccuracyStatus
@@ -30,36 +31,16 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
-@dataclass(frozen=True)
-class Judgement:
-    """The kernel section, verdict and reasons of a usable result (plus the vLLM sections)."""
-
-    kernel: KernelStatus
-    verdict: Any
-    reasons: list[str]
-    serving: ServingStatus | None
-    accuracy: AccuracyStatus | None
-
-
 def judge(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
-    """Result → status kernel section + verdict (to be :func:`spx.analysis.judge` once it lands: one line).
+    """Result → status kernel section + verdict: :func:`spx.analysis.judge.judge`, the one judgement
+    ``spx run`` and ``spx report`` use too (partial runs capped the same way everywhere).
 
-    A section the run should have produced and did not is undecided, never a silent pass.
-
-    Raises:
-        ValueError: the analysis cannot use the points (e.g. a repeated token count).
+    ``meas`` is the :class:`~spx.controller.results.Measurement` read from the pod (it carries what a
+    ``ResultSummary`` does). The operator always asked for the vLLM sections its spec names, so a missing
+    one is undecided (``require_vllm``), never a silent pass. Never raises: an unusable result is a
+    ``Judgement`` with ``verdict None`` and reason ``BenchmarkFailed``.
     """
-    ev = evaluate(meas.points, spec.gate, meas.gather_source, spec.parallelism.tensor_parallel_size,
-                  gemm_backend=meas.gemm_backend, timer=meas.timer,
-                  device=meas.environment.device if meas.environment else None)
-    verdict, reasons = ev.verdict, list(ev.reasons)
-    if spec.serving is not None:
-        if serving is None and spec.serving.points:
-            serving = ServingStatus(reasons=["the serving A/B left no result"])
-        if accuracy is None and spec.accuracy is not None:
-            accuracy = AccuracyStatus(reasons=["GSM8K: the run left no result"], max_drop_points=spec.accuracy.max_drop_points)
-        verdict, reasons = combine_verdict(verdict, reasons, serving, accuracy)
-    return Judgement(ev.kernel, verdict, list(reasons), serving, accuracy)
+    return analysis_judge(meas, spec, serving=serving, accuracy=accuracy, require_vllm=True)
 
 
 def _collected(o: Observed, obs: Observation) -> tuple[Collected, str | None, str | None]:
@@ -96,9 +77,14 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
     judgement: Judgement | None = None
     if obs.state == "succeeded" and meas is not None and meas.complete and meas.points:
         try:
-            judgement = judge(spec, meas, serving, accuracy)
+            judged = judge(spec, meas, serving, accuracy)
         except Exception as err:  # a result the analysis cannot use: decided, not retried forever
             collected.problems.append(f"the analysis could not use the result: {type(err).__name__}: {err}")
+        else:
+            if judged.verdict is not None:
+                judgement = judged
+            else:
+                collected.problems.append(f"the analysis could not use the result: {judged.message}")
 
     configmap = build_result_configmap(
         o.name, o.namespace, o.uid, gen,
@@ -126,9 +112,14 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
 
     reason, completed_reason, msg = _failure(obs, collected, meas, serving, accuracy, completed_reason, pod_name)
     kernel = None
-    if meas is not None and meas.points:
-        kernel = KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
-                              gemm_backend=meas.gemm_backend, timer=meas.timer)
+    if meas is not None and meas.points:  # a partial run: what its points support, capped as spx run caps it
+        try:
+            kernel = judge(spec, meas, serving, accuracy).kernel
+        except Exception:
+            kernel = None
+        if kernel is None:
+            kernel = KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
+                                  gemm_backend=meas.gemm_backend, timer=meas.timer)
     elif collected.partial_points:  # the points the bench printed before it died: kept
         by_tokens = {p.tokens: p for p in collected.partial_points}
         kernel = KernelStatus(points=[point_from_result(by_tokens[t]) for t in sorted(by_tokens)],
