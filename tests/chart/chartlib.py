@@ -36,6 +36,8 @@ ALL_FEATURES: dict[str, Any] = {
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],
     "priorityClassName": "system-cluster-critical",
     "imagePullSecrets": [{"name": "registry"}],
+    "networkPolicy": {"enabled": True},
+    "admissionPolicy": {"enabled": True},
 }
 
 
