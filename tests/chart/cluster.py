@@ -8,12 +8,15 @@ stopped by PID at the end of the session. Tests that need it skip with a message
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
+import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,3 +92,60 @@ def start() -> Iterator[Cluster]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Operator:
+    """A running ``spx operator`` process and its log."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def wait(self, what: str, fn: Callable[[], Any], timeout: float) -> Any:
+        """Poll ``fn`` until it returns something truthy; fail with the operator's log otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = fn()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the operator exited ({self.proc.returncode}) waiting for {what}: "
+                                     f"{self.log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}; operator log: {self.log.read_text()[-3000:]}")
+
+    def refusals(self) -> list[str]:
+        """Log lines with a refused request (HTTP 403)."""
+        return [line for line in self.log.read_text().splitlines() if "Forbidden" in line or " 403" in line]
+
+
+@contextlib.contextmanager
+def run_operator(cluster: Cluster, deployment: dict[str, Any], token: str, workdir: Path) -> Iterator[Operator]:
+    """Run ``spx operator`` with a rendered Deployment's arguments and environment, logged in with
+    ``token`` (a service account's), its endpoints on free loopback ports; stopped at the end."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    server = yaml.safe_load(Path(cluster.kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    env.update({"SPX_KUBE_SERVER": server, "SPX_KUBE_TOKEN": token, "SPX_KUBE_INSECURE": "1",
+                "SPX_METRICS_PORT": str(_free_port()), "PYTHONUNBUFFERED": "1"})
+    liveness = _free_port()
+    args = [a if not a.startswith("--liveness=") else f"--liveness=http://127.0.0.1:{liveness}/healthz"
+            for a in container["args"]]
+    log = workdir / "operator.log"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "spx"), *args], stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=HERE.parents[1])
+    try:
+        yield Operator(proc, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

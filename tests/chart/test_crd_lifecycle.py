@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from chartlib import CHART, CRD_NAME, installable_crd
-from cluster import Cluster
+from cluster import Cluster, run_operator
 
 from spx import __version__
 from spx.api import validate_spec
@@ -78,8 +78,10 @@ def _status_with_nccl_env() -> dict[str, Any]:
     return {"phase": "Pending", "environment": {"gpu": "NVIDIA-H200", "ncclEnv": {"NCCL_NVLS_ENABLE": "0"}}}
 
 
-def test_upgrade_path_on_a_real_api_server(cluster: Cluster) -> None:
-    """docs/install.md "Upgrading": old CRD + old objects → server-side apply of the new CRD."""
+def test_upgrade_path_on_a_real_api_server(cluster: Cluster, chart: Any, tmp_path: Path) -> None:
+    """docs/install.md "Upgrading": old CRD + old objects → server-side apply of the new CRD → the
+    objects are still readable and valid, and this release's operator (under the chart's service
+    account) reconciles the old object: creates its Job and writes a status the new schema keeps."""
     old = yaml.safe_load(OLD_CRD.read_text())
     cluster.kubectl("create", "namespace", "upgrade", check=False)
     cluster.kubectl("delete", "crd", CRD_NAME, "--ignore-not-found", "--wait=true")
@@ -111,3 +113,21 @@ def test_upgrade_path_on_a_real_api_server(cluster: Cluster) -> None:
     cluster.kubectl("patch", "spx", name, "-n", "upgrade", "--subresource=status", "--type=merge", "-p", patch)
     env = cluster.get_json("spx", name, "-n", "upgrade")["status"]["environment"]
     assert env["ncclEnv"] == {"NCCL_NVLS_ENABLE": "0"}, "the new CRD must keep status.environment.ncclEnv"
+
+    # ... and the new operator picks the old object up (a fresh status: as after a spec change)
+    cluster.kubectl("patch", "spx", name, "-n", "upgrade", "--subresource=status", "--type=json",
+                    "-p", '[{"op": "remove", "path": "/status"}]')
+    cluster.kubectl("create", "namespace", "spx-system", check=False)
+    rendered = chart.render({"watch": {"namespaces": ["upgrade"]}}, name="up", namespace="spx-system", is_install=True)
+    docs = [d for p in sorted(rendered) if not p.endswith("NOTES.txt") for d in yaml.safe_load_all(rendered[p]) if d]
+    cluster.apply([d for d in docs if d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                                    "ClusterRoleBinding")])
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    token = cluster.sa_token("spx-system", deployment["spec"]["template"]["spec"]["serviceAccountName"])
+    with run_operator(cluster, deployment, token, tmp_path) as operator:
+        status = operator.wait(
+            "the operator to reconcile the pre-upgrade experiment",
+            lambda: (cluster.get_json("spx", name, "-n", "upgrade").get("status") or {}).get("jobName") and
+            cluster.get_json("spx", name, "-n", "upgrade")["status"], 120)
+        assert status["phase"] in ("Pending", "Running"), status
+        assert not operator.refusals(), operator.refusals()[:5]

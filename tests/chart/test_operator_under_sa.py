@@ -9,38 +9,15 @@ no Job controller here: the run stops at the Job; the whole run is tests/integra
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from chartlib import CHART, CRD_NAME, ROOT, installable_crd
-from cluster import Cluster
+from cluster import Cluster, run_operator
 
 RELEASE_NS, WATCHED, OTHER = "spx-system", "sa-team", "sa-other"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(what: str, fn: Any, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        if proc.poll() is not None:
-            pytest.fail(f"the operator exited ({proc.returncode}) waiting for {what}: {log.read_text()[-3000:]}")
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}; operator log: {log.read_text()[-3000:]}")
 
 
 def test_the_operator_works_with_exactly_the_charts_rights(cluster: Cluster, chart: Any, tmp_path: Path) -> None:
@@ -54,22 +31,8 @@ def test_the_operator_works_with_exactly_the_charts_rights(cluster: Cluster, cha
     cluster.apply([d for d in docs if d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole",
                                                     "ClusterRoleBinding")])
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
-    pod = deployment["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    token = cluster.sa_token(RELEASE_NS, pod["serviceAccountName"])
-    server = yaml.safe_load(Path(cluster.kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
-
-    env = {e["name"]: e["value"] for e in container["env"]}
-    env.update({"SPX_KUBE_SERVER": server, "SPX_KUBE_TOKEN": token, "SPX_KUBE_INSECURE": "1",
-                "SPX_METRICS_PORT": str(_free_port()), "PYTHONUNBUFFERED": "1"})
-    liveness = _free_port()
-    args = [a if not a.startswith("--liveness=") else f"--liveness=http://127.0.0.1:{liveness}/healthz"
-            for a in container["args"]]
-    spx = Path(sys.executable).parent / "spx"
-    log = tmp_path / "operator.log"
-    proc = subprocess.Popen([str(spx), *args], stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            env={**os.environ, **env}, cwd=ROOT)
-    try:
+    token = cluster.sa_token(RELEASE_NS, deployment["spec"]["template"]["spec"]["serviceAccountName"])
+    with run_operator(cluster, deployment, token, tmp_path) as operator:
         quickstart = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
         for ns in (WATCHED, OTHER):
             exp = {**quickstart, "metadata": {"name": "sa-probe", "namespace": ns}}
@@ -79,7 +42,7 @@ def test_the_operator_works_with_exactly_the_charts_rights(cluster: Cluster, cha
             obj = cluster.get_json("spx", "sa-probe", "-n", WATCHED)
             return obj if (obj.get("status") or {}).get("jobName") else None
 
-        obj = _wait("the operator to create the bench Job and write the status", reconciled, 120, proc, log)
+        obj = operator.wait("the operator to create the bench Job and write the status", reconciled, 120)
         assert obj["status"]["phase"] in ("Pending", "Running"), obj["status"]
         job = cluster.get_json("job", obj["status"]["jobName"], "-n", WATCHED)
         assert job["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
@@ -87,12 +50,4 @@ def test_the_operator_works_with_exactly_the_charts_rights(cluster: Cluster, cha
         time.sleep(2)  # a moment for anything the operator might (wrongly) do in the other namespace
         assert "status" not in cluster.get_json("spx", "sa-probe", "-n", OTHER), "reconciled an unwatched namespace"
         assert cluster.get_json("jobs", "-n", OTHER)["items"] == []
-        text = log.read_text()
-        assert "Forbidden" not in text and " 403" not in text, text[-3000:]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        assert not operator.refusals(), operator.refusals()[:5]
