@@ -24,10 +24,13 @@ from typing import Any
 UID = "spx-sharded-projection"
 TITLE = "spx — sharded projection experiments"
 
+#: The Prometheus cluster label (an external label of a multi-cluster Prometheus, Thanos or Mimir);
+#: "All" (".*") also matches series without one, so a single-cluster Prometheus needs nothing.
+CLUSTER = 'cluster=~"$cluster"'
 #: Label filters of the per-experiment panels (Grafana variables, single-valued).
-EXP = 'namespace="$namespace", experiment="$experiment"'
+EXP = f'{CLUSTER}, namespace="$namespace", experiment="$experiment"'
 #: Label filter of the history panels (multi-valued GPU variable).
-GPU = 'gpu=~"$gpu"'
+GPU = f'{CLUSTER}, gpu=~"$gpu"'
 
 
 def _label_variable(name: str, label: str, ds: Any, query_text: str) -> Any:
@@ -46,7 +49,8 @@ def _label_variable(name: str, label: str, ds: Any, query_text: str) -> Any:
 
 
 def build_dashboard() -> dict[str, Any]:
-    """The dashboard as a JSON-compatible dict (Grafana dashboard schema of the SDK's release)."""
+    """The dashboard as a JSON-compatible dict: Grafana's dashboard schema of the pinned SDK build
+    (grafana-foundation-sdk for Grafana 11.6, ``schemaVersion`` 41)."""
     from grafana_foundation_sdk.builders import barchart, bargauge, stat, table, timeseries
     from grafana_foundation_sdk.builders import common as common_b
     from grafana_foundation_sdk.builders import dashboard as dash
@@ -115,13 +119,26 @@ def build_dashboard() -> dict[str, Any]:
         .time("now-7d", "now")
         .timezone("utc")
         .with_variable(dash.DatasourceVariable("datasource").label("Data source").type("prometheus"))
-        .with_variable(_label_variable("namespace", "Namespace", ds,
-                                       "label_values(spx_experiment_phase_since_timestamp_seconds, namespace)"))
+        .with_variable(
+            _label_variable("cluster", "Cluster", ds, "label_values(spx_experiments, cluster)")
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .current(model.VariableOption(selected=True, text="All", value="$__all"))
+        )
+        .with_variable(
+            _label_variable("job", "Operator job", ds, f'label_values(spx_experiments{{{CLUSTER}}}, job)')
+            .include_all(True)
+            .all_value(".*")
+        )
+        .with_variable(_label_variable(
+            "namespace", "Namespace", ds,
+            f"label_values(spx_experiment_phase_since_timestamp_seconds{{{CLUSTER}}}, namespace)"))
         .with_variable(_label_variable(
             "experiment", "Experiment", ds,
-            'label_values(spx_experiment_phase_since_timestamp_seconds{namespace="$namespace"}, experiment)'))
+            f'label_values(spx_experiment_phase_since_timestamp_seconds{{{CLUSTER}, namespace="$namespace"}}, experiment)'))
         .with_variable(
-            _label_variable("gpu", "GPU", ds, "label_values(spx_crossover_tokens, gpu)")
+            _label_variable("gpu", "GPU", ds, f"label_values(spx_crossover_tokens{{{CLUSTER}}}, gpu)")
             .multi(True)
             .include_all(True)
             .all_value(".*")
@@ -222,7 +239,7 @@ def build_dashboard() -> dict[str, Any]:
             .unit("x")
             .decimals(2)
             .thresholds(thresholds((None, "red"), (1.0, "green")))
-            .thresholds_style(common_b.GraphThresholdsStyleConfig().mode(common.GraphTresholdsStyleMode.LINE))
+            .thresholds_style(common_b.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.LINE))
             .color_scheme(dash.FieldColor().mode(model.FieldColorModeId.THRESHOLDS))
             .show_value(common.VisibilityMode.NEVER)
         )
@@ -231,22 +248,22 @@ def build_dashboard() -> dict[str, Any]:
         .with_panel(
             panel(barchart.Panel(), "Serving change vs main per point", height=9, span=16)
             .description(
-                "spec.serving: (split mean − main mean) / main mean per point, in percent. Throughput points "
+                "spec.serving: (split mean − main mean) / main mean per point (spx_serving_change_ratio). Throughput points "
                 "are better above 0, TTFT/TPOT/ITL/E2EL points below 0; the serving gate bounds throughput "
                 "and TTFT points (docs/serving.md). Empty when the experiment has no serving A/B."
             )
             .with_target(
-                query(f"max by (point, metric) (spx_serving_change_percent{{{EXP}}})", "{{point}}",
+                query(f"max by (point, metric) (spx_serving_change_ratio{{{EXP}}})", "{{point}}",
                       instant=True, fmt="table")
             )
             .transformations(
-                [transform("organize", {"excludeByName": {"Time": True}, "renameByName": {"Value": "change %"}})]
+                [transform("organize", {"excludeByName": {"Time": True}, "renameByName": {"Value": "change"}})]
             )
             .x_field("point")
-            .unit("percent")
+            .unit("percentunit")
             .decimals(2)
             .thresholds(thresholds((None, "blue")))
-            .thresholds_style(common_b.GraphThresholdsStyleConfig().mode(common.GraphTresholdsStyleMode.OFF))
+            .thresholds_style(common_b.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.OFF))
             .show_value(common.VisibilityMode.AUTO)
             .no_value("no serving A/B")
         )
@@ -254,13 +271,13 @@ def build_dashboard() -> dict[str, Any]:
             panel(bargauge.Panel(), "GSM8K accuracy per variant", height=9, span=8)
             .description(
                 "spec.accuracy: GSM8K accuracy of the main and the split servers (mean over each variant's "
-                "arms). The accuracy gate bounds main − split (spx_accuracy_drop_percentage_points)."
+                "arms). The accuracy gate bounds main − split (spx_accuracy_drop_ratio)."
             )
-            .with_target(query(f"max by (variant) (spx_accuracy_percent{{{EXP}}})", "{{variant}}", instant=True))
-            .unit("percent")
+            .with_target(query(f"max by (variant) (spx_accuracy_ratio{{{EXP}}})", "{{variant}}", instant=True))
+            .unit("percentunit")
             .decimals(2)
             .min(0)
-            .max(100)
+            .max(1)
             .display_mode(common.BarGaugeDisplayMode.BASIC)
             .no_value("no GSM8K run")
         )
@@ -287,7 +304,7 @@ def build_dashboard() -> dict[str, Any]:
         .with_panel(
             panel(table.Panel(), "Verdicts", height=8, span=24)
             .description("Current verdict of every experiment in the namespace.")
-            .with_target(query('spx_verdict{namespace="$namespace"} == 1', instant=True, fmt="table"))
+            .with_target(query(f'spx_verdict{{{CLUSTER}, namespace="$namespace"}} == 1', instant=True, fmt="table"))
             .transformations(
                 [
                     transform(
@@ -330,7 +347,7 @@ def build_dashboard() -> dict[str, Any]:
         .with_panel(
             panel(timeseries.Panel(), "Experiments by phase", height=8, span=8)
             .description("Number of experiments per phase (spx_experiments).")
-            .with_target(query("sum by (phase) (spx_experiments)", "{{phase}}"))
+            .with_target(query(f"sum by (phase) (spx_experiments{{{CLUSTER}}})", "{{phase}}"))
             .unit("none")
             .decimals(0)
             .stacking(common_b.StackingConfig().mode(common.StackingMode.NORMAL))
@@ -343,7 +360,7 @@ def build_dashboard() -> dict[str, Any]:
             )
             .with_target(
                 query(
-                    "sum by (le) (increase(spx_experiment_duration_seconds_bucket[$__range]))",
+                    f"sum by (le) (increase(spx_experiment_duration_seconds_bucket{{{CLUSTER}}}[$__range]))",
                     "{{le}}",
                     instant=True,
                     fmt="heatmap",
@@ -358,8 +375,8 @@ def build_dashboard() -> dict[str, Any]:
             .description("Mean wall time from Job creation to a terminal phase, over the time range.")
             .with_target(
                 query(
-                    "sum(increase(spx_experiment_duration_seconds_sum[$__range]))"
-                    " / sum(increase(spx_experiment_duration_seconds_count[$__range]))",
+                    f"sum(increase(spx_experiment_duration_seconds_sum{{{CLUSTER}}}[$__range]))"
+                    f" / sum(increase(spx_experiment_duration_seconds_count{{{CLUSTER}}}[$__range]))",
                     "mean",
                     instant=True,
                 )
@@ -375,7 +392,8 @@ def build_dashboard() -> dict[str, Any]:
                 "Seconds since the operator last completed a reconcile (spx_last_reconcile_timestamp_seconds)."
             )
             .with_target(
-                query("time() - max(spx_last_reconcile_timestamp_seconds)", "since last reconcile", instant=True)
+                query(f"time() - max(spx_last_reconcile_timestamp_seconds{{{CLUSTER}}})", "since last reconcile",
+                      instant=True)
             )
             .unit("s")
             .thresholds(thresholds((None, "green"), (900, "orange"), (1800, "red")))
@@ -387,7 +405,8 @@ def build_dashboard() -> dict[str, Any]:
             .description("Reconcile handler invocations per second (spx_reconcile_total).")
             .with_target(
                 query(
-                    "sum by (handler, outcome) (rate(spx_reconcile_total[$__rate_interval]))", "{{handler}} {{outcome}}"
+                    f"sum by (handler, outcome) (rate(spx_reconcile_total{{{CLUSTER}}}[$__rate_interval]))",
+                    "{{handler}} {{outcome}}",
                 )
             )
             .unit("ops")
@@ -397,9 +416,38 @@ def build_dashboard() -> dict[str, Any]:
             .description(
                 "Reconcile handler invocations that raised, per second (spx_reconcile_errors_total); 0 when none."
             )
-            .with_target(query("sum(rate(spx_reconcile_errors_total[$__rate_interval])) or vector(0)", "errors"))
+            .with_target(query(f"sum(rate(spx_reconcile_errors_total{{{CLUSTER}}}[$__rate_interval])) or vector(0)",
+                               "errors"))
             .unit("ops")
             .thresholds(thresholds((None, "green"), (1e-9, "red")))
+        )
+        .with_panel(
+            panel(timeseries.Panel(), "Reconcile duration p50 / p99", height=6, span=8)
+            .description("Seconds per reconcile of one experiment (spx_reconcile_duration_seconds), all handlers.")
+            .with_target(query(
+                f"histogram_quantile(0.5, sum by (le) (rate(spx_reconcile_duration_seconds_bucket{{{CLUSTER}}}[$__rate_interval])))",
+                "p50"))
+            .with_target(query(
+                f"histogram_quantile(0.99, sum by (le) (rate(spx_reconcile_duration_seconds_bucket{{{CLUSTER}}}[$__rate_interval])))",
+                "p99", ref="B"))
+            .unit("s")
+        )
+        .with_panel(
+            panel(timeseries.Panel(), "Work queue depth", height=6, span=8)
+            .description("Experiments waiting for a reconcile worker (spx_workqueue_depth); grows when the "
+                         "operator cannot keep up.")
+            .with_target(query(f"max(spx_workqueue_depth{{{CLUSTER}}})", "depth"))
+            .unit("none")
+            .decimals(0)
+        )
+        .with_panel(
+            panel(timeseries.Panel(), "Operator CPU and memory", height=6, span=8)
+            .description("process_cpu_seconds_total rate (cores) and process_resident_memory_bytes of the operator.")
+            .with_target(query(f'rate(process_cpu_seconds_total{{{CLUSTER}, job=~"$job"}}[$__rate_interval])', "cpu cores"))
+            .with_target(query(f'process_resident_memory_bytes{{{CLUSTER}, job=~"$job"}}', "resident memory", ref="B"))
+            .override_by_name("resident memory", [model.DynamicConfigValue(id_val="unit", value="bytes"),
+                                                  model.DynamicConfigValue(id_val="custom.axisPlacement", value="right")])
+            .unit("none")
         )
     )
     encoded = JSONEncoder(sort_keys=True, indent=2).encode(builder.build())

@@ -4,7 +4,10 @@ Label sets are bounded: ``namespace``/``experiment`` are the live experiments (s
 experiment are removed), ``candidate`` ∈ {replicated, split}, ``tokens`` ∈ the sweep (≤ 64 values),
 ``gpu``/``vllm`` come from the fingerprint, ``phase``/``verdict`` are enums; for the serving A/B,
 ``point`` ∈ ``spec.serving.points`` (≤ 64 names), ``metric`` an enum, ``variant`` ∈ {main, split}.
-Values are in base units (``promtool check metrics`` finds nothing): latencies in seconds.
+Values are in base units (``promtool check metrics`` finds nothing): latencies in seconds, ratios
+0–1 (Prometheus' naming guide: ``_ratio``, never percent). Besides the experiments' series the
+registry carries the process and Python runtime collectors (``process_*``, ``python_gc_*``,
+``python_info``), the reconcile-duration histogram and the work-queue depth.
 """
 
 from __future__ import annotations
@@ -14,11 +17,24 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from spx.api.serving import LATENCY_METRICS
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# process_* (CPU seconds, resident memory, open fds, start time), python_gc_*, python_info: the same
+# collectors prometheus_client registers on its default registry, which /metrics does not serve.
+for _collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+    REGISTRY.register(_collector)
 
 EXPERIMENT_LABELS = ("namespace", "experiment")
 
@@ -60,8 +76,8 @@ SERVING_VALUE = _gauge(
     (*EXPERIMENT_LABELS, "point", "metric", "variant"),
 )
 SERVING_CHANGE = _gauge(
-    "spx_serving_change_percent",
-    "Serving A/B: (split mean - main mean) / main mean x 100 per point (negative TTFT is better).",
+    "spx_serving_change_ratio",
+    "Serving A/B: (split mean - main mean) / main mean per point, as a ratio (-0.05: 5 % lower; negative TTFT is better).",
     (*EXPERIMENT_LABELS, "point", "metric"),
 )
 SERVING_GATE = _gauge(
@@ -70,18 +86,18 @@ SERVING_GATE = _gauge(
     EXPERIMENT_LABELS,
 )
 ACCURACY = _gauge(
-    "spx_accuracy_percent",
-    "GSM8K accuracy in percent, mean over a variant's arms.",
+    "spx_accuracy_ratio",
+    "GSM8K accuracy as a 0-1 ratio of problems solved, mean over a variant's arms.",
     (*EXPERIMENT_LABELS, "variant"),
 )
 ACCURACY_DROP = _gauge(
-    "spx_accuracy_drop_percentage_points",
-    "GSM8K: main accuracy minus split accuracy, in percentage points (positive: the split is worse).",
+    "spx_accuracy_drop_ratio",
+    "GSM8K: main accuracy minus split accuracy, as a 0-1 ratio (0.01 = 1 percentage point; positive: the split is worse).",
     EXPERIMENT_LABELS,
 )
 ACCURACY_MAX_DROP = _gauge(
-    "spx_accuracy_max_drop_percentage_points",
-    "GSM8K gate: the largest drop the experiment allows (spec.accuracy.maxDropPoints).",
+    "spx_accuracy_max_drop_ratio",
+    "GSM8K gate: the largest drop the experiment allows (spec.accuracy.maxDropPoints / 100).",
     EXPERIMENT_LABELS,
 )
 EXPERIMENTS = _gauge(
@@ -120,6 +136,21 @@ RECONCILE_ERRORS = Counter(
 LAST_RECONCILE = _gauge(
     "spx_last_reconcile_timestamp_seconds",
     "Unix time of the operator's last completed reconcile (operator liveness for alerts).",
+)
+#: Seconds one reconcile of one experiment takes (decide + API writes), by handler and outcome.
+#: Buckets: a decision without API calls is ~1 ms, one with a Job create and a status patch tens of
+#: ms; a slow API server or a large result log shows up in the seconds buckets.
+RECONCILE_SECONDS = Histogram(
+    "spx_reconcile_duration_seconds",
+    "Wall time of one reconcile of one experiment (decision and API writes), by handler and outcome.",
+    ("handler", "outcome"),
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, float("inf")),
+    registry=REGISTRY,
+)
+#: Experiments waiting for a reconcile worker (the work queue's length; not the Queued phase).
+WORKQUEUE_DEPTH = _gauge(
+    "spx_workqueue_depth",
+    "Experiments waiting in the operator's work queue for a reconcile worker.",
 )
 
 PHASES = ("Pending", "Queued", "Running", "Analyzing", "Succeeded", "Failed")
@@ -239,17 +270,18 @@ def _vllm_series(namespace: str, name: str, status: Mapping[str, Any]) -> list[t
             if p.get(key) is not None:
                 out.append((SERVING_VALUE, (namespace, name, point, metric, variant), float(p[key]) * scale))
         if p.get("changePct") is not None:
-            out.append((SERVING_CHANGE, (namespace, name, point, metric), float(p["changePct"])))
+            out.append((SERVING_CHANGE, (namespace, name, point, metric), float(p["changePct"]) / 100))
     if serving.get("gatePassed") is not None:
         out.append((SERVING_GATE, (namespace, name), 1.0 if serving["gatePassed"] else 0.0))
     accuracy = status.get("accuracy") or {}
+    # the status speaks percent and percentage points (as GSM8K papers do); metrics 0-1 ratios
     for variant, key in (("main", "mainPct"), ("split", "splitPct")):
         if accuracy.get(key) is not None:
-            out.append((ACCURACY, (namespace, name, variant), float(accuracy[key])))
+            out.append((ACCURACY, (namespace, name, variant), float(accuracy[key]) / 100))
     if accuracy.get("dropPoints") is not None:
-        out.append((ACCURACY_DROP, (namespace, name), float(accuracy["dropPoints"])))
+        out.append((ACCURACY_DROP, (namespace, name), float(accuracy["dropPoints"]) / 100))
     if accuracy.get("maxDropPoints") is not None:
-        out.append((ACCURACY_MAX_DROP, (namespace, name), float(accuracy["maxDropPoints"])))
+        out.append((ACCURACY_MAX_DROP, (namespace, name), float(accuracy["maxDropPoints"]) / 100))
     return out
 
 
@@ -272,6 +304,29 @@ def count_reconcile(handler: str, outcome: str) -> None:
     """Count one completed reconcile of ``handler`` and stamp ``spx_last_reconcile_timestamp_seconds``."""
     RECONCILES.labels(handler, outcome).inc()
     LAST_RECONCILE.set(time.time())
+
+
+def observe_reconcile(handler: str, outcome: str, seconds: float) -> None:
+    """One reconcile of ``handler`` that ended with ``outcome`` took ``seconds`` (monotonic clock)."""
+    if seconds >= 0:
+        RECONCILE_SECONDS.labels(handler, outcome).observe(seconds)
+
+
+def set_workqueue_depth(depth: int) -> None:
+    """The number of experiments waiting in the work queue now (set on every put and get)."""
+    WORKQUEUE_DEPTH.set(max(0, depth))
+
+
+def serve(port: int, address: str = "0.0.0.0") -> Any:
+    """Serve :data:`REGISTRY` on ``http://address:port/metrics`` in a thread; returns what
+    ``prometheus_client.start_http_server`` returns (``(server, thread)``: ``server.shutdown()``)."""
+    from prometheus_client import start_http_server
+
+    return start_http_server(port, addr=address, registry=REGISTRY)
+
+
+#: Environment variable with the address the metrics endpoint binds (chart: metrics.bindAddress).
+BIND_ADDRESS_ENV = "SPX_METRICS_BIND_ADDRESS"
 
 
 def count_error(handler: str) -> None:

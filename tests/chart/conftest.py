@@ -1,11 +1,15 @@
-"""Fixtures of the chart tests: the real Helm engine (helm-python-sdk) and the loaded chart."""
+"""Fixtures of the chart tests: the real Helm engine (helm-python-sdk), the loaded chart, and a real
+control plane (``KUBEBUILDER_ASSETS``) for the RBAC / admission-policy / CRD-upgrade tests."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from chartlib import CHART
+from cluster import SKIP_REASON, Cluster, start
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +22,11 @@ def chart(helm: Any) -> Any:
     loaded = helm.Chart.load(str(CHART))
     yield loaded
     loaded.close()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """One control plane for the chart's cluster tests (each test uses its own namespaces)."""
+    if not os.environ.get("KUBEBUILDER_ASSETS"):
+        pytest.skip(SKIP_REASON)
+    yield from start()

@@ -111,9 +111,16 @@ def test_the_operators_job_runs_an_entrypoint_of_the_bench_image(spec: dict) -> 
 
 def test_the_bench_image_default_command_is_the_spx_cli() -> None:
     assert json.loads(_last(BENCH_DOCKERFILE, "ENTRYPOINT")) == ["spx"]
+    from spx.runner.pod_security import BENCH_UID, MIN_UID, SCRATCH_ENV
+
     user = _last(BENCH_DOCKERFILE, "USER")
-    # build_job runs the pod as uid 1000 with runAsNonRoot: the image's user must match
-    assert user.split(":")[0] == "1000"
+    # the Job runs the pod as BENCH_UID (>= 10000) with runAsNonRoot: the image's user must match
+    assert user == f"{BENCH_UID}:{BENCH_UID}" and BENCH_UID >= MIN_UID
+    # and the image points HOME and the caches where the Job does (the scratch emptyDir)
+    env = " ".join(rest for kw, rest in _instructions(BENCH_DOCKERFILE) if kw == "ENV")
+    for name, value in SCRATCH_ENV.items():
+        if name != "TMPDIR":
+            assert f"{name}={value}" in env, name
 
 
 def test_operator_image_runs_spx_operator_as_non_root_without_bench_deps() -> None:

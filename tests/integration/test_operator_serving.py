@@ -128,13 +128,13 @@ def test_serving_and_accuracy_reach_status_verdict_configmap_and_metrics(cluster
     assert values[(("metric", "ttft"), ("point", "ttft_8k_c1"), ("variant", "split"))] == pytest.approx(0.095)
     assert values[(("metric", "ttft"), ("point", "ttft_8k_c1"), ("variant", "main"))] == pytest.approx(0.100)
     assert (("metric", "output_throughput"), ("point", "1k_in_1k_out_c2"), ("variant", "main")) in values
-    change = samples(cluster, "spx_serving_change_percent")
-    assert change[(("metric", "ttft"), ("point", "ttft_8k_c1"))] == pytest.approx(-5.0)
+    change = samples(cluster, "spx_serving_change_ratio")
+    assert change[(("metric", "ttft"), ("point", "ttft_8k_c1"))] == pytest.approx(-0.05)
     assert samples(cluster, "spx_serving_gate_passed") == {(): 1.0}
-    assert samples(cluster, "spx_accuracy_percent") == {
-        (("variant", "main"),): pytest.approx(100.0), (("variant", "split"),): pytest.approx(87.5)}
-    assert samples(cluster, "spx_accuracy_drop_percentage_points") == {(): pytest.approx(12.5)}
-    assert samples(cluster, "spx_accuracy_max_drop_percentage_points") == {(): 1.0}
+    assert samples(cluster, "spx_accuracy_ratio") == {
+        (("variant", "main"),): pytest.approx(1.0), (("variant", "split"),): pytest.approx(0.875)}
+    assert samples(cluster, "spx_accuracy_drop_ratio") == {(): pytest.approx(0.125)}
+    assert samples(cluster, "spx_accuracy_max_drop_ratio") == {(): 0.01}
     assert samples(cluster, "spx_experiment_timeout_seconds") == {(): 3600.0}  # SpxExperimentStuck's exemption
     assert [lb for lb, v in cluster.metric_samples("spx_verdict") if lb.get("experiment") == NAME and v == 1] == [
         {"namespace": "default", "experiment": NAME, "gpu": st["environment"].get("gpu", ""),
@@ -142,8 +142,8 @@ def test_serving_and_accuracy_reach_status_verdict_configmap_and_metrics(cluster
 
     # Deleting the experiment removes its series.
     cluster.delete(EXP_API, EXP_PLURAL, "default", NAME)
-    families = ("spx_serving_value", "spx_serving_change_percent", "spx_serving_gate_passed", "spx_accuracy_percent",
-                "spx_accuracy_drop_percentage_points", "spx_accuracy_max_drop_percentage_points",
+    families = ("spx_serving_value", "spx_serving_change_ratio", "spx_serving_gate_passed", "spx_accuracy_ratio",
+                "spx_accuracy_drop_ratio", "spx_accuracy_max_drop_ratio",
                 "spx_experiment_timeout_seconds")
     cluster.wait_for(lambda: not any(samples(cluster, f) for f in families), 10, "the serving series to be removed")
     assert cluster.owned_by(created["metadata"]["uid"]) == []

@@ -45,8 +45,12 @@ REQUIRED_PANELS = {
     "Reconciles by handler and outcome": "spx_reconcile_total",
     "Reconcile errors": "spx_reconcile_errors_total",
     # issue 5, point 5: the serving A/B and GSM8K
-    "Serving change vs main per point": "spx_serving_change_percent",
-    "GSM8K accuracy per variant": "spx_accuracy_percent",
+    "Serving change vs main per point": "spx_serving_change_ratio",
+    "GSM8K accuracy per variant": "spx_accuracy_ratio",
+    # issue 12, point 6/7: the operator's own health
+    "Reconcile duration p50 / p99": "spx_reconcile_duration_seconds_bucket",
+    "Work queue depth": "spx_workqueue_depth",
+    "Operator CPU and memory": "process_resident_memory_bytes",
 }
 
 
@@ -98,7 +102,90 @@ def test_the_operator_does_not_import_the_grafana_sdk() -> None:
 def test_json_is_valid_for_grafana(dashboard: dict) -> None:
     text = json.dumps(dashboard)
     assert "${datasource}" in text
-    assert dashboard["schemaVersion"] >= 36
+    assert dashboard["schemaVersion"] >= 39  # Grafana 11
     for panel in dashboard["panels"]:
         pos = panel["gridPos"]
         assert 0 <= pos["x"] and pos["x"] + pos["w"] <= 24, panel["title"]
+
+
+# --------------------------------------------------------------------------- the SDK's own schema
+
+
+def test_the_sdk_is_the_grafana_11_build_pinned_in_pyproject() -> None:
+    """pyproject.toml pins the grafana-foundation-sdk build for Grafana 11.x exactly; that build is installed."""
+    import re
+    from importlib.metadata import version
+
+    from obslib import ROOT
+
+    pins = re.findall(r'"grafana-foundation-sdk==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert len(pins) == 1 and re.fullmatch(r"\d+!11\.\d+\.\d+", pins[0]), pins
+    assert version("grafana-foundation-sdk") == pins[0]
+
+
+def test_the_committed_json_round_trips_through_the_sdk_models() -> None:
+    """The SDK's models are generated from Grafana's dashboard schema: decoding the committed JSON with
+    them and encoding it again loses nothing (an unknown or misspelt field would be dropped)."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    committed = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    again = json.loads(JSONEncoder(sort_keys=True).encode(Dashboard.from_json(committed)))
+    assert again == committed
+
+
+#: The SDK model modules the dashboard is made of (its panel types, the Prometheus query, the shared types).
+SDK_MODELS = ("dashboard", "common", "prometheus", "stat", "timeseries", "barchart", "bargauge", "table")
+
+
+def _deprecated_fields() -> set[str]:
+    """camelCase names of the fields the SDK's models (of :data:`SDK_MODELS`) mark deprecated: a
+    ``# … deprecated …`` comment in the comment block right above the field."""
+    import re
+    from pathlib import Path
+
+    import grafana_foundation_sdk.models as models
+
+    names: set[str] = set()
+    for module in SDK_MODELS:
+        lines = (Path(models.__file__).parent / f"{module}.py").read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith("#") and "deprecated" in line.lower():
+                for nxt in lines[i + 1 : i + 6]:
+                    if nxt.lstrip().startswith("#"):
+                        continue
+                    m = re.match(r"\s+([a-z_][a-z0-9_]*): typing\.", nxt)
+                    if m:
+                        head, *rest = m.group(1).removesuffix("_val").split("_")
+                        names.add(head + "".join(w.title() for w in rest))
+                    break
+    return names
+
+
+def test_no_deprecated_fields_or_panel_types(dashboard: dict) -> None:
+    deprecated = _deprecated_fields()
+    assert {"intervalFactor", "folderId", "displayMode"} <= deprecated  # the scan finds the SDK's markers
+
+    def keys(node: object, path: str = "") -> list[tuple[str, str]]:
+        if isinstance(node, dict):
+            return [(k, path) for k in node] + [kp for k, v in node.items() for kp in keys(v, f"{path}.{k}")]
+        if isinstance(node, list):
+            return [kp for i, v in enumerate(node) for kp in keys(v, f"{path}[{i}]")]
+        return []
+
+    # options.displayMode (bar gauges) and options.legend.displayMode are current; the deprecated one is
+    # tables' fieldConfig.defaults.custom.displayMode (and its overrides)
+    used = {(k, p) for k, p in keys(dashboard) if k in deprecated
+            and not (k == "displayMode" and (p.endswith(".options") or p.endswith(".legend")))}
+    assert not used, f"deprecated fields: {sorted(used)}"
+    legacy = {"graph", "singlestat", "table-old", "grafana-piechart-panel", "grafana-worldmap-panel"}
+    assert not {p["type"] for p in dashboard["panels"]} & legacy
+    assert "rows" not in dashboard  # pre-5.0 layout
+
+
+def test_every_query_is_scoped_to_the_cluster_variable(dashboard: dict) -> None:
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    cluster = variables["cluster"]
+    assert cluster["includeAll"] is True and cluster["allValue"] == ".*"  # also matches series without the label
+    for title, expr in panel_queries(dashboard):
+        assert 'cluster=~"$cluster"' in expr, f"{title!r} ignores $cluster: {expr}"

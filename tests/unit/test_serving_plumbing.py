@@ -282,17 +282,18 @@ def test_serving_and_accuracy_metrics_follow_the_status_in_base_units() -> None:
         (("metric", "ttft"), ("point", "ttft_8k_c1"), ("variant", "split")): pytest.approx(0.095),
         (("metric", "output_throughput"), ("point", "8k_in_1k_out_c64"), ("variant", "main")): 700.0,
     }
-    assert _samples("spx_serving_change_percent") == {(("metric", "ttft"), ("point", "ttft_8k_c1")): -5.0}
+    assert _samples("spx_serving_change_ratio") == {(("metric", "ttft"), ("point", "ttft_8k_c1")): pytest.approx(-0.05)}
     assert _samples("spx_serving_gate_passed") == {(): 1.0}
-    assert _samples("spx_accuracy_percent") == {(("variant", "main"),): 96.59, (("variant", "split"),): 96.97}
-    assert _samples("spx_accuracy_drop_percentage_points") == {(): -0.38}
-    assert _samples("spx_accuracy_max_drop_percentage_points") == {(): 1.0}
+    assert _samples("spx_accuracy_ratio") == {(("variant", "main"),): pytest.approx(0.9659),
+                                              (("variant", "split"),): pytest.approx(0.9697)}
+    assert _samples("spx_accuracy_drop_ratio") == {(): pytest.approx(-0.0038)}
+    assert _samples("spx_accuracy_max_drop_ratio") == {(): pytest.approx(0.01)}
     # the gate turns undecided: its series goes; the experiment is deleted: every series goes
     metrics.observe_experiment("ml", "ab", {**status, "serving": {"gatePassed": None, "points": []}})
     assert _samples("spx_serving_gate_passed") == {} and _samples("spx_serving_value") == {}
     metrics.forget_experiment("ml", "ab")
-    assert all(_samples(n) == {} for n in ("spx_accuracy_percent", "spx_accuracy_drop_percentage_points",
-                                           "spx_accuracy_max_drop_percentage_points"))
+    assert all(_samples(n) == {} for n in ("spx_accuracy_ratio", "spx_accuracy_drop_ratio",
+                                           "spx_accuracy_max_drop_ratio"))
 
 
 def test_promtool_accepts_the_serving_metrics(tmp_path: Any) -> None:

@@ -57,7 +57,26 @@ app.kubernetes.io/part-of: spx
 {{- printf "%s:%s" .Values.bench.image.repository (default .Chart.AppVersion .Values.bench.image.tag) }}
 {{- end }}
 
-{{/* Namespaces the operator watches; empty means the whole cluster. */}}
+{{/* Namespaces the operator watches, as a JSON list: watch.namespaces, else the release namespace;
+[] with watch.allNamespaces (every namespace). Use: include ... | fromJsonArray. */}}
 {{- define "spx-operator.watchNamespaces" -}}
-{{- join "," .Values.watch.namespaces }}
+{{- if .Values.watch.allNamespaces }}
+{{- list | toJson }}
+{{- else if .Values.watch.namespaces }}
+{{- .Values.watch.namespaces | toJson }}
+{{- else }}
+{{- list .Release.Namespace | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* The policy as the operator reads it (SPX_POLICY, spx.api.policy.Policy, camelCase JSON). */}}
+{{- define "spx-operator.policyJson" -}}
+{{- $p := .Values.policy }}
+{{- dict "imageRegistries" $p.imageRegistries "imageDigests" $p.imageDigests "requireImageDigest" $p.requireImageDigest "priorityClasses" $p.priorityClasses "tolerations" $p.tolerations "nodeSelectorKeys" $p.nodeSelectorKeys | toJson }}
+{{- end }}
+
+{{/* host:port of a listen address, IPv6 addresses in brackets: (list ADDRESS PORT). */}}
+{{- define "spx-operator.hostPort" -}}
+{{- $addr := index . 0 }}{{- $port := index . 1 }}
+{{- if contains ":" $addr }}[{{ $addr }}]:{{ $port }}{{ else }}{{ $addr }}:{{ $port }}{{ end }}
 {{- end }}

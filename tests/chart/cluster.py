@@ -1,0 +1,151 @@
+"""A real Kubernetes control plane for the chart's RBAC, admission-policy and CRD-upgrade tests.
+
+etcd + kube-apiserver (RBAC on, the admin token in ``system:masters``) from ``KUBEBUILDER_ASSETS``
+(envtest's layout), started by ``start-control-plane.sh`` next to this file on loopback ports and
+stopped by PID at the end of the session. Tests that need it skip with a message when
+``KUBEBUILDER_ASSETS`` is unset. Everything goes through the real ``kubectl`` of the same folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "start-control-plane.sh"
+SKIP_REASON = (
+    "KUBEBUILDER_ASSETS is unset: these tests need a real kube-apiserver and etcd (envtest layout; "
+    "e.g. `export KUBEBUILDER_ASSETS=$(bash ../shared/envtest/unpack.sh /tmp/spx-envtest)` or "
+    "`setup-envtest use -p path`)"
+)
+START_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Cluster:
+    """A running control plane: its admin kubeconfig and the kubectl to talk to it."""
+
+    kubeconfig: str
+    kubectl_bin: str
+
+    def kubectl(self, *args: str, stdin: str | None = None, token: str | None = None,
+                check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against the cluster (as admin, or with ``token`` as someone else)."""
+        cmd = [self.kubectl_bin, "--kubeconfig", self.kubeconfig]
+        if token is not None:
+            cmd += ["--token", token]
+        proc = subprocess.run([*cmd, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+        return proc
+
+    def apply(self, docs: Sequence[dict[str, Any]], *, token: str | None = None, check: bool = True,
+              server_side: bool = False) -> subprocess.CompletedProcess[str]:
+        args = ["apply", "-f", "-"] + (["--server-side", "--force-conflicts"] if server_side else [])
+        return self.kubectl(*args, stdin=yaml.safe_dump_all(list(docs)), token=token, check=check)
+
+    def get_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def wait_established(self, crd_name: str) -> None:
+        self.kubectl("wait", "--for=condition=Established", f"crd/{crd_name}", "--timeout=60s")
+        # discovery may lag the condition by a moment: wait until kubectl can resolve the resource
+        deadline = time.monotonic() + 60
+        while self.kubectl("get", crd_name.split(".", 1)[0], "-A", check=False).returncode != 0:
+            assert time.monotonic() < deadline, f"{crd_name} never became usable"
+            time.sleep(0.2)
+
+    def sa_token(self, namespace: str, name: str) -> str:
+        """A token of ServiceAccount ``namespace/name`` from the TokenRequest API."""
+        return self.kubectl("create", "token", name, "-n", namespace, "--duration=1h").stdout.strip()
+
+
+def start() -> Iterator[Cluster]:
+    """Start a control plane, yield it, stop it (every process it started, by PID)."""
+    assets = os.environ["KUBEBUILDER_ASSETS"]
+    proc = subprocess.Popen(["bash", str(SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "CP_START_TIMEOUT": str(int(START_TIMEOUT_S))})
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # blocks until ready (or the script failed)
+        if not line.startswith("KUBECONFIG="):
+            err = proc.stderr.read() if proc.stderr else ""
+            raise RuntimeError(f"control plane did not start: {line}{err[-2000:]}")
+        yield Cluster(kubeconfig=line.strip().split("=", 1)[1], kubectl_bin=str(Path(assets) / "kubectl"))
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Operator:
+    """A running ``spx operator`` process and its log."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def wait(self, what: str, fn: Callable[[], Any], timeout: float) -> Any:
+        """Poll ``fn`` until it returns something truthy; fail with the operator's log otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = fn()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the operator exited ({self.proc.returncode}) waiting for {what}: "
+                                     f"{self.log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}; operator log: {self.log.read_text()[-3000:]}")
+
+    def refusals(self) -> list[str]:
+        """Log lines with a refused request (HTTP 403)."""
+        return [line for line in self.log.read_text().splitlines() if "Forbidden" in line or " 403" in line]
+
+
+@contextlib.contextmanager
+def run_operator(cluster: Cluster, deployment: dict[str, Any], token: str, workdir: Path) -> Iterator[Operator]:
+    """Run ``spx operator`` with a rendered Deployment's arguments and environment, logged in with
+    ``token`` (a service account's), its endpoints on free loopback ports; stopped at the end."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    server = yaml.safe_load(Path(cluster.kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    env.update({"SPX_KUBE_SERVER": server, "SPX_KUBE_TOKEN": token, "SPX_KUBE_INSECURE": "1",
+                "SPX_METRICS_PORT": str(_free_port()), "PYTHONUNBUFFERED": "1"})
+    liveness = _free_port()
+    args = [a if not a.startswith("--liveness=") else f"--liveness=http://127.0.0.1:{liveness}/healthz"
+            for a in container["args"]]
+    log = workdir / "operator.log"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "spx"), *args], stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=HERE.parents[1])
+    try:
+        yield Operator(proc, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

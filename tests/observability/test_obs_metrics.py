@@ -1,0 +1,79 @@
+"""The operator's registry (spx.metrics.REGISTRY, what /metrics serves): process and runtime
+collectors, the reconcile-duration histogram, the work-queue depth, ratios in 0–1, and an exposition
+promtool finds nothing wrong with."""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.request
+
+import pytest
+from obslib import registry_series_names, require_binary
+
+from spx import metrics
+
+
+def _sample(name: str, **labels: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value(name, labels or None)
+
+
+def test_process_and_runtime_collectors_are_served() -> None:
+    names = registry_series_names()
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds",
+                 "process_start_time_seconds", "python_gc_objects_collected_total", "python_info"):
+        assert name in names, name
+    assert (_sample("process_resident_memory_bytes") or 0) > 1e6  # a real reading of /proc, not a zero
+
+
+def test_reconcile_duration_histogram_and_workqueue_depth() -> None:
+    before = _sample("spx_reconcile_duration_seconds_count", handler="experiment", outcome="job-created") or 0
+    metrics.observe_reconcile("experiment", "job-created", 0.004)
+    metrics.observe_reconcile("experiment", "job-created", 2.0)
+    metrics.observe_reconcile("experiment", "job-created", -1)  # a clock step: ignored
+    assert _sample("spx_reconcile_duration_seconds_count", handler="experiment", outcome="job-created") == before + 2
+    assert _sample("spx_reconcile_duration_seconds_bucket", handler="experiment", outcome="job-created", le="0.005") \
+        >= before + 1
+    metrics.set_workqueue_depth(7)
+    assert _sample("spx_workqueue_depth") == 7
+    metrics.set_workqueue_depth(-3)
+    assert _sample("spx_workqueue_depth") == 0
+
+
+def test_ratio_metrics_are_0_to_1() -> None:
+    status = {"phase": "Succeeded",
+              "serving": {"points": [{"name": "p", "metric": "output_throughput", "mainMean": 100.0, "splitMean": 104.0,
+                                      "changePct": 4.0}]},
+              "accuracy": {"mainPct": 95.0, "splitPct": 94.5, "dropPoints": 0.5, "maxDropPoints": 1.0}}
+    try:
+        metrics.observe_experiment("ml", "ratios", status)
+        assert _sample("spx_serving_change_ratio", namespace="ml", experiment="ratios", point="p",
+                       metric="output_throughput") == pytest.approx(0.04)
+        assert _sample("spx_accuracy_ratio", namespace="ml", experiment="ratios", variant="main") == pytest.approx(0.95)
+        assert _sample("spx_accuracy_drop_ratio", namespace="ml", experiment="ratios") == pytest.approx(0.005)
+        assert _sample("spx_accuracy_max_drop_ratio", namespace="ml", experiment="ratios") == pytest.approx(0.01)
+        assert not [n for n in registry_series_names() if "percent" in n]
+    finally:
+        metrics.forget_experiment("ml", "ratios")
+
+
+def test_promtool_finds_nothing_in_the_exposition() -> None:
+    promtool = require_binary("promtool")
+    out = subprocess.run([promtool, "check", "metrics"], input=metrics.exposition().decode(), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and not out.stdout.strip() and not out.stderr.strip(), out.stdout + out.stderr
+
+
+def test_serve_binds_the_address_it_is_given() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server, thread = metrics.serve(port, "127.0.0.1")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as rsp:
+            assert b"spx_workqueue_depth" in rsp.read()
+        assert server.server_address[0] == "127.0.0.1"
+    finally:
+        server.shutdown()
+        thread.join(10)
