@@ -111,7 +111,7 @@ def test_the_operators_job_runs_an_entrypoint_of_the_bench_image(spec: dict) -> 
 
 def test_the_bench_image_default_command_is_the_spx_cli() -> None:
     assert json.loads(_last(BENCH_DOCKERFILE, "ENTRYPOINT")) == ["spx"]
-    from spx.runner.pod_security import BENCH_UID, MIN_UID, SCRATCH_ENV
+    from spx.controller.pod_security import BENCH_UID, MIN_UID, SCRATCH_ENV
 
     user = _last(BENCH_DOCKERFILE, "USER")
     # the Job runs the pod as BENCH_UID (>= 10000) with runAsNonRoot: the image's user must match

@@ -36,7 +36,6 @@ def test_schema_version_is_bumped_with_every_schema_change() -> None:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="integrator: spx.api.crd.build_crd must add the label (issue 12 report)")
 def test_generated_crd_carries_the_schema_version_label() -> None:
     labels = build_crd()["metadata"]["labels"]
     assert labels.get(SCHEMA_VERSION_LABEL) == str(SCHEMA_VERSION)

@@ -1,4 +1,4 @@
-"""spx.runner.pod_security: the bench pod's hardening and the check of a built pod (table)."""
+"""spx.controller.pod_security: the bench pod's hardening and the check of a built pod (table)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from spx.runner.pod_security import (
+from spx.controller.pod_security import (
     BENCH_UID,
     MIN_UID,
     SCRATCH_MOUNT,
@@ -79,10 +79,9 @@ def test_each_weakening_is_named(pod: dict[str, Any], problem: str) -> None:
     assert len(problems) == 1 and problem in problems[0], problems
 
 
-@pytest.mark.xfail(strict=True, reason="integrator: build_job must use spx.runner.pod_security (issue 12 report)")
 def test_build_job_makes_a_hardened_pod() -> None:
     from spx.api import ExperimentSpec
-    from spx.runner.kubernetes import build_job
+    from spx.controller.manifests import build_job
 
     job = build_job("e", "ns", "uid-1", 1, ExperimentSpec(), "ghcr.io/spx-dev/spx-bench:0.1.0")
     assert hardening_problems(job["spec"]["template"]["spec"]) == []

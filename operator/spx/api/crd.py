@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from spx.api.crd_version import SCHEMA_VERSION, SCHEMA_VERSION_LABEL
 from spx.api.serving import ServingSpec, default_arms
 from spx.api.spec import (
     GROUP,
@@ -175,7 +176,8 @@ def build_crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "spx"}},
+        "metadata": {"name": f"{PLURAL}.{GROUP}",
+                     "labels": {"app.kubernetes.io/part-of": "spx", SCHEMA_VERSION_LABEL: str(SCHEMA_VERSION)}},
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",

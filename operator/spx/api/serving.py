@@ -130,7 +130,7 @@ class ServingGateSpec(CamelModel):
 #: Paths the bench Job mounts itself (:mod:`spx.controller.manifests`: the experiment file, the scratch
 #: directory, the memory-backed ``/dev/shm`` and the termination message file): the model volume may be
 #: mounted neither there nor under them.
-RESERVED_MOUNT_PATHS: Final = ("/etc/spx", "/var/run/spx", "/dev/shm", "/dev/termination-log")
+RESERVED_MOUNT_PATHS: Final = ("/etc/spx", "/var/run/spx", "/tmp", "/dev/shm", "/dev/termination-log")
 
 
 class ServingSpec(CamelModel):

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spx.api.spec import API_VERSION, GROUP, KIND, ExperimentSpec
+from spx.controller import pod_security
 
 #: Prefix of every label/annotation key the operator owns (also kopf's finalizer/annotation prefix).
 PREFIX = GROUP
@@ -41,7 +42,7 @@ MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 CONTAINER_NAME = "bench"
 EXPERIMENT_MOUNT = "/etc/spx"
 EXPERIMENT_FILE = f"{EXPERIMENT_MOUNT}/experiment.json"
-SCRATCH_MOUNT = "/var/run/spx"
+SCRATCH_MOUNT = pod_security.SCRATCH_MOUNT
 OUT_DIR = f"{SCRATCH_MOUNT}/out"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -191,8 +192,8 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
                          options: BenchOptions = BenchOptions()) -> dict[str, Any]:
     """The bench container: command (:func:`bench_args`), env, requests = limits (Guaranteed QoS:
     ``spec.resources.cpu``/``memory`` and ``nvidia.com/gpu: <TP>`` unless ``kernel.device`` is cpu),
-    termination message at ``/dev/termination-log``, non-root with no capabilities, the experiment,
-    scratch and ``/dev/shm`` mounts, plus ``serving.modelPvc`` read-only at ``serving.modelMountPath``."""
+    termination message at ``/dev/termination-log``, read-only root, no capabilities
+    (:mod:`spx.controller.pod_security`), the experiment, scratch (also ``/tmp``) and ``/dev/shm`` mounts, plus ``serving.modelPvc`` read-only at ``serving.modelMountPath``."""
     reserved: dict[str, str] = {"cpu": spec.resources.cpu, "memory": spec.resources.memory}
     if _uses_gpus(spec):
         reserved[GPU_RESOURCE] = str(spec.parallelism.tensor_parallel_size)
@@ -202,10 +203,11 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
         {"name": "SPX_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
+    env += pod_security.scratch_env()
     env += [{"name": k, "value": v} for k, v in sorted(options.extra_env.items())]
     mounts = [
         {"name": "experiment", "mountPath": EXPERIMENT_MOUNT, "readOnly": True},
-        {"name": "scratch", "mountPath": SCRATCH_MOUNT},
+        *pod_security.scratch_mounts(),
         {"name": "dshm", "mountPath": "/dev/shm"},
     ]
     if spec.serving is not None and spec.serving.model_pvc:
@@ -219,12 +221,7 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
         "resources": {"limits": dict(reserved), "requests": dict(reserved)},
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "File",
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": pod_security.container_security_context(),
         "volumeMounts": mounts,
     }
 
@@ -262,13 +259,7 @@ def build_pod_spec(container: Mapping[str, Any], spec: ExperimentSpec, options: 
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 30,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 1000,
-            "runAsGroup": 1000,
-            "fsGroup": 1000,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security.pod_security_context(),
         "containers": [dict(container)],
         "volumes": volumes,
     }
