@@ -204,7 +204,7 @@ class ResourcesSpec(CamelModel):
         default_factory=lambda: ["NVIDIA-H200", "NVIDIA-H100-80GB-HBM3"], min_length=1, max_length=16
     )
     node_selector: dict[Annotated[str, Field(max_length=253, pattern=LABEL_KEY)], Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] = Field(
-        default_factory=dict
+        default_factory=dict, max_length=32
     )
     tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32)
     cpu: str = Field(default="32", pattern=QUANTITY, max_length=32)

@@ -1,0 +1,78 @@
+"""Session fixtures: a real Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager).
+
+``control_plane`` starts once per session when ``KUBEBUILDER_ASSETS`` names a folder with the
+binaries (see tests/integration/controlplane.py for how to get them), installs the CRD from
+``crds/`` with server-side apply and strict field validation, and stops everything at the end.
+Without the binaries, the tests that need it are skipped with a message that says how to get them.
+When a test failed, the control plane's logs are copied into the session's tmp dir and their tails
+printed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+
+from controlplane import HOW_TO_GET, ControlPlane, missing_assets  # noqa: E402
+from kubeapi import Api, wait_for  # noqa: E402
+
+CRD_FILE = ROOT / "crds" / "shardedprojectionexperiments.yaml"
+
+
+def install_crd(api: Api, crd: dict[str, Any]) -> list[str]:
+    """Server-side apply of ``crd`` (``fieldValidation=Strict``), then wait for ``Established``; the warnings."""
+    api.warnings.clear()
+    api.apply(crd)
+    name = crd["metadata"]["name"]
+
+    def established() -> bool:
+        got = api.get("apiextensions.k8s.io/v1", "customresourcedefinitions", None, name) or {}
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in (got.get("status") or {}).get("conditions") or [])
+
+    wait_for(established, 60, f"CRD {name} Established")
+    return list(api.warnings)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    why = missing_assets(os.environ.get("KUBEBUILDER_ASSETS"))
+    if why:
+        pytest.skip(f"no Kubernetes control plane: {why}; {HOW_TO_GET}")
+    # short paths: etcd's unix sockets and the API server's cert dir live under it
+    workdir = Path(os.environ.get("SPX_CONTROL_PLANE_DIR") or tmp_path_factory.mktemp("control-plane"))
+    cp = ControlPlane(Path(os.environ["KUBEBUILDER_ASSETS"]), workdir)
+    cp.start()
+    try:
+        api = Api(cp.url, cp.token, cp.ssl_context())
+        install_crd(api, yaml.safe_load(CRD_FILE.read_text()))
+        yield cp
+    finally:
+        cp.stop()
+        if request.session.testsfailed:
+            kept = tmp_path_factory.getbasetemp() / "control-plane-logs"
+            shutil.copytree(cp.logs, kept, dirs_exist_ok=True)
+            tails = "\n".join(f"--- {n}.log (last lines)\n{cp.log_tail(n, 15)}"
+                              for n in ("etcd", "kube-apiserver", "kube-controller-manager"))
+            reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+            text = f"control plane logs kept in {kept}\n{tails}"
+            if reporter is not None:
+                reporter.write_line(text)
+            else:
+                print(text, file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def kube(control_plane: ControlPlane) -> Api:
+    """An admin client of the session's API server."""
+    return Api(control_plane.url, control_plane.token, control_plane.ssl_context())
