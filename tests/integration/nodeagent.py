@@ -151,11 +151,12 @@ class NodeAgent:
     """Scheduler + kubelet for the bench pods of one namespace (see the module docstring).
 
     Runs on an asyncio loop: ``await start()`` / ``await stop()``. ``faults[experiment]`` selects a
-    :class:`Fault`; ``default_fault`` applies otherwise.
+    :class:`Fault`; ``default_fault`` applies otherwise. ``nodes`` Node objects are registered; each
+    runs one bench pod at a time (a whole 8-GPU node per pod).
     """
 
     def __init__(self, api_url: str, token: str, ca: Path, serving_cert: tuple[Path, Path], namespace: str,
-                 workdir: Path, *, node_prefix: str = "gpu-node", nodes: int = 1,
+                 workdir: Path, *, node_prefix: str = "gpu-node", nodes: int = 4,
                  default_fault: Fault | None = None, env: Mapping[str, str] | None = None,
                  binaries: Mapping[str, list[str]] | None = None) -> None:
         self.api = api_url.rstrip("/")
@@ -351,19 +352,24 @@ class NodeAgent:
             self.errors.append(f"pod {run.name}: {err!r}")
             print(f"node agent: pod {run.name} crashed: {err!r}", file=sys.stderr)
         finally:
-            if run.node is not None:
-                self.free_nodes.append(run.node)
-                run.node = None
-                self._node_freed.set()
+            self._release(run)
+
+    def _release(self, run: PodRun) -> None:
+        if run.node is not None:
+            self.free_nodes.append(run.node)
+            run.node = None
+            self._node_freed.set()
 
     @staticmethod
     def _deleting(run: PodRun) -> bool:
         return run.gone or bool(run.obj["metadata"].get("deletionTimestamp"))
 
     async def _wait_change(self, run: PodRun, timeout: float | None = None) -> None:
-        run.changed.clear()
+        """Wait for a pod event since the last wake-up (or ``timeout``): callers re-check ``run.obj``
+        after it returns, so an event that arrives between their check and this wait is not lost."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(run.changed.wait(), timeout)
+        run.changed.clear()
 
     async def _until_deleted(self, run: PodRun) -> None:
         while not self._deleting(run):
@@ -394,6 +400,7 @@ class NodeAgent:
             "apiVersion": "v1", "kind": "Binding", "metadata": {"name": run.name},
             "target": {"apiVersion": "v1", "kind": "Node", "name": run.node}})
         await self._run_bound(run, fault)
+        self._release(run)  # a terminal pod holds no resources
         if not run.gone:
             await self._finish_delete_when_asked(run)
 
