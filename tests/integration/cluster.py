@@ -69,6 +69,7 @@ class Cluster:
             self.call(self.agent.start)
         self.experiments = Recorder(self.api, EXP_API, EXP_PLURAL, namespace)
         self.jobs = Recorder(self.api, "batch/v1", "jobs", namespace)
+        self.configmaps = Recorder(self.api, "v1", "configmaps", namespace)
         self.operator: subprocess.Popen[bytes] | None = None
         self.operator_logs: list[Path] = []
         self.metrics_port = 0
@@ -151,12 +152,13 @@ class Cluster:
     def owned_by(self, uid: str) -> list[tuple[str, str]]:
         """(kind, name) of every live Job, pod and ConfigMap owned by ``uid``, directly or through a Job."""
         found, owners = [], {uid}
-        for api_version, plural in (("batch/v1", "jobs"), ("v1", "pods"), ("v1", "configmaps")):
+        # list items carry no kind on the real server
+        for api_version, plural, kind in (("batch/v1", "jobs", "Job"), ("v1", "pods", "Pod"), ("v1", "configmaps", "ConfigMap")):
             for obj in self.list(api_version, plural):
                 refs = obj["metadata"].get("ownerReferences") or []
                 if any(r.get("uid") in owners for r in refs):
                     owners.add(obj["metadata"]["uid"])
-                    found.append((obj.get("kind") or plural, obj["metadata"]["name"]))
+                    found.append((kind, obj["metadata"]["name"]))
         return found
 
     # The operator process ---------------------------------------------------------------------------------
@@ -224,6 +226,7 @@ class Cluster:
         self.stop_operator()
         self.experiments.stop()
         self.jobs.stop()
+        self.configmaps.stop()
         if self.agent is not None:
             try:
                 self.call(self.agent.stop, timeout=30)
