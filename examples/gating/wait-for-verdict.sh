@@ -8,11 +8,16 @@
 # current spec (observedGeneration), then reads .status.verdict. Exit codes, the same as `spx gate`:
 #   0  Pass
 #   1  Fail
-#   2  Inconclusive, decided without a verdict, not decided within TIMEOUT, or unreadable
+#   2  Inconclusive, decided without a verdict, not decided within TIMEOUT, or unreadable (a usage
+#      error, the API server unreachable, no such experiment): never the Fail code
 # Environment: KUBECTL (default kubectl), and kubectl's own (KUBECONFIG, ...).
 set -uo pipefail
 
-name=${1:?usage: $0 NAME [NAMESPACE] [TIMEOUT]}
+if [[ $# -lt 1 || $# -gt 3 || -z "${1:-}" || "${1:-}" == -* ]]; then
+  echo "usage: $0 NAME [NAMESPACE] [TIMEOUT]   (exit 0 Pass, 1 Fail, 2 anything else)" >&2
+  exit 2
+fi
+name=$1
 namespace=${2:-default}
 timeout=${3:-2h}
 kubectl=${KUBECTL:-kubectl}
@@ -20,8 +25,12 @@ resource="shardedprojectionexperiments.bench.spx.dev/${name}"
 
 # `kubectl wait` waits for one condition only and would hang on one that never comes
 # (kubernetes#100248): Decided is set on every terminal outcome, so it always comes.
-if ! "$kubectl" wait --namespace "$namespace" --for=condition=Decided --timeout="$timeout" "$resource" >&2; then
-  echo "Undecided: ${namespace}/${name} not decided within ${timeout}" >&2
+if ! out=$("$kubectl" wait --namespace "$namespace" --for=condition=Decided --timeout="$timeout" "$resource" 2>&1); then
+  if [[ "$out" == *"timed out waiting for the condition"* ]]; then
+    echo "Undecided: ${namespace}/${name} not decided within ${timeout}" >&2
+  else
+    echo "Unreadable: cannot read ${namespace}/${name}: ${out}" >&2
+  fi
   exit 2
 fi
 
