@@ -7,4 +7,4 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check operator tests benchmarks
 echo "== mypy (strict on spx.api and spx.analysis)"; mypy operator/spx/api operator/spx/analysis
 echo "== import-linter"; lint-imports
-echo "== pytest"; pytest -q -p no:cacheprovider "$@"
+echo "== pytest (real control plane: ${KUBEBUILDER_ASSETS:-KUBEBUILDER_ASSETS unset, those tests skip})"; pytest -q -p no:cacheprovider "$@"
