@@ -15,7 +15,6 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -23,25 +22,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
-from controlplane import HOW_TO_GET, ControlPlane, missing_assets  # noqa: E402
-from kubeapi import Api, wait_for  # noqa: E402
-
-CRD_FILE = ROOT / "crds" / "shardedprojectionexperiments.yaml"
-
-
-def install_crd(api: Api, crd: dict[str, Any]) -> list[str]:
-    """Server-side apply of ``crd`` (``fieldValidation=Strict``), then wait for ``Established``; the warnings."""
-    api.warnings.clear()
-    api.apply(crd)
-    name = crd["metadata"]["name"]
-
-    def established() -> bool:
-        got = api.get("apiextensions.k8s.io/v1", "customresourcedefinitions", None, name) or {}
-        return any(c["type"] == "Established" and c["status"] == "True"
-                   for c in (got.get("status") or {}).get("conditions") or [])
-
-    wait_for(established, 60, f"CRD {name} Established")
-    return list(api.warnings)
+from controlplane import CRD_FILE, HOW_TO_GET, ControlPlane, install_crd, missing_assets  # noqa: E402
+from kubeapi import Api  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -110,6 +110,9 @@ class Cluster:
     def wait_for(self, predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
         """Poll until truthy; fails early if the operator exits, with its log tail and the agent's errors."""
         def check() -> Any:
+            crashed = [e for e in (self.agent.errors if self.agent else []) if e.startswith("pod ")]
+            if crashed:
+                raise AssertionError(f"the node agent failed while waiting for {what}: {crashed}\n{self.context()}")
             if self.operator is not None and self.operator.poll() is not None:
                 raise AssertionError(f"the operator exited ({self.operator.returncode}) while waiting for {what}\n"
                                      f"{self.operator_log_tail()}")

@@ -36,6 +36,9 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from kubeapi import Api, wait_for
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 HOW_TO_GET = (
@@ -44,6 +47,8 @@ HOW_TO_GET = (
     "kube-controller-manager from the Kubernetes 1.36 server release), or the server binaries of a Kubernetes "
     "release and an etcd release; in this project's CI `.ci/run` unpacks them"
 )
+#: The CRD as a user installs it.
+CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "shardedprojectionexperiments.yaml"
 KCM_CONTROLLERS = "job-controller,garbage-collector-controller,namespace-controller"
 
 
@@ -247,3 +252,18 @@ class ControlPlane:
     def alive(self) -> list[str]:
         """Names of the processes that are still running."""
         return [n for n, p in self.procs.items() if p.poll() is None]
+
+
+def install_crd(api: Api, crd: dict[str, Any]) -> list[str]:
+    """Server-side apply of ``crd`` (``fieldValidation=Strict``), then wait for ``Established``; the warnings."""
+    api.warnings.clear()
+    api.apply(crd)
+    name = crd["metadata"]["name"]
+
+    def established() -> bool:
+        got = api.get("apiextensions.k8s.io/v1", "customresourcedefinitions", None, name) or {}
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in (got.get("status") or {}).get("conditions") or [])
+
+    wait_for(established, 60, f"CRD {name} Established")
+    return list(api.warnings)

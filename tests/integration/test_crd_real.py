@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane import ControlPlane
+from controlplane import CRD_FILE, ControlPlane, install_crd
 from kubeapi import Api, ApiProblem
 
-from conftest import CRD_FILE, install_crd  # type: ignore[import-not-found]
 from spx.api.crd import build_crd, crd_yaml
 from spx.api.loading import SpecError, validate_spec
 
