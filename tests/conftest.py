@@ -31,8 +31,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
     why = missing_assets(os.environ.get("KUBEBUILDER_ASSETS"))
     if why:
         pytest.skip(f"no Kubernetes control plane: {why}; {HOW_TO_GET}")
-    # short paths: etcd's unix sockets and the API server's cert dir live under it
-    workdir = Path(os.environ.get("SPX_CONTROL_PLANE_DIR") or tmp_path_factory.mktemp("control-plane"))
+    workdir = tmp_path_factory.mktemp("control-plane")
     cp = ControlPlane(Path(os.environ["KUBEBUILDER_ASSETS"]), workdir)
     cp.start()
     try:
