@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -33,6 +35,14 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
         pytest.skip(f"no Kubernetes control plane: {why}; {HOW_TO_GET}")
     workdir = tmp_path_factory.mktemp("control-plane")
     cp = ControlPlane(Path(os.environ["KUBEBUILDER_ASSETS"]), workdir)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:  # `timeout`, CI cancellation: no orphaned control plane
+        cp.stop()
+        signal.signal(signal.SIGTERM, previous)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
     cp.start()
     try:
         api = Api(cp.url, cp.token, cp.ssl_context())
@@ -40,6 +50,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
         yield cp
     finally:
         cp.stop()
+        signal.signal(signal.SIGTERM, previous)
         if request.session.testsfailed:
             kept = tmp_path_factory.getbasetemp() / "control-plane-logs"
             shutil.copytree(cp.logs, kept, dirs_exist_ok=True)
