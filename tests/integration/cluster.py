@@ -235,5 +235,14 @@ class Cluster:
                 self.call(self.agent.stop, timeout=30)
             except Exception as err:  # teardown goes on; the error is shown
                 print(f"node agent stop: {err!r}", file=sys.stderr)
+        self.call(_cancel_pending, timeout=30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+
+
+async def _cancel_pending() -> None:
+    """Cancel what is left on the agent's loop (waits of pods that never ended) before it stops."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
