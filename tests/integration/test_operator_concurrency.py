@@ -72,10 +72,16 @@ def test_twenty_experiments_with_a_limit_of_two(cluster: Cluster) -> None:
 
 def test_metrics_exposition_is_valid(cluster: Cluster) -> None:
     text = cluster.metrics_text()
-    for name in ("spx_kernel_latency_seconds", "spx_kernel_speedup_ratio", "spx_crossover_tokens",
-                 "spx_recommended_threshold_tokens", "spx_verdict", "spx_experiments", "spx_reconcile_total",
-                 "spx_last_reconcile_timestamp_seconds"):
+    for name in ("spx_kernel_latency_seconds", "spx_kernel_speedup_ratio", "spx_verdict", "spx_experiments",
+                 "spx_reconcile_total", "spx_last_reconcile_timestamp_seconds"):
         assert f"\n{name}" in text or text.startswith(name), name
+    # a crossover (and a threshold) exists only where the replayed real CPU run measured one
+    kernels = [(o.get("status") or {}).get("kernel") or {} for o in cluster.list("bench.spx.dev/v1alpha1",
+                                                                                 "shardedprojectionexperiments")]
+    for name, field in (("spx_crossover_tokens", "crossoverTokens"), ("spx_recommended_threshold_tokens",
+                                                                       "recommendedThresholdTokens")):
+        exported = any(lb.get("experiment") for lb, _ in cluster.metric_samples(name))
+        assert exported == any(k.get(field) is not None for k in kernels), name
     reconciles = sum(v for lb, v in cluster.metric_samples("spx_reconcile_total"))
     assert reconciles >= N
     promtool = shutil.which("promtool")
