@@ -17,7 +17,7 @@
 set -uo pipefail
 
 EXIT_UNDECIDED=2 EXIT_USAGE=3 EXIT_UNREACHABLE=4
-if [[ $# -lt 1 || $# -gt 3 || -z "${1:-}" ]]; then
+if [[ $# -lt 1 || $# -gt 3 || -z "${1:-}" || "${1:-}" == -* ]]; then
   echo "usage: $0 NAME [NAMESPACE] [TIMEOUT]" >&2
   exit "$EXIT_USAGE"
 fi

@@ -1,4 +1,11 @@
-"""An API server for the operator tests: kmock's ``KubernetesEmulator`` with real API-server semantics.
+"""An emulated API server (kmock's ``KubernetesEmulator``), kept only for tests not yet moved to the real one.
+
+The operator's scenario tests run against a real control plane (``controlplane.py``, ``cluster.py``,
+``nodeagent.py``, ``faultproxy.py``). What still imports this module: tests/gating/test_gate_cluster.py,
+tests/observability/test_obs_prometheus.py and benchmarks/operator_scale.py (500 experiments; a real
+API server on 2 shared cores would measure the machine, not the operator). It accepts what a real
+server refuses (patternProperties, unguarded CEL, float timeoutSeconds, …; see docs/operator.md
+"Testing against a real control plane"): do not add new tests on it.
 
 kmock 0.8 (pinned) serves objects over HTTP with discovery, list, watch, create, merge/JSON patch
 and finalizer-aware delete. This subclass takes over the object endpoints to add what the operator

@@ -1,4 +1,5 @@
-"""A stand-in for the Job controller and the kubelet, driving bench Jobs against the emulator over HTTP.
+"""A stand-in for the Job controller and the kubelet against the emulator (``emulator.py``), kept only for
+its remaining users (see emulator.py); against the real control plane, ``nodeagent.py`` plays the kubelet.
 
 It watches Jobs (``GET /apis/batch/v1/jobs?watch=true``) and for each unsuspended one does what the
 cluster would:

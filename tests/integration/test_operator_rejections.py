@@ -1,9 +1,12 @@
 """The real operator against an API server that refuses its Job, or a Job controller that cannot make the pod.
 
-Every such run must end ``Decided=True`` (what ``kubectl wait --for=condition=Decided`` waits on)
-instead of being retried or waited on until the deadline:
+The refusals are the real API server's: a ValidatingAdmissionPolicy (CEL admission, built in) in the
+module's namespace denies chosen Jobs with 422 ``Invalid`` or 403 ``Forbidden``, and chosen pods, so
+that the real Job controller gets a refusal and posts ``FailedCreate`` events. Every such run must
+end ``Decided=True`` (what ``kubectl wait --for=condition=Decided`` waits on) instead of being
+retried or waited on until the deadline:
 
-- Job create answered 400/422 (the Job is invalid) → ``Failed``, ``InvalidSpec`` with the server's message;
+- Job create answered 422 (the Job is invalid) → ``Failed``, ``InvalidSpec`` with the server's message;
 - Job create answered 403 (quota, Pod Security admission, a webhook) → ``Failed``, ``InfraFailed``;
 - the Job exists but its pod is never created (``FailedCreate`` events) → ``InfraFailed`` with
   ``PodCreateFailed: …`` after the start-up timeout, and the Job is deleted.
@@ -12,46 +15,86 @@ instead of being retried or waited on until the deadline:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from emulator import Cluster, condition
-from kubelet import Fault, Kubelet
+from cluster import Cluster, condition
+from controlplane import ControlPlane
+from kubeapi import ApiProblem
+from nodeagent import Fault
 from specs import CPU_SPEC
 
-from spx.api.crd import build_crd
+pytestmark = pytest.mark.timeout(600)
 
-pytestmark = pytest.mark.timeout(300)
-
+NS = "rejections"
 SPEC = CPU_SPEC
 OPERATOR_ENV = {
     "SPX_MAX_CONCURRENT_EXPERIMENTS": "1",  # a rejected run must give its slot back
     "SPX_SCHEDULE_TIMEOUT_SECONDS": "3",
-    "SPX_IMAGE_PULL_TIMEOUT_SECONDS": "2",
+    "SPX_IMAGE_PULL_TIMEOUT_SECONDS": "5",
     "SPX_BENCH_IMAGE": "spx-bench:test",
 }
+INVALID_MSG = "spec.template.spec.containers[0].resources.requests: must be less than or equal to cpu limit"
+QUOTA_MSG = "exceeded quota: team-quota, requested: count/jobs.batch=1, used: count/jobs.batch=10, limited: count/jobs.batch=10"
+PSA_MSG = 'violates PodSecurity "restricted:latest": seccompProfile'
+
+
+def policy(name: str, resource: str, group: str, experiment: str, reason: str, message: str) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy denying creates of ``resource`` labelled ``experiment``, and its binding."""
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": [group], "apiVersions": ["v1"],
+                                                          "operations": ["CREATE"], "resources": [resource]}]},
+                  "validations": [{"expression": f"!has(object.metadata.labels) || "
+                                                 f"!('bench.spx.dev/experiment' in object.metadata.labels) || "
+                                                 f"object.metadata.labels['bench.spx.dev/experiment'] != '{experiment}'",
+                                   "reason": reason, "message": message}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}}}}},
+    ]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("operator-rejections")
-    c = Cluster(workdir, kubelet_factory=lambda url: Kubelet(
-        url, workdir, time_scale=0.05, default_fault=Fault(canned=True, canned_seconds=0.2)))
-    c.emulator.install_crd(build_crd())
+def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(control_plane, NS, tmp_path_factory.mktemp("operator-rejections"),
+                default_fault=Fault(replay=True, replay_seconds=0.2))
+    objs = (policy("spx-test-invalid-job", "jobs", "batch", "bad422", "Invalid", INVALID_MSG)
+            + policy("spx-test-forbidden-job", "jobs", "batch", "forbid", "Forbidden", QUOTA_MSG)
+            + policy("spx-test-forbidden-pod", "pods", "", "nopod", "Forbidden", PSA_MSG))
+    for obj in objs:
+        c.api.apply(obj)
+
+    def enforced() -> bool:  # policies take effect once the API server has compiled them
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "labels": {"bench.spx.dev/experiment": "nopod"}},
+               "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "probe", "labels": {"bench.spx.dev/experiment": "forbid"}},
+               "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}
+        refused = 0
+        for api_version, plural, body in (("v1", "pods", pod), ("batch/v1", "jobs", job)):
+            try:
+                c.api.create(api_version, plural, NS, body, params={"dryRun": "All"})
+            except ApiProblem as p:
+                refused += p.code == 403
+        return refused == 2
+
+    c.wait_for(enforced, 60, "the admission policies to be enforced")
     c.start_operator(env=OPERATOR_ENV)
     c.wait_operator_ready()
     yield c
     c.close()
-
-
-def reject(cluster: Cluster, experiment: str, code: int, reason: str, message: str) -> None:
-    cluster.call(lambda: cluster.emulator.reject_creates.__setitem__(("jobs", f"{experiment}-g[0-9]+"), (code, reason, message)))
+    for obj in objs:
+        plural = {"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+                  "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[obj["kind"]]
+        c.api.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/{plural}/{obj['metadata']['name']}")
 
 
 def test_job_invalid_to_the_api_server_is_decided_invalid_spec(cluster: Cluster) -> None:
-    msg = 'Job.batch "bad422-g1" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value: "32": must be less than or equal to cpu limit'
-    reject(cluster, "bad422", 422, "Invalid", msg)
     cluster.apply("bad422", SPEC)
-    obj = cluster.wait_decided("bad422", timeout=30)
+    obj = cluster.wait_decided("bad422", timeout=120)
     st = obj["status"]
     assert st["phase"] == "Failed"
     decided = condition(obj, "Decided")
@@ -59,33 +102,29 @@ def test_job_invalid_to_the_api_server_is_decided_invalid_spec(cluster: Cluster)
     assert "must be less than or equal to cpu limit" in decided["message"]
     assert condition(obj, "Completed")["status"] == "True"  # type: ignore[index]
     assert st.get("completionTime")
-    assert cluster.list("batch/v1", "jobs", "default", selector="bench.spx.dev/experiment=bad422") == []
+    assert cluster.list("batch/v1", "jobs", "bench.spx.dev/experiment=bad422") == []
     cluster.wait_for(lambda: [e for e in cluster.events("bad422") if e["reason"] == "InvalidSpec"
-                              and e["type"] == "Warning"], 10, "an InvalidSpec event")
+                              and e["type"] == "Warning"], 60, "an InvalidSpec event")
 
 
 def test_job_refused_by_the_api_server_is_decided_infra_failed(cluster: Cluster) -> None:
-    msg = 'jobs.batch "forbid-g1" is forbidden: exceeded quota: team-quota, requested: count/jobs.batch=1, used: count/jobs.batch=10, limited: count/jobs.batch=10'
-    reject(cluster, "forbid", 403, "Forbidden", msg)
     cluster.apply("forbid", SPEC)
-    obj = cluster.wait_decided("forbid", timeout=30)
+    obj = cluster.wait_decided("forbid", timeout=120)
     assert obj["status"]["phase"] == "Failed"
     decided = condition(obj, "Decided")
     assert decided is not None and decided["reason"] == "InfraFailed"
     assert decided["message"].startswith("the API server refused the Job forbid-g1: ")
     assert "exceeded quota: team-quota" in decided["message"]
-    cluster.wait_for(lambda: [e for e in cluster.events("forbid") if e["reason"] == "InfraFailed"], 10, "an InfraFailed event")
+    cluster.wait_for(lambda: [e for e in cluster.events("forbid") if e["reason"] == "InfraFailed"], 60, "an InfraFailed event")
     # The slot (limit 1) was given back: the next experiment runs to a verdict.
     cluster.apply("after-forbid", SPEC)
-    after = cluster.wait_decided("after-forbid", timeout=60)
+    after = cluster.wait_decided("after-forbid", timeout=180)
     assert after["status"]["phase"] == "Succeeded", after["status"].get("message")
 
 
 def test_a_pod_that_is_never_created_fails_fast(cluster: Cluster) -> None:
-    why = 'pods "nopod-g1-x7k2p" is forbidden: violates PodSecurity "restricted:latest": seccompProfile'
-    cluster.kubelet.faults["nopod"] = Fault(pod_create_error=why)  # type: ignore[union-attr]
     cluster.apply("nopod", SPEC)
-    obj = cluster.wait_decided("nopod", timeout=30)
+    obj = cluster.wait_decided("nopod", timeout=120)
     assert obj["status"]["phase"] == "Failed"
     decided = condition(obj, "Decided")
     assert decided is not None and decided["reason"] == "InfraFailed"
@@ -93,4 +132,4 @@ def test_a_pod_that_is_never_created_fails_fast(cluster: Cluster) -> None:
     assert "violates PodSecurity" in decided["message"]
     assert condition(obj, "Completed")["reason"] == "PodCreateFailed"  # type: ignore[index]
     # The operator gave up on the Job, which Kubernetes would keep retrying: it deletes it.
-    cluster.wait_for(lambda: not cluster.get("batch/v1", "jobs", "default", "nopod-g1"), 15, "the Job to be deleted")
+    cluster.wait_for(lambda: not cluster.get("batch/v1", "jobs", "nopod-g1"), 60, "the Job to be deleted")

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from emulator import EXP_API, EXP_PLURAL, Cluster, condition
-from kubelet import Fault, Kubelet
+from cluster import EXP_API, EXP_PLURAL, Cluster, condition
+from controlplane import ControlPlane
+from nodeagent import Fault
 
-from spx.api.crd import build_crd
-
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)
+NS = "restart"
 
 SPEC: dict[str, Any] = {
     "projection": {"hiddenSize": 1024, "outputSizes": [256, 128]},
@@ -24,10 +24,8 @@ SPEC: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("operator-restart")
-    c = Cluster(workdir, kubelet_factory=lambda url: Kubelet(url, workdir, time_scale=0.05))
-    c.emulator.install_crd(build_crd())
+def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(control_plane, NS, tmp_path_factory.mktemp("operator-restart"))
     c.start_operator()
     c.wait_operator_ready()
     yield c
@@ -35,7 +33,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def running(cluster: Cluster, name: str) -> dict[str, Any]:
-    return cluster.wait_phase(name, {"Running"}, timeout=30)
+    return cluster.wait_phase(name, {"Running"}, timeout=120)
 
 
 def duration_count(cluster: Cluster) -> float:
@@ -46,16 +44,16 @@ def duration_count(cluster: Cluster) -> float:
 
 def test_operator_restarted_mid_run(cluster: Cluster) -> None:
     """SIGKILL the operator while the bench runs: the new one adopts the Job, never duplicates it."""
-    cluster.kubelet.faults["restart"] = Fault(canned=True, canned_seconds=6)  # type: ignore[union-attr]
+    cluster.agent.faults["restart"] = Fault(replay=True, replay_seconds=6)  # type: ignore[union-attr]
     cluster.apply("restart", SPEC)
     running(cluster, "restart")
     cluster.stop_operator(kill=True)
     cluster.start_operator()
     cluster.wait_operator_ready()
-    obj = cluster.wait_decided("restart", timeout=60)
+    obj = cluster.wait_decided("restart", timeout=180)
     assert obj["status"]["phase"] == "Succeeded", obj["status"]["message"]
     assert cluster.jobs_created("restart-") == ["restart-g1"]
-    assert len(cluster.list("v1", "pods", "default", "batch.kubernetes.io/job-name=restart-g1")) == 1
+    assert len(cluster.list("v1", "pods", "batch.kubernetes.io/job-name=restart-g1")) == 1
     # The operator that saw the run end timed it, once (Job creation → terminal phase).
     assert duration_count(cluster) == 1
     # Restarting again after the end changes nothing: the status is level-based and final.
@@ -71,61 +69,75 @@ def test_operator_restarted_mid_run(cluster: Cluster) -> None:
 
 
 def test_spec_edited_mid_run_starts_a_new_run(cluster: Cluster) -> None:
-    cluster.kubelet.faults["edited"] = Fault(canned=True, canned_seconds=4)  # type: ignore[union-attr]
+    cluster.agent.faults["edited"] = Fault(replay=True, replay_seconds=4)  # type: ignore[union-attr]
     cluster.apply("edited", SPEC)
     first = running(cluster, "edited")
     assert first["status"]["jobName"] == "edited-g1"
     new_tokens = [16, 256, 4096]
-    cluster.patch(EXP_API, EXP_PLURAL, "default", "edited", {"spec": {"sweep": {"tokens": new_tokens}}})
-    obj = cluster.wait_decided("edited", timeout=60)
+    cluster.patch(EXP_API, EXP_PLURAL, "edited", {"spec": {"sweep": {"tokens": new_tokens}}})
+    obj = cluster.wait_decided("edited", timeout=180)
     st = obj["status"]
     assert obj["metadata"]["generation"] == 2 and st["observedGeneration"] == 2
     assert st["phase"] == "Succeeded" and st["jobName"] == "edited-g2"
     assert [p["tokens"] for p in st["kernel"]["points"]] == new_tokens
     assert cluster.jobs_created("edited-") == ["edited-g1", "edited-g2"]
-    assert cluster.get("batch/v1", "jobs", "default", "edited-g1") is None  # superseded run stopped
-    assert cluster.get("v1", "configmaps", "default", "edited-g1-result") is None  # it never finished
+    assert cluster.get("batch/v1", "jobs", "edited-g1") is None  # superseded run stopped
+    assert cluster.get("v1", "configmaps", "edited-g1-result") is None  # it never finished
     assert condition(obj, "Decided")["observedGeneration"] == 2  # type: ignore[index]
     assert "JobDeleted" in {e["reason"] for e in cluster.events("edited")}
 
 
 def test_status_edits_do_not_start_a_new_run(cluster: Cluster) -> None:
     """Only spec changes bump the generation; labels and status do not restart anything."""
-    cluster.kubelet.faults["labelled"] = Fault(canned=True, canned_seconds=0.5)  # type: ignore[union-attr]
+    cluster.agent.faults["labelled"] = Fault(replay=True, replay_seconds=0.5)  # type: ignore[union-attr]
     cluster.apply("labelled", SPEC)
-    cluster.wait_decided("labelled", timeout=30)
-    cluster.patch(EXP_API, EXP_PLURAL, "default", "labelled", {"metadata": {"labels": {"team": "perf"}}})
+    cluster.wait_decided("labelled", timeout=120)
+    cluster.patch(EXP_API, EXP_PLURAL, "labelled", {"metadata": {"labels": {"team": "perf"}}})
     obj = cluster.exp("labelled")
     assert obj is not None and obj["metadata"]["generation"] == 1
     assert cluster.jobs_created("labelled-") == ["labelled-g1"]
 
 
-def test_experiment_deleted_mid_run(cluster: Cluster) -> None:
-    cluster.kubelet.faults["deleted"] = Fault(canned=True, canned_seconds=60)  # type: ignore[union-attr]
-    created = cluster.apply("deleted", SPEC)
-    running(cluster, "deleted")
+@pytest.mark.parametrize("propagation", ["Background", "Foreground"])
+def test_experiment_deleted_mid_run(cluster: Cluster, propagation: str) -> None:
+    """The real garbage collector removes the Job, its pod and anything else the experiment owns; the
+    operator writes nothing for it afterwards. Foreground: the experiment itself stays (finalizer
+    ``foregroundDeletion``) until its dependents are gone."""
+    name = f"deleted-{propagation.lower()}"
+    cluster.agent.faults[name] = Fault(replay=True, replay_seconds=120)  # type: ignore[union-attr]
+    created = cluster.apply(name, SPEC)
+    running(cluster, name)
     uid = created["metadata"]["uid"]
-    assert cluster.owned_by(uid)  # Job and pod exist
-    cluster.delete(EXP_API, EXP_PLURAL, "default", "deleted")
-    assert cluster.exp("deleted") is None  # no finalizer holds it
-    assert cluster.owned_by(uid) == []
-    cluster.wait_for(lambda: not any(lb.get("experiment") == "deleted" for fam in ("spx_experiment_phase_since_timestamp_seconds",)
-                                     for lb, _ in cluster.metric_samples(fam)), 10, "series of the deleted experiment removed")
+    kinds = {k for k, _ in cluster.owned_by(uid)}
+    assert kinds == {"Job", "Pod"}, kinds
+    cluster.delete(EXP_API, EXP_PLURAL, name, propagation=propagation)
+    if propagation == "Foreground":
+        held = cluster.exp(name)
+        assert held is None or "foregroundDeletion" in held["metadata"].get("finalizers", [])
+    cluster.wait_for(lambda: cluster.exp(name) is None and cluster.owned_by(uid) == []
+                     and not cluster.list("v1", "pods", f"batch.kubernetes.io/job-name={name}-g1"),
+                     120, "the experiment, its Job and its pod to be gone")
+    cluster.wait_for(lambda: not any(lb.get("experiment") == name for lb, _ in
+                                     cluster.metric_samples("spx_experiment_phase_since_timestamp_seconds")),
+                     60, "the operator to drop the deleted experiment's series")
+    # nothing was written for the experiment once it was gone: no ConfigMap, no second Job
+    assert [n for n in cluster.configmaps.created() if n.startswith(name)] == []
+    assert cluster.jobs_created(f"{name}-") == [f"{name}-g1"]
     # The same name can be used again at once: a new incarnation, a new uid, generation 1.
-    cluster.kubelet.faults["deleted"] = Fault(canned=True, canned_seconds=0.3)  # type: ignore[union-attr]
-    again = cluster.apply("deleted", SPEC)
+    cluster.agent.faults[name] = Fault(replay=True, replay_seconds=0.3)  # type: ignore[union-attr]
+    again = cluster.apply(name, SPEC)
     assert again["metadata"]["uid"] != uid
-    assert cluster.wait_decided("deleted", timeout=30)["status"]["phase"] == "Succeeded"
+    assert cluster.wait_decided(name, timeout=180)["status"]["phase"] == "Succeeded"
 
 
 def test_job_deleted_mid_run_is_infra_failed_and_timed(cluster: Cluster) -> None:
     """Someone deletes the run's Job: InfraFailed, and the run still counts in the duration histogram."""
-    cluster.kubelet.faults["jobgone"] = Fault(canned=True, canned_seconds=60)  # type: ignore[union-attr]
+    cluster.agent.faults["jobgone"] = Fault(replay=True, replay_seconds=60)  # type: ignore[union-attr]
     cluster.apply("jobgone", SPEC)
     running(cluster, "jobgone")
     before = duration_count(cluster)
-    cluster.delete("batch/v1", "jobs", "default", "jobgone-g1")
-    obj = cluster.wait_decided("jobgone", timeout=30)
+    cluster.delete("batch/v1", "jobs", "jobgone-g1")
+    obj = cluster.wait_decided("jobgone", timeout=120)
     c = condition(obj, "Decided")
     assert obj["status"]["phase"] == "Failed" and c["reason"] == "InfraFailed", obj["status"]  # type: ignore[index]
     assert "deleted before it finished" in c["message"]  # type: ignore[index]

@@ -17,15 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulator import EXP_API, EXP_PLURAL, Cluster, condition, free_port
-from kubelet import Kubelet, standin_node_env, write_gsm8k
+from cluster import EXP_API, EXP_PLURAL, Cluster, condition, free_port
+from controlplane import ControlPlane
+from nodeagent import standin_node_env, write_gsm8k
 
 from spx.api.accuracy import AccuracyResult
-from spx.api.crd import build_crd
 from spx.api.serving import ServingResult
 from spx.controller.result_configmap import read_result_configmap
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)
+NS = "serving"
 
 NAME = "ab"
 N_QUESTIONS = 16
@@ -33,13 +34,12 @@ WRONG_MOD = 16  # the split servers answer the questions whose sum (2i + 2) is d
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("operator-serving")
     pid_dir = workdir / "gpu-pids"
     pid_dir.mkdir()
     node_env = standin_node_env(pid_dir, STANDIN_CHAT_WRONG_MOD=str(WRONG_MOD))
-    c = Cluster(workdir, kubelet_factory=lambda url: Kubelet(url, workdir, time_scale=0.05, env=node_env))
-    c.emulator.install_crd(build_crd())
+    c = Cluster(control_plane, NS, workdir, env=node_env)
     c.start_operator(env={"SPX_BENCH_IMAGE": "spx-bench:test"})
     c.wait_operator_ready()
     yield c
@@ -78,12 +78,12 @@ def samples(cluster: Cluster, metric: str) -> dict[tuple[tuple[str, str], ...], 
 
 def test_serving_and_accuracy_reach_status_verdict_configmap_and_metrics(cluster: Cluster, tmp_path: Path) -> None:
     created = cluster.apply(NAME, spec(tmp_path))
-    obj = cluster.wait_decided(NAME, timeout=90)
+    obj = cluster.wait_decided(NAME, timeout=300)
     st = obj["status"]
     assert st["phase"] == "Succeeded", st.get("message")
 
     # The pod ran the kernel bench, then the vLLM benches, in one `spx run … --serving`.
-    job = cluster.get("batch/v1", "jobs", "default", f"{NAME}-g1")
+    job = cluster.get("batch/v1", "jobs", f"{NAME}-g1")
     assert job is not None
     command = job["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:2] == ["spx", "run"] and command[-1] == "--serving"
@@ -112,7 +112,7 @@ def test_serving_and_accuracy_reach_status_verdict_configmap_and_metrics(cluster
     assert "VerdictFail" in {e["reason"] for e in cluster.events(NAME)}
 
     # Everything the pod produced is kept in the result ConfigMap.
-    cm = cluster.get("v1", "configmaps", "default", st["resultConfigMap"])
+    cm = cluster.get("v1", "configmaps", st["resultConfigMap"])
     assert cm is not None
     serving_doc = ServingResult.model_validate(read_result_configmap(cm, "serving-result.json"))
     accuracy_doc = AccuracyResult.model_validate(read_result_configmap(cm, "accuracy-result.json"))
@@ -137,16 +137,16 @@ def test_serving_and_accuracy_reach_status_verdict_configmap_and_metrics(cluster
     assert samples(cluster, "spx_accuracy_max_drop_ratio") == {(): 0.01}
     assert samples(cluster, "spx_experiment_timeout_seconds") == {(): 3600.0}  # SpxExperimentStuck's exemption
     assert [lb for lb, v in cluster.metric_samples("spx_verdict") if lb.get("experiment") == NAME and v == 1] == [
-        {"namespace": "default", "experiment": NAME, "gpu": st["environment"].get("gpu", ""),
+        {"namespace": NS, "experiment": NAME, "gpu": st["environment"].get("gpu", ""),
          "vllm": st["environment"].get("vllm", ""), "verdict": "Fail"}]
 
     # Deleting the experiment removes its series.
-    cluster.delete(EXP_API, EXP_PLURAL, "default", NAME)
+    cluster.delete(EXP_API, EXP_PLURAL, NAME)
     families = ("spx_serving_value", "spx_serving_change_ratio", "spx_serving_gate_passed", "spx_accuracy_ratio",
                 "spx_accuracy_drop_ratio", "spx_accuracy_max_drop_ratio",
                 "spx_experiment_timeout_seconds")
-    cluster.wait_for(lambda: not any(samples(cluster, f) for f in families), 10, "the serving series to be removed")
-    assert cluster.owned_by(created["metadata"]["uid"]) == []
+    cluster.wait_for(lambda: not any(samples(cluster, f) for f in families), 60, "the serving series to be removed")
+    cluster.wait_for(lambda: cluster.owned_by(created["metadata"]["uid"]) == [], 60, "the garbage collector")
 
 
 def test_vllm_benches_that_cannot_start_fail_the_run_and_keep_the_kernel_result(cluster: Cluster, tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_vllm_benches_that_cannot_start_fail_the_run_and_keep_the_kernel_result(
     body = spec(tmp_path)
     body["accuracy"]["datasetPath"] = str(tmp_path / "missing" / "test.jsonl")
     cluster.apply("ab-nodata", body)
-    obj = cluster.wait_decided("ab-nodata", timeout=60)
+    obj = cluster.wait_decided("ab-nodata", timeout=300)
     st = obj["status"]
     decided = condition(obj, "Decided")
     assert st["phase"] == "Failed" and decided is not None and decided["reason"] == "BenchmarkFailed", st

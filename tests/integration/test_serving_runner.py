@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubelet import write_gsm8k
+from nodeagent import write_gsm8k
 
 from spx.analysis.accuracy import summarize as summarize_accuracy
 from spx.analysis.serving import summarize

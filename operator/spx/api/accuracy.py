@@ -48,20 +48,35 @@ class AccuracySpec(CamelModel):
     """
 
     dataset_path: str = Field(default=DEFAULT_DATASET_PATH, min_length=1, max_length=1024)
+    """GSM8K test file (JSON lines with question and answer) in the bench image."""
     fewshot_path: str = Field(default=DEFAULT_FEWSHOT_PATH, min_length=1, max_length=1024)
+    """GSM8K train file the few-shot examples are taken from."""
     dataset_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """SHA-256 of the test file; the run fails when the file differs."""
     num_fewshot: int = Field(default=5, ge=0, le=16)
+    """Few-shot examples in each prompt."""
     limit: int | None = Field(default=None, gt=0)
+    """Only the first N questions; unset: all."""
     max_tokens: int = Field(default=1024, gt=0, le=65536)
+    """Largest number of tokens generated per answer."""
     temperature: FiniteFloat = Field(default=0.0, ge=0.0, le=2.0)
+    """Sampling temperature (0: greedy)."""
     seed: int = Field(default=0, ge=0)
+    """Sampling seed."""
     concurrency: int = Field(default=32, gt=0, le=1024)
+    """Requests in flight per arm."""
     chat_template_kwargs: dict[str, Any] = Field(default_factory=_thinking_off)
+    """Keyword arguments of the chat template (default: thinking off)."""
     system_prompt: str | None = Field(default=None, max_length=8192)
+    """Optional system message."""
     request_timeout_seconds: FiniteFloat = Field(default=600.0, gt=0.0, le=24 * 3600.0)
+    """Seconds one request may take."""
     max_request_errors: int = Field(default=0, ge=0)
+    """Requests that may fail (HTTP error, timeout) before the arm's run counts as failed."""
     arms: list[str] | None = Field(default=None, min_length=1, max_length=16)
+    """Names of the serving arms to score; unset: every arm."""
     max_drop_points: FiniteFloat = Field(default=1.0, ge=0.0, le=100.0)
+    """Largest allowed drop of the split arms' mean accuracy below the main arms', in percentage points."""
 
 
 # --------------------------------------------------------------------------- result document
@@ -107,11 +122,17 @@ class AccuracyRunStatus(CamelModel):
     """One arm's GSM8K score in the status."""
 
     arm: str
+    """Arm name."""
     variant: ArmVariant
+    """main or split."""
     correct: int = Field(ge=0)
+    """Questions answered correctly."""
     total: int = Field(ge=0)
+    """Questions asked."""
     accuracy_pct: float | None = None
+    """correct / total in percent."""
     error: str | None = None
+    """Why the run failed."""
 
 
 class AccuracyStatus(CamelModel):
@@ -123,9 +144,16 @@ class AccuracyStatus(CamelModel):
     """
 
     runs: list[AccuracyRunStatus] = Field(default_factory=list)
+    """Each scored arm's result."""
     main_pct: float | None = None
+    """Mean accuracy of the main arms, percent."""
     split_pct: float | None = None
+    """Mean accuracy of the split arms, percent."""
     drop_points: float | None = None
+    """mainPct − splitPct in percentage points (positive: the split is worse)."""
     max_drop_points: float | None = None
+    """The gate's bound on dropPoints (spec.accuracy.maxDropPoints)."""
     gate_passed: bool | None = None
+    """The accuracy gate's result; unset: inconclusive."""
     reasons: list[str] = Field(default_factory=list)
+    """Why the gate passed, failed or could not decide."""

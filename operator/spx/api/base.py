@@ -30,6 +30,7 @@ class CamelModel(BaseModel):
         extra="forbid",
         validate_default=True,
         strict=True,  # as the API server: "10" is not an integer, true is not 1
+        use_attribute_docstrings=True,  # a docstring under a field is its description (kubectl explain)
     )
 
     def to_wire(self) -> dict[str, object]:

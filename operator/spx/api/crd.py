@@ -16,30 +16,41 @@ import copy
 from typing import Any
 
 from spx.api.crd_version import SCHEMA_VERSION, SCHEMA_VERSION_LABEL
-from spx.api.serving import ServingSpec, default_arms
+from spx.api.serving import RESERVED_MOUNT_PATHS, ServingSpec, default_arms
 from spx.api.spec import (
     GROUP,
     KIND,
+    LABEL_KEY,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
-    V41_WEIGHT_FORMAT,
     VERSION,
     WEIGHT_FORMAT_BLOCK,
     ExperimentSpec,
+    ProjectionSpec,
 )
 from spx.api.status import ExperimentStatus
 
 DEFAULT_TIMEOUT_SECONDS: int = ExperimentSpec.model_fields["timeout_seconds"].default
 DEFAULT_STARTUP_TIMEOUT_SECONDS: int = ServingSpec.model_fields["startup_timeout_seconds"].default
 
-#: Core-CEL cross-field rules, keyed by the schema path (dot-separated properties) they sit on.
+#: Defaults the CEL rules fall back on: the CRD carries no defaults (the operator applies them through
+#: the models), so a rule reads an optional field only behind ``has()`` and spells its default out.
+_D_WEIGHT_FORMAT: str = ProjectionSpec.model_fields["weight_format"].default
+_D_MOUNT: str = ServingSpec.model_fields["model_mount_path"].default
+_RESERVED_ENV = ("SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS", "SPX_ARM")
+
+
+#: Cross-field rules (``x-kubernetes-validations``), keyed by the schema path they sit on (properties
+#: separated by dots, ``[]`` for a list's items). Each mirrors a validator of spx.api (named in the
+#: comment) so that the API server refuses what ``spx validate`` refuses; every optional field is read
+#: behind ``has()``. ``isSorted()`` is the Kubernetes CEL list library's (Kubernetes ≥ 1.27).
 CEL_RULES: dict[str, list[dict[str, str]]] = {
     "spec.projection": [
         # ProjectionSpec._block_aligned, one rule per block-scaled format; absent fields take the model's
         # defaults (V4.1's format, 5120 and [1280, 512], multiples of every block edge)
         {
-            "rule": f"(has(self.weightFormat) ? self.weightFormat : '{V41_WEIGHT_FORMAT}') != '{fmt}' || "
+            "rule": f"(has(self.weightFormat) ? self.weightFormat : '{_D_WEIGHT_FORMAT}') != '{fmt}' || "
             f"((!has(self.hiddenSize) || self.hiddenSize % {block} == 0) && "
             f"(!has(self.outputSizes) || self.outputSizes.all(n, n % {block} == 0)))",
             "message": f"with weightFormat {fmt}, hiddenSize and every outputSizes entry must be multiples of {block}",
@@ -48,12 +59,11 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         if block is not None
     ],
     "spec": [
-        {
+        {   # ExperimentSpec._vllm_benches_fit
             "rule": "!has(self.accuracy) || has(self.serving)",
             "message": "accuracy runs GSM8K on the servers of spec.serving's arms: set spec.serving too",
         },
-        {
-            # ExperimentSpec._vllm_benches_fit; the CRD carries no defaults, so they are spelled out
+        {   # ExperimentSpec._vllm_benches_fit, via min_timeout_seconds
             "rule": "!has(self.serving) || "
             f"(has(self.timeoutSeconds) ? self.timeoutSeconds : {DEFAULT_TIMEOUT_SECONDS}) >= "
             f"(has(self.serving.arms) ? size(self.serving.arms) : {len(default_arms())}) * "
@@ -64,9 +74,62 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         },
     ],
     "spec.sweep": [
-        {
-            "rule": "self.tokens.all(t, self.tokens.exists_one(u, u == t))",
+        {   # SweepSpec._sorted_positive_unique
+            "rule": "!has(self.tokens) || self.tokens.all(t, self.tokens.exists_one(u, u == t))",
             "message": "sweep.tokens must not repeat a token count",
+        },
+        {
+            "rule": "!has(self.tokens) || self.tokens.isSorted()",
+            "message": "sweep.tokens must be in increasing order",
+        },
+    ],
+    "spec.resources.nodeSelector": [
+        {   # the key pattern of ResourcesSpec.node_selector (a schema cannot constrain map keys)
+            "rule": f"self.all(k, size(k) <= 253 && k.matches(r'{LABEL_KEY}'))",
+            "message": "resources.nodeSelector keys must be label keys: an optional DNS-subdomain prefix and '/', "
+            "then a name of up to 63 alphanumerics, '-', '_' or '.'",
+        }
+    ],
+    "spec.serving": [
+        {   # ServingSpec._consistent
+            "rule": "!has(self.points) || self.points.all(p, self.points.exists_one(q, q.name == p.name))",
+            "message": "serving.points: point names must be unique",
+        },
+        {
+            "rule": "!has(self.arms) || self.arms.all(a, self.arms.exists_one(b, b.name == a.name))",
+            "message": "serving.arms: arm names must be unique",
+        },
+        {
+            "rule": "!has(self.arms) || (self.arms.exists(a, a.variant == 'main') && "
+            "self.arms.exists(a, a.variant == 'split'))",
+            "message": "serving.arms needs at least one main and one split arm",
+        },
+        {
+            "rule": "!has(self.modelPvc) || (has(self.modelPath) && (self.modelPath + '/').startsWith("
+            f"(has(self.modelMountPath) ? self.modelMountPath : '{_D_MOUNT}') + "
+            "((has(self.modelMountPath) ? self.modelMountPath : '').endsWith('/') ? '' : '/')))",
+            "message": "serving.modelPvc is mounted at serving.modelMountPath: set serving.modelPath to the "
+            "weights' directory under it",
+        },
+    ],
+    "spec.serving.modelMountPath": [
+        {   # ServingSpec._mount_path_free
+            "rule": "self != '/' && !" + repr(list(RESERVED_MOUNT_PATHS)).replace('"', "'")
+            + ".exists(p, self == p || self.startsWith(p + '/'))",
+            "message": "serving.modelMountPath must not be / nor lie under " + ", ".join(RESERVED_MOUNT_PATHS)
+            + ", which the bench Job mounts itself (e.g. /models)",
+        }
+    ],
+    "spec.serving.env": [
+        {   # ServingSpec._no_reserved_env
+            "rule": " && ".join(f"!('{k}' in self)" for k in _RESERVED_ENV),
+            "message": f"{', '.join(_RESERVED_ENV)} are set per arm by spx; remove them from serving.env",
+        }
+    ],
+    "spec.serving.arms[]": [
+        {   # ServingArmSpec._main_has_no_threshold
+            "rule": "self.variant != 'main' || !has(self.thresholdTokens)",
+            "message": "a main arm runs with the split off; remove thresholdTokens (or make it variant: split)",
         }
     ],
 }
@@ -120,6 +183,14 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = value.split("\n\n")[0].replace("``", "").replace("\n", " ")
             continue
         out[key] = _structural(value, defs)
+    # map keys: apiextensions allows neither patternProperties nor propertyNames; the values' schema goes
+    # to additionalProperties and the key pattern to a CEL rule (CEL_RULES)
+    pattern_props = out.pop("patternProperties", None)
+    out.pop("propertyNames", None)
+    if pattern_props:
+        if len(pattern_props) != 1:
+            raise ValueError(f"cannot express {len(pattern_props)} key patterns structurally: {node}")
+        out["additionalProperties"] = next(iter(pattern_props.values()))
     if "properties" in out and out.get("additionalProperties") is False:
         del out["additionalProperties"]  # not allowed beside properties in a structural schema
     if out.get("type") == "object" and out.get("additionalProperties") is True:
@@ -146,8 +217,18 @@ def _attach_cel(schema: dict[str, Any]) -> None:
     for path, rules in CEL_RULES.items():
         node = schema
         for part in path.split("."):
-            node = node["properties"][part]
+            node = node["properties"][part.removesuffix("[]")]
+            if part.endswith("[]"):
+                node = node["items"]
         node["x-kubernetes-validations"] = rules
+
+
+def _map_lists(status: dict[str, Any]) -> None:
+    """``status.conditions`` is a map-list keyed by ``type`` (metav1.Condition's convention), so
+    server-side apply and kstatus readers treat each condition as its own entry."""
+    conditions = status["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
 
 
 def build_crd() -> dict[str, Any]:
@@ -173,6 +254,7 @@ def build_crd() -> dict[str, Any]:
         },
     }
     _attach_cel(root)
+    _map_lists(status_schema)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

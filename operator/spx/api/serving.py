@@ -57,11 +57,17 @@ class ServingPointSpec(CamelModel):
     """
 
     name: str = Field(min_length=1, max_length=63, pattern=_NAME_PATTERN)
+    """Name of the point (lowercase alphanumerics, '.', '_', '-'), unique within serving.points."""
     input_len: int = Field(gt=0, le=1 << 22)
+    """Prompt length in tokens (random prompts)."""
     output_len: int = Field(gt=0, le=1 << 20)
+    """Generated tokens per request."""
     concurrency: int = Field(gt=0, le=4096)
+    """Requests in flight (--max-concurrency)."""
     num_prompts: int = Field(gt=0, le=100_000)
+    """Requests sent in this point."""
     metric: ServingMetric
+    """What the point compares, as vllm bench serve names it: ttft, tpot, itl, e2el (ms) or output_throughput, total_token_throughput (tok/s), request_throughput (req/s)."""
 
 
 def seed_points() -> list[ServingPointSpec]:
@@ -90,8 +96,11 @@ class ServingArmSpec(CamelModel):
     """
 
     name: str = Field(min_length=1, max_length=32, pattern=_ARM_PATTERN)
+    """Name of the arm, unique within serving.arms."""
     variant: ArmVariant
+    """main (the split off) or split (the split on at thresholdTokens)."""
     threshold_tokens: int | None = Field(default=None, gt=0, le=1 << 24)
+    """SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS of a split arm; unset: gate.thresholdTokens. A main arm must not set it."""
 
     @model_validator(mode="after")
     def _main_has_no_threshold(self) -> ServingArmSpec:
@@ -124,7 +133,9 @@ class ServingGateSpec(CamelModel):
     """
 
     min_throughput_change_pct: FiniteFloat = Field(default=-1.0, ge=-100.0, le=1000.0)
+    """Smallest allowed throughput change of split vs main, in percent (default −1)."""
     max_ttft_regression_pct: FiniteFloat = Field(default=1.0, ge=-100.0, le=1000.0)
+    """Largest allowed TTFT increase of split vs main, in percent (default +1)."""
 
 
 #: Paths the bench Job mounts itself (:mod:`spx.controller.manifests`: the experiment file, the scratch
@@ -150,24 +161,43 @@ class ServingSpec(CamelModel):
     """
 
     model: str = Field(min_length=1, max_length=512)
+    """Hugging Face model id (or any name) the servers serve."""
     revision: str | None = Field(default=None, min_length=1, max_length=128)
+    """Model revision (branch, tag or commit) to load."""
     model_path: str | None = Field(default=None, min_length=1, max_length=1024)
+    """Local directory of the weights; the server loads them from there and serves them under servedModelName."""
     model_pvc: str | None = Field(default=None, min_length=1, max_length=253)
+    """PersistentVolumeClaim holding the weights, mounted read-only at modelMountPath; modelPath must lie under it."""
     model_mount_path: str = Field(default="/models", pattern=r"^/.*")
+    """Where modelPvc is mounted in the bench pod (not /, /etc/spx, /var/run/spx, /dev/shm or /dev/termination-log)."""
     served_model_name: str | None = Field(default=None, min_length=1, max_length=512)
+    """Model name clients send (--served-model-name); default: model."""
     extra_args: list[str] = Field(default_factory=list, max_length=128)
+    """Arguments appended to vllm serve (--tensor-parallel-size comes from spec.parallelism unless given here)."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables added to the server's (SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS and SPX_ARM are reserved)."""
     host: str = "127.0.0.1"
+    """Address the servers listen on inside the pod."""
     port: int = Field(default=8000, ge=1, le=65535)
+    """Port the servers listen on."""
     seed: int = Field(default=0, ge=0)
+    """Seed of vllm bench serve's random prompts."""
     points: list[ServingPointSpec] = Field(default_factory=seed_points, max_length=64)
+    """The vllm bench serve runs of every arm (default: the seed PR's TTFT and throughput points)."""
     arms: list[ServingArmSpec] = Field(default_factory=default_arms, min_length=2, max_length=16)
+    """The servers, in run order, each a fresh vllm serve of one variant (default B1 A1 A2 B2: split, main, main, split)."""
     extra_bench_args: list[str] = Field(default_factory=list, max_length=64)
+    """Arguments appended to every vllm bench serve."""
     startup_timeout_seconds: int = Field(default=2400, ge=1, le=24 * 3600)
+    """Seconds from launch to a healthy /health (model loading)."""
     point_timeout_seconds: int = Field(default=3600, ge=1, le=24 * 3600)
+    """Seconds one vllm bench serve may take."""
     shutdown_timeout_seconds: int = Field(default=120, ge=1, le=3600)
+    """Seconds from SIGTERM to SIGKILL when a server is stopped."""
     gpu_release_timeout_seconds: int = Field(default=120, ge=0, le=3600)
+    """Seconds for the GPUs to show no compute process after a server exits."""
     gate: ServingGateSpec = Field(default_factory=ServingGateSpec)
+    """What the serving A/B must show: bounds on the split's throughput and TTFT changes."""
 
     @field_validator("model_mount_path")
     @classmethod
@@ -292,8 +322,11 @@ class ServingArmValue(CamelModel):
     """One arm's value at one point (``value`` unset: that arm's point failed)."""
 
     arm: str
+    """Arm name."""
     variant: ArmVariant
+    """main or split."""
     value: float | None = None
+    """The arm's value; unset: the arm's point failed."""
 
 
 class ServingPointStatus(CamelModel):
@@ -305,32 +338,52 @@ class ServingPointStatus(CamelModel):
     """
 
     name: str
+    """Point name."""
     metric: ServingMetric
+    """The compared metric."""
     unit: str
+    """Unit of the values (ms, tok/s or req/s)."""
     values: list[ServingArmValue] = Field(default_factory=list)
+    """Each arm's value."""
     main_mean: float | None = None
+    """Mean over the main arms."""
     split_mean: float | None = None
+    """Mean over the split arms."""
     change_pct: float | None = None
+    """(split mean − main mean) / main mean × 100."""
     improvement_pct: float | None = None
+    """changePct signed so that positive is better."""
     passed: bool | None = None
+    """This point's gate check; unset: not gated or not decidable."""
 
 
 class ServingArmStatus(CamelModel):
     """One arm's outcome in the status (no per-request data)."""
 
     name: str
+    """Arm name."""
     variant: ArmVariant
+    """main or split."""
     threshold: str
+    """The threshold the arm ran with (off for main)."""
     state: ArmState
+    """Pending, Succeeded, Partial, Failed or Skipped."""
     message: str | None = None
+    """Why the arm failed or was skipped."""
 
 
 class ServingStatus(CamelModel):
     """``status.serving``: the A/B summary and its gate (``gatePassed`` unset: inconclusive)."""
 
     arms: list[ServingArmStatus] = Field(default_factory=list)
+    """Each arm's outcome, in run order."""
     points: list[ServingPointStatus] = Field(default_factory=list)
+    """Each point summarised over the arms."""
     complete: bool = False
+    """True when every arm and point finished."""
     failures: list[str] = Field(default_factory=list)
+    """What failed, one entry per arm or point (arm/point: why)."""
     gate_passed: bool | None = None
+    """The serving gate's result; unset: inconclusive."""
     reasons: list[str] = Field(default_factory=list)
+    """Why the gate passed, failed or could not decide."""

@@ -78,12 +78,17 @@ class ProjectionSpec(CamelModel):
     """
 
     name: str = Field(default="fused_wqa_wkv", min_length=1, max_length=63)
+    """Name of the projection in reports and metrics (default fused_wqa_wkv)."""
     hidden_size: int = Field(default=5120, gt=0, le=65536)
+    """K, the input width (hidden size) of the projection."""
     output_sizes: list[Annotated[int, Field(gt=0, le=65536)]] = Field(
         default_factory=lambda: [1280, 512], min_length=1, max_length=16
     )
+    """The merged output column blocks; N is their sum (fused_wqa_wkv: q_a 1280 + kv 512)."""
     weight_format: WeightFormat = V41_WEIGHT_FORMAT
+    """Weight storage: mxfp8-block32-ue8m0 (default, DeepSeek-V4.1: FP8 e4m3, one UE8M0 power-of-two scale per 32×32 block), fp8-block128-ue8m0 (DeepSeek-V3-style 128×128 blocks) or bf16; K and every output size must be multiples of the block edge."""
     activation_dtype: ActivationDtype = "bfloat16"
+    """dtype of the activations X and the output Y."""
 
     @field_validator("output_sizes")
     @classmethod
@@ -122,6 +127,7 @@ class ParallelismSpec(CamelModel):
     """Tensor parallelism: the number of ranks the token dimension is split over."""
 
     tensor_parallel_size: int = Field(default=8, ge=1, le=64)
+    """TP, the number of ranks; the split candidate gives each rank ceil(M/TP) token rows, then all-gathers the output."""
 
 
 class SweepSpec(CamelModel):
@@ -130,6 +136,7 @@ class SweepSpec(CamelModel):
     tokens: list[Annotated[int, Field(gt=0, le=1 << 24)]] = Field(
         default_factory=lambda: list(SEED_TOKENS), min_length=1, max_length=64
     )
+    """Token counts M to measure, strictly increasing, each at most 16,777,216."""
 
     @field_validator("tokens")
     @classmethod
@@ -195,9 +202,13 @@ class GatherModelSpec(CamelModel):
     """
 
     prior: GatherPrior = "h20-calibrated"
+    """Parameters when latencyUs/busBandwidthGbps are unset: h20-calibrated (default; vLLM's custom all-gather 6.1 µs + 372 GB/s up to 2 MiB per shard, NCCL 38.1 µs + 370 GB/s, fitted on the seed's 8× H20 table) or datasheet (10 µs + 360 GB/s)."""
     latency_us: FiniteFloat | None = Field(default=None, ge=0.0, le=10_000.0)
+    """Fixed latency of one all-gather in µs; when set it replaces the prior's latency in every regime."""
     bus_bandwidth_gbps: FiniteFloat | None = Field(default=None, gt=0.0, le=10_000.0)
+    """Bus bandwidth in GB/s (nccl-tests busbw convention); when set it replaces the prior's in every regime."""
     custom_all_gather_max_shard_bytes: int = Field(default=CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, ge=0, le=1 << 40)
+    """Largest shard (bytes) vLLM's custom all-gather takes (2 MiB); larger gathers use NCCL. 0: always NCCL."""
 
     def regime(self, padded_tokens: int, output_size: int, dtype_bytes: int, tensor_parallel_size: int) -> GatherRegime:
         """Which collective vLLM runs for a ``[padded_tokens, output_size]`` gather over TP ranks.
@@ -259,15 +270,25 @@ class KernelSpec(CamelModel):
     """
 
     gemm_backend: GemmBackend = "auto"
+    """GEMM implementation: auto (the one vLLM runs where available), torch-bf16, torch-fp8 or vllm."""
     gather: GatherBackend = "auto"
+    """All-gather implementation: auto, nccl, gloo (CPU), vllm (vLLM's custom all-reduce path) or modelled."""
     device: Device = "auto"
+    """Device to measure on: auto, cuda or cpu (cpu only proves the pipeline works)."""
     samples: int = Field(default=50, ge=5, le=10_000)
+    """Timed samples per candidate and token count; the median is reported."""
     warmup: int = Field(default=5, ge=0, le=1_000)
+    """Untimed calls before sampling."""
     l2_flush: bool = True
+    """Flush the GPU L2 cache before every sample, so weights are read from HBM as in a model's forward pass."""
     timer: Timer = "auto"
+    """Timer: auto, cupti (kernel spans from the profiler), cuda-events or host."""
     cuda_graphs: bool = True
+    """Capture each candidate in a CUDA graph and time the replays (no launch overhead), as vLLM runs decode."""
     gather_model: GatherModelSpec = Field(default_factory=GatherModelSpec)
+    """Parameters of the modelled all-gather, used when fewer GPUs than TP are present."""
     seed: int = Field(default=0, ge=0)
+    """Seed of the random inputs and weights."""
 
 
 class GateSpec(CamelModel):
@@ -282,11 +303,17 @@ class GateSpec(CamelModel):
     """
 
     threshold_tokens: StrictInt = Field(default=VLLM_DEFAULT_THRESHOLD_TOKENS, gt=0, le=1 << 24)
+    """The deployed or proposed _SHARD_FUSED_WQA_WKV_MIN_TOKENS (vLLM's default 2048) the gate judges."""
     min_speedup_at_or_above_threshold: FiniteFloat = Field(default=1.0, gt=0.0, le=100.0)
+    """Smallest speedup (replicated / split time) the split must reach at every measured token count ≥ thresholdTokens."""
     max_abs_error: FiniteFloat = Field(default=0.05, ge=0.0)
+    """Largest allowed max |split − replicated| over the outputs."""
     allow_modelled_gather: bool = False
+    """Allow a Pass or Fail on speed that rests on a modelled all-gather (otherwise Inconclusive)."""
     allow_cpu_timings: bool = False
+    """Allow a Pass or Fail on CPU timings (for pipeline tests on machines without GPUs; otherwise Inconclusive)."""
     threshold_rounding: ThresholdRounding = "next-power-of-two"
+    """How the recommended threshold is rounded up from the crossover: next-power-of-two, next-multiple-of-tp or none."""
 
 
 #: Kubernetes label value (apimachinery ``IsValidLabelValue``): ≤ 63 chars, alphanumeric ends.
@@ -319,12 +346,17 @@ class ResourcesSpec(CamelModel):
     gpu_products: list[LabelValue] = Field(
         default_factory=lambda: ["NVIDIA-H200", "NVIDIA-H100-80GB-HBM3"], min_length=1, max_length=16
     )
+    """Allowed values of the nvidia.com/gpu.product node label (GPU Feature Discovery spelling, e.g. NVIDIA-H200)."""
     node_selector: dict[Annotated[str, Field(max_length=253, pattern=LABEL_KEY)], Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] = Field(
-        default_factory=dict
+        default_factory=dict, max_length=32
     )
+    """Extra node labels the bench pod requires (label keys and values; at most 32)."""
     tolerations: list[dict[str, Any]] = Field(default_factory=list, max_length=32)
+    """Tolerations of the bench pod (core/v1 Toleration objects); nvidia.com/gpu NoSchedule is added for GPU runs."""
     cpu: str = Field(default="32", pattern=QUANTITY, max_length=32)
+    """CPU request = limit of the bench container (a Kubernetes quantity, e.g. 32 or 500m)."""
     memory: str = Field(default="192Gi", pattern=QUANTITY, max_length=32)
+    """Memory request = limit of the bench container (a quantity, e.g. 192Gi); the memory-backed /dev/shm counts against it."""
 
 
 #: Default of ``spec.scheduling.admissionTimeoutSeconds``: how long a Kueue-suspended Job may wait.
@@ -340,11 +372,11 @@ class SchedulingSpec(CamelModel):
     """
 
     queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=LABEL_VALUE)
+    """Kueue LocalQueue to submit the Job to (the Job is created suspended, Kueue admits it)."""
     priority_class_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
-    admission_timeout_seconds: int = Field(
-        default=DEFAULT_ADMISSION_TIMEOUT_SECONDS, ge=60, le=7 * 24 * 3600,
-        description="seconds the Job may wait suspended for Kueue admission before the run is InfraFailed "
-                    "with reason NotAdmitted (default 21600 = 6 h)")
+    """PriorityClass of the bench pod."""
+    admission_timeout_seconds: int = Field(default=DEFAULT_ADMISSION_TIMEOUT_SECONDS, ge=60, le=7 * 24 * 3600)
+    """Seconds the Job may wait suspended for Kueue admission before the run ends InfraFailed with reason NotAdmitted (default 21600 = 6 h)."""
 
 
 class ExperimentSpec(CamelModel):
@@ -356,16 +388,27 @@ class ExperimentSpec(CamelModel):
     """
 
     projection: ProjectionSpec = Field(default_factory=ProjectionSpec)
+    """The projection under test: Y[M, N] = X[M, K]·Wᵀ (default: DeepSeek-V4.1 fused_wqa_wkv, 5120 → 1280 + 512)."""
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
+    """Tensor parallelism: how many ranks the token dimension is split over."""
     sweep: SweepSpec = Field(default_factory=SweepSpec)
+    """Token counts M (tokens in the batch) to measure, strictly increasing."""
     kernel: KernelSpec = Field(default_factory=KernelSpec)
+    """How the kernel microbenchmark measures: GEMM and all-gather backends, device, timer, samples."""
     gate: GateSpec = Field(default_factory=GateSpec)
+    """What a rollout needs from the measurement: the threshold under test and the speed and error bounds."""
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    """Where the bench pod may run and what it reserves (Kubernetes only; spx run ignores it)."""
     image: str | None = Field(default=None, min_length=1)
+    """Image of the bench pod; unset: the operator's default (SPX_BENCH_IMAGE)."""
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    """Optional Kueue queue and priority class of the bench Job."""
     timeout_seconds: int = Field(default=3600, ge=60, le=7 * 24 * 3600)
+    """Deadline of the whole run in seconds (the Job's activeDeadlineSeconds): kernel bench, then every serving arm and GSM8K."""
     serving: ServingSpec | None = None
+    """Optional vLLM serving A/B (split vs main arms) run in the same pod after the kernel bench."""
     accuracy: AccuracySpec | None = None
+    """Optional GSM8K accuracy check on the serving arms' servers; needs spec.serving."""
 
     @model_validator(mode="after")
     def _vllm_benches_fit(self) -> ExperimentSpec:

@@ -71,7 +71,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = NoEssenceDiffBaseStorage(prefix=GROUP, key="last-handled-configuration")
     # Watches: bounded requests, reconnect when silent (kopf #847/#1120), server-side filtering.
-    settings.watching.server_timeout = int(cfg.watch_server_timeout_s)  # the API server parses timeoutSeconds as an integer ("300.0" is a 400)
+    # whole seconds: the API server refuses timeoutSeconds=300.0 (400 "strconv.ParseInt: parsing \"300.0\"")
+    settings.watching.server_timeout = int(cfg.watch_server_timeout_s)
     settings.watching.client_timeout = cfg.watch_client_timeout_s
     settings.watching.connect_timeout = 30
     settings.watching.inactivity_timeout = cfg.watch_inactivity_timeout_s

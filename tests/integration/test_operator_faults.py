@@ -1,0 +1,106 @@
+"""The real operator through a fault-injecting proxy (``faultproxy.py``) in front of the real API server.
+
+The node agent, the Job controller and the test client talk to the API server directly; only the
+operator's connection carries the faults: ``410 Gone`` on watches, 500s on Job creation, 409/422
+storms on status writes, a Job create that stalls past the operator's request timeout (and happens
+anyway), and the API server unreachable while a run finishes. Each run must still end decided, with
+exactly one Job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from cluster import Cluster, condition
+from controlplane import ControlPlane
+from faultproxy import FaultProxy, Rule
+from nodeagent import Fault
+from specs import CPU_SPEC
+
+pytestmark = pytest.mark.timeout(600)
+NS = "faults"
+EXP_PATH = "/apis/bench.spx.dev/v1alpha1/namespaces/faults/shardedprojectionexperiments"
+JOBS_PATH = "/apis/batch/v1/namespaces/faults/jobs"
+
+
+@pytest.fixture(scope="module")
+def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(control_plane, NS, tmp_path_factory.mktemp("operator-faults"),
+                default_fault=Fault(replay=True, replay_seconds=0.5))
+    proxy = FaultProxy(control_plane.url, control_plane.ca)
+    c.call(proxy.start)
+    c.proxy = proxy  # type: ignore[attr-defined]
+    kubeconfig = control_plane.write_kubeconfig(c.workdir / "kubeconfig-proxy", server=proxy.url, namespace=NS)
+    c.start_operator(env={"SPX_REQUEST_TIMEOUT": "5"}, kubeconfig=kubeconfig)
+    c.wait_operator_ready()
+    yield c
+    c.stop_operator()
+    c.call(proxy.stop)
+    c.close()
+
+
+def proxy_of(cluster: Cluster) -> FaultProxy:
+    return cluster.proxy  # type: ignore[attr-defined,no-any-return]
+
+
+def add(cluster: Cluster, rule: Rule) -> Rule:
+    return cluster.call(lambda: proxy_of(cluster).add(rule))  # type: ignore[no-any-return]
+
+
+def succeeded_once(cluster: Cluster, name: str) -> None:
+    obj = cluster.wait_decided(name, timeout=240)
+    assert obj["status"]["phase"] == "Succeeded", obj["status"].get("message")
+    assert cluster.jobs_created(f"{name}-") == [f"{name}-g1"]
+
+
+def test_watches_answered_410_gone_are_relisted(cluster: Cluster) -> None:
+    rules = [add(cluster, Rule("gone", path=p, watch=True, times=3)) for p in (EXP_PATH, JOBS_PATH)]
+    cluster.call(proxy_of(cluster).cut)  # the open watches end; their reconnects meet the 410s
+    cluster.wait_for(lambda: all(r.hits == 3 for r in rules), 120, "the operator to re-watch through the 410s")
+    cluster.apply("gone", CPU_SPEC)
+    succeeded_once(cluster, "gone")
+
+
+def test_500s_on_job_create_are_retried(cluster: Cluster) -> None:
+    rule = add(cluster, Rule("status", path=JOBS_PATH + "$", method="POST", code=500, reason="InternalError", times=3))
+    cluster.apply("err500", CPU_SPEC)
+    succeeded_once(cluster, "err500")
+    assert rule.hits == 3
+
+
+@pytest.mark.parametrize(("code", "reason"), [(409, "Conflict"), (422, "Invalid")])
+def test_status_write_storms_are_retried(cluster: Cluster, code: int, reason: str) -> None:
+    name = f"storm{code}"
+    rule = add(cluster, Rule("status", path=f"{EXP_PATH}/{name}/status$", method="PATCH", code=code, reason=reason, times=8))
+    cluster.apply(name, CPU_SPEC)
+    succeeded_once(cluster, name)
+    assert rule.hits == 8
+    decided = condition(cluster.exp(name), "Decided")
+    assert decided is not None and decided["observedGeneration"] == 1
+
+
+def test_a_job_create_that_timed_out_but_happened_is_adopted(cluster: Cluster) -> None:
+    """The POST stalls past SPX_REQUEST_TIMEOUT (5 s); the server still creates the Job; the retry's
+    409 AlreadyExists must lead to adopting it, not to a second Job or a failure."""
+    rule = add(cluster, Rule("stall", path=JOBS_PATH + "$", method="POST", stall_s=8, times=1))
+    cluster.apply("stalled", CPU_SPEC)
+    succeeded_once(cluster, "stalled")
+    assert rule.hits == 1
+
+
+def test_the_api_server_unreachable_while_the_run_ends(cluster: Cluster) -> None:
+    assert cluster.agent is not None
+    cluster.agent.faults["cutoff"] = Fault(replay=True, replay_seconds=5)
+    cluster.apply("cutoff", CPU_SPEC)
+    cluster.wait_phase("cutoff", {"Running"}, timeout=120)
+    cluster.call(proxy_of(cluster).down)
+    try:
+        # the Job finishes while the operator cannot see it
+        cluster.wait_for(lambda: any(c["type"] == "Complete" and c["status"] == "True" for c in
+                                     ((cluster.get("batch/v1", "jobs", "cutoff-g1") or {}).get("status") or {}).get("conditions") or []),
+                         120, "the Job to complete behind the operator's back")
+        assert (cluster.exp("cutoff") or {})["status"]["phase"] == "Running"
+    finally:
+        cluster.call(proxy_of(cluster).up)
+    succeeded_once(cluster, "cutoff")
