@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from chart_cluster import SKIP_REASON, Cluster, start
 from chartlib import CHART
-from cluster import SKIP_REASON, Cluster, start
 
 
 @pytest.fixture(scope="session")
