@@ -314,7 +314,7 @@ class Reactor:
             bench=BenchOptions(command=s.bench_command, service_account_name=s.bench_service_account,
                                shm_size=s.bench_shm_size, image_pull_policy=s.bench_image_pull_policy,
                                extra_env=dict(s.extra_env)),
-            progress_interval_s=s.progress_log_interval_s,
+            progress_interval_s=s.progress_log_interval_s, policy=s.policy,
             progress_log=progress[1] if progress else None, progress_read_at=progress[0] if progress else None,
             **answers,
         )
