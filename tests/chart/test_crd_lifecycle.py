@@ -45,7 +45,9 @@ def test_generated_crd_carries_the_schema_version_label() -> None:
 
 def _crd(version: Any = SCHEMA_VERSION, served: tuple[str, ...] = ("v1alpha1",)) -> dict[str, Any]:
     crd = copy.deepcopy(build_crd())
-    if version is not None:
+    if version is None:  # a CRD from before schema versioning
+        crd["metadata"]["labels"].pop(SCHEMA_VERSION_LABEL, None)
+    else:
         crd["metadata"]["labels"][SCHEMA_VERSION_LABEL] = str(version)
     crd["spec"]["versions"] = [{**crd["spec"]["versions"][0], "name": v} for v in served]
     return crd

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from spx.exit_codes import EXIT_USAGE
 
@@ -62,8 +62,11 @@ _OPTIONS = {"max_concurrent": "max_concurrent", "bench_image": "bench_image", "m
             "schedule_timeout": "schedule_timeout_s"}
 
 
-def run_operator(args: argparse.Namespace) -> int:
-    """Validate the configuration, then run kopf in this process (blocks until the operator exits)."""
+def run_operator(args: argparse.Namespace, preflight: Callable[[str | None], object] | None = None) -> int:
+    """Validate the configuration, then run kopf in this process (blocks until the operator exits).
+
+    ``preflight(SPX_KUBE_SERVER or None)`` runs between the two (``spx operator``: is the cluster reachable).
+    """
     from spx.controller.settings import load_settings
 
     try:
@@ -74,6 +77,8 @@ def run_operator(args: argparse.Namespace) -> int:
     except ValueError as err:  # a bad SPX_* variable (SPX_POLICY included): one line naming it
         print(f"spx operator: {err}", file=sys.stderr)
         return EXIT_USAGE
+    if preflight is not None:
+        preflight(settings.kube_server)
     import kopf
 
     from spx.controller import crd_check

@@ -20,7 +20,6 @@ from typing import Any
 
 import kopf
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
 
@@ -98,14 +97,9 @@ def test_spx_crd_check_false_skips_the_check(cluster: Cluster) -> None:
 
 
 def _spx(cluster: Cluster, tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    kubeconfig = tmp_path / "kubeconfig"  # for spx operator's pre-flight; kopf logs in with SPX_KUBE_SERVER
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "emu",
-        "clusters": [{"name": "emu", "cluster": {"server": cluster.url}}],
-        "users": [{"name": "emu", "user": {"token": "t"}}],
-        "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "emu"}}]}))
-    full = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": "", "SPX_KUBE_SERVER": cluster.url,
-            "SPX_METRICS_PORT": "0", **env}
+    """``spx operator`` logged in with SPX_KUBE_SERVER only (no kubeconfig, not in a pod)."""
+    full = {**os.environ, "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "no-kubeconfig"),
+            "KUBERNETES_SERVICE_HOST": "", "SPX_KUBE_SERVER": cluster.url, "SPX_METRICS_PORT": "0", **env}
     exe = Path(sys.executable).with_name("spx")
     return subprocess.run([str(exe), "operator", "--liveness=", "--log-format=plain", "-n", "default"], env=full,
                           capture_output=True, text=True, timeout=120)
