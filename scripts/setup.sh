@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a virtual environment in .venv with spx. Idempotent.
 #
-#   bash scripts/setup.sh               # everything the tests need: spx[bench,dev] + Debian's prometheus
+#   bash scripts/setup.sh               # everything the tests need: spx[bench,dev] + Debian's prometheus, buildah, debootstrap
 #   bash scripts/setup.sh --quickstart  # only what `spx run` needs: spx[bench] (torch, matplotlib); no apt, no root
 #
 #   - Debian packages (not with --quickstart): prometheus (prometheus + promtool, for the observability
@@ -20,18 +20,25 @@ case "${1:-}" in
   *) echo "setup.sh: unknown option $1 (use --quickstart or nothing)" >&2; exit 3 ;;
 esac
 
-if [ "$MODE" = test ] && { ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; }; then
+APT_PKGS=()
+if [ "$MODE" = test ]; then
+  { command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; } || APT_PKGS+=(prometheus)
+  # the daemonless OCI build of the operator image (images/build-oci.sh, tests/chart/test_image_build.py)
+  command -v buildah >/dev/null 2>&1 || APT_PKGS+=(buildah)
+  command -v debootstrap >/dev/null 2>&1 || APT_PKGS+=(debootstrap)
+fi
+if [ ${#APT_PKGS[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     LOCK_TIMEOUT=${SPX_APT_LOCK_TIMEOUT:-600}
-    echo "setup: installing prometheus/promtool with apt-get for the observability tests" \
+    echo "setup: installing ${APT_PKGS[*]} with apt-get for the observability and image-build tests" \
          "(waiting up to ${LOCK_TIMEOUT} s if another apt or dpkg holds the lock)" >&2
     $SUDO apt-get -o DPkg::Lock::Timeout="$LOCK_TIMEOUT" update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout="$LOCK_TIMEOUT" install -y -qq --no-install-recommends prometheus >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout="$LOCK_TIMEOUT" install -y -qq --no-install-recommends "${APT_PKGS[@]}" >/dev/null
     # the package starts a system service on some hosts; the tests start their own on loopback
     ($SUDO systemctl stop prometheus 2>/dev/null || $SUDO service prometheus stop 2>/dev/null || true) >/dev/null 2>&1
   else
-    echo "warning: apt-get not found; install prometheus/promtool yourself for the observability tests" >&2
+    echo "warning: apt-get not found; install ${APT_PKGS[*]} yourself (observability and image-build tests)" >&2
   fi
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv

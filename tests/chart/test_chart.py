@@ -311,12 +311,6 @@ def test_operator_settings_reach_the_container(chart: Any) -> None:
     assert container["image"] == "ghcr.io/spx-dev/spx-operator@sha256:" + "a" * 64
 
 
-#: Variables the chart sets that spx.controller.config does not read yet: the integrator wires them
-#: (issue 12 report: SPX_POLICY → spx.api.policy.policy_from_env, SPX_METRICS_BIND_ADDRESS →
-#: spx.metrics.serve) and the strict xfail below then turns into a failure that says so.
-AWAITING_CONTROLLER = {"SPX_POLICY", "SPX_METRICS_BIND_ADDRESS"}
-
-
 def _deployment_spx_env(chart: Any) -> dict[str, Any]:
     (container,) = one(render_docs(chart, ALL_FEATURES), "Deployment")["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e.get("value") for e in container["env"] if e["name"].startswith("SPX_")}
@@ -326,7 +320,7 @@ def test_every_spx_env_var_of_the_deployment_is_read_by_the_operator(chart: Any)
     """A chart value that sets a variable the operator ignores would be a silent no-op."""
     from spx.controller.settings import ENV_VARS, load_settings
 
-    set_vars = {k: v for k, v in _deployment_spx_env(chart).items() if k not in AWAITING_CONTROLLER}
+    set_vars = _deployment_spx_env(chart)
     assert set(set_vars) <= set(ENV_VARS.values()), set(set_vars) - set(ENV_VARS.values())
     load_settings({k: v for k, v in set_vars.items() if v is not None})  # and they parse
 
@@ -339,11 +333,16 @@ def test_the_policy_the_chart_sets_parses_as_spx_api_policy(chart: Any) -> None:
     assert [v.rule for v in check_policy({"image": "docker.io/x/y:1"}, policy)] == ["policy.imageRegistries"]
 
 
-@pytest.mark.xfail(strict=True, reason="integrator: spx.controller.config must read SPX_POLICY and SPX_METRICS_BIND_ADDRESS")
-def test_the_controller_reads_the_policy_and_bind_address() -> None:
-    from spx.controller.config import ENV_VARS
+def test_the_controller_reads_the_policy_and_bind_address(chart: Any) -> None:
+    """The chart's policy and metrics bind address reach the operator's settings object, parsed."""
+    from spx.api.policy import policy_from_env
+    from spx.controller.settings import ENV_VARS, load_settings
 
-    assert AWAITING_CONTROLLER <= set(ENV_VARS.values())
+    env = _deployment_spx_env(chart)
+    assert {"SPX_POLICY", "SPX_METRICS_BIND_ADDRESS"} <= set(env) <= set(ENV_VARS.values())
+    settings = load_settings({k: v for k, v in env.items() if v is not None})
+    assert settings.policy == policy_from_env(env) and settings.policy.image_registries == ["ghcr.io/spx-dev/"]
+    assert settings.metrics_bind_address == env["SPX_METRICS_BIND_ADDRESS"]
 
 
 def test_metrics_service_selects_the_operator_pod(chart: Any) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_cluster import Cluster, run_operator
 from chartlib import CHART, CRD_NAME, installable_crd
+from cluster import Cluster, run_operator
 
 from spx import __version__
 from spx.api import validate_spec
@@ -45,7 +45,7 @@ def test_generated_crd_carries_the_schema_version_label() -> None:
 
 def _crd(version: Any = SCHEMA_VERSION, served: tuple[str, ...] = ("v1alpha1",)) -> dict[str, Any]:
     crd = copy.deepcopy(build_crd())
-    if version is None:
+    if version is None:  # a CRD from before schema versioning
         crd["metadata"]["labels"].pop(SCHEMA_VERSION_LABEL, None)
     else:
         crd["metadata"]["labels"][SCHEMA_VERSION_LABEL] = str(version)

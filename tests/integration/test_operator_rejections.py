@@ -9,7 +9,9 @@ retried or waited on until the deadline:
 - Job create answered 422 (the Job is invalid) → ``Failed``, ``InvalidSpec`` with the server's message;
 - Job create answered 403 (quota, Pod Security admission, a webhook) → ``Failed``, ``InfraFailed``;
 - the Job exists but its pod is never created (``FailedCreate`` events) → ``InfraFailed`` with
-  ``PodCreateFailed: …`` after the start-up timeout, and the Job is deleted.
+  ``PodCreateFailed: …`` after the start-up timeout, and the Job is deleted;
+- the operator's own policy (``SPX_POLICY``) refuses the spec → ``Failed``, ``InvalidSpec`` naming the
+  rule, a ``PolicyViolation`` event, and no Job is ever created.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ OPERATOR_ENV = {
     "SPX_MAX_CONCURRENT_EXPERIMENTS": "1",  # a rejected run must give its slot back
     "SPX_SCHEDULE_TIMEOUT_SECONDS": "3",
     "SPX_IMAGE_PULL_TIMEOUT_SECONDS": "5",
-    "SPX_BENCH_IMAGE": "spx-bench:test",
+    "SPX_BENCH_IMAGE": "spx-bench:test",  # the operator's own image: not subject to the policy
+    "SPX_POLICY": '{"imageRegistries": ["ghcr.io/spx-dev/"], "priorityClasses": []}',
 }
 INVALID_MSG = "spec.template.spec.containers[0].resources.requests: must be less than or equal to cpu limit"
 QUOTA_MSG = "exceeded quota: team-quota, requested: count/jobs.batch=1, used: count/jobs.batch=10, limited: count/jobs.batch=10"
@@ -133,3 +136,36 @@ def test_a_pod_that_is_never_created_fails_fast(cluster: Cluster) -> None:
     assert condition(obj, "Completed")["reason"] == "PodCreateFailed"  # type: ignore[index]
     # The operator gave up on the Job, which Kubernetes would keep retrying: it deletes it.
     cluster.wait_for(lambda: not cluster.get("batch/v1", "jobs", "nopod-g1"), 60, "the Job to be deleted")
+
+
+def test_a_spec_the_policy_refuses_never_gets_a_job(cluster: Cluster) -> None:
+    cluster.apply("policy", {**SPEC, "image": "docker.io/evil/miner:1"})
+    obj = cluster.wait_decided("policy", timeout=60)
+    assert obj["status"]["phase"] == "Failed"
+    decided = condition(obj, "Decided")
+    assert decided is not None and decided["reason"] == "InvalidSpec"
+    assert decided["message"].startswith("policy.imageRegistries: spec.image 'docker.io/evil/miner:1' is not from an "
+                                         "allowed registry (ghcr.io/spx-dev/)"), decided["message"]
+    assert condition(obj, "Scheduled")["reason"] == "PolicyViolation"  # type: ignore[index]
+    cluster.wait_for(lambda: [e for e in cluster.events("policy") if e["reason"] == "PolicyViolation"
+                              and e["type"] == "Warning"], 30, "a PolicyViolation event")
+    assert cluster.jobs_created("policy-") == []
+    assert cluster.list("batch/v1", "jobs", "bench.spx.dev/experiment=policy") == []
+
+
+def test_reconciles_are_timed_and_the_work_queue_depth_is_exported(cluster: Cluster) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cluster.apply("timed", SPEC)
+    cluster.wait_decided("timed", timeout=120)
+    samples = [s for fam in text_string_to_metric_families(cluster.metrics_text()) for s in fam.samples]  # one scrape
+
+    def by_outcome(name: str) -> dict[str, float]:
+        return {s.labels["outcome"]: s.value for s in samples if s.name == name and s.labels["handler"] == "experiment"}
+
+    timed, counted = by_outcome("spx_reconcile_duration_seconds_count"), by_outcome("spx_reconcile_total")
+    assert counted and set(counted) <= set(timed), (timed, counted)
+    for outcome, n in counted.items():  # (a scrape may fall between the count and the observation)
+        assert n - 1 <= timed[outcome] <= n, (outcome, timed, counted)
+    (depth,) = [s.value for s in samples if s.name == "spx_workqueue_depth"]
+    assert depth >= 0

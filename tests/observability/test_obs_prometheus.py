@@ -432,13 +432,14 @@ def test_the_operator_needs_no_more_than_the_charts_rbac(stack: dict[str, Any]) 
         rendered = chart.render({"watch": {"allNamespaces": True}}, name="spx", namespace="spx-system", is_install=True)
     finally:
         chart.close()
-    role = next(
-        d for d in yaml.safe_load_all(rendered["spx-operator/templates/rbac.yaml"])
-        if d and d["kind"] == "ClusterRole" and not d["metadata"]["name"].endswith("-crd-reader")
-    )
+    # both ClusterRoles: the watch rules, and `get` on the one CRD (the start-up schema check)
+    roles = [d for d in yaml.safe_load_all(rendered["spx-operator/templates/rbac.yaml"]) if d and d["kind"] == "ClusterRole"]
     granted = {
-        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+        (g, r, v) for role in roles for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+        for v in rule["verbs"]
     }
+    crd_names = {n for role in roles for rule in role["rules"] if "customresourcedefinitions" in rule["resources"]
+                 for n in rule.get("resourceNames") or []}
     emu = stack["cluster"].emulator
     seen = set()
     # Every object-endpoint request the emulator served (its fast path bypasses kmock's own request
@@ -451,6 +452,8 @@ def test_the_operator_needs_no_more_than_the_charts_rbac(stack: dict[str, Any]) 
         needed = _rbac_request(method, url)
         if needed is not None:
             seen.add(needed)
+            if needed[1] == "customresourcedefinitions":  # granted for one resourceName only
+                assert urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1] in crd_names, url
     assert seen, "no operator requests recorded"
     assert seen <= granted, f"the operator made requests the chart's RBAC forbids: {sorted(seen - granted)}"
     # the scenario exercised the core of the operator's rights

@@ -42,11 +42,11 @@ def _operator_args(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
 
 
-def cluster_preflight(timeout_s: float = 5.0) -> str:
+def cluster_preflight(timeout_s: float = 5.0, server: str | None = None) -> str:
     """Check, before kopf starts, that there are credentials and the API server accepts connections.
 
-    ``SPX_KUBE_SERVER`` when set (development, tests); in a pod: the service account
-    (``KUBERNETES_SERVICE_HOST`` and its token); else the kubeconfig
+    ``server`` (the operator's ``SPX_KUBE_SERVER``, which it logs in with instead): that server. Else in
+    a pod: the service account (``KUBERNETES_SERVICE_HOST`` and its token); else the kubeconfig
     (``$KUBECONFIG`` or ``~/.kube/config``), loaded with the kubernetes client. Then one TCP connection
     to the server (no request: an API server down for a moment is a restart away). Returns the server URL.
 
@@ -60,22 +60,19 @@ def cluster_preflight(timeout_s: float = 5.0) -> str:
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
-    from spx.controller.settings import load_settings
-
     cfg = client.Configuration()
-    server = load_settings().kube_server  # SPX_KUBE_SERVER comes first, as in the operator's login
-    if server:
-        cfg.host = server
-    else:
-        try:
+    try:
+        if server:
+            cfg.host = server
+        else:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        except ConfigException:
-            try:
-                config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-            except (ConfigException, OSError, TypeError, ValueError) as err:
-                raise UnreachableError(
-                    f"spx operator: no Kubernetes credentials: not in a pod, and no usable kubeconfig "
-                    f"({str(err)[:200]}); set KUBECONFIG, or run it in a pod with a service account") from None
+    except ConfigException:
+        try:
+            config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except (ConfigException, OSError, TypeError, ValueError) as err:
+            raise UnreachableError(
+                f"spx operator: no Kubernetes credentials: not in a pod, and no usable kubeconfig "
+                f"({str(err)[:200]}); set KUBECONFIG, or run it in a pod with a service account") from None
     url = urlsplit(str(cfg.host))
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
@@ -97,9 +94,8 @@ def cmd_operator(args: argparse.Namespace) -> int:
     """Run kopf; a cluster that cannot be reached (kopf's ``LoginError``) is one line, exit 4."""
     from spx.controller.run import run_operator
 
-    cluster_preflight()
     try:
-        return run_operator(args)
+        return run_operator(args, preflight=lambda server: cluster_preflight(server=server))
     except Exception as exc:
         if _login_error(exc):
             raise UnreachableError(

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from spx.api import policy as pol
 from spx.api.loading import SpecError
 from spx.api.spec import ExperimentSpec
 from spx.api.status import ExperimentStatus
@@ -141,6 +142,8 @@ def _without_job(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, jn
                                             "JobDeleted"), nows, gen)
         return Decision("job-vanished", new, (("Warning", "InfraFailed", new.message or ""),), before=before,
                         slot_freed=True, observed_duration=True)
+    if violations := pol.check_policy(spec.to_wire(), o.policy):
+        return _refused_by_policy(o, status, violations, nows, before)
     if o.creation is not None:
         return _creation_failed(o, status, jname, nows, before)
     if o.admission is None:
@@ -156,6 +159,18 @@ def _without_job(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, jn
         return Decision("queued", new, events, before=before)
     manifest = build_job(o.name, o.namespace, o.uid, gen, spec, spec.image or o.bench_image, o.bench)
     return Decision("creating", before=before, need=CreateJob(manifest))
+
+
+def _refused_by_policy(o: Observed, status: ExperimentStatus, violations: list[pol.Violation], nows: str,
+                       before: tuple[Action, ...]) -> Decision:
+    """The operator's policy (``SPX_POLICY``) refuses what the spec asks for: ``InvalidSpec`` naming each
+    rule, event reason ``PolicyViolation``, no Job. Checked only before this generation's Job exists
+    (a policy tightened later does not stop runs already started)."""
+    message = pol.describe_violations(violations)
+    step = cond.failed("InvalidSpec", message, "NotRun", "the run was not started: the operator's policy refused the spec",
+                       scheduled=("False", pol.REASON, "not scheduled: the operator's policy refused the spec"))
+    new = _terminal(status, step, nows, o.generation)
+    return Decision("policy-violation", new, (("Warning", pol.REASON, message),), before=before, slot_freed=bool(before))
 
 
 def _creation_failed(o: Observed, status: ExperimentStatus, jname: str, nows: str,

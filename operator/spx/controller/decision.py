@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from spx.api.loading import SpecError
+from spx.api.policy import Policy
 from spx.api.spec import ExperimentSpec
 from spx.api.status import ExperimentStatus
 from spx.controller.manifests import BenchOptions
@@ -156,7 +157,8 @@ class Observed:
     earlier :data:`Need` questions: ``admission``, ``creation``, ``job_gone`` (the API server said
     404 for the status' Job), ``failed_create``, ``results``, ``progress_log`` (the running pod's log
     as last read, and when: ``progress_read_at``), ``status_rejected`` (the API server's 422 message
-    for the last status write).
+    for the last status write). ``policy``: what the operator's admin allows an experiment to ask
+    for (``SPX_POLICY``; the default allows everything), checked before a Job is created.
     """
 
     name: str
@@ -173,6 +175,7 @@ class Observed:
     bench_image: str = "ghcr.io/spx-dev/spx-bench:0.1.0"
     bench: BenchOptions = BenchOptions()
     progress_interval_s: float = 30.0
+    policy: Policy = field(default_factory=Policy)
     admission: Admission | None = None
     creation: JobCreation | None = None
     job_gone: bool = False

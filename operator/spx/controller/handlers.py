@@ -12,11 +12,13 @@ import logging
 import time
 from typing import Any
 
+import aiohttp
 import kopf
 
-from spx import metrics
+from spx import __version__, metrics
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.controller.kube import KubeClient
+from spx.controller import crd_check
+from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.manifests import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
 from spx.controller.reactor import Reactor
 from spx.controller.settings import OperatorSettings, load_settings
@@ -38,6 +40,39 @@ class NoEssenceDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         return {}
+
+
+class CrdMismatch(kopf.PermanentError):
+    """The installed CRD is not the one this operator was built for (:mod:`spx.controller.crd_check`):
+    the operator does not start. ``spx operator`` exits with :data:`~spx.controller.crd_check.EXIT_CODE`
+    and this message (it names the command that fixes it)."""
+
+
+#: ``GET`` path of the operator's own CRD (RBAC: ``get`` on this one name, charts/spx-operator/templates/rbac.yaml).
+CRD_PATH = resource_path("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd_check.CRD_NAME)
+
+
+async def check_installed_crd(client: KubeClient, operator_version: str = __version__) -> crd_check.CrdCheck:
+    """Read the installed CRD (None on 404) and judge it with :func:`~spx.controller.crd_check.check_crd`.
+
+    Raises:
+        CrdMismatch: the CRD cannot be read for lack of rights (401/403): the check cannot be made.
+        kopf.TemporaryError: the API server did not answer or answered 5xx (kopf retries the start-up).
+    """
+    try:
+        installed = await client.get(CRD_PATH)
+    except ApiError as err:
+        if err.code in (401, 403):
+            raise CrdMismatch(
+                f"cannot read CRD {crd_check.CRD_NAME} to check its schema version ({err}): grant the operator "
+                f"`get` on customresourcedefinitions/{crd_check.CRD_NAME} (the chart's RBAC does), or set "
+                "SPX_CRD_CHECK=false to skip the check") from None
+        if not err.not_found:
+            raise kopf.TemporaryError(f"cannot read CRD {crd_check.CRD_NAME}: {err}", delay=5) from None
+        installed = None
+    except (aiohttp.ClientError, TimeoutError) as err:
+        raise kopf.TemporaryError(f"cannot read CRD {crd_check.CRD_NAME}: {err!r}", delay=5) from None
+    return crd_check.check_crd(installed, operator_version)
 
 
 def _settings(memo: kopf.Memo) -> OperatorSettings:
@@ -64,7 +99,11 @@ def login_info(settings: OperatorSettings, kopf_settings: kopf.OperatorSettings 
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """kopf settings, the reactor's workers and the metrics endpoint."""
+    """kopf settings, the CRD check, the reactor's workers and the metrics endpoint.
+
+    Raises:
+        CrdMismatch: the installed CRD is missing or of another schema version (``SPX_CRD_CHECK``).
+    """
     cfg = _settings(memo)
     # Our own prefix for anything kopf would persist (finalizer, progress, last-handled config).
     settings.persistence.finalizer = f"{GROUP}/finalizer"
@@ -90,17 +129,40 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
     client = KubeClient(cfg.request_timeout_s, relogin=lambda: _relogin(memo, settings))
-    if memo.get("login_info") is not None:
-        client.set_credentials(memo["login_info"])
+    # kopf logs in only after the start-up handlers: log in here for the CRD check.
+    info = memo.get("login_info") or _login_now(cfg, settings)
+    if info is not None:
+        client.set_credentials(info)
+    if cfg.crd_check and info is not None:  # (no credentials: kopf's own login fails right after this)
+        try:
+            result = await check_installed_crd(client)
+        except BaseException:
+            await client.close()
+            raise
+        if not result.ok:
+            await client.close()
+            logger.error("spx operator refuses to start: %s", result.message)
+            raise CrdMismatch(result.message)
+        logger.info("%s", result.message)
+    elif not cfg.crd_check:
+        logger.warning("SPX_CRD_CHECK=false: the installed CRD %s is not checked against this operator's schema",
+                       crd_check.CRD_NAME)
     memo["client"] = client
     memo["reactor"] = reactor = Reactor(settings=cfg, client=client)
     await reactor.start()
     if cfg.metrics_port:
-        from prometheus_client import start_http_server
+        memo["metrics_server"] = metrics.serve(cfg.metrics_port, cfg.metrics_bind_address)
+    logger.info("spx operator started: max %s concurrent experiments, bench image %s, metrics on %s",
+                cfg.max_concurrent or "unlimited", cfg.bench_image,
+                f"{cfg.metrics_bind_address}:{cfg.metrics_port}" if cfg.metrics_port else "off")
 
-        memo["metrics_server"] = start_http_server(cfg.metrics_port, registry=metrics.REGISTRY)
-    logger.info("spx operator started: max %s concurrent experiments, bench image %s, metrics on :%s",
-                cfg.max_concurrent or "unlimited", cfg.bench_image, cfg.metrics_port or "off")
+
+def _login_now(cfg: OperatorSettings, settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:
+    try:
+        return login_info(cfg, settings)
+    except Exception as err:  # kopf's login handler reports it (LoginError) once start-up is done
+        logger.debug("no credentials at start-up: %s", err)
+        return None
 
 
 async def _relogin(memo: kopf.Memo, settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:

@@ -71,7 +71,7 @@ class Reactor:
     settings: OperatorSettings
     client: KubeClient
     store: Store = field(default_factory=Store)
-    queue: WorkQueue = field(default_factory=WorkQueue)
+    queue: WorkQueue = field(default_factory=lambda: WorkQueue(on_depth=metrics.set_workqueue_depth))
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
     synced: bool = False
     last_reconcile: float = 0.0
@@ -179,13 +179,16 @@ class Reactor:
     async def _worker(self) -> None:
         while True:
             key = await self.queue.get()
+            started = time.monotonic()
             try:
                 outcome = await self.reconcile(key)
                 self._failures.pop(key, None)
                 metrics.count_reconcile("experiment", outcome)
+                metrics.observe_reconcile("experiment", outcome, time.monotonic() - started)
             except asyncio.CancelledError:
                 raise
             except Exception as err:
+                metrics.observe_reconcile("experiment", "error", time.monotonic() - started)
                 n = self._failures.get(key, 0)
                 self._failures[key] = n + 1
                 delay = ERROR_BACKOFF_S[min(n, len(ERROR_BACKOFF_S) - 1)] * (0.5 + random.random())
@@ -314,7 +317,7 @@ class Reactor:
             bench=BenchOptions(command=s.bench_command, service_account_name=s.bench_service_account,
                                shm_size=s.bench_shm_size, image_pull_policy=s.bench_image_pull_policy,
                                extra_env=dict(s.extra_env)),
-            progress_interval_s=s.progress_log_interval_s,
+            progress_interval_s=s.progress_log_interval_s, policy=s.policy,
             progress_log=progress[1] if progress else None, progress_read_at=progress[0] if progress else None,
             **answers,
         )

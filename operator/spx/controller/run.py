@@ -9,7 +9,10 @@ the handlers through kopf's ``memo`` (the environment is read, never written).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
+
+from spx.exit_codes import EXIT_USAGE
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
 
@@ -59,8 +62,11 @@ _OPTIONS = {"max_concurrent": "max_concurrent", "bench_image": "bench_image", "m
             "schedule_timeout": "schedule_timeout_s"}
 
 
-def run_operator(args: argparse.Namespace) -> int:
-    """Validate the configuration, then run kopf in this process (blocks until the operator exits)."""
+def run_operator(args: argparse.Namespace, preflight: Callable[[str | None], object] | None = None) -> int:
+    """Validate the configuration, then run kopf in this process (blocks until the operator exits).
+
+    ``preflight(SPX_KUBE_SERVER or None)`` runs between the two (``spx operator``: is the cluster reachable).
+    """
     from spx.controller.settings import load_settings
 
     try:
@@ -68,12 +74,15 @@ def run_operator(args: argparse.Namespace) -> int:
         if args.namespaces and not args.all_namespaces:
             overrides["watch_namespaces"] = tuple(args.namespaces)
         settings = load_settings(**overrides)
-    except ValueError as err:
-        print(f"spx operator: {err}")
-        return 2
+    except ValueError as err:  # a bad SPX_* variable (SPX_POLICY included): one line naming it
+        print(f"spx operator: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if preflight is not None:
+        preflight(settings.kube_server)
     import kopf
 
-    import spx.controller.handlers  # noqa: F401  (registers the handlers)
+    from spx.controller import crd_check
+    from spx.controller.handlers import CrdMismatch  # (the import registers the handlers)
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     namespaces = list(args.namespaces)
@@ -83,7 +92,30 @@ def run_operator(args: argparse.Namespace) -> int:
                  memo=kopf.Memo(settings=settings))
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        mismatch = _cause(exc, CrdMismatch)
+        if mismatch is None:
+            raise
+        print(f"spx operator: {mismatch}", file=sys.stderr)  # what is wrong and the command that fixes it
+        return crd_check.EXIT_CODE
     return 0
+
+
+def _cause(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``exc`` or the first exception of type ``kind`` it was raised from (kopf wraps a failed start-up
+    handler's error in its ``ActivityError``)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, kind):
+            return e
+        todo += [e.__cause__, e.__context__]
+        todo += [o.exception for o in (getattr(e, "outcomes", None) or {}).values() if getattr(o, "exception", None)]
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,6 +22,8 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
+from spx.api.policy import Policy, policy_from_env
 from spx.controller.pod_outcome import Timeouts
 
 DEFAULT_BENCH_IMAGE = "ghcr.io/spx-dev/spx-bench:0.1.0"
@@ -64,6 +66,18 @@ class OperatorSettings(BaseSettings):
                                 default=Timeouts.max_disruptions, ge=0)
     metrics_port: int = _env("SPX_METRICS_PORT", "port of the Prometheus endpoint /metrics; 0 disables it",
                              default=8080, ge=0, le=65535)
+    metrics_bind_address: str = _env("SPX_METRICS_BIND_ADDRESS",
+                                     "address the Prometheus endpoint binds (chart: metrics.bindAddress)",
+                                     default="0.0.0.0", min_length=1)
+    policy: Annotated[Policy, NoDecode] = _env(
+        POLICY_ENV_VAR,
+        "what an experiment may ask for (image registries/digests, priority classes, tolerations, node-selector "
+        "keys), JSON in camelCase (spx.api.policy; chart: values `policy`); empty = allow everything",
+        default_factory=Policy)
+    crd_check: bool = _env("SPX_CRD_CHECK",
+                           "refuse to start unless the installed CRD carries this operator's schema version "
+                           "(spx.controller.crd_check); false only for development API servers without the CRD",
+                           default=True)
     workers: int = _env("SPX_RECONCILE_WORKERS", "concurrent reconciles (never the same experiment twice at once)",
                         default=16, ge=1)
     resync_s: float = _env("SPX_RESYNC_SECONDS",
@@ -123,6 +137,13 @@ class OperatorSettings(BaseSettings):
             return tuple(value.split())
         return value
 
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _parse_policy(cls, value: Any) -> Any:
+        if isinstance(value, str):  # the environment's JSON: parsed (and its errors worded) by spx.api.policy
+            return policy_from_env({POLICY_ENV_VAR: value})
+        return value
+
     @field_validator("watch_namespaces", mode="before")
     @classmethod
     def _split_namespaces(cls, value: Any) -> Any:
@@ -140,7 +161,7 @@ class OperatorSettings(BaseSettings):
                      "workers", "resync_s", "log_limit_bytes", "progress_log_interval_s", "watch_server_timeout_s",
                      "watch_client_timeout_s", "watch_inactivity_timeout_s", "request_timeout_s",
                      "conflict_backoff_s", "conflict_backoff_max_s", "bench_image", "bench_image_pull_policy",
-                     "kube_insecure", "log_every_event", mode="before")
+                     "kube_insecure", "log_every_event", "metrics_bind_address", "crd_check", mode="before")
     @classmethod
     def _empty_is_default(cls, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 
 Key = tuple[str, str]  # (namespace, experiment name)
 
@@ -15,10 +16,12 @@ class WorkQueue:
     A key added while it is being processed is processed again right after. ``urgent`` keys (new
     experiments and new generations, which wait for a Job) go before the rest (progress of runs
     already started), so a burst of applies is admitted before the follow-up work. ``add_after``
-    schedules a key (the earliest pending time wins).
+    schedules a key (the earliest pending time wins). ``on_depth`` is told the number of queued keys
+    after every put and get (the reactor sets ``spx_workqueue_depth`` with it).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_depth: Callable[[int], None] | None = None) -> None:
+        self._on_depth = on_depth
         self._urgent: collections.deque[Key] = collections.deque()
         self._normal: collections.deque[Key] = collections.deque()
         self._available = asyncio.Semaphore(0)
@@ -40,6 +43,7 @@ class WorkQueue:
         self._queued[key] = urgent
         (self._urgent if urgent else self._normal).append(key)
         self._available.release()
+        self._depth()
 
     def add_after(self, key: Key, delay: float) -> None:
         if delay <= 0:
@@ -66,12 +70,17 @@ class WorkQueue:
             if key in self._queued and key not in self._active:  # else: a stale entry of a promoted key
                 del self._queued[key]
                 self._active.add(key)
+                self._depth()
                 return key
 
     def done(self, key: Key) -> None:
         self._active.discard(key)
         if key in self._dirty:
             self.add(key, self._dirty.pop(key))
+
+    def _depth(self) -> None:
+        if self._on_depth is not None:
+            self._on_depth(len(self._queued))
 
     def close(self) -> None:
         for _, handle in self._timers.values():

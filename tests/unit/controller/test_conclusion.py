@@ -16,6 +16,7 @@ import pytest
 
 from spx.api.conditions import DECIDED_REASONS, VERDICT_REASONS
 from spx.api.loading import SpecError
+from spx.api.policy import Policy
 from spx.api.spec import DEFAULT_ADMISSION_TIMEOUT_SECONDS
 from spx.controller import conclusion as c
 from spx.controller.manifests import job_name
@@ -114,6 +115,10 @@ TERMINAL = [
     ("an invalid spec never reaches a GPU",
      observed(spec=SpecError(["spec.sweep.tokens: must not be empty"]), jobs=[job()]),
      ApiServer(), "InvalidSpec", "NotRun", "must not be empty"),
+    ("the operator's policy refuses the image (SPX_POLICY)",
+     observed(spec=SPEC.model_copy(update={"image": "docker.io/evil/miner:1"}),
+              policy=Policy(image_registries=["ghcr.io/spx-dev/"])),
+     ApiServer(), "InvalidSpec", "NotRun", "policy.imageRegistries: spec.image 'docker.io/evil/miner:1'"),
     ("the API server refuses the Job (403, quota)",
      observed(), ApiServer(refusal=c.JobCreation(code=403, message="exceeded quota: gpu")),
      "InfraFailed", "JobRejected", "exceeded quota"),

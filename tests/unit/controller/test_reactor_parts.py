@@ -3,6 +3,8 @@ of a status write, the conflict backoff, kstatus conditions and the settings obj
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from spx.api.conditions import kstatus_conditions
@@ -103,3 +105,65 @@ def test_the_process_environment_is_read_by_the_settings_object(monkeypatch: pyt
     monkeypatch.setenv("SPX_BENCH_ENV_FOO", "bar")
     s = load_settings()
     assert s.max_concurrent == 3 and s.extra_env["FOO"] == "bar"
+
+
+def test_settings_of_the_policy_bind_address_and_crd_check() -> None:
+    s = load_settings({"SPX_POLICY": '{"imageRegistries": ["ghcr.io/spx-dev/"]}', "SPX_METRICS_BIND_ADDRESS": "127.0.0.1",
+                       "SPX_CRD_CHECK": "false"})
+    assert s.policy.image_registries == ["ghcr.io/spx-dev/"] and s.metrics_bind_address == "127.0.0.1"
+    assert s.crd_check is False
+    d = load_settings({"SPX_POLICY": "", "SPX_METRICS_BIND_ADDRESS": ""})
+    assert d.policy.image_registries == ["*"] and d.metrics_bind_address == "0.0.0.0" and d.crd_check is True
+    assert {"SPX_POLICY", "SPX_METRICS_BIND_ADDRESS", "SPX_CRD_CHECK"} <= set(ENV_VARS.values())
+
+
+@pytest.mark.parametrize(("raw", "fragment"), [
+    ("{not json", "SPX_POLICY is not JSON"),
+    ('{"imageRegistries": ["ghcr.io/spx-dev"]}', "must end in '/'"),
+    ('{"imageDigests": ["sha256:abc"]}', "imageDigests.0"),
+    ('{"tolerations": [{"key": "a", "effect": "Sometimes"}]}', "tolerations.0.effect"),
+])
+def test_a_bad_policy_names_spx_policy_and_the_field(raw: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match="SPX_POLICY=") as err:
+        load_settings({"SPX_POLICY": raw})
+    assert fragment in str(err.value)
+
+
+def test_the_process_environment_policy_is_parsed_by_spx_api_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPX_POLICY", '{"priorityClasses": ["batch-low"]}')
+    assert load_settings().policy.priority_classes == ["batch-low"]
+    monkeypatch.setenv("SPX_POLICY", "[]")
+    with pytest.raises(ValueError, match="SPX_POLICY"):
+        load_settings()
+
+
+def test_the_work_queue_reports_its_depth_on_every_put_and_get() -> None:
+    from spx.controller.workqueue import WorkQueue
+
+    async def scenario() -> list[int]:
+        depths: list[int] = []
+        q = WorkQueue(on_depth=depths.append)
+        q.add(A)
+        q.add(B)
+        q.add(A)  # already queued: no put
+        q.add(B, urgent=True)  # promoted: a put
+        assert await q.get() == B
+        assert await q.get() == A
+        q.add(A)  # A is being processed: queued again when done, not now
+        q.done(A)
+        return depths
+
+    assert asyncio.run(scenario()) == [1, 2, 2, 1, 0, 1]
+
+
+def test_the_reactors_queue_sets_the_workqueue_depth_gauge() -> None:
+    from spx import metrics
+    from spx.controller.kube import KubeClient
+    from spx.controller.reactor import Reactor
+
+    r = Reactor(settings=load_settings({}, metrics_port=0), client=KubeClient())
+    r.queue.add(A)
+    r.queue.add(B)
+    assert metrics.REGISTRY.get_sample_value("spx_workqueue_depth") == 2
+    asyncio.run(r.queue.get())
+    assert metrics.REGISTRY.get_sample_value("spx_workqueue_depth") == 1
