@@ -69,15 +69,28 @@ def test_500s_on_job_create_are_retried(cluster: Cluster) -> None:
     assert rule.hits == 3
 
 
-@pytest.mark.parametrize(("code", "reason"), [(409, "Conflict"), (422, "Invalid")])
-def test_status_write_storms_are_retried(cluster: Cluster, code: int, reason: str) -> None:
-    name = f"storm{code}"
-    rule = add(cluster, Rule("status", path=f"{EXP_PATH}/{name}/status$", method="PATCH", code=code, reason=reason, times=8))
-    cluster.apply(name, CPU_SPEC)
-    succeeded_once(cluster, name)
+def test_a_conflict_storm_on_status_writes_is_retried(cluster: Cluster) -> None:
+    rule = add(cluster, Rule("status", path=f"{EXP_PATH}/storm409/status$", method="PATCH", code=409, reason="Conflict",
+                             times=8))
+    cluster.apply("storm409", CPU_SPEC)
+    succeeded_once(cluster, "storm409")
     assert rule.hits == 8
-    decided = condition(cluster.exp(name), "Decided")
+    decided = condition(cluster.exp("storm409"), "Decided")
     assert decided is not None and decided["observedGeneration"] == 1
+
+
+def test_a_status_the_server_rejects_is_terminal_not_retried(cluster: Cluster) -> None:
+    """422 (Invalid) is the server's final word on that status: the run ends InfraFailed/StatusRejected with
+    its message (issue 13, FM3) instead of rewriting the same status forever."""
+    rule = add(cluster, Rule("status", path=f"{EXP_PATH}/storm422/status$", method="PATCH", code=422, reason="Invalid",
+                             times=1))
+    cluster.apply("storm422", CPU_SPEC)
+    obj = cluster.wait_decided("storm422", timeout=180)
+    decided = condition(obj, "Decided")
+    assert decided is not None and decided["reason"] == "InfraFailed", decided
+    assert "StatusRejected" in str(obj["status"]) or "rejected" in decided["message"].lower(), obj["status"]
+    assert rule.hits == 1  # one rejection, then the terminal status (no retry of the rejected one)
+    assert "injected by the test proxy" in decided["message"]
 
 
 def test_a_job_create_that_timed_out_but_happened_is_adopted(cluster: Cluster) -> None:

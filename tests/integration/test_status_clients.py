@@ -128,7 +128,7 @@ def test_recipe_unreachable_server_is_not_the_fail_code(cluster: Cluster, tmp_pa
     dead = cluster.cp.write_kubeconfig(tmp_path / "dead", server=f"https://127.0.0.1:{free_port()}", namespace=NS)
     proc = recipe(cluster, "cpu-run", NS, "10s", kubeconfig=dead)
     assert proc.returncode == EXIT_UNREACHABLE, proc.stdout + proc.stderr
-    assert "Unreachable: cannot read" in proc.stderr and "connection refused" in proc.stderr
+    assert "Unreachable: cannot read" in proc.stderr and "refused" in proc.stderr
 
 
 def test_conditions_are_a_map_list_keyed_by_type(cluster: Cluster, decided: dict[str, Any]) -> None:

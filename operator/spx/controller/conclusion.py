@@ -101,7 +101,9 @@ def conclude(o: Observed) -> Decision:
     if job is None:
         return _without_job(o, spec, status, jname, nows, before)
     pods = [p for p in o.pods if _owned_by(p, job)]
-    obs = observe(job, pods, o.now, o.timeouts, failed_create=o.failed_create)
+    scheduled = cond.get_condition(status.conditions, "Scheduled")
+    obs = observe(job, pods, o.now, o.timeouts, failed_create=o.failed_create,
+                  seen_scheduled=scheduled is not None and scheduled.status == "True")
     if obs.reason == "PodCreateFailed" and o.failed_create is None:
         return Decision("asking", before=before, need=FetchFailedCreate(jname))
     d = _follow(o, spec, status, job, obs, nows)

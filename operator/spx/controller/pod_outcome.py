@@ -129,11 +129,16 @@ def is_node_lost(pod: Mapping[str, Any]) -> bool:
 
 
 def _deadline_exceeded(job: Mapping[str, Any], jname: str, mine: Sequence[Mapping[str, Any]],
-                       pod: Mapping[str, Any] | None, node: str | None, disruptions: int) -> Observation:
-    """``DeadlineExceeded``: the bench was slow only if its pod ran; else say what kept it from running."""
+                       pod: Mapping[str, Any] | None, node: str | None, disruptions: int,
+                       seen_scheduled: bool = False) -> Observation:
+    """``DeadlineExceeded``: the bench was slow only if its pod ran; else say what kept it from running.
+
+    ``seen_scheduled``: the operator saw this run's pod bound to a node earlier (the Job controller
+    deletes the pods of a Job past its deadline, so the pods listed now may not show it).
+    """
     deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
     bound = [p for p in mine if (p.get("spec") or {}).get("nodeName")]
-    if not bound:
+    if not bound and not seen_scheduled:
         last = mine[-1] if mine else None
         sched = _cond(last, "PodScheduled") if last is not None else None
         why = (sched or {}).get("message") or ("no pod was created" if last is None else "no node was assigned")
@@ -147,8 +152,8 @@ def _deadline_exceeded(job: Mapping[str, Any], jname: str, mine: Sequence[Mappin
                            f"node {lnode} of pod {(lost.get('metadata') or {}).get('name')} was lost while the bench ran; "
                            f"the Job then hit activeDeadlineSeconds={deadline}", outcome="InfraFailed", pod=lost,
                            node=lnode, disruptions=disruptions)
-    cs = container_status(bound[-1]) or {}
-    if not (cs.get("state") or {}).get("running") and not terminated_state(bound[-1]) and not cs.get("lastState"):
+    cs = (container_status(bound[-1]) or {}) if bound else {}
+    if bound and not (cs.get("state") or {}).get("running") and not terminated_state(bound[-1]) and not cs.get("lastState"):
         waiting = ((cs.get("state") or {}).get("waiting") or {})
         return Observation("failed", "NeverStarted",
                            f"the bench container of Job {jname} never started before activeDeadlineSeconds={deadline}: "
@@ -300,11 +305,13 @@ def observe(
     now: dt.datetime,
     timeouts: Timeouts = Timeouts(),
     failed_create: str | None = None,
+    seen_scheduled: bool = False,
 ) -> Observation:
     """Classify a Job and its pods (any pods may be passed; those of the Job are picked out).
 
     ``failed_create``: the message of the Job's latest ``FailedCreate`` event, if the caller has it
-    (it goes into the ``PodCreateFailed`` message).
+    (it goes into the ``PodCreateFailed`` message). ``seen_scheduled``: the operator already saw this
+    run's pod bound to a node (its ``Scheduled`` condition is True).
     """
     mine = _job_owned_pods(job, pods)
     disruptions = sum(1 for p in mine if is_disrupted(p))
@@ -341,7 +348,7 @@ def observe(
         pod = ran[-1] if ran else last
         node = (pod or {}).get("spec", {}).get("nodeName") if pod else None
         if reason == "DeadlineExceeded":
-            return _deadline_exceeded(job, jname, mine, pod, node, disruptions)
+            return _deadline_exceeded(job, jname, mine, pod, node, disruptions, seen_scheduled)
         if pod is None:
             return Observation("failed", "JobFailed",
                                f"Job {jname} failed ({reason or 'no reason'}: {failed.get('message', '')}) and its pod is gone",

@@ -299,3 +299,20 @@ def test_a_new_generation_supersedes_the_old_job() -> None:
     o = observed(generation=2, status=running_status(), jobs=[old])
     final, decisions = drive(o, ApiServer())
     assert deletes(decisions)[:1] == [JOB] and final.status.job_name == job_name("ds", 2)
+
+
+def test_fm6_a_deadline_after_the_pod_was_seen_running_blames_the_bench_even_once_the_pod_is_gone() -> None:
+    """The real Job controller deletes a Job's pods when its deadline passes: the pod list is then empty,
+    but the run's Scheduled condition (set while the pod ran) says it did run (seen on a real API server)."""
+    from spx.api.status import Condition
+
+    seen = running_status().model_copy(update={"conditions": [
+        Condition(type="Scheduled", status="True", reason="PodScheduled", message="the pod ran on node gpu-1",
+                  last_transition_time=ts(1))]})
+    o = observed(status=seen, jobs=[job(cond("Failed", reason="DeadlineExceeded"))], pods=[])
+    final, _ = drive(o, ApiServer(log=None))
+    assert condition(final.status, "Completed")[:2] == ("True", "DeadlineExceeded")
+    assert "ran past activeDeadlineSeconds" in (final.status.message or "")
+    # without that evidence an empty pod list still means the pod never got a node
+    never = observed(status=running_status(), jobs=[job(cond("Failed", reason="DeadlineExceeded"))], pods=[])
+    assert condition(drive(never, ApiServer(log=None))[0].status, "Completed")[:2] == ("True", "NeverScheduled")
