@@ -8,7 +8,8 @@ operator logs in with a kubeconfig whose server is this proxy's ``http://127.0.0
 real admin token, which the proxy passes through.
 
 Rules (:class:`Rule`) match on method, a path regex and whether the request is a watch; each fires
-``times`` times (``-1``: until removed) and is counted in ``hits``. :meth:`FaultProxy.down` closes
+``times`` times (``-1``: until removed) and is counted in ``hits``. Every request is counted in
+``requests`` and recorded in ``log`` as ``(method, path?query, User-Agent)``. :meth:`FaultProxy.down` closes
 the listening socket and every open connection (connection refused from then on); :meth:`up` opens
 the same port again. Nothing here imports ``spx``.
 """
@@ -61,6 +62,7 @@ class FaultProxy:
     rules: list[Rule] = field(default_factory=list)
     port: int = 0
     requests: int = 0
+    log: list[tuple[str, str, str]] = field(default_factory=list)
     _runner: aiohttp.web.AppRunner | None = None
     _site: aiohttp.web.TCPSite | None = None
     _session: aiohttp.ClientSession | None = None
@@ -116,6 +118,7 @@ class FaultProxy:
 
     async def _handle(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         self.requests += 1
+        self.log.append((request.method, request.path_qs, request.headers.get("User-Agent", "")))
         rule = next((r for r in self.rules if r.matches(request)), None)
         if rule is not None:
             rule.hits += 1
