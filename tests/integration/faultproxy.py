@@ -8,8 +8,9 @@ operator logs in with a kubeconfig whose server is this proxy's ``http://127.0.0
 real admin token, which the proxy passes through.
 
 Rules (:class:`Rule`) match on method, a path regex and whether the request is a watch; each fires
-``times`` times (``-1``: until removed) and is counted in ``hits``. Every request is counted in
-``requests`` and recorded in ``log`` as ``(method, path?query, User-Agent)``. :meth:`FaultProxy.down` closes
+``times`` times (``-1``: until removed) and is counted in ``hits``. A rule with ``body`` matches
+only requests whose body matches that regex. Every request is counted in ``requests`` and recorded
+in ``log`` as ``(monotonic time, method, path?query, User-Agent)``. :meth:`FaultProxy.down` closes
 the listening socket and every open connection (connection refused from then on); :meth:`up` opens
 the same port again. Nothing here imports ``spx``.
 """
@@ -20,6 +21,7 @@ import asyncio
 import json
 import re
 import ssl
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,9 +46,12 @@ class Rule:
     stall_s: float = 0.0
     times: int = 1
     hits: int = 0
+    body: str | None = None
 
-    def matches(self, request: aiohttp.web.Request) -> bool:
+    def matches(self, request: aiohttp.web.Request, body: bytes = b"") -> bool:
         if self.times == 0:
+            return False
+        if self.body is not None and re.search(self.body, body.decode(errors="replace")) is None:
             return False
         if self.method and request.method != self.method:
             return False
@@ -62,7 +67,7 @@ class FaultProxy:
     rules: list[Rule] = field(default_factory=list)
     port: int = 0
     requests: int = 0
-    log: list[tuple[str, str, str]] = field(default_factory=list)
+    log: list[tuple[float, str, str, str]] = field(default_factory=list)
     _runner: aiohttp.web.AppRunner | None = None
     _site: aiohttp.web.TCPSite | None = None
     _session: aiohttp.ClientSession | None = None
@@ -118,8 +123,9 @@ class FaultProxy:
 
     async def _handle(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         self.requests += 1
-        self.log.append((request.method, request.path_qs, request.headers.get("User-Agent", "")))
-        rule = next((r for r in self.rules if r.matches(request)), None)
+        self.log.append((time.monotonic(), request.method, request.path_qs, request.headers.get("User-Agent", "")))
+        body = await request.read() if request.can_read_body else b""
+        rule = next((r for r in self.rules if r.matches(request, body)), None)
         if rule is not None:
             rule.hits += 1
             if rule.times > 0:

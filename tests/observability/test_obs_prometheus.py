@@ -488,7 +488,7 @@ def test_the_operator_needs_no_more_than_the_charts_rbac(stack: dict[str, Any]) 
     # Every request the operator made: it logs in through the proxy, nothing else does.
     requests = stack["cluster"].call(lambda: list(proxy.log))
     assert requests, "the proxy recorded no requests"
-    for method, url, _agent in requests:
+    for _t, method, url, _agent in requests:
         needed = _rbac_request(method, url)
         if needed is not None:
             seen.add(needed)
