@@ -13,6 +13,7 @@ real bench first, through the operator, so the benchmark's pods cost no bench pr
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -39,7 +40,8 @@ SPEC: dict[str, Any] = CPU_SPEC
 
 
 def start_control_plane(workdir: Path) -> ControlPlane:
-    """Start the control plane under ``workdir`` and install the CRD.
+    """Start the control plane under ``workdir`` and install the CRD; SIGTERM then raises SystemExit, so
+    that the caller's ``finally`` stops the operator and the control plane (no orphaned processes).
 
     Raises:
         SystemExit: ``KUBEBUILDER_ASSETS`` is unset or lacks a binary (the message says how to get them).
@@ -48,6 +50,11 @@ def start_control_plane(workdir: Path) -> ControlPlane:
     if why:
         raise SystemExit(f"no Kubernetes control plane: {why}; {HOW_TO_GET}")
     cp = ControlPlane(Path(os.environ["KUBEBUILDER_ASSETS"]), workdir / "control-plane")
+
+    def on_term(signum: int, frame: Any) -> None:  # `timeout`: unwind, so that the callers' finally stops it all
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
     cp.start()
     try:
         install_crd(Api(cp.url, cp.token, cp.ssl_context()), yaml.safe_load(CRD_FILE.read_text()))

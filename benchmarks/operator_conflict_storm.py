@@ -57,7 +57,8 @@ def classify(method: str, path: str) -> str:
 
 def rate(log: Log, t0: float, t1: float, kind: str | None = None) -> tuple[float, int]:
     """(mean requests/s in [t0, t1), busiest 1-s bin) of ``kind`` (None: all but watches)."""
-    times = [t for t, m, p, _ in log if t0 <= t < t1 and ((k := classify(m, p)) == kind if kind else k != "watch")]
+    kinds = [(t, classify(m, p)) for t, m, p, _ in log if t0 <= t < t1]
+    times = [t for t, k in kinds if (k == kind if kind else k != "watch")]
     bins = collections.Counter(int(t - t0) for t in times)
     return len(times) / max(t1 - t0, 1e-9), max(bins.values(), default=0)
 

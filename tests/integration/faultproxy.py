@@ -124,8 +124,8 @@ class FaultProxy:
     async def _handle(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         self.requests += 1
         self.log.append((time.monotonic(), request.method, request.path_qs, request.headers.get("User-Agent", "")))
-        body = await request.read() if request.can_read_body else b""
-        rule = next((r for r in self.rules if r.matches(request, body)), None)
+        payload = await request.read() if request.can_read_body else b""  # read once: forwarded below
+        rule = next((r for r in self.rules if r.matches(request, payload)), None)
         if rule is not None:
             rule.hits += 1
             if rule.times > 0:
@@ -148,14 +148,13 @@ class FaultProxy:
                 raise asyncio.CancelledError
             if rule.action == "stall":
                 await asyncio.sleep(rule.stall_s)
-        return await self._forward(request)
+        return await self._forward(request, payload)
 
-    async def _forward(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+    async def _forward(self, request: aiohttp.web.Request, data: bytes) -> aiohttp.web.StreamResponse:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
-        data = await request.read() if request.can_read_body else None
         async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
-                                         data=data, allow_redirects=False) as up:
+                                         data=data or None, allow_redirects=False) as up:
             rsp = aiohttp.web.StreamResponse(status=up.status, reason=up.reason)
             for k, v in up.headers.items():
                 if k.lower() not in HOP_HEADERS and k.lower() != "content-encoding":
