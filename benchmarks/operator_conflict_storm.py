@@ -1,142 +1,74 @@
 """Request rate of the operator during a 10-second 409 storm, and what a 422 does.
 
-    .venv/bin/python benchmarks/operator_conflict_storm.py              # 20 experiments, 10 s storm
+    KUBEBUILDER_ASSETS=/path/to/binaries .venv/bin/python benchmarks/operator_conflict_storm.py   # 20 experiments
     .venv/bin/python benchmarks/operator_conflict_storm.py -n 50 --storm-seconds 10 --json out.json
 
-The real operator (``kopf run -m spx.controller``, a subprocess) talks to the API server through a
-small fault-injecting HTTP proxy in this process; behind it, the emulated API server and stand-in
-kubelet of ``tests/integration`` (canned benches, no process). Phase 1: N experiments are applied
-and, from that moment for ``--storm-seconds``, the proxy answers every status write with
-``409 Conflict`` (as the API server does for a stale ``resourceVersion``) — so every transition of
-every experiment (Pending, Running, Analyzing, Decided) collides. The table gives the operator's
-requests per second during the storm (all, status writes, reads), the busiest second, and the time
-after the storm until all are Decided. Phase 2: one experiment whose final status the proxy refuses
-with ``422 Invalid`` (any status write carrying a kernel section): it must end Decided/InfraFailed
-with reason ``StatusRejected`` after a bounded number of writes, not be retried forever.
-
-The proxy stands in for the fault-injecting proxy of the real-control-plane test fixture (not here
-yet); the emulator for the real API server.
+The real operator (``kopf run -m spx.controller``, a subprocess) talks to the real API server of a
+control plane on loopback (``benchmarks/operator_cluster.py``) through the test suite's
+fault-injecting proxy (``tests/integration/faultproxy.py``), which records every request; the real
+Job controller makes the pods, the test node agent replays one real CPU bench run in each. Phase 1:
+N experiments are applied and, from that moment for ``--storm-seconds``, the proxy answers every
+experiment status write with ``409 Conflict`` (as the API server does for a stale
+``resourceVersion``) — so every transition of every experiment collides. The table gives the
+operator's requests per second during the storm (all but watches, status writes, reads), the busiest
+second, and the time after the storm until all are Decided. Phase 2: one experiment whose final
+status the proxy refuses with ``422 Invalid`` (any status write carrying a kernel section): it must
+end Decided/InfraFailed with reason ``StatusRejected`` after a bounded number of writes, not be
+retried forever.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
-import aiohttp
-from aiohttp import web
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
+from operator_cluster import (
+    EXP_PLURAL,
+    SPEC,
+    Cluster,
+    FaultProxy,
+    Rule,
+    condition,
+    namespace_cluster,
+    prime,
+    start_control_plane,
+)
 
-from emulator import EXP_API, EXP_PLURAL, Cluster, experiment  # noqa: E402
-from kubelet import Fault, Kubelet  # noqa: E402
-
-from spx.api.crd import build_crd  # noqa: E402
-
-SPEC: dict[str, Any] = {
-    "parallelism": {"tensorParallelSize": 8},
-    "sweep": {"tokens": [6, 12, 24, 48, 96, 384, 1024, 2048, 4096, 8192, 16384]},
-    "kernel": {"samples": 20},
-}
-CONFLICT = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
-            "message": "Operation cannot be fulfilled on shardedprojectionexperiments.bench.spx.dev: the object has "
-                       "been modified; please apply your changes to the latest version and try again"}
-INVALID = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
-           "message": "ShardedProjectionExperiment.bench.spx.dev is invalid: status.kernel: Invalid value: "
-                      "injected by the benchmark's proxy"}
+STATUS_PATH = rf"/{EXP_PLURAL}/[^/]+/status$"
+Log = list[tuple[float, str, str, str]]
 
 
-class FaultProxy:
-    """HTTP proxy to ``upstream`` that counts requests and injects 409/422 on experiment status writes."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
-        self.storm_until = 0.0
-        self.reject_prefix: str | None = None
-        self.log: list[tuple[float, str, str]] = []  # (monotonic time, class, path)
-        self.loop = asyncio.new_event_loop()
-        self.url = ""
-        started = threading.Event()
-        threading.Thread(target=self._serve, args=(started,), daemon=True, name="proxy").start()
-        started.wait(10)
-
-    def _serve(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-
-        async def boot() -> None:
-            self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None),
-                                                 connector=aiohttp.TCPConnector(limit=0))
-            app = web.Application(client_max_size=64 * 1024 * 1024)
-            app.router.add_route("*", "/{tail:.*}", self.handle)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            self.url = f"http://127.0.0.1:{port}"
-            started.set()
-
-        self.loop.run_until_complete(boot())
-        self.loop.run_forever()
-
-    def close(self) -> None:
-        """Close the upstream connections (the watches) and stop the proxy's loop."""
-        asyncio.run_coroutine_threadsafe(self.session.close(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-
-    @staticmethod
-    def classify(method: str, path: str) -> str:
-        if EXP_PLURAL in path and path.endswith("/status") and method in ("PATCH", "PUT"):
-            return "status-write"
-        if method == "GET" and "watch=" not in path:
-            return "read"
-        if method == "GET":
-            return "watch"
-        return "other-write"
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        kind = self.classify(request.method, str(request.rel_url))
-        self.log.append((time.monotonic(), kind, request.path))
-        if kind == "status-write":
-            if time.monotonic() < self.storm_until:
-                return web.json_response(CONFLICT, status=409)
-            name = request.path.rsplit("/", 2)[-2]
-            if self.reject_prefix and name.startswith(self.reject_prefix) and b'"kernel"' in body:
-                return web.json_response(INVALID, status=422)
-        headers = {k: v for k, v in request.headers.items() if k.lower() in ("content-type", "authorization", "accept")}
-        async with self.session.request(request.method, self.upstream + str(request.rel_url), data=body or None,
-                                        headers=headers) as up:
-            rsp = web.StreamResponse(status=up.status, headers={"Content-Type": up.headers.get("Content-Type", "application/json")})
-            await rsp.prepare(request)
-            async for chunk in up.content.iter_any():
-                await rsp.write(chunk)
-            await rsp.write_eof()
-            return rsp
+def classify(method: str, path: str) -> str:
+    if EXP_PLURAL in path.split("?")[0] and path.split("?")[0].endswith("/status") and method in ("PATCH", "PUT"):
+        return "status-write"
+    if method == "GET" and "watch=" not in path:
+        return "read"
+    if method == "GET":
+        return "watch"
+    return "other-write"
 
 
-def rate(log: list[tuple[float, str, str]], t0: float, t1: float, kind: str | None = None) -> tuple[float, int]:
+def rate(log: Log, t0: float, t1: float, kind: str | None = None) -> tuple[float, int]:
     """(mean requests/s in [t0, t1), busiest 1-s bin) of ``kind`` (None: all but watches)."""
-    times = [t for t, k, _ in log if t0 <= t < t1 and (k == kind if kind else k != "watch")]
+    kinds = [(t, classify(m, p)) for t, m, p, _ in log if t0 <= t < t1]
+    times = [t for t, k in kinds if (k == kind if kind else k != "watch")]
     bins = collections.Counter(int(t - t0) for t in times)
     return len(times) / max(t1 - t0, 1e-9), max(bins.values(), default=0)
 
 
-def decided(cluster: Cluster, namespace: str) -> dict[str, str]:
+def decided(c: Cluster, prefix: str) -> dict[str, str]:
     out = {}
-    for obj in cluster.call(cluster.emulator.list_objects, "bench.spx.dev", "v1alpha1", EXP_PLURAL, namespace):
-        for c in (obj.get("status") or {}).get("conditions") or []:
-            if c["type"] == "Decided" and c["status"] == "True":
-                out[obj["metadata"]["name"]] = c["reason"]
+    for obj in c.list("bench.spx.dev/v1alpha1", EXP_PLURAL):
+        cond = condition(obj, "Decided")
+        if obj["metadata"]["name"].startswith(prefix) and cond and cond["status"] == "True":
+            out[obj["metadata"]["name"]] = cond["reason"]
     return out
 
 
@@ -146,75 +78,92 @@ def main() -> int:
     parser.add_argument("--storm-seconds", type=float, default=10.0)
     parser.add_argument("--bench-seconds", type=float, default=3.0)
     parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--reject-timeout", type=float, default=60.0, help="seconds to wait for the 422 case")
+    parser.add_argument("--reject-timeout", type=float, default=120.0, help="seconds to wait for the 422 case")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="spx-storm-"))
-    cluster = Cluster(workdir, bookmark_interval=30, validate_schemas=False, kubelet_factory=lambda url: Kubelet(
-        url, workdir, default_fault=Fault(canned=True, canned_seconds=args.bench_seconds, start_delay=0.5), nodes=None))
     namespace = "storm"
-    proxy = FaultProxy(cluster.url)
+    cp = start_control_plane(workdir)
+    c: Cluster | None = None
+    proxy = FaultProxy(cp.url, cp.ca)
     try:
-        cluster.emulator.install_crd(build_crd())
-        cluster.call(cluster.emulator.put_object, "", "v1", "namespaces", None,
-                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-        cluster.start_operator(env={"SPX_KUBE_SERVER": proxy.url, "SPX_MAX_CONCURRENT_EXPERIMENTS": "0"})
-        cluster.wait_operator_ready(60)
-        time.sleep(1.0)
+        c = namespace_cluster(cp, namespace, workdir, nodes=max(args.experiments, 1) + 2,
+                              replay_seconds=args.bench_seconds, pod_start_seconds=0.5)
+        c.call(proxy.start)
+        kubeconfig = cp.write_kubeconfig(c.workdir / "kubeconfig-proxy", server=proxy.url, namespace=namespace)
+        c.start_operator(env={"SPX_MAX_CONCURRENT_EXPERIMENTS": "0", "SPX_BENCH_IMAGE": "spx-bench:bench"},
+                         kubeconfig=kubeconfig)
+        c.wait_operator_ready(60)
+        prime(c)
         names = [f"storm-{i:03d}" for i in range(args.experiments)]
+        storm = [c.call(lambda m=m: proxy.add(Rule("status", path=STATUS_PATH, method=m, code=409, reason="Conflict",
+                                                   times=-1))) for m in ("PATCH", "PUT")]
         t0 = time.monotonic()
-        proxy.storm_until = t0 + args.storm_seconds
         for name in names:
-            cluster.request("POST", f"/apis/{EXP_API}/namespaces/{namespace}/{EXP_PLURAL}", experiment(name, SPEC, namespace))
-        t_storm_end = proxy.storm_until
-        time.sleep(max(0.0, t_storm_end - time.monotonic()))
-        cluster.wait_for(lambda: len(decided(cluster, namespace)) >= len(names), args.timeout, "all Decided", interval=0.5)
+            c.apply(name, SPEC)
+        c.wait_for(lambda: time.monotonic() >= t0 + args.storm_seconds, args.storm_seconds + 60, "the storm's end",
+                   interval=0.05)
+        for rule in storm:
+            c.call(lambda r=rule: setattr(r, "times", 0))
+        t_storm_end = time.monotonic()
+        c.wait_for(lambda: len(decided(c, "storm-")) >= len(names), args.timeout, "all Decided", interval=0.5)
         t_done = time.monotonic()
-        storm = {k or "all": rate(proxy.log, t0, t_storm_end, k) for k in (None, "status-write", "read")}
-        outcomes = collections.Counter(decided(cluster, namespace).values())
+        log: Log = c.call(lambda: list(proxy.log))
+        rates = {k or "all": rate(log, t0, t_storm_end, k) for k in (None, "status-write", "read")}
+        outcomes = collections.Counter(decided(c, "storm-").values())
+        conflicts = sum(r.hits for r in storm)
 
         # Phase 2: a status the API server always rejects (422).
-        proxy.reject_prefix = "reject-"
-        n_before = len(proxy.log)
+        reject = [c.call(lambda m=m: proxy.add(Rule("status", path=r"/reject-0/status$", method=m, code=422,
+                                                    reason="Invalid", body='"kernel"', times=-1))) for m in ("PATCH", "PUT")]
+        n_before = len(c.call(lambda: list(proxy.log)))
         t2 = time.monotonic()
-        cluster.request("POST", f"/apis/{EXP_API}/namespaces/{namespace}/{EXP_PLURAL}", experiment("reject-0", SPEC, namespace))
+        c.apply("reject-0", SPEC)
         try:
-            cluster.wait_for(lambda: "reject-0" in decided(cluster, namespace), args.reject_timeout, "reject-0 Decided",
-                             interval=0.5)
-            time.sleep(5.0)  # and then it stays quiet
-        except Exception:  # reported below as not decided
+            c.wait_for(lambda: "reject-0" in decided(c, "reject-"), args.reject_timeout, "reject-0 Decided", interval=0.5)
+        except AssertionError:  # reported below as not decided
             pass
         t3 = time.monotonic()
-        writes_422 = sum(1 for t, k, p in proxy.log[n_before:] if k == "status-write" and "reject-0" in p)
-        obj = cluster.get(EXP_API, EXP_PLURAL, namespace, "reject-0") or {}
-        conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
-        dec, comp = conds.get("Decided", {}), conds.get("Completed", {})
+        quiet_from = len(c.call(lambda: list(proxy.log)))
+        c.wait_for(lambda: time.monotonic() >= t3 + 5.0, 60, "5 s after the decision", interval=0.1)  # does it stay quiet?
+        log2: Log = c.call(lambda: list(proxy.log))
+        writes_422 = sum(1 for _, m, p, _ in log2[n_before:] if classify(m, p) == "status-write" and "/reject-0/" in p)
+        writes_after = sum(1 for _, m, p, _ in log2[quiet_from:] if classify(m, p) == "status-write" and "/reject-0/" in p)
+        refused = sum(r.hits for r in reject)
+        obj = c.exp("reject-0") or {}
+        dec, comp = condition(obj, "Decided") or {}, condition(obj, "Completed") or {}
         if dec.get("status") != "True":
             dec = {"reason": f"not Decided within {args.reject_timeout:.0f} s (phase {(obj.get('status') or {}).get('phase')})"}
     finally:
-        proxy.close()
-        cluster.close()
+        if c is not None:
+            c.stop_operator()
+            c.call(proxy.stop)
+            c.close()
+        cp.stop()
 
     figures = {
-        "experiments": len(names), "storm_seconds": args.storm_seconds,
-        "storm_requests_per_s": round(storm["all"][0], 1), "storm_busiest_second": storm["all"][1],
-        "storm_status_writes_per_s": round(storm["status-write"][0], 1),
-        "storm_status_writes_busiest_second": storm["status-write"][1],
-        "storm_reads_per_s": round(storm["read"][0], 1),
+        "experiments": len(names), "storm_seconds": args.storm_seconds, "conflicts_injected": conflicts,
+        "storm_requests_per_s": round(rates["all"][0], 1), "storm_busiest_second": rates["all"][1],
+        "storm_status_writes_per_s": round(rates["status-write"][0], 1),
+        "storm_status_writes_busiest_second": rates["status-write"][1],
+        "storm_reads_per_s": round(rates["read"][0], 1),
         "decided_after_storm_s": round(t_done - t_storm_end, 2), "outcomes": dict(outcomes),
         "reject_decided_s": round(t3 - t2, 2), "reject_reason": f"{dec.get('reason')}/{comp.get('reason')}",
-        "reject_status_writes": writes_422,
+        "reject_status_writes": writes_422, "reject_422s": refused, "reject_writes_after_decided": writes_after,
     }
-    print(f"\nspx operator under a {args.storm_seconds:.0f}-second 409 storm ({len(names)} experiments, emulated API server)")
+    print(f"\nspx operator under a {args.storm_seconds:.0f}-second 409 storm ({len(names)} experiments, real API server "
+          "behind the fault proxy)")
     print("-" * 96)
     rows = [
         ("requests/s during the storm (no watches)", f"{figures['storm_requests_per_s']} (busiest second {figures['storm_busiest_second']})"),
-        ("status writes/s during the storm", f"{figures['storm_status_writes_per_s']} (busiest second {figures['storm_status_writes_busiest_second']})"),
+        ("status writes/s during the storm", f"{figures['storm_status_writes_per_s']} (busiest second {figures['storm_status_writes_busiest_second']}, "
+                                             f"{conflicts} answered 409)"),
         ("reads/s during the storm", f"{figures['storm_reads_per_s']}"),
         ("all Decided after the storm ended", f"{figures['decided_after_storm_s']} s: {dict(outcomes)}"),
         ("422 on the final status", f"Decided {figures['reject_reason']} after {figures['reject_decided_s']} s, "
-                                    f"{writes_422} status writes to it in all"),
+                                    f"{writes_422} status writes to it in all ({refused} answered 422, "
+                                    f"{writes_after} in the 5 s after)"),
     ]
     for label, value in rows:
         print(f"{label:44s} {value}")

@@ -1,9 +1,12 @@
 """A real Kubernetes control plane for the chart's RBAC, admission-policy and CRD-upgrade tests.
 
-etcd + kube-apiserver (RBAC on, the admin token in ``system:masters``) from ``KUBEBUILDER_ASSETS``
-(envtest's layout), started by ``start-control-plane.sh`` next to this file on loopback ports and
-stopped by PID at the end of the session. Tests that need it skip with a message when
-``KUBEBUILDER_ASSETS`` is unset. Everything goes through the real ``kubectl`` of the same folder.
+etcd + kube-apiserver + kube-controller-manager (RBAC on, the admin token in ``system:masters``) from
+``KUBEBUILDER_ASSETS`` (envtest's layout), started on loopback ports by the test suite's one starter,
+``tests/integration/controlplane.py`` (:class:`controlplane.ControlPlane`), and stopped by PID at the
+end of the session. The chart tests get an instance of their own, not the session's
+``control_plane``: the CRD-upgrade test deletes and re-creates the CRD, which would delete every
+other module's experiments. Tests that need it skip with a message when the binaries are missing.
+Everything goes through the real ``kubectl`` of the same folder.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -24,13 +26,17 @@ from typing import Any
 import yaml
 
 HERE = Path(__file__).resolve().parent
-SCRIPT = HERE / "start-control-plane.sh"
-SKIP_REASON = (
-    "KUBEBUILDER_ASSETS is unset: these tests need a real kube-apiserver and etcd (envtest layout; "
-    "e.g. `export KUBEBUILDER_ASSETS=$(bash ../shared/envtest/unpack.sh /tmp/spx-envtest)` or "
-    "`setup-envtest use -p path`)"
-)
+sys.path.insert(0, str(HERE.parent / "integration"))
+
+from controlplane import HOW_TO_GET, ControlPlane, missing_assets  # noqa: E402
+
 START_TIMEOUT_S = 180.0
+
+
+def skip_reason() -> str | None:
+    """Why the control plane cannot start here (None when it can), with how to get the binaries."""
+    why = missing_assets(os.environ.get("KUBEBUILDER_ASSETS"))
+    return f"no Kubernetes control plane: {why}; {HOW_TO_GET}" if why else None
 
 
 @dataclass
@@ -72,26 +78,18 @@ class Cluster:
         return self.kubectl("create", "token", name, "-n", namespace, "--duration=1h").stdout.strip()
 
 
-def start() -> Iterator[Cluster]:
-    """Start a control plane, yield it, stop it (every process it started, by PID)."""
-    assets = os.environ["KUBEBUILDER_ASSETS"]
-    proc = subprocess.Popen(["bash", str(SCRIPT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "CP_START_TIMEOUT": str(int(START_TIMEOUT_S))})
+def start(workdir: Path) -> Iterator[Cluster]:
+    """Start a control plane under ``workdir``, yield it, stop it (every process it started, by PID).
+
+    Raises:
+        RuntimeError: a process exited or was not ready within ``START_TIMEOUT_S`` (with its log tail).
+    """
+    cp = ControlPlane(Path(os.environ["KUBEBUILDER_ASSETS"]), workdir, start_timeout_s=START_TIMEOUT_S)
+    cp.start()
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # blocks until ready (or the script failed)
-        if not line.startswith("KUBECONFIG="):
-            err = proc.stderr.read() if proc.stderr else ""
-            raise RuntimeError(f"control plane did not start: {line}{err[-2000:]}")
-        yield Cluster(kubeconfig=line.strip().split("=", 1)[1], kubectl_bin=str(Path(assets) / "kubectl"))
+        yield Cluster(kubeconfig=str(cp.kubeconfig), kubectl_bin=cp.kubectl())
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        cp.stop()
 
 
 def _free_port() -> int:

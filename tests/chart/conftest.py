@@ -3,12 +3,11 @@ control plane (``KUBEBUILDER_ASSETS``) for the RBAC / admission-policy / CRD-upg
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from chart_cluster import SKIP_REASON, Cluster, start
+from chart_cluster import Cluster, skip_reason, start
 from chartlib import CHART
 
 
@@ -25,8 +24,9 @@ def chart(helm: Any) -> Any:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One control plane for the chart's cluster tests (each test uses its own namespaces)."""
-    if not os.environ.get("KUBEBUILDER_ASSETS"):
-        pytest.skip(SKIP_REASON)
-    yield from start()
+    why = skip_reason()
+    if why:
+        pytest.skip(why)
+    yield from start(tmp_path_factory.mktemp("chart-control-plane"))

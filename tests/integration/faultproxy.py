@@ -8,7 +8,9 @@ operator logs in with a kubeconfig whose server is this proxy's ``http://127.0.0
 real admin token, which the proxy passes through.
 
 Rules (:class:`Rule`) match on method, a path regex and whether the request is a watch; each fires
-``times`` times (``-1``: until removed) and is counted in ``hits``. :meth:`FaultProxy.down` closes
+``times`` times (``-1``: until removed) and is counted in ``hits``. A rule with ``body`` matches
+only requests whose body matches that regex. Every request is counted in ``requests`` and recorded
+in ``log`` as ``(monotonic time, method, path?query, User-Agent)``. :meth:`FaultProxy.down` closes
 the listening socket and every open connection (connection refused from then on); :meth:`up` opens
 the same port again. Nothing here imports ``spx``.
 """
@@ -19,6 +21,7 @@ import asyncio
 import json
 import re
 import ssl
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,9 +46,12 @@ class Rule:
     stall_s: float = 0.0
     times: int = 1
     hits: int = 0
+    body: str | None = None
 
-    def matches(self, request: aiohttp.web.Request) -> bool:
+    def matches(self, request: aiohttp.web.Request, body: bytes = b"") -> bool:
         if self.times == 0:
+            return False
+        if self.body is not None and re.search(self.body, body.decode(errors="replace")) is None:
             return False
         if self.method and request.method != self.method:
             return False
@@ -61,6 +67,7 @@ class FaultProxy:
     rules: list[Rule] = field(default_factory=list)
     port: int = 0
     requests: int = 0
+    log: list[tuple[float, str, str, str]] = field(default_factory=list)
     _runner: aiohttp.web.AppRunner | None = None
     _site: aiohttp.web.TCPSite | None = None
     _session: aiohttp.ClientSession | None = None
@@ -116,7 +123,9 @@ class FaultProxy:
 
     async def _handle(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         self.requests += 1
-        rule = next((r for r in self.rules if r.matches(request)), None)
+        self.log.append((time.monotonic(), request.method, request.path_qs, request.headers.get("User-Agent", "")))
+        payload = await request.read() if request.can_read_body else b""  # read once: forwarded below
+        rule = next((r for r in self.rules if r.matches(request, payload)), None)
         if rule is not None:
             rule.hits += 1
             if rule.times > 0:
@@ -139,14 +148,13 @@ class FaultProxy:
                 raise asyncio.CancelledError
             if rule.action == "stall":
                 await asyncio.sleep(rule.stall_s)
-        return await self._forward(request)
+        return await self._forward(request, payload)
 
-    async def _forward(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+    async def _forward(self, request: aiohttp.web.Request, data: bytes) -> aiohttp.web.StreamResponse:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
-        data = await request.read() if request.can_read_body else None
         async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
-                                         data=data, allow_redirects=False) as up:
+                                         data=data or None, allow_redirects=False) as up:
             rsp = aiohttp.web.StreamResponse(status=up.status, reason=up.reason)
             for k, v in up.headers.items():
                 if k.lower() not in HOP_HEADERS and k.lower() != "content-encoding":

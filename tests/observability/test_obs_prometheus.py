@@ -2,12 +2,17 @@
 
 Prometheus (Debian `prometheus` 2.42) runs on loopback with the chart's rule file loaded and scrapes
 the operator (`kopf run -m spx.controller`, as the image's `spx operator` does) that reconciles
-against the emulated API server (tests/integration/emulator.py); the test kubelet
-(tests/integration/kubelet.py) runs the bench Job's command as a local process — the real CPU bench,
-`spx run` with 2 gloo ranks. One experiment completes with a verdict — it also has a serving A/B and
+against the real API server of the session's control plane (tests/conftest.py: etcd +
+kube-apiserver + kube-controller-manager, whose Job controller creates the pods); the test node agent
+(tests/integration/nodeagent.py, the stand-in kubelet: there is no container runtime or GPU here)
+runs the bench pod's command as a local process — the real CPU bench, `spx run` with 2 gloo ranks.
+The operator logs in through a fault proxy (tests/integration/faultproxy.py) with no faults set: it
+only records the operator's requests for the RBAC check (the session's API server keeps no audit log). One experiment completes with a verdict — it also has a serving A/B and
 GSM8K, run by the same pod against the stand-in `vllm` executables (tests/integration/standins/), the
-split servers answering 2 of 16 questions wrongly so that the accuracy gate fails; a second one has a
-spec the operator rejects (InvalidSpec → phase Failed).
+split servers answering 2 of 16 questions wrongly so that the accuracy gate fails; the second one's
+Job is refused by the API server as invalid (422 from a ValidatingAdmissionPolicy, the real
+server's CEL admission), which the operator decides as InvalidSpec → phase Failed. (An invalid
+spec itself no longer reaches the operator: the CRD's CEL rules refuse it at `kubectl apply`.)
 
 Then every dashboard query, every dashboard variable, every recording and alerting rule expression,
 and the Argo Rollouts AnalysisTemplate's query is evaluated through Prometheus' HTTP API, and each
@@ -34,11 +39,16 @@ import yaml
 from obslib import DASHBOARD, ROOT, RULES, label_values_selector, require_binary
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
-emulator = pytest.importorskip("emulator", reason="tests/integration/emulator.py is not available")
-kubelet_mod = pytest.importorskip("kubelet", reason="tests/integration/kubelet.py is not available")
 pytest.importorskip("torch", reason="the CPU bench needs torch")
 
-from spx.dashboard import panel_queries, variable_queries  # noqa: E402
+from cluster import ApiProblem, Cluster, condition, free_port
+from controlplane import ControlPlane
+from faultproxy import FaultProxy
+from nodeagent import standin_node_env, write_gsm8k
+
+from spx.dashboard import panel_queries, variable_queries
+
+pytestmark = pytest.mark.timeout(900)
 
 NS = "obs"
 GOOD = "obs-quickstart"
@@ -51,7 +61,7 @@ SCRAPE = 1  # seconds: scrape and rule evaluation interval
 
 class Prometheus:
     def __init__(self, workdir: Path, metrics_port: int) -> None:
-        self.port = emulator.free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = {
             "global": {
@@ -112,6 +122,25 @@ class Prometheus:
                 self.proc.wait(5)
 
 
+def _deny_jobs_of(experiment: str) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (and its binding) answering 422 Invalid to Job creates of ``experiment``."""
+    name = f"spx-obs-deny-{experiment}"
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
+                                                          "operations": ["CREATE"], "resources": ["jobs"]}]},
+                  "validations": [{"expression": "!has(object.metadata.labels) || "
+                                                 "!('bench.spx.dev/experiment' in object.metadata.labels) || "
+                                                 f"object.metadata.labels['bench.spx.dev/experiment'] != '{experiment}'",
+                                   "reason": "Invalid", "message": "spec.template.spec.containers[0].resources: invalid"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}}}}},
+    ]  # fmt: skip
+
+
 def _value(sample: dict[str, Any]) -> float:
     return float(sample["value"][1])
 
@@ -120,23 +149,34 @@ def _value(sample: dict[str, Any]) -> float:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def stack(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     require_binary("prometheus")
     workdir = tmp_path_factory.mktemp("obs-e2e")
     (workdir / "gpu-pids").mkdir()
-    node_env = kubelet_mod.standin_node_env(workdir / "gpu-pids", STANDIN_CHAT_WRONG_MOD="16")
-    cluster = emulator.Cluster(
-        workdir / "cluster", kubelet_factory=lambda url: kubelet_mod.Kubelet(url, workdir / "kubelet", env=node_env)
-    )
+    node_env = standin_node_env(workdir / "gpu-pids", STANDIN_CHAT_WRONG_MOD="16")
+    cluster = Cluster(control_plane, NS, workdir / "cluster", env=node_env)
+    proxy = FaultProxy(control_plane.url, control_plane.ca)  # no rules: a recorder of the operator's requests
+    cluster.call(proxy.start)
+    policies = _deny_jobs_of(BROKEN)
     prom = None
     try:
-        crd = yaml.safe_load(
-            (ROOT / "charts" / "spx-operator" / "crds" / "shardedprojectionexperiments.yaml").read_text()
-        )
-        cluster.call(cluster.emulator.install_crd, crd)
-        cluster.call(cluster.emulator.put_object, "", "v1", "namespaces", None,
-                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})  # fmt: skip
-        cluster.start_operator(env={"SPX_BENCH_IMAGE": "spx-bench:test", "SPX_MAX_CONCURRENT_EXPERIMENTS": "2"})
+        for obj in policies:
+            cluster.api.apply(obj)
+
+        def enforced() -> bool:  # a policy takes effect once the API server has compiled it
+            probe = {"apiVersion": "batch/v1", "kind": "Job",
+                     "metadata": {"name": "probe", "labels": {"bench.spx.dev/experiment": BROKEN}},
+                     "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}  # fmt: skip
+            try:
+                cluster.api.create("batch/v1", "jobs", NS, probe, params={"dryRun": "All"})
+            except ApiProblem as p:
+                return p.code == 422
+            return False
+
+        cluster.wait_for(enforced, 60, "the admission policy to be enforced")
+        kubeconfig = control_plane.write_kubeconfig(cluster.workdir / "kubeconfig-proxy", server=proxy.url, namespace=NS)
+        cluster.start_operator(env={"SPX_BENCH_IMAGE": "spx-bench:test", "SPX_MAX_CONCURRENT_EXPERIMENTS": "2"},
+                               kubeconfig=kubeconfig)  # fmt: skip
         cluster.wait_operator_ready(60)
         prom = Prometheus(workdir, cluster.metrics_port)
         # Prometheus is ready ~5 s before its first scrape (discovery and scrape-manager reloads are
@@ -150,11 +190,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         )
 
         quickstart = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
-        test, train = kubelet_mod.write_gsm8k(workdir, 16)
+        test, train = write_gsm8k(workdir, 16)
         good_spec = {
             **quickstart["spec"],
             "serving": {
-                "model": "deepseek-ai/DeepSeek-V4.1", "port": emulator.free_port(),
+                "model": "deepseek-ai/DeepSeek-V4.1", "port": free_port(),
                 "arms": [{"name": "B1", "variant": "split"}, {"name": "A1", "variant": "main"}],
                 "points": [
                     {"name": "ttft_8k_c1", "inputLen": 8192, "outputLen": 1, "concurrency": 1, "numPrompts": 2,
@@ -166,13 +206,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             },
             "accuracy": {"datasetPath": str(test), "fewshotPath": str(train), "concurrency": 8},
         }
-        cluster.create(emulator.EXP_API, emulator.EXP_PLURAL, NS, emulator.experiment(GOOD, good_spec, NS))
-        broken_spec = {**quickstart["spec"], "sweep": {"tokens": [512, 32, 8]}}  # not increasing: InvalidSpec
-        cluster.create(emulator.EXP_API, emulator.EXP_PLURAL, NS, emulator.experiment(BROKEN, broken_spec, NS))
+        cluster.apply(GOOD, good_spec)
+        cluster.apply(BROKEN, quickstart["spec"])  # its Job is refused: InvalidSpec
 
         def decided(name: str) -> dict[str, Any] | None:
-            obj = cluster.get(emulator.EXP_API, emulator.EXP_PLURAL, NS, name)
-            cond = emulator.condition(obj, "Decided")
+            obj = cluster.exp(name)
+            cond = condition(obj, "Decided")
             return obj if cond and cond.get("status") == "True" else None
 
         good = cluster.wait_for(lambda: decided(GOOD), 300, f"{GOOD} to be decided")
@@ -189,10 +228,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "Prometheus to scrape the final metrics",
         )
         time.sleep(3 * SCRAPE)  # a few more samples for rate()/increase()
-        yield {"cluster": cluster, "prom": prom, "good": good, "broken": broken}
+        yield {"cluster": cluster, "prom": prom, "good": good, "broken": broken, "proxy": proxy}
     finally:
         if prom is not None:
             prom.close()
+        cluster.stop_operator()
+        cluster.call(proxy.stop)
+        for obj in policies:
+            plural = "validatingadmissionpolicies" if obj["kind"] == "ValidatingAdmissionPolicy" else "validatingadmissionpolicybindings"
+            cluster.api.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/{plural}/{obj['metadata']['name']}")
         cluster.close()
 
 
@@ -214,7 +258,7 @@ def test_the_experiments_ended_as_expected(stack: dict[str, Any]) -> None:
     # the serving A/B passed its gate, GSM8K on the split servers dropped 12.5 points: Fail
     assert good["serving"]["gatePassed"] is True and good["accuracy"]["gatePassed"] is False
     assert good["verdict"] == "Fail" and good["verdictReasons"][0].startswith("accuracy gate failed")
-    assert broken["phase"] == "Failed" and emulator.condition(stack["broken"], "Decided")["reason"] == "InvalidSpec"
+    assert broken["phase"] == "Failed" and condition(stack["broken"], "Decided")["reason"] == "InvalidSpec"
 
 
 def test_every_dashboard_query_returns_the_expected_series(stack: dict[str, Any]) -> None:
@@ -440,15 +484,12 @@ def test_the_operator_needs_no_more_than_the_charts_rbac(stack: dict[str, Any]) 
     }
     crd_names = {n for role in roles for rule in role["rules"] if "customresourcedefinitions" in rule["resources"]
                  for n in rule.get("resourceNames") or []}
-    emu = stack["cluster"].emulator
+    proxy: FaultProxy = stack["proxy"]
     seen = set()
-    # Every object-endpoint request the emulator served (its fast path bypasses kmock's own request
-    # list, which keeps only the discovery requests: those need no RBAC anyway).
-    requests = stack["cluster"].call(lambda: list(emu.api_requests))
-    assert requests, "the emulator recorded no requests"
-    for method, url, agent in requests:
-        if agent != "spx-operator" and not agent.startswith("kopf/"):
-            continue  # the test kubelet and the test itself
+    # Every request the operator made: it logs in through the proxy, nothing else does.
+    requests = stack["cluster"].call(lambda: list(proxy.log))
+    assert requests, "the proxy recorded no requests"
+    for _t, method, url, _agent in requests:
         needed = _rbac_request(method, url)
         if needed is not None:
             seen.add(needed)

@@ -1,18 +1,19 @@
 """The reactor against a real kube-apiserver: what only the real server can tell.
 
-Runs when ``SPX_TEST_KUBECONFIG`` names the kubeconfig of a disposable control plane (never point it
-at a cluster you care about: the tests install the CRD and create namespaces), e.g. envtest's::
+Runs against the test suite's session control plane (``control_plane`` in ``tests/conftest.py``:
+etcd + kube-apiserver + kube-controller-manager from ``KUBEBUILDER_ASSETS``, which ``.ci/run`` sets),
+so CI runs it; without the binaries it is skipped with the fixture's message on how to get them.
+``SPX_TEST_KUBECONFIG`` instead names the kubeconfig of another disposable control plane (never a
+cluster you care about: the tests install the CRD and create a namespace)::
 
-    assets=$(setup-envtest use -p path 1.36.x)          # or any folder with etcd + kube-apiserver + kubectl
-    # start etcd + kube-apiserver on loopback (the real-control-plane fixture of the test suite does this)
-    SPX_TEST_KUBECONFIG=$KUBECONFIG KUBEBUILDER_ASSETS=$assets pytest tests/unit/controller/test_reactor_real_api.py
+    KUBEBUILDER_ASSETS=$(setup-envtest use -p path 1.36) pytest tests/unit/controller/test_reactor_real_api.py
+    SPX_TEST_KUBECONFIG=/path/to/kubeconfig pytest tests/unit/controller/test_reactor_real_api.py
 
 Checked here: a status merge patch carrying a stale ``resourceVersion`` is answered 409 (the write's
 optimistic lock), a status the CRD's schema refuses 422 (terminal, with the server's message); the
 CRD with its map-list conditions is accepted; FM1 end to end with ``kubectl wait
 --for=condition=Decided`` and kstatus' ``Stalled``; FM8 (no child after the owner is gone).
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -35,14 +36,17 @@ from spx.controller.reactor import Reactor
 from spx.controller.settings import load_settings
 from spx.controller.writes import EXPERIMENT_API, Conflict, Rejected, Writes
 
-KUBECONFIG = os.environ.get("SPX_TEST_KUBECONFIG")
-pytestmark = pytest.mark.skipif(not KUBECONFIG, reason="set SPX_TEST_KUBECONFIG to a disposable control plane's "
-                                                      "kubeconfig (see the module docstring) to run these")
+EXTERNAL_KUBECONFIG = os.environ.get("SPX_TEST_KUBECONFIG")
+KUBECTL: str | None = None  # the session control plane's kubectl, when the tests run against it
+#: The kubeconfig the tests log in with: set once by the ``kubeconfig`` fixture.
+KUBECONFIG: Path | None = None
 SPEC = {"kernel": {"device": "cpu", "timer": "host", "gather": "gloo", "samples": 5, "cudaGraphs": False,
                    "l2Flush": False}, "parallelism": {"tensorParallelSize": 2}, "sweep": {"tokens": [8, 128]}}
 
 
 def kubectl() -> str:
+    if KUBECTL:
+        return KUBECTL
     assets = os.environ.get("KUBEBUILDER_ASSETS")
     found = (Path(assets) / "kubectl") if assets and (Path(assets) / "kubectl").exists() else shutil.which("kubectl")
     if not found:
@@ -55,40 +59,51 @@ def run(coro: Any) -> Any:
 
 
 async def client() -> KubeClient:
-    os.environ["KUBECONFIG"] = str(KUBECONFIG)  # kopf's kubeconfig login reads it (test process only)
-    info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
+    before = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(KUBECONFIG)  # kopf's kubeconfig login reads it; put back after
+    try:
+        info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings())
+    finally:
+        if before is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = before
     assert info is not None
     c = KubeClient(20.0)
     c.set_credentials(info)
     return c
 
 
-def _installable(node: Any) -> Any:
-    """The CRD without ``patternProperties``/``propertyNames``, which apiextensions refuses (the CRD fix of
-    the real-control-plane issue removes them from ``build_crd``; until then, a test-only workaround)."""
-    if isinstance(node, dict):
-        return {k: _installable(v) for k, v in node.items() if k not in ("patternProperties", "propertyNames")}
-    if isinstance(node, list):
-        return [_installable(v) for v in node]
-    return node
+@pytest.fixture(scope="module")
+def kubeconfig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``SPX_TEST_KUBECONFIG`` when set, else an admin kubeconfig of the session's control plane."""
+    global KUBECONFIG, KUBECTL
+    if EXTERNAL_KUBECONFIG:
+        KUBECONFIG = Path(EXTERNAL_KUBECONFIG)
+    else:
+        cp = request.getfixturevalue("control_plane")  # skips, saying how to get the binaries, without them
+        KUBECONFIG = cp.write_kubeconfig(tmp_path_factory.mktemp("reactor-real-api") / "kubeconfig")
+        KUBECTL = cp.kubectl()
+    return KUBECONFIG
 
 
 @pytest.fixture(scope="module")
-def namespace() -> Iterator[str]:
+def namespace(kubeconfig: Path) -> Iterator[str]:
     ns = f"spx-ctrl-{uuid.uuid4().hex[:6]}"
 
     async def setup() -> None:
         c = await client()
-        crd = _installable(build_crd())
-        try:
-            await c.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-        except ApiError as err:
-            if err.code != 409:
-                raise
-            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
-            current = await c.get(path)
-            await c.request("PUT", path, body={**crd, "metadata": {**crd["metadata"],
-                                                                   "resourceVersion": current["metadata"]["resourceVersion"]}})
+        crd = build_crd()
+        if EXTERNAL_KUBECONFIG:  # the session fixture installed the CRD from crds/ already
+            try:
+                await c.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            except ApiError as err:
+                if err.code != 409:
+                    raise
+                path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+                current = await c.get(path)
+                await c.request("PUT", path, body={**crd, "metadata": {
+                    **crd["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}})
         await c.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         for _ in range(100):  # Established within a few seconds
             got = await c.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")

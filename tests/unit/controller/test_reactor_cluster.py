@@ -3,26 +3,21 @@ the API server, not in the decision step (FM1 a Job deleted behind a broken watc
 after a restart, FM8 the owner deleted while its result is read).
 
 The reactor runs in-process without kopf (no watches: the tests play the watch, or its absence); the
-API server is the emulator of ``tests/integration`` — a stand-in until the real-control-plane
-fixture lands, which these scenarios should then use.
+API server is the real one of the session's control plane (``control_plane`` in tests/conftest.py),
+in a namespace of this module, with no node agent: nothing runs the Jobs' pods.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import kopf
 import pytest
+from cluster import EXP_API, EXP_PLURAL, Cluster
+from controlplane import ControlPlane
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
-
-from emulator import EXP_API, EXP_PLURAL, Cluster
-
-from spx.api.crd import build_crd
 from spx.api.loading import validate_spec
 from spx.controller.kube import KubeClient
 from spx.controller.manifests import BenchOptions, build_job
@@ -31,20 +26,21 @@ from spx.controller.settings import load_settings
 
 SPEC = {"kernel": {"device": "cpu", "timer": "host", "gather": "gloo", "samples": 5, "cudaGraphs": False,
                    "l2Flush": False}, "parallelism": {"tensorParallelSize": 2}, "sweep": {"tokens": [8, 128]}}
-NS = "default"
+NS = "reactor"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("reactor"))  # no kubelet: nothing runs the Jobs
-    c.emulator.install_crd(build_crd())
+def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(control_plane, NS, tmp_path_factory.mktemp("reactor"), agent=False)  # nothing runs the Jobs
     yield c
     c.close()
 
 
 def reactor(cluster: Cluster, **settings: Any) -> Reactor:
     client = KubeClient(10.0)
-    client.set_credentials(kopf.ConnectionInfo(server=cluster.url))
+    cp = cluster.cp
+    client.set_credentials(kopf.ConnectionInfo(server=cp.url, ca_path=str(cp.ca), scheme="Bearer", token=cp.token))
+    settings.setdefault("watch_namespaces", (NS,))  # other modules' experiments share the session's server
     return Reactor(settings=load_settings({}, metrics_port=0, progress_log_interval_s=0, **settings), client=client)
 
 
@@ -55,7 +51,7 @@ def conditions(obj: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
 def job_of(cluster: Cluster, exp: dict[str, Any]) -> dict[str, Any]:
     m = exp["metadata"]
     manifest = build_job(m["name"], NS, m["uid"], 1, validate_spec(exp["spec"]), "img:1", BenchOptions())
-    return cluster.create("batch/v1", "jobs", NS, manifest)
+    return cluster.api.create("batch/v1", "jobs", NS, manifest)
 
 
 @pytest.mark.parametrize("namespaces", [(), (NS,)], ids=["cluster-wide", "namespaced"])
@@ -69,7 +65,8 @@ def test_fm1_a_job_deleted_behind_a_broken_watch_is_found_gone_by_the_resync(clu
         r = reactor(cluster, watch_namespaces=namespaces)
         await r.resync()  # the store now holds the experiment and its Job
         first = await r.reconcile((NS, name))
-        cluster.delete("batch/v1", "jobs", NS, f"{name}-g1")  # … and the watch never says so (410, re-list)
+        cluster.delete("batch/v1", "jobs", f"{name}-g1")  # … and the watch never says so (410, re-list)
+        cluster.wait_for(lambda: cluster.get("batch/v1", "jobs", f"{name}-g1") is None, 60, "the Job to be gone")
         stale = await r.reconcile((NS, name))
         await r.resync()  # the periodic re-list asks the API server, not the cache
         final = await r.reconcile((NS, name))
@@ -100,7 +97,7 @@ def test_fm4_after_a_restart_nothing_is_admitted_before_both_lists(cluster: Clus
         return before + after
 
     assert asyncio.run(scenario()) == ["waiting-for-sync", "waiting-for-sync", "queued", "queued"]
-    assert [j["metadata"]["name"] for j in cluster.list("batch/v1", "jobs", NS) if j["metadata"]["name"].startswith("fm4")] \
+    assert [j["metadata"]["name"] for j in cluster.list("batch/v1", "jobs") if j["metadata"]["name"].startswith("fm4")] \
         == ["fm4-running-g1"]
     assert conditions(cluster.exp("fm4-a"))["Decided"] == ("False", "Queued")
 
@@ -108,18 +105,24 @@ def test_fm4_after_a_restart_nothing_is_admitted_before_both_lists(cluster: Clus
 def test_fm8_no_child_is_written_after_the_owner_is_gone(cluster: Cluster) -> None:
     exp = cluster.apply("fm8", SPEC)
     job_of(cluster, exp)
-    cluster.patch("batch/v1", "jobs", NS, "fm8-g1", {"status": {"conditions": [
-        {"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, sub="status")
-    cluster.patch(EXP_API, EXP_PLURAL, NS, "fm8", {"status": {"phase": "Analyzing", "observedGeneration": 1,
+    # a finished Job as the real server accepts it (it refuses Complete without SuccessCriteriaMet, startTime
+    # and completionTime); its pod never ran: nothing is left to read but the Job's own status
+    started = cluster.wait_for(lambda: (cluster.get("batch/v1", "jobs", "fm8-g1") or {}).get("status", {}).get("startTime"),
+                               60, "the Job controller to start the Job")  # fmt: skip
+    cluster.patch("batch/v1", "jobs", "fm8-g1", {"status": {
+        "startTime": started, "completionTime": started, "active": 0, "ready": 0, "succeeded": 1, "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": started},
+            {"type": "Complete", "status": "True", "lastTransitionTime": started}]}}, sub="status")  # fmt: skip
+    cluster.patch(EXP_API, EXP_PLURAL, "fm8", {"status": {"phase": "Analyzing", "observedGeneration": 1,
                                                               "jobName": "fm8-g1"}}, sub="status")
 
     async def scenario() -> str:
         r = reactor(cluster)
         await r.resync()
-        cluster.delete(EXP_API, EXP_PLURAL, NS, "fm8")  # deleted while its result is being read
+        cluster.delete(EXP_API, EXP_PLURAL, "fm8")  # deleted while its result is being read
         outcome = await r.reconcile((NS, "fm8"))
         await r.stop()
         return outcome
 
     assert asyncio.run(scenario()) == "deleted"
-    assert not [cm for cm in cluster.list("v1", "configmaps", NS) if cm["metadata"]["name"].startswith("fm8")]
+    assert not [cm for cm in cluster.list("v1", "configmaps") if cm["metadata"]["name"].startswith("fm8")]
