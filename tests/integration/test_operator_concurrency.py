@@ -66,8 +66,8 @@ def test_twenty_experiments_with_a_limit_of_two(cluster: Cluster) -> None:
     assert [j.removesuffix("-g1") for j in cluster.jobs_created("batch-")] == names
     phases = {lb["phase"]: v for lb, v in cluster.metric_samples("spx_experiments")}
     assert phases["Succeeded"] == N and phases["Queued"] == 0 and phases["Running"] == 0
-    durations = {lb.get("le"): v for lb, v in cluster.metric_samples("spx_experiment_duration_seconds_bucket")}
-    assert durations["+Inf"] == N
+    cluster.wait_for(lambda: {lb.get("le"): v for lb, v in cluster.metric_samples("spx_experiment_duration_seconds_bucket")
+                              }.get("+Inf") == N, 60, f"all {N} runs in the duration histogram")
 
 
 def test_metrics_exposition_is_valid(cluster: Cluster) -> None:

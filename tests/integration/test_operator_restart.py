@@ -141,4 +141,5 @@ def test_job_deleted_mid_run_is_infra_failed_and_timed(cluster: Cluster) -> None
     c = condition(obj, "Decided")
     assert obj["status"]["phase"] == "Failed" and c["reason"] == "InfraFailed", obj["status"]  # type: ignore[index]
     assert "deleted before it finished" in c["message"]  # type: ignore[index]
-    assert duration_count(cluster) == before + 1
+    # the histogram is observed right after the terminal status write: wait for it, not for a fixed time
+    cluster.wait_for(lambda: duration_count(cluster) == before + 1, 60, "the run to count in the duration histogram")

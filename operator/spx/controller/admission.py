@@ -35,7 +35,7 @@ def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key],
         key: the experiment asking.
         limit: the concurrency limit; 0 = none.
         active: the experiments holding a slot (unfinished Job of their generation, or reserved).
-        waiting: the experiments in phase Queued, oldest first.
+        waiting: the experiments not yet admitted (:func:`waiting`), oldest first.
         synced: the reactor has listed experiments and Jobs since it started.
     """
     if not synced:
@@ -65,10 +65,15 @@ def active(store: Store, reserved: Iterable[Key] = ()) -> set[Key]:
 
 
 def waiting(store: Store) -> list[Key]:
-    """Experiments the operator queued for the current generation, oldest first (FIFO admission)."""
+    """Experiments not yet admitted (new, Pending or Queued, no Job), oldest first (FIFO admission).
+
+    New ones count too: with several workers, the second of two experiments created together may be
+    reconciled first and must not take the slot of the first. Ties of ``creationTimestamp`` (whole
+    seconds on a real API server) fall back to the name.
+    """
     rows = []
     for key, exp in store.experiments.items():
         st = exp.get("status") or {}
-        if st.get("phase") == "Queued" and not st.get("jobName") and st.get("observedGeneration") == meta(exp).get("generation"):
+        if (st.get("phase") or "Pending") in ("Pending", "Queued") and not st.get("jobName") and not deleting(exp):
             rows.append((str(meta(exp).get("creationTimestamp") or ""), key))
     return [k for _, k in sorted(rows)]
