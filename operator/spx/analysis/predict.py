@@ -198,8 +198,6 @@ def predict_from_table(
             one not measured at ``tp`` (see :func:`predict_rows`).
     """
     rows = predict_rows(parse_kernel_table(csv_text), tp, interpolation, gather_model)
-    points = rows_to_points(rows)
-    be = break_even_tokens(points, interpolation)
     anchors = ", ".join(f"{r} rows {f:g}×" for r, f in SEED_SCALING_ANCHORS)
     gather_text = (
         "the all-gather unchanged (the H20 gather)" if gather_model is None
@@ -214,18 +212,7 @@ def predict_from_table(
         f"predicted split = shard/f(ceil(M/{tp})) + gather(M). Break-even: {interpolation} interpolation "
         f"of speedup between the last losing and first winning predicted points; threshold: {rounding}."
     )
-    return Prediction(
-        points=points,
-        rows=rows,
-        first_winning_tokens=first_winning_tokens(points),
-        break_even_tokens=be.tokens if be else None,
-        break_even_at_or_below_smallest_measured=be.at_or_below_smallest_measured if be else False,
-        recommended_threshold_tokens=recommended_threshold_tokens(be.tokens, rounding, tp) if be else None,
-        threshold_rounding=rounding,
-        tensor_parallel_size=tp,
-        interpolation=interpolation,
-        method=method,
-    )
+    return _prediction(rows, tp, rounding, interpolation, method)
 
 
 def predict_with_measured(
@@ -270,18 +257,29 @@ def predict_with_measured(
             replicated_factor=reps[d.tokens] / rep_new, shard_factor=d.shard_gemm_us / shard_new,
             replicated_us=rep_new, split_us=split_new, speedup=rep_new / split_new,
         ))
-    points = rows_to_points(rows)
-    be = break_even_tokens(points, interpolation)
     gpu = measured.environment.gpu or measured.device
     method = (
         f"H20 table's all-gather (split total − shard GEMM, shard at ceil(M/{tp}) rows, {interpolation} "
         f"interpolation of the H20 replicated column) + GEMMs measured on {gpu} with {measured.gemm_backend} "
         f"(replicated median, measured shard GEMM); break-even: {interpolation} interpolation; threshold: {rounding}."
     )
+    return _prediction(rows, tp, rounding, interpolation, method)
+
+
+def _prediction(rows: Sequence[PredictedRow], tp: int, rounding: ThresholdRounding, interpolation: Interpolation,
+                method: str) -> Prediction:
+    """Predicted rows → :class:`Prediction`: points, break-even (``interpolation``), threshold (``rounding``)."""
+    points = rows_to_points(rows)
+    be = break_even_tokens(points, interpolation)
     return Prediction(
-        points=points, rows=rows, first_winning_tokens=first_winning_tokens(points),
+        points=points,
+        rows=list(rows),
+        first_winning_tokens=first_winning_tokens(points),
         break_even_tokens=be.tokens if be else None,
         break_even_at_or_below_smallest_measured=be.at_or_below_smallest_measured if be else False,
         recommended_threshold_tokens=recommended_threshold_tokens(be.tokens, rounding, tp) if be else None,
-        threshold_rounding=rounding, tensor_parallel_size=tp, interpolation=interpolation, method=method,
+        threshold_rounding=rounding,
+        tensor_parallel_size=tp,
+        interpolation=interpolation,
+        method=method,
     )
