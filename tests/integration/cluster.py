@@ -178,6 +178,9 @@ class Cluster:
             "SPX_WATCH_SERVER_TIMEOUT": "120",
             "SPX_WATCH_INACTIVITY_TIMEOUT": "60",
             "PYTHONUNBUFFERED": "1",
+            # kopf's -n scopes kopf's watches; the reactor's own re-lists read SPX_WATCH_NAMESPACES (as
+            # `spx operator -n` sets it): without it they would see every other module's experiments
+            "SPX_WATCH_NAMESPACES": self.ns,
             **(env or {}),
         }
         args = [sys.executable, "-m", "kopf", "run", "-m", "spx.controller", "--standalone", "--log-format=json",
