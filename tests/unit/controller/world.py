@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from spx.api import wire
@@ -16,18 +18,13 @@ from spx.api.status import Environment, ExperimentStatus, KernelPoint
 from spx.controller import conclusion as c
 from spx.controller.manifests import job_name
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
+from specs import CPU_SPEC  # the one small CPU spec of the operator tests
+
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 UID = "0000-exp-uid"
 NAME, NS = "ds", "ml"
-SPEC = validate_spec({
-    "projection": {"hiddenSize": 1024, "outputSizes": [256, 128]},
-    "parallelism": {"tensorParallelSize": 2},
-    "sweep": {"tokens": [8, 128, 2048]},
-    "kernel": {"device": "cpu", "timer": "host", "gather": "gloo", "samples": 5, "warmup": 1,
-               "cudaGraphs": False, "l2Flush": False},
-    "gate": {"thresholdTokens": 2048},
-    "timeoutSeconds": 3600,
-})
+SPEC = validate_spec(CPU_SPEC)
 JOB = job_name(NAME, 1)
 
 
