@@ -40,8 +40,7 @@ def main() -> int:
     from spx.analysis.stats import candidate_stats
     from spx.analysis.threshold import next_multiple
     from spx.api import GatherModelSpec
-    from spx.bench.kernel import _capture
-    from spx.bench.timing import extract_spans
+    from spx.bench.timing import capture, extract_spans
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world < 2:
@@ -61,7 +60,7 @@ def main() -> int:
         out = torch.empty(padded, args.n, device=device, dtype=torch.bfloat16)
         samples: list[float] = []
         if cuda:
-            graph, _ = _capture(lambda out=out, shard=shard: (dist.all_gather_into_tensor(out, shard), out)[1])
+            graph, _ = capture(lambda out=out, shard=shard: (dist.all_gather_into_tensor(out, shard), out)[1])
             for _ in range(5):
                 graph.replay()
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -64,6 +64,21 @@ RECOMMENDED_THRESHOLD = _gauge(
     "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS from the measured crossover.",
     (*EXPERIMENT_LABELS, "gpu", "driver", "vllm"),
 )
+HOST_BOUND_CROSSOVER = _gauge(
+    "spx_host_bound_crossover_tokens",
+    "Interpolated break-even (tokens) when the layer is host-bound (max of host issue time and GPU span per candidate).",
+    (*EXPERIMENT_LABELS, "gpu", "driver", "vllm"),
+)
+HOST_BOUND_THRESHOLD = _gauge(
+    "spx_host_bound_recommended_threshold_tokens",
+    "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS when the layer is host-bound.",
+    (*EXPERIMENT_LABELS, "gpu", "driver", "vllm"),
+)
+KERNEL_HOST_BOUND_SPEEDUP = _gauge(
+    "spx_kernel_host_bound_speedup_ratio",
+    "Replicated / split host-bound effective time per token count (> 1: the split wins when host-bound).",
+    (*EXPERIMENT_LABELS, "tokens", "gpu"),
+)
 VERDICT = _gauge(
     "spx_verdict",
     "1 for the experiment's current gate verdict (Pass, Fail, Inconclusive), 0 for the others.",
@@ -234,10 +249,18 @@ def observe_experiment(
             wanted.append((KERNEL_LATENCY, (namespace, name, "split", tokens, gpu), _seconds(p["splitUs"])))
         if p.get("speedup") is not None:
             wanted.append((KERNEL_SPEEDUP, (namespace, name, tokens, gpu), float(p["speedup"])))
+        if p.get("replicatedHostBoundUs") and p.get("splitHostBoundUs"):
+            wanted.append((KERNEL_HOST_BOUND_SPEEDUP, (namespace, name, tokens, gpu),
+                           float(p["replicatedHostBoundUs"]) / float(p["splitHostBoundUs"])))
     if kernel.get("crossoverTokens") is not None:
         wanted.append((CROSSOVER, (namespace, name, gpu, driver, vllm), float(kernel["crossoverTokens"])))
     if kernel.get("recommendedThresholdTokens") is not None:
         wanted.append((RECOMMENDED_THRESHOLD, (namespace, name, gpu, driver, vllm), float(kernel["recommendedThresholdTokens"])))
+    host = kernel.get("hostBound") or {}
+    if host.get("crossoverTokens") is not None:
+        wanted.append((HOST_BOUND_CROSSOVER, (namespace, name, gpu, driver, vllm), float(host["crossoverTokens"])))
+    if host.get("recommendedThresholdTokens") is not None:
+        wanted.append((HOST_BOUND_THRESHOLD, (namespace, name, gpu, driver, vllm), float(host["recommendedThresholdTokens"])))
     wanted += _vllm_series(namespace, name, status)
     if timeout_seconds is not None:
         wanted.append((TIMEOUT, (namespace, name), float(timeout_seconds)))

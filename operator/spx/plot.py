@@ -37,8 +37,10 @@ def plot_crossover(
     """Draw ``kernel``'s sweep to ``path`` (PNG) and return the path.
 
     Replicated and split latency (median µs) vs tokens on log-log axes; the split's all-gather
-    alone as a dashed line when known; vertical lines at the interpolated break-even, the
-    recommended threshold and the gate's threshold.
+    alone as a dotted line when known; with host times the host-bound effective times (max of host
+    issue time and GPU span) as dashed curves and the host-bound break-even; vertical lines at the
+    interpolated break-even, the recommended threshold, the gate's threshold and vLLM's CUDA-graph
+    capture limit (points above it ran eagerly).
 
     Raises:
         ValueError: no points to draw.
@@ -55,17 +57,31 @@ def plot_crossover(
     tokens = [p.tokens for p in pts]
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     try:
-        ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label="replicated")
-        ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label="split + all-gather")
+        gpu = " (GPU-bound)" if any(p.replicated_host_bound_us for p in pts) else ""
+        ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label=f"replicated{gpu}")
+        ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label=f"split + all-gather{gpu}")
         gathered = [(p.tokens, p.gather_us) for p in pts if p.gather_us is not None and p.gather_us > 0]
         if gathered:
             ax.plot(
-                [t for t, _ in gathered], [g for _, g in gathered], "--", color="tab:orange", alpha=0.7,
+                [t for t, _ in gathered], [g for _, g in gathered], ":", color="tab:orange", alpha=0.7,
                 label=f"all-gather alone ({kernel.gather_source or '?'})",
             )
+        hosted = [p for p in pts if p.replicated_host_bound_us and p.split_host_bound_us]
+        if hosted:
+            ax.plot([p.tokens for p in hosted], [p.replicated_host_bound_us for p in hosted], "o--", color="tab:blue",
+                    alpha=0.6, mfc="none", label="replicated, host-bound (max of host, GPU)")
+            ax.plot([p.tokens for p in hosted], [p.split_host_bound_us for p in hosted], "s--", color="tab:orange",
+                    alpha=0.6, mfc="none", label="split, host-bound (max of host, GPU)")
+        host = kernel.host_bound
+        if host is not None and host.crossover_tokens is not None:
+            ax.axvline(host.crossover_tokens, color="tab:red", linestyle=":",
+                       label=f"host-bound break-even ≈ {host.crossover_tokens:,.0f} tokens")
+        if kernel.max_cudagraph_capture_size is not None:
+            ax.axvline(kernel.max_cudagraph_capture_size, color="black", linestyle="--", alpha=0.5,
+                       label=f"vLLM CUDA-graph limit {kernel.max_cudagraph_capture_size:,} (eager above)")
         if kernel.crossover_tokens is not None:
             ax.axvline(kernel.crossover_tokens, color="tab:green", linestyle=":",
-                       label=f"break-even ≈ {kernel.crossover_tokens:,.0f} tokens")
+                       label=f"{'GPU-bound ' if hosted else ''}break-even ≈ {kernel.crossover_tokens:,.0f} tokens")
         if kernel.recommended_threshold_tokens is not None:
             ax.axvline(kernel.recommended_threshold_tokens, color="tab:green", linestyle="-.",
                        label=f"recommended threshold {kernel.recommended_threshold_tokens:,}")

@@ -55,12 +55,23 @@ def fmt_error(value: float | None) -> str:
 
 def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str | None = None) -> Table:
     """One row per token count: tokens, rows/rank, replicated µs, split µs, gather µs, speedup,
-    spread % (the larger candidate IQR/median), max abs error. A speedup is green when the split
+    spread % (the larger candidate IQR/median), max abs error; with host times also the mode (graph
+    or eager), the host issue medians and the host-bound speedup. A speedup is green when the split
     wins, red when it loses, dim when the two candidates' IQRs overlap (not decided)."""
     table = Table(title=_esc(title), caption=_esc(caption), caption_justify="left", header_style="bold")
-    for name in ("tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup", "spread %", "max error"):
+    host = any(p.replicated_host_bound_us for p in kernel.points)
+    columns = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup", "spread %", "max error"]
+    if host:
+        columns += ["mode", "host rep µs", "host split µs", "host-bound ×"]
+    for name in columns:
         table.add_column(name, justify="right")
     for p in kernel.points:
+        extra: list[str | Text] = []
+        if host:
+            hb = (p.replicated_host_bound_us / p.split_host_bound_us
+                  if p.replicated_host_bound_us and p.split_host_bound_us else None)
+            extra = [p.execution or "-", fmt_us(p.replicated_host_us), fmt_us(p.split_host_us),
+                     Text(f"{hb:.2f}×", style="green" if hb > 1 else "red") if hb else "-"]
         style = "green" if p.speedup > 1 else "red"
         if not p.decided:
             style = "dim " + style
@@ -73,6 +84,7 @@ def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str
             Text(f"{p.speedup:.2f}×", style=style),
             f"{p.iqr_pct:.1f}",
             fmt_error(p.max_abs_error),
+            *extra,
         )
     return table
 
@@ -95,6 +107,19 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
         lines.append(f"recommended threshold: {kernel.recommended_threshold_tokens:,} tokens{rounding}")
     else:
         lines.append("recommended threshold: none (no break-even measured)")
+    host = kernel.host_bound
+    if host is not None:
+        lines[0] = "GPU-bound " + lines[0]
+        lines[1] = "GPU-bound " + lines[1]
+        cross = (f"split wins from ≈ {fmt_tokens(host.crossover_tokens)} tokens (confidence {host.crossover_confidence})"
+                 if host.crossover_tokens is not None else "none in the measured range")
+        rec = f"{host.recommended_threshold_tokens:,} tokens" if host.recommended_threshold_tokens is not None else "none"
+        lines.append(f"host-bound crossover (max of host issue time and GPU span): {cross}; "
+                     f"recommended threshold {rec}; verdict alone {host.verdict or '-'}")
+    if kernel.verdict_bound is not None:
+        lines.append(f"the verdict rests on: {kernel.verdict_bound}")
+    if kernel.max_cudagraph_capture_size is not None:
+        lines.append(f"vLLM CUDA-graph capture limit: {kernel.max_cudagraph_capture_size:,} tokens (eager above)")
     if gate_threshold_tokens is not None:
         lines.append(f"gate threshold (deployed/proposed): {gate_threshold_tokens:,} tokens")
     return lines

@@ -74,3 +74,33 @@ def test_fault_injection_at_a_token_count(monkeypatch):
     with pytest.raises(RuntimeError, match="injected fault on rank 0 at 37 tokens"):
         run_kernel_bench(small_spec(), on_point=lambda p: seen.append(p.tokens))
     assert seen == [3, 8]  # the points before the fault were delivered
+
+
+def test_cpu_points_record_their_mode_at_the_capture_limit_and_both_bounds():
+    """On CPU every point runs eagerly (a smoke run) and says what vLLM would do at the 512/513 edge."""
+    from spx.analysis.judge import judge
+
+    spec = small_spec(maxCudagraphCaptureSize=8).model_copy(
+        update={"sweep": small_spec().sweep.model_copy(update={"tokens": [8, 9]})})
+    result = run_kernel_bench(spec)
+    assert result is not None and result.max_cudagraph_capture_size == 8
+    (p8, p9) = result.points
+    assert (p8.execution, p9.execution) == ("eager", "eager")
+    assert "8 <= max_cudagraph_capture_size 8: vLLM replays a CUDA graph" in p8.execution_reason
+    assert "9 > max_cudagraph_capture_size 8: vLLM runs this batch eagerly" in p9.execution_reason
+    for p in result.points:
+        assert len(p.replicated.host_samples_us) == 5 and len(p.split.host_samples_us) == 5
+        # the modelled gather's host time is added to the split's host samples and labelled modelled
+        assert p.gather_host_source == "modelled" and p.gather_host_us == spec.kernel.gather_model.host_us
+        assert p.split.host_median_us >= spec.kernel.gather_model.host_us
+    status = judge(result, spec).kernel
+    assert status is not None and status.host_bound is not None and status.verdict_bound == "both"
+    assert all(p.replicated_host_bound_us and p.split_host_bound_us for p in status.points)
+
+
+def test_the_default_capture_limit_is_vllms_512_on_cpu_and_hopper():
+    spec = small_spec().model_copy(update={"sweep": small_spec().sweep.model_copy(update={"tokens": [512, 513]})})
+    result = run_kernel_bench(spec)
+    assert result is not None and result.max_cudagraph_capture_size == 512
+    assert "512 <= max_cudagraph_capture_size 512" in result.points[0].execution_reason
+    assert "513 > max_cudagraph_capture_size 512" in result.points[1].execution_reason

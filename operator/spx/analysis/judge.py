@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spx.analysis.rollout import combine_verdict
-from spx.analysis.summary import evaluate, point_from_result
+from spx.analysis.summary import Evaluation, evaluate, point_from_result
 from spx.api.accuracy import AccuracyStatus
 from spx.api.result import KernelResult, ResultSummary
 from spx.api.serving import ServingStatus
@@ -154,6 +154,9 @@ def judge(
         )
     except ValueError as err:  # a repeated token count, a time that is not finite and > 0
         return _fail(f"the result cannot be analysed: {err}", partial=not result.complete)
+    if isinstance(result, KernelResult) and result.max_cudagraph_capture_size is not None:
+        ev = Evaluation(ev.kernel.model_copy(update={"max_cudagraph_capture_size": result.max_cudagraph_capture_size}),
+                        ev.verdict, ev.reasons)
     partial = not result.complete or result.error is not None
     if not points:
         return _fail(result.error or "the result has no points", partial=partial)

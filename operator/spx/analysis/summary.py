@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from spx.analysis.bounds import combine_bounds, has_host_times, host_bound_fields, host_bound_points
 from spx.analysis.crossover import decided_from_quartiles, find_crossover, sorted_points, speedup
 from spx.analysis.threshold import recommended_threshold_tokens
 from spx.analysis.verdict import gate_verdict
 from spx.api.result import KernelResult, PointResult
 from spx.api.spec import GateSpec
-from spx.api.status import GatherSource, KernelPoint, KernelStatus, Verdict
+from spx.api.status import BoundCrossover, GatherSource, KernelPoint, KernelStatus, Verdict
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,13 @@ def point_from_result(point: PointResult) -> KernelPoint:
     Times are the candidates' stored medians (µs); ``speedup = replicated / split``; ``iqr_pct`` is
     the larger of the two candidates' ``iqr_pct``; ``decided`` compares the stored ``[q1, q3]``
     intervals (:func:`~spx.analysis.crossover.decided_from_quartiles`). ``gather_us``,
-    ``rows_per_rank`` and ``max_abs_error`` are copied.
+    ``rows_per_rank``, ``max_abs_error`` and ``execution`` are copied; with host samples the host
+    medians and host-bound effective times are added (:func:`spx.analysis.bounds.host_bound_fields`).
     """
     rep, split = point.replicated, point.split
     return KernelPoint(
+        **host_bound_fields(rep, split),  # type: ignore[arg-type]
+        execution=point.execution,
         tokens=point.tokens,
         rows_per_rank=point.rows_per_rank,
         replicated_us=rep.median_us,
@@ -103,6 +107,32 @@ def evaluate(
         ordered, gate, gather_source, crossover=crossover, recommended_threshold_tokens=recommended,
         cpu_timings=device == "cpu",
     )
+    host: BoundCrossover | None = None
+    verdict, reasons = outcome.verdict, list(outcome.reasons)
+    if has_host_times(ordered):
+        host_pts = host_bound_points(ordered)
+        host_x = find_crossover(host_pts)
+        host_be = host_x.break_even
+        host_rec = (recommended_threshold_tokens(host_be.tokens, gate.threshold_rounding, tensor_parallel_size)
+                    if host_be else None)
+        host_outcome = gate_verdict(host_pts, gate, gather_source, crossover=host_x,
+                                    recommended_threshold_tokens=host_rec, cpu_timings=device == "cpu")
+        host = BoundCrossover(
+            crossover_tokens=host_be.tokens if host_be else None,
+            first_winning_tokens=host_x.first_winning_tokens,
+            crossover_confidence=host_x.confidence,
+            recommended_threshold_tokens=host_rec,
+            verdict=host_outcome.verdict,
+        )
+        bounds = combine_bounds(outcome.verdict, host_outcome.verdict, recommended, host_rec, gate.threshold_tokens)
+        verdict, rests_on = bounds.verdict, bounds.rests_on
+        if verdict == outcome.verdict == host_outcome.verdict:
+            reasons = [*outcome.reasons, *bounds.reasons]
+        else:
+            host_reasons = [f"host-bound: {r}" for r in host_outcome.reasons[:3]]
+            reasons = [*bounds.reasons, *(f"GPU-bound: {r}" for r in outcome.reasons), *host_reasons]
+    else:
+        rests_on = combine_bounds(outcome.verdict, None, recommended, None, gate.threshold_tokens).rests_on
     kernel = KernelStatus(
         points=ordered,
         crossover_tokens=be.tokens if be else None,
@@ -113,5 +143,7 @@ def evaluate(
         gather_source=gather_source,
         gemm_backend=gemm_backend,
         timer=timer,
+        host_bound=host,
+        verdict_bound=rests_on,
     )
-    return Evaluation(kernel=kernel, verdict=outcome.verdict, reasons=list(outcome.reasons))
+    return Evaluation(kernel=kernel, verdict=verdict, reasons=reasons)

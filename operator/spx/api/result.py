@@ -35,6 +35,8 @@ class CandidateStats(CamelModel):
     q3_us: float = Field(ge=0)
     iqr_pct: float = Field(ge=0)
     kernels: list[str] = Field(default_factory=list)
+    host_samples_us: list[float] = Field(default_factory=list)
+    host_median_us: float | None = Field(default=None, ge=0)
 
 
 class PointResult(CamelModel):
@@ -49,6 +51,12 @@ class PointResult(CamelModel):
     ``reference_rel_error`` is the replicated output's relative Frobenius error against the fp32
     reference ``x.float() @ W_deq.float().T`` (``W_deq`` the dequantised checkpoint weight); the bench
     fails the run when it exceeds :attr:`KernelResult.reference_tolerance`.
+    ``execution`` is how the point was timed (``graph``: CUDA-graph replays; ``eager``: op by op, as
+    vLLM runs batches above its largest capture size) and ``execution_reason`` why
+    (:func:`spx.analysis.execution.execution_mode`). ``gather_host_us`` is the all-gather's host issue
+    time included in the split's host samples, ``gather_host_source`` whether it was measured (inside
+    the sample) or modelled (``kernel.gatherModel.hostUs``). ``uncovered_samples`` counts host samples
+    whose GPU cover ran out (:func:`spx.bench.timing.time_host_issue`).
     """
 
     tokens: int = Field(gt=0)
@@ -63,6 +71,11 @@ class PointResult(CamelModel):
     max_abs_error: float = Field(ge=0)
     max_abs_reference: float | None = Field(default=None, ge=0)
     reference_rel_error: float | None = Field(default=None, ge=0)
+    execution: Literal["graph", "eager"] | None = None
+    execution_reason: str | None = Field(default=None, max_length=256)
+    gather_host_us: float | None = Field(default=None, ge=0)
+    gather_host_source: GatherSource | None = None
+    uncovered_samples: int = Field(default=0, ge=0)
 
 
 class KernelResult(CamelModel):
@@ -71,7 +84,8 @@ class KernelResult(CamelModel):
     ``gemm_backend`` is the backend that ran (``auto`` resolved), ``gemm_backend_reason`` why it was
     chosen (e.g. ``auto: vLLM 0.33 prefers Humming on SM90 …; humming-kernels 0.1.19 importable; runs
     W8A16``), ``reference_tolerance`` the largest relative error against the fp32 reference this
-    backend was allowed (``spx.bench.gemm.reference_tolerance``).
+    backend was allowed (``spx.bench.gemm.reference_tolerance``). ``execution`` is ``spec.kernel.execution``
+    as run, ``max_cudagraph_capture_size`` the vLLM capture limit ``auto`` compared each point with.
 
     Raises (on validation): ``pydantic.ValidationError`` naming the bad field.
     """
@@ -89,6 +103,9 @@ class KernelResult(CamelModel):
     timer: str
     device: str
     cuda_graphs: bool
+    execution: str | None = None
+    max_cudagraph_capture_size: int | None = Field(default=None, ge=1)
+    capture_size_reason: str | None = Field(default=None, max_length=256)
     points: list[PointResult] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     complete: bool = True

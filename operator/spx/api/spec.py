@@ -14,6 +14,7 @@ from pydantic import Field, StrictInt, field_validator, model_validator
 from spx.api.accuracy import AccuracySpec
 from spx.api.base import CamelModel, FiniteFloat
 from spx.api.serving import ServingSpec
+from spx.api.stage import StageSpec
 
 GROUP = "bench.spx.dev"
 VERSION = "v1alpha1"
@@ -35,6 +36,8 @@ GemmBackend = Literal["auto", "humming", "marlin", "torch-bf16", "torch-fp8", "v
 GatherBackend = Literal["auto", "nccl", "gloo", "vllm", "modelled"]
 Timer = Literal["auto", "cupti", "cuda-events", "host"]
 Device = Literal["auto", "cuda", "cpu"]
+#: ``kernel.execution``: how each point is timed (``auto``: as vLLM would run that batch size).
+Execution = Literal["auto", "graph", "eager"]
 ThresholdRounding = Literal["next-power-of-two", "next-multiple-of-tp", "none"]
 
 #: Block edge of the DeepSeek-V3-style FP8 block format (128×128 blocks, ``weight_block_size: [128, 128]``).
@@ -209,6 +212,8 @@ class GatherModelSpec(CamelModel):
     """Bus bandwidth in GB/s (nccl-tests busbw convention); when set it replaces the prior's in every regime."""
     custom_all_gather_max_shard_bytes: int = Field(default=CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, ge=0, le=1 << 40)
     """Largest shard (bytes) vLLM's custom all-gather takes (2 MiB); larger gathers use NCCL. 0: always NCCL."""
+    host_us: FiniteFloat = Field(default=15.0, ge=0.0, le=10_000.0)
+    """Modelled host time (µs) to issue one all-gather eagerly (only with a modelled gather; labelled modelled). Default 15 µs: the order of a whole small eager NCCL all-gather on 8x H100 (sglang bench_symm: 14-18 µs), so an upper-range guess; measure it on a multi-GPU node."""
 
     def regime(self, padded_tokens: int, output_size: int, dtype_bytes: int, tensor_parallel_size: int) -> GatherRegime:
         """Which collective vLLM runs for a ``[padded_tokens, output_size]`` gather over TP ranks.
@@ -284,7 +289,11 @@ class KernelSpec(CamelModel):
     timer: Timer = "auto"
     """Timer: auto, cupti (kernel spans from the profiler), cuda-events or host."""
     cuda_graphs: bool = True
-    """Capture each candidate in a CUDA graph and time the replays (no launch overhead), as vLLM runs decode."""
+    """Allow CUDA graphs; false times every point eagerly (as execution: eager)."""
+    execution: Execution = "auto"
+    """auto (default): a CUDA graph where vLLM would capture the batch size (<= maxCudagraphCaptureSize), eager above, as vLLM 0.33 runs DeepSeek-V4.1; graph or eager: every point."""
+    max_cudagraph_capture_size: int | None = Field(default=None, ge=1, le=1 << 20)
+    """vLLM's max_cudagraph_capture_size; unset: vLLM 0.33's rule for the GPU (min(maxNumSeqs x (1 + speculative tokens) x 2, 512) on Hopper, 1024 on SM100), with maxNumSeqs and speculative tokens read from serving.extraArgs when given."""
     gather_model: GatherModelSpec = Field(default_factory=GatherModelSpec)
     """Parameters of the modelled all-gather, used when fewer GPUs than TP are present."""
     seed: int = Field(default=0, ge=0)
@@ -409,6 +418,8 @@ class ExperimentSpec(CamelModel):
     """Optional vLLM serving A/B (split vs main arms) run in the same pod after the kernel bench."""
     accuracy: AccuracySpec | None = None
     """Optional GSM8K accuracy check on the serving arms' servers; needs spec.serving."""
+    stage: StageSpec | None = None
+    """Optional: time the whole input-projection stage per layer kind (fused_wqa_wkv, compressor, indexer), replicated vs split vs split-all (python -m spx.bench.stage)."""
 
     @model_validator(mode="after")
     def _vllm_benches_fit(self) -> ExperimentSpec:

@@ -73,6 +73,8 @@ class Environment(CamelModel):
     """spx version."""
     device: str | None = None
     """cuda or cpu."""
+    host_cpu: str | None = None
+    """Host CPU model (from /proc/cpuinfo): eager host times are a property of the node's CPU."""
     sm_clock_mhz: int | None = None
     """SM clock in MHz during the run."""
     mem_clock_mhz: int | None = None
@@ -115,10 +117,43 @@ class KernelPoint(CamelModel):
     """Max |split − replicated| over the outputs."""
     decided: bool = True
     """False when the speedup lies within the spread and the point cannot decide the verdict."""
+    execution: Literal["graph", "eager"] | None = None
+    """How the point was timed: graph (CUDA-graph replays) or eager (op by op, as vLLM runs batches above its capture limit)."""
+    replicated_host_us: float | None = Field(default=None, ge=0)
+    """Median host time (µs) to issue the replicated candidate, measured with the GPU kept busy."""
+    split_host_us: float | None = Field(default=None, ge=0)
+    """Median host time (µs) to issue the split candidate (a modelled gather's host time included)."""
+    replicated_host_bound_us: float | None = Field(default=None, gt=0)
+    """Host-bound effective time (µs) of the replicated candidate: median over samples of max(host, GPU span)."""
+    split_host_bound_us: float | None = Field(default=None, gt=0)
+    """Host-bound effective time (µs) of the split candidate: median over samples of max(host, GPU span)."""
+    host_bound_decided: bool | None = None
+    """Whether the host-bound effective times' interquartile intervals do not overlap."""
+
+
+class BoundCrossover(CamelModel):
+    """The crossover under one bound (``spx.analysis.bounds``): where the split starts to pay when the layer is host-bound."""
+
+    crossover_tokens: float | None = None
+    """Interpolated break-even (tokens) of the host-bound effective times; unset: no crossover."""
+    first_winning_tokens: int | None = None
+    """Smallest measured token count from which the split wins at every larger one (host-bound)."""
+    crossover_confidence: CrossoverConfidence = "none"
+    """resolved, within-spread or none (host-bound)."""
+    recommended_threshold_tokens: int | None = None
+    """The threshold the host-bound times support, rounded by gate.thresholdRounding."""
+    verdict: Verdict | None = None
+    """The gate verdict on the host-bound times alone."""
 
 
 class KernelStatus(CamelModel):
-    """Outcome of the kernel microbenchmark and its analysis (``spx.analysis``)."""
+    """Outcome of the kernel microbenchmark and its analysis (``spx.analysis``).
+
+    The top-level crossover and threshold are the GPU-bound case (GPU spans: what the GPU needs);
+    ``host_bound`` the same for the host-bound case (each candidate's max of host issue time and GPU
+    span), present when the points carry host times; ``verdict_bound`` says which case the verdict
+    rests on (gpu-bound, host-bound or both).
+    """
 
     points: list[KernelPoint] = Field(default_factory=list)
     """One summary per measured token count, in sweep order."""
@@ -138,6 +173,12 @@ class KernelStatus(CamelModel):
     """GEMM backend that ran."""
     timer: str | None = None
     """Timer that produced the samples."""
+    host_bound: BoundCrossover | None = None
+    """Crossover, threshold and verdict when the layer is host-bound (eager points' host issue times)."""
+    verdict_bound: str | None = None
+    """What the verdict rests on: gpu-bound (no host times), host-bound, or both (the two agree or were reconciled)."""
+    max_cudagraph_capture_size: int | None = None
+    """vLLM's CUDA-graph capture limit the sweep used: points above it were timed eagerly (execution auto)."""
 
 
 class ExperimentStatus(CamelModel):

@@ -42,6 +42,18 @@ def _nvml(device_index: int) -> dict[str, object]:
         return {}
 
 
+def host_cpu_model() -> str | None:
+    """The host CPU's model name (``model name`` in ``/proc/cpuinfo``, as ``lscpu`` shows it), else ``platform.processor()``."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()[:128] or None
+    except OSError:
+        pass
+    return platform.processor()[:128] or None
+
+
 def collect_environment(device: torch.device, world_size: int, kernels: list[str] | None = None) -> Environment:
     """Fingerprint of this process's device. NCCL is the version torch actually loaded."""
     import torch
@@ -54,6 +66,7 @@ def collect_environment(device: torch.device, world_size: int, kernels: list[str
         vllm=_pkg_version("vllm"),
         node=os.environ.get("SPX_NODE_NAME") or socket.gethostname(),
         device=device.type,
+        host_cpu=host_cpu_model(),
         nccl_env={k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
         kernels=sorted(set(kernels or [])),
     )

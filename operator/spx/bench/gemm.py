@@ -22,31 +22,23 @@ Reference ceilings (cuBLAS; not what vLLM runs for DeepSeek-V4.1):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from spx.api.spec import ExperimentSpec, weight_block
+from spx.bench.projection import DTYPES, Projection, activation_dtype
 
 if TYPE_CHECKING:
     import torch
 
     from spx.bench.weights import BlockFp8Weight
 
-Projection = Callable[["torch.Tensor"], "torch.Tensor"]
+__all__ = ["DTYPES", "Projection", "activation_dtype", "build_projection", "choose_gemm_backend",
+           "reference_tolerance", "resolve_gemm_backend", "weight_block_of"]
 
-DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 MXFP8 = "mxfp8-block32-ue8m0"
 #: vLLM 0.33 ``_HUMMING_PREFERRED_CAPABILITIES`` (``utils/humming/priority.py``): Humming outranks Marlin.
 HUMMING_PREFERRED_CAPABILITIES = frozenset({90})
 CEILING = "a cuBLAS reference ceiling, not vLLM's kernel"
-
-
-def activation_dtype(spec: ExperimentSpec) -> torch.dtype:
-    """The torch dtype of ``spec.projection.activationDtype``."""
-    import torch
-
-    dtype: torch.dtype = getattr(torch, DTYPES[spec.projection.activation_dtype])
-    return dtype
 
 
 def choose_gemm_backend(
@@ -171,7 +163,7 @@ def resolve_gemm_backend(spec: ExperimentSpec, device: torch.device) -> tuple[st
 def reference_tolerance(backend: str, weight_format: str) -> float:
     """Largest allowed relative Frobenius error ‖y − y_ref‖ / ‖y_ref‖ of ``backend`` against the fp32 reference.
 
-    ``y_ref = x.float() @ W_deq.float().T`` (:func:`spx.bench.kernel.reference_error`). W8A16 kernels
+    ``y_ref = x.float() @ W_deq.float().T`` (:func:`spx.bench.correctness.reference_error`). W8A16 kernels
     (humming, marlin, torch-bf16, vLLM's MXFP8) see the exact dequantised weight and the exact bf16
     activations, so only the bf16 output rounding (relative 2⁻⁹) and the fp32 accumulation order
     remain: ~3e-3 measured; tolerance 1e-2. W8A8 (torch-fp8, vLLM on 128×128 blocks) also rounds X to

@@ -42,7 +42,7 @@ from spx.api.spec import ExperimentSpec
 if TYPE_CHECKING:
     import torch
 
-    from spx.bench.gemm import Projection
+    from spx.bench.projection import Projection
     from spx.bench.weights import BlockFp8Weight
 
 #: ``humming-kernels`` version vLLM 0.33.0 pins (its wheel's ``Requires-Dist: humming-kernels[cu13]==0.1.19``).
@@ -257,7 +257,7 @@ def build_humming_projection(weight: BlockFp8Weight, spec: ExperimentSpec, devic
         ValueError: a weight that is not 32×32-block, or float32 activations (humming runs 16-bit ones).
         RuntimeError: see :func:`prepare_humming_linear`.
     """
-    from spx.bench.gemm import activation_dtype
+    from spx.bench.projection import activation_dtype
 
     if weight.block != 32:
         raise ValueError(

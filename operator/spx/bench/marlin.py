@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import torch
 
     from spx.api.spec import ExperimentSpec
-    from spx.bench.gemm import Projection
+    from spx.bench.projection import Projection
     from spx.bench.weights import BlockFp8Weight
 
 MARLIN_LIB_ENV = "SPX_MARLIN_LIB"
@@ -231,7 +231,7 @@ def build_marlin_projection(weight: BlockFp8Weight, spec: ExperimentSpec, device
     """
     import torch
 
-    from spx.bench.gemm import activation_dtype
+    from spx.bench.projection import activation_dtype
 
     if weight.block != GROUP_SIZE:
         raise ValueError(

@@ -131,7 +131,7 @@ def fmt_seconds(s: float) -> str:
 def point_bytes(spec: ExperimentSpec, tokens: int) -> int:
     """Peak bytes one rank allocates at ``tokens`` (``M``), without :data:`RANK_BASE_BYTES`.
 
-    From :func:`spx.bench.kernel.build_candidates` and ``check_correctness``: ``X`` drawn in fp32 then
+    From :func:`spx.bench.candidates.build_candidates` and ``spx.bench.correctness.check_correctness``: ``X`` drawn in fp32 then
     cast (``4·M·K + b·M·K``), the padded shard input (``b·M_pad·K``), the replicated output, the gathered
     output, the gathered shards and their concatenation (``4 · b·M_pad·N``), and the fp32 comparison
     copies (``3 · 4·M·N``); the FP8 weight with its dequantised copy (``N·K·(1 + b)``). ``b`` is the
