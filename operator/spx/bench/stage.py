@@ -129,8 +129,11 @@ class _Layer:
 
         return run
 
-    def modelled_gathers(self, name: str) -> tuple[float, float]:
-        """(GPU µs, host µs) of this candidate's modelled all-gathers (0, 0 when measured or none)."""
+    def modelled_gathers(self, name: str, mode: str) -> tuple[float, float]:
+        """(GPU µs, host µs) of this candidate's modelled all-gathers (0, 0 when measured or none).
+
+        In a CUDA graph (``mode`` ``graph``) a gather adds no host time of its own.
+        """
         if not self.modelled or self.ctx.tp == 1 or name == "replicated":
             return 0.0, 0.0
         model = self.ctx.spec.kernel.gather_model
@@ -141,7 +144,7 @@ class _Layer:
             if self.kind.indexer_heads:
                 widths.append((self.kind.indexer_heads, self.ctx.dtype.itemsize))
         gpu = sum(model.gather_us(self.plan.padded_tokens, n, b, self.ctx.tp) for n, b in widths)
-        return gpu, model.host_us * len(widths)
+        return gpu, (model.host_us * len(widths) if mode == "eager" else 0.0)
 
 
 def _times(span: list[float], host: list[float], gather: tuple[float, float]) -> StageTimes:
@@ -169,7 +172,7 @@ def measure_stage_row(ctx: BenchContext, kind: LayerKindSpec, tokens: int, stage
         return None
     return StageRow(
         kind=kind.name, layers=len(kind.layers), tokens=tokens, execution=mode, streams=layer.streams,  # type: ignore[arg-type]
-        candidates={name: _times(timing.span_us[name], timing.host_us.get(name, []), layer.modelled_gathers(name))
+        candidates={name: _times(timing.span_us[name], timing.host_us.get(name, []), layer.modelled_gathers(name, mode))
                     for name in STAGE_CANDIDATES},
     )
 
