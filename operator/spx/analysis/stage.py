@@ -50,10 +50,13 @@ def chunk_total(rows: Sequence[StageRow], tokens: int, bound: str) -> ChunkTotal
         return None
     totals: dict[str, float] = {}
     for name in STAGE_CANDIDATES:
-        values = [bound_us(r.candidates[name], bound) for r in at if name in r.candidates]
-        if len(values) != len(at) or any(v is None for v in values):
-            return None
-        totals[name] = sum(r.layers * float(v) for r, v in zip(at, values, strict=True))  # type: ignore[arg-type]
+        total = 0.0
+        for r in at:
+            value = bound_us(r.candidates[name], bound) if name in r.candidates else None
+            if value is None:
+                return None
+            total += r.layers * value
+        totals[name] = total
     return ChunkTotal(tokens=tokens, bound=bound, total_us=totals, layers=sum(r.layers for r in at))
 
 
