@@ -265,7 +265,7 @@ class GatherModelSpec(CamelModel):
 
 
 class KernelSpec(CamelModel):
-    """How the kernel microbenchmark measures (method: DESIGN.md "The kernel benchmark method").
+    """How the kernel microbenchmark measures (method: docs/kernel-benchmark.md, "Method").
 
     ``gemm_backend`` (docs/kernel-benchmark.md): ``humming`` and ``marlin`` are the MXFP8 W8A16 kernels
     vLLM 0.33 runs for DeepSeek-V4.1 (Humming preferred on SM90, Marlin with ``--linear-backend
