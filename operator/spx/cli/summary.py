@@ -19,6 +19,13 @@ _ENV_KEEP_STEPS: tuple[tuple[str, ...] | None, ...] = (
 )
 
 
+#: Host fields of a point dropped, in this order, when the points still do not fit (issue-16 eager points).
+_HOST_DROP_STEPS = (
+    ("replicated_host_us", "split_host_us"),
+    ("replicated_host_bound_us", "split_host_bound_us", "host_bound_decided", "execution"),
+)
+
+
 def _round_sig(x: float, digits: int) -> float:
     if x == 0 or not math.isfinite(x):
         return x
@@ -87,8 +94,8 @@ def build_summary(
 
     Times are rounded to 6 significant digits. Shrinks in this order until it fits: the serving and
     accuracy sections (:func:`vllm_summary_levels`), environment detail (kernel names are never
-    included), the error text, then the points' precision (5, 4, 3 significant digits) — the points
-    themselves are always kept. Returns the smallest form when even that does not fit.
+    included), the error text, the points' precision (5, 4, 3 significant digits), then the points'
+    host medians and at last their host-bound times — the points themselves are always kept. Returns the smallest form when even that does not fit.
     """
     env_full = result.environment.model_copy(update={"kernels": []})
     error = result.error[:511] + "…" if result.error and len(result.error) > 512 else result.error
@@ -110,6 +117,9 @@ def build_summary(
     for digits in (5, 4, 3):
         rounded = [_round_point(p, digits) for p in points]
         candidates.append(last.model_copy(update={"points": rounded}))
+    for drop in _HOST_DROP_STEPS:  # then the host detail: the medians, at last the host-bound times
+        candidates.append(candidates[-1].model_copy(update={
+            "points": [p.model_copy(update=dict.fromkeys(drop)) for p in candidates[-1].points]}))
     levels = vllm_summary_levels(serving, accuracy) if serving is not None or accuracy is not None else [(None, None)]
     text = ""
     for cand in candidates:

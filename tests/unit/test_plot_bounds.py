@@ -1,0 +1,36 @@
+"""The crossover plot and the report with host-bound points: dashed host-bound curves, the capture limit."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from spx.analysis.summary import evaluate
+from spx.api import GateSpec
+from spx.api.status import KernelPoint
+from spx.plot import plot_crossover
+from spx.report import crossover_lines
+
+
+def _point(tokens: int, rep: float, split: float, host_rep: float, host_split: float) -> KernelPoint:
+    return KernelPoint(tokens=tokens, rows_per_rank=tokens // 8, replicated_us=rep, split_us=split, speedup=rep / split,
+                       max_abs_error=0.0, execution="graph" if tokens <= 512 else "eager",
+                       replicated_host_us=host_rep, split_host_us=host_split,
+                       replicated_host_bound_us=max(rep, host_rep), split_host_bound_us=max(split, host_split),
+                       host_bound_decided=True)
+
+
+def test_plot_and_report_show_both_bounds(tmp_path) -> None:
+    points = [_point(256, 20, 22, 10, 12), _point(512, 27, 23, 10, 12), _point(2048, 64, 44, 250, 300),
+              _point(8192, 211, 146, 250, 300), _point(16384, 400, 241, 250, 300)]
+    kernel = evaluate(points, GateSpec(), "measured", 8, device="cuda").kernel.model_copy(
+        update={"max_cudagraph_capture_size": 512})
+    assert kernel.host_bound is not None and kernel.host_bound.first_winning_tokens == 16384
+    out = plot_crossover(kernel, tmp_path / "crossover.png", title="t", gate_threshold_tokens=2048)
+    assert out.stat().st_size > 10_000
+    lines = crossover_lines(kernel, 2048)
+    assert lines[0].startswith("GPU-bound crossover: split wins from")
+    assert any(line.startswith("host-bound crossover") and "16,384" in line for line in lines)
+    assert "vLLM CUDA-graph capture limit: 512 tokens (eager above)" in lines
+    assert "the verdict rests on: both" in lines
