@@ -56,6 +56,25 @@ def test_ratio_metrics_are_0_to_1() -> None:
         metrics.forget_experiment("ml", "ratios")
 
 
+def test_host_bound_crossover_threshold_and_speedup_are_exported() -> None:
+    status = {"phase": "Succeeded", "environment": {"gpu": "NVIDIA H200", "driver": "580", "vllm": ""},
+              "kernel": {"crossoverTokens": 228.2, "recommendedThresholdTokens": 256,
+                         "hostBound": {"crossoverTokens": 9434.2, "recommendedThresholdTokens": 16384},
+                         "points": [{"tokens": 2048, "replicatedUs": 64.0, "splitUs": 44.2, "speedup": 1.45,
+                                     "replicatedHostBoundUs": 255.1, "splitHostBoundUs": 307.9}]}}
+    labels = {"namespace": "ml", "experiment": "bounds", "gpu": "NVIDIA H200", "driver": "580", "vllm": ""}
+    try:
+        metrics.observe_experiment("ml", "bounds", status)
+        assert _sample("spx_recommended_threshold_tokens", **labels) == 256
+        assert _sample("spx_host_bound_recommended_threshold_tokens", **labels) == 16384
+        assert _sample("spx_host_bound_crossover_tokens", **labels) == pytest.approx(9434.2)
+        assert _sample("spx_kernel_host_bound_speedup_ratio", namespace="ml", experiment="bounds", tokens="2048",
+                       gpu="NVIDIA H200") == pytest.approx(255.1 / 307.9)
+    finally:
+        metrics.forget_experiment("ml", "bounds")
+    assert _sample("spx_host_bound_recommended_threshold_tokens", **labels) is None
+
+
 def test_promtool_finds_nothing_in_the_exposition() -> None:
     promtool = require_binary("promtool")
     out = subprocess.run([promtool, "check", "metrics"], input=metrics.exposition().decode(), capture_output=True,
