@@ -1,0 +1,24 @@
+"""The pod's bounded summary with eager points (host times): host detail goes last, the points stay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spx.analysis import points_from_result
+from spx.api import SUMMARY_MAX_BYTES, KernelResult, ResultSummary
+from spx.cli import build_summary
+
+RESULT = Path(__file__).resolve().parents[2] / "examples" / "results" / "h200-1gpu-eager" / "humming-auto-1" / "result.json"
+
+
+def test_a_full_h200_sweep_fits_and_a_short_one_keeps_its_host_bound_times() -> None:
+    result = KernelResult.model_validate_json(RESULT.read_text())
+    points = points_from_result(result)
+    assert len(points) == 17 and all(p.split_host_bound_us for p in points)
+    full = ResultSummary.model_validate_json(text := build_summary(result, points))
+    assert len(text.encode()) <= SUMMARY_MAX_BYTES
+    assert [p.tokens for p in full.points] == [p.tokens for p in points]  # every point kept, host detail dropped
+    short_points = points[-8:]
+    short = ResultSummary.model_validate_json(build_summary(result, short_points))
+    assert all(p.split_host_bound_us and p.replicated_host_bound_us for p in short.points)
+    assert [p.execution for p in short.points] == ["eager"] * 8
