@@ -49,15 +49,16 @@ ONE_WIN = [point(2048, WIN)]  # one point, the split wins: nothing to bracket
     ("points", "complete", "error", "verdict", "reason", "threshold", "confidence"),
     [
         # complete runs: the kernel gate decides
-        (FULL, True, None, "Pass", "Pass", 2048, "resolved"),
+        # 1024 and 2048 bracket the break-even only to about ±30 %: never "resolved" across that gap
+        (FULL, True, None, "Pass", "Pass", 2048, "unbracketed"),
         ([*FULL[:3], point(4096, LOSE)], True, None, "Fail", "Fail", None, "none"),  # loses again at 4096
         ([point(256, LOSE), point(1024, LOSE, err=1.0), point(2048, WIN), point(4096, WIN)], True, None, "Fail",
-         "Fail", 2048, "resolved"),
+         "Fail", 2048, "unbracketed"),
         # partial: no verdict ever; a threshold only when two measured points bracket the crossover
-        (BRACKET, False, "interrupted (SIGINT)", None, "BenchmarkFailed", 2048, "resolved"),
+        (BRACKET, False, "interrupted (SIGINT)", None, "BenchmarkFailed", 2048, "unbracketed"),
         (ONE_WIN, False, "interrupted (SIGINT)", None, "BenchmarkFailed", None, "none"),
         (FULL[2:], False, "rank 3 failed", None, "BenchmarkFailed", None, "none"),
-        (FULL, True, "rank 0 finished late", None, "BenchmarkFailed", 2048, "resolved"),  # an error is partial
+        (FULL, True, "rank 0 finished late", None, "BenchmarkFailed", 2048, "unbracketed"),  # an error is partial
         ([], False, "rank 1 failed: OOM", None, "BenchmarkFailed", None, None),
         ([], True, None, None, "BenchmarkFailed", None, None),
     ],

@@ -25,8 +25,10 @@ Candidate = Literal["replicated", "split"]
 class CandidateStats(CamelModel):
     """All samples of one candidate at one token count, in µs per call.
 
-    Each sample is the max over ranks of that rank's timed interval (DESIGN.md method).
-    ``iqr_pct`` = (q3 − q1) / median × 100.
+    Each sample is the max over ranks of that rank's timed interval, in measurement order: both
+    candidates are timed once per round (alternating), so ``samples_us[i]`` of ``replicated`` and of
+    ``split`` at one point come from the same round ``i`` (the paired bootstrap of
+    :mod:`spx.analysis.interval` relies on it). ``iqr_pct`` = (q3 − q1) / median × 100.
     """
 
     samples_us: list[float] = Field(default_factory=list)
@@ -48,7 +50,8 @@ class PointResult(CamelModel):
     per shard). ``max_abs_error`` is max |split − replicated| over the trimmed ``[M, N]`` output.
     ``reference_rel_error`` is the replicated output's relative Frobenius error against the fp32
     reference ``x.float() @ W_deq.float().T`` (``W_deq`` the dequantised checkpoint weight); the bench
-    fails the run when it exceeds :attr:`KernelResult.reference_tolerance`.
+    fails the run when it exceeds :attr:`KernelResult.reference_tolerance`. ``added_because`` says why
+    an adaptive sweep (``sweep.refine``) measured this count (``None``: one of the listed counts).
     """
 
     tokens: int = Field(gt=0)
@@ -63,6 +66,7 @@ class PointResult(CamelModel):
     max_abs_error: float = Field(ge=0)
     max_abs_reference: float | None = Field(default=None, ge=0)
     reference_rel_error: float | None = Field(default=None, ge=0)
+    added_because: str | None = Field(default=None, max_length=512)
 
 
 class KernelResult(CamelModel):
