@@ -86,6 +86,7 @@ def test_bounds_curves_add_their_own_brackets() -> None:
     plan = plan_refinement(pts, 8)
     assert plan.points and all("pessimistic bound" in p.reason for p in plan.points)
     assert all(96 < p.tokens < 512 for p in plan.points)
+    assert plan_refinement(pts, 8, bounds=False).done  # the point estimate alone is bracketed
 
 
 def test_planner_refuses_bad_arguments() -> None:

@@ -72,6 +72,7 @@ def plan_refinement(
     bracket_rel: float = DEFAULT_BRACKET_REL,
     floor_tokens: int | None = None,
     max_new: int = 4,
+    bounds: bool = True,
 ) -> RefinePlan:
     """Next token counts for an adaptive sweep (method: module docstring).
 
@@ -82,6 +83,7 @@ def plan_refinement(
         floor_tokens: a bracket no wider than this is narrow enough (default ``tp``; e.g. the GEMM's
             tile step in M).
         max_new: at most this many counts per round (point-estimate proposals first).
+        bounds: also bracket the crossings of the interval ends (``False``: the point estimate only).
 
     Returns:
         :class:`RefinePlan`: proposals never repeat a measured count and carry their reason.
@@ -100,7 +102,7 @@ def plan_refinement(
     measured = {p.tokens for p in ordered}
     proposals: dict[int, list[str]] = {}
     notes: list[str] = []
-    for name, which in CURVES:
+    for name, which in CURVES if bounds else CURVES[:1]:
         be = break_even_tokens(curve(ordered, which))
         if be is None:
             notes.append(f"{name}: no crossover in the measured range")

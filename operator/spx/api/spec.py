@@ -151,6 +151,8 @@ class RefineSpec(CamelModel):
     """At most this many planning rounds."""
     points_per_round: int = Field(default=2, ge=1, le=8)
     """At most this many counts measured per round."""
+    bounds: bool = True
+    """Also bracket where the ends of the speedup's intervals (samples, gather prior) and the gather priors cross 1.0, not only the point estimate."""
 
 
 class SweepSpec(CamelModel):

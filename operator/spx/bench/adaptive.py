@@ -36,7 +36,7 @@ def next_counts(points: Sequence[PointResult], spec: ExperimentSpec, refine: Ref
                                    {p.tokens: point_interval(p, spec) for p in points})
     plan = plan_refinement(kernel_points, spec.parallelism.tensor_parallel_size,
                            bracket_rel=refine.bracket_relative, floor_tokens=refine.floor_tokens,
-                           max_new=min(refine.points_per_round, budget))
+                           max_new=min(refine.points_per_round, budget), bounds=refine.bounds)
     return [(p.tokens, p.reason) for p in plan.points]
 
 
