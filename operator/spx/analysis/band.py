@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from spx.analysis.crossover import DEFAULT_BRACKET_REL, break_even_tokens, bracket_gap, sorted_points
+from spx.analysis.crossover import DEFAULT_BRACKET_REL, bracket_gap, break_even_tokens, sorted_points
 from spx.analysis.gather_prior import interpolate_time
 from spx.analysis.interval import PointInterval
 from spx.api.status import CrossoverConfidence, CrossoverUncertainty, KernelPoint, StakeRow

@@ -265,12 +265,12 @@ def predict_with_measured(
         ))
     gpu = measured.environment.gpu or measured.device
     intervals = {p.tokens: point_interval(p, measured.spec).measured for p in measured.points if p.tokens in mine}
-    points = []
+    points: list[KernelPoint] = []
     for row in rows:
-        iv, point = intervals[row.tokens], median_point(row.tokens, row.shard_rows, row.replicated_us, row.split_us,
-                                                         row.gather_us)
+        iv, kp = intervals[row.tokens], median_point(row.tokens, row.shard_rows, row.replicated_us, row.split_us,
+                                                      row.gather_us)
         lo, hi = row.speedup * iv.low / iv.value, row.speedup * iv.high / iv.value
-        points.append(point.model_copy(update={"speedup_low": lo, "speedup_high": hi,
+        points.append(kp.model_copy(update={"speedup_low": lo, "speedup_high": hi,
                                                "speedup_low_any_prior": lo, "speedup_high_any_prior": hi}))
     method = (
         f"H20 table's all-gather (split total − shard GEMM, shard at ceil(M/{tp}) rows, {interpolation} "

@@ -23,8 +23,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spx.analysis.band import DEFAULT_BRACKET_REL, Bound, curve
-from spx.analysis.crossover import break_even_tokens, sorted_points
+from spx.analysis.band import Bound, curve
+from spx.analysis.crossover import DEFAULT_BRACKET_REL, break_even_tokens, sorted_points
 from spx.api.status import KernelPoint
 
 #: (curve name, which end of the interval) in the order their proposals are kept.
