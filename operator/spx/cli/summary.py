@@ -87,8 +87,9 @@ def build_summary(
 
     Times are rounded to 6 significant digits. Shrinks in this order until it fits: the serving and
     accuracy sections (:func:`vllm_summary_levels`), environment detail (kernel names are never
-    included), the error text, then the points' precision (5, 4, 3 significant digits) — the points
-    themselves are always kept. Returns the smallest form when even that does not fit.
+    included), the error text, the adaptive sweep's ``addedBecause`` texts, then the points' precision
+    (5, 4, 3 significant digits), then their speedup intervals (any-prior ends, then their own) — the
+    points themselves are always kept. Returns the smallest form when even that does not fit.
     """
     env_full = result.environment.model_copy(update={"kernels": []})
     error = result.error[:511] + "…" if result.error and len(result.error) > 512 else result.error
@@ -107,8 +108,13 @@ def build_summary(
         if error and len(error) > err_len:
             candidates.append(last.model_copy(update={"error": error[: err_len - 1] + "…"}))
     last = candidates[-1]
+    points = [p.model_copy(update={"added_because": None}) for p in points]  # adaptive sweeps' reasons go first
+    candidates.append(last.model_copy(update={"points": points}))
     for digits in (5, 4, 3):
         rounded = [_round_point(p, digits) for p in points]
+        candidates.append(last.model_copy(update={"points": rounded}))
+    for drop in (("speedup_low_any_prior", "speedup_high_any_prior"), ("speedup_low", "speedup_high")):
+        rounded = [p.model_copy(update=dict.fromkeys(drop)) for p in candidates[-1].points]
         candidates.append(last.model_copy(update={"points": rounded}))
     levels = vllm_summary_levels(serving, accuracy) if serving is not None or accuracy is not None else [(None, None)]
     text = ""
