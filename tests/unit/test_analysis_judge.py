@@ -151,3 +151,10 @@ def test_local_status_vocabulary() -> None:
 def test_points_are_kernel_points() -> None:
     j = judge(result(FULL), SPEC)
     assert j.kernel is not None and all(isinstance(p, KernelPoint) for p in j.kernel.points)
+
+
+def test_partial_adaptive_run_counts_listed_and_added_points() -> None:
+    spec = ExperimentSpec.model_validate({"sweep": {"tokens": [256, 1024, 2048, 4096],
+                                                    "refine": {"maxAddedPoints": 3}}})
+    j = judge(result(BRACKET, False, "interrupted (SIGINT)"), spec)
+    assert "3 of 4 listed + up to 3 adaptive token counts measured" in j.reasons[0]

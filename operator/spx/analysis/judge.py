@@ -164,7 +164,10 @@ def judge(
         kernel, withdrawn = cap_partial(ev.kernel)
         total = len(spec.sweep.tokens)
         why = result.error or "the run did not complete (no error recorded)"
-        head = (f"{PARTIAL}: {len(points)} of {total} token counts measured before it stopped ({why}); "
+        refine = spec.sweep.refine
+        counted = (f"{len(points)} of {total} token counts" if refine is None else
+                   f"{len(points)} of {total} listed + up to {refine.max_added_points} adaptive token counts")
+        head = (f"{PARTIAL}: {counted} measured before it stopped ({why}); "
                 "a partial run publishes no verdict")
         shows = f"the measured points alone would be judged {ev.verdict}" + (
             f": {ev.reasons[0]}" if ev.reasons else "")
