@@ -112,3 +112,12 @@ def test_a_measured_gather_has_only_the_samples_interval() -> None:
     p = DENSE.points[0].model_copy(update={"gather_source": "measured"})
     iv = point_interval(p, DENSE.spec)
     assert iv.own == iv.measured == iv.any_prior and iv.gather is None
+
+
+def test_a_point_with_a_zero_sample_falls_back_to_its_medians() -> None:
+    p = DENSE.points[0]
+    zero = p.model_copy(update={"split": p.split.model_copy(update={"samples_us": [0.0, *p.split.samples_us[1:]]})})
+    iv = point_interval(zero, DENSE.spec)
+    v = p.replicated.median_us / p.split.median_us
+    assert (iv.measured.low, iv.measured.high) == (v, v)
+    assert iv.own.low < v < iv.own.high  # the prior's uncertainty still applies

@@ -234,14 +234,16 @@ def point_interval(point: PointResult, spec: ExperimentSpec, *, level: float = D
                    resamples: int = DEFAULT_RESAMPLES) -> PointInterval:
     """The intervals of one result point (method: module docstring).
 
-    A point without samples (an old summary) gets the zero-width interval of its medians. The gather
-    band is used only when ``point.gather_source == "modelled"`` and ``point.gather_us`` is set.
+    A point without samples (an old summary), or with a sample that is not finite and > 0 (a host
+    timer's 0 µs), gets the zero-width interval of its medians. The gather band is used only when
+    ``point.gather_source == "modelled"`` and ``point.gather_us`` is set.
 
     Raises:
-        ValueError: see :func:`bootstrap_speedup`.
+        ValueError: a level or resample count :func:`bootstrap_speedup` refuses.
     """
     rep, split = point.replicated, point.split
-    if rep.samples_us and split.samples_us:
+    usable = all(math.isfinite(v) and v > 0 for v in (*rep.samples_us, *split.samples_us))
+    if rep.samples_us and split.samples_us and usable:
         measured = bootstrap_speedup(rep.samples_us, split.samples_us, level=level, resamples=resamples,
                                      seed=point.tokens)
     else:
