@@ -112,6 +112,8 @@ def uncertainty_lines(kernel: KernelStatus) -> list[str]:
         return []
     pct = f"{100 * u.level:.0f} %"
     lines = []
+    if u.crossover_low_tokens is None and kernel.crossover_tokens is not None:
+        lines.append("crossover interval: unknown (the points carry no samples to bound their speedups)")
     if u.crossover_low_tokens is not None:
         lines.append(
             f"crossover interval ({pct}): {_edge(u.crossover_low_tokens, u.crossover_low_open, True)} to "

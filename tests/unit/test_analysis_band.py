@@ -145,3 +145,16 @@ def test_lower_bound_rule_picks_the_threshold_when_asked() -> None:
                                           "gate": {"thresholdRule": "lower-bound"}})
     j = judge(dense, spec)
     assert j.kernel is not None and j.kernel.recommended_threshold_tokens == 512  # 512 is a power of two
+
+
+def test_points_without_intervals_leave_the_widths_unknown() -> None:
+    """A table without samples (the H20 what-if): no crossover interval or band, stake without bounds,
+    thresholds on one count share one row."""
+    pts = [KernelPoint(tokens=t, rows_per_rank=t // 8, replicated_us=r, split_us=s, speedup=r / s)
+           for t, r, s in ((1024, 30.0, 31.0), (2048, 60.0, 50.0))]
+    conf, unc = uncertainty(pts, recommended_threshold_tokens=2048, gate_threshold_tokens=2048, floor_tokens=8)
+    assert conf == "unbracketed"
+    assert (unc.crossover_low_tokens, unc.band_low_tokens, unc.lower_bound_threshold_tokens) == (None, None, 2048)
+    assert [r.label for r in unc.stake] == ["recommended threshold, lower-bound threshold, gate threshold"]
+    row = unc.stake[0]
+    assert row.saving_us == pytest.approx(10.0) and row.saving_low_us is None and row.saving_high_us is None

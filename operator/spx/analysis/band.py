@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from spx.analysis.crossover import DEFAULT_BRACKET_REL, bracket_gap, break_even_tokens, sorted_points
+from spx.analysis.crossover import DEFAULT_BRACKET_REL, Interpolation, bracket_gap, break_even_tokens, sorted_points
 from spx.analysis.gather_prior import interpolate_time
 from spx.analysis.interval import PointInterval
 from spx.api.status import CrossoverConfidence, CrossoverUncertainty, KernelPoint, StakeRow
@@ -97,8 +97,10 @@ class TokenInterval:
     high_open: bool = False
 
 
-def token_interval(points: Sequence[KernelPoint], low: Bound, high: Bound) -> TokenInterval:
-    """Break-evens of the optimistic (``high``) and pessimistic (``low``) curves (module docstring).
+def token_interval(points: Sequence[KernelPoint], low: Bound, high: Bound,
+                   interpolation: Interpolation = "log-log") -> TokenInterval:
+    """Break-evens of the optimistic (``high``) and pessimistic (``low``) curves (module docstring),
+    interpolated like the point estimate (``interpolation``).
 
     Raises:
         ValueError: on a repeated token count.
@@ -106,8 +108,8 @@ def token_interval(points: Sequence[KernelPoint], low: Bound, high: Bound) -> To
     ordered = sorted_points(points)
     if not ordered:
         return TokenInterval(None, None)
-    optimistic = break_even_tokens(curve(ordered, high))
-    pessimistic = break_even_tokens(curve(ordered, low))
+    optimistic = break_even_tokens(curve(ordered, high), interpolation)
+    pessimistic = break_even_tokens(curve(ordered, low), interpolation)
     if optimistic is None:
         return TokenInterval(None, None)
     lo = optimistic.tokens
@@ -134,7 +136,8 @@ def lower_bound_threshold(points: Iterable[KernelPoint]) -> int | None:
 
 
 def confidence(
-    points: Iterable[KernelPoint], bracket_rel: float = DEFAULT_BRACKET_REL, floor_tokens: int = 1
+    points: Iterable[KernelPoint], bracket_rel: float = DEFAULT_BRACKET_REL, floor_tokens: int = 1,
+    interpolation: Interpolation = "log-log",
 ) -> tuple[CrossoverConfidence, list[str]]:
     """``(confidence, reasons)`` of the point-estimate crossover (rules: module docstring).
 
@@ -143,6 +146,7 @@ def confidence(
         bracket_rel: the bracket must lie within ``±bracket_rel`` of the break-even (0.10: ±10 %).
         floor_tokens: a bracket no wider than this many tokens is narrow enough whatever its relative
             width (e.g. TP: counts closer than TP have the same rows per rank).
+        interpolation: of the break-even (as the point estimate's).
 
     Raises:
         ValueError: on a repeated token count, ``bracket_rel <= 0`` or ``floor_tokens < 1``.
@@ -150,7 +154,7 @@ def confidence(
     if bracket_rel <= 0 or floor_tokens < 1:
         raise ValueError(f"need bracket_rel > 0 and floor_tokens >= 1, got {bracket_rel}, {floor_tokens}")
     ordered = sorted_points(points)
-    be = break_even_tokens(ordered)
+    be = break_even_tokens(ordered, interpolation)
     if be is None:
         return "none", ["no crossover: the split does not win at the largest measured count"]
     by_tokens = {p.tokens: p for p in ordered}
@@ -186,7 +190,7 @@ def stake_at(points: Sequence[KernelPoint], label: str, tokens: float, layers: i
 
     ``saving_us = replicated − split`` (interpolated log-log between measured neighbours);
     ``saving_low/high_us`` from the any-prior interval of the speed-up (also interpolated):
-    ``replicated · (1 − 1/s)``. ``*_ms_per_chunk`` = × ``layers`` / 1000. Outside the measured range
+    ``replicated · (1 − 1/s)``; unset when no point carries an interval. ``*_ms_per_chunk`` = × ``layers`` / 1000. Outside the measured range
     every value is ``None`` (not extrapolated).
 
     Raises:
@@ -204,13 +208,22 @@ def stake_at(points: Sequence[KernelPoint], label: str, tokens: float, layers: i
     s_hi = _interp_log(tokens, xs, [max(bound(p, "high-any"), 1e-9) for p in ordered])
     lo_us, hi_us = rep * (1 - 1 / s_lo), rep * (1 - 1 / s_hi) if math.isfinite(s_hi) else rep
     saving = rep - split
-    return StakeRow(
-        label=label, tokens=tokens, layers=layers, replicated_us=rep, split_us=split,
-        saving_us=saving, saving_low_us=min(lo_us, saving), saving_high_us=max(hi_us, saving),
-        saving_ms_per_chunk=saving * layers / 1000,
-        saving_low_ms_per_chunk=min(lo_us, saving) * layers / 1000,
-        saving_high_ms_per_chunk=max(hi_us, saving) * layers / 1000,
-    )
+    row = StakeRow(label=label, tokens=tokens, layers=layers, replicated_us=rep, split_us=split,
+                   saving_us=saving, saving_ms_per_chunk=saving * layers / 1000)
+    if not any(p.speedup_low is not None for p in ordered):
+        return row  # no interval known: no bounds (unknown, not zero)
+    low, high = min(lo_us, saving), max(hi_us, saving)
+    return row.model_copy(update={"saving_low_us": low, "saving_high_us": high,
+                                  "saving_low_ms_per_chunk": low * layers / 1000,
+                                  "saving_high_ms_per_chunk": high * layers / 1000})
+
+
+def _by_tokens(marks: Sequence[tuple[str, float]]) -> dict[float, list[str]]:
+    """Labels grouped by token count, in first-seen order."""
+    out: dict[float, list[str]] = {}
+    for label, t in marks:
+        out.setdefault(t, []).append(label)
+    return out
 
 
 THRESHOLD_RULE = (
@@ -228,21 +241,26 @@ def uncertainty(
     bracket_rel: float = DEFAULT_BRACKET_REL,
     floor_tokens: int = 1,
     level: float = 0.95,
+    interpolation: Interpolation = "log-log",
 ) -> tuple[CrossoverConfidence, CrossoverUncertainty]:
     """Confidence and the ``kernel.uncertainty`` section of a sweep (definitions: module docstring).
 
     Stake rows: the band's closed edges, the recommended threshold, the interval rule's threshold
-    and the gate threshold (each once; rows outside the measured range carry no values).
+    and the gate threshold (one row per token count, its labels joined; rows outside the measured
+    range carry no values). When no point carries an interval (a table without samples) the
+    crossover interval and the band are left unset: their width is unknown, not zero.
 
     Raises:
         ValueError: see :func:`confidence` and :func:`stake_at`.
     """
     ordered = sorted_points(points)
-    conf, reasons = confidence(ordered, bracket_rel, floor_tokens)
-    cross = token_interval(ordered, "low", "high")
-    band = token_interval(ordered, "low-any", "high-any")
+    conf, reasons = confidence(ordered, bracket_rel, floor_tokens, interpolation)
+    known = any(p.speedup_low is not None for p in ordered)
+    unknown = TokenInterval(None, None)
+    cross = token_interval(ordered, "low", "high", interpolation) if known else unknown
+    band = token_interval(ordered, "low-any", "high-any", interpolation) if known else unknown
     lb = lower_bound_threshold(ordered)
-    be = break_even_tokens(ordered)
+    be = break_even_tokens(ordered, interpolation)
     marks: list[tuple[str, float]] = []
     if band.low is not None and not band.low_open:
         marks.append(("band low edge", band.low))
@@ -265,5 +283,5 @@ def uncertainty(
         lower_bound_threshold_tokens=lb,
         threshold_rule=THRESHOLD_RULE,
         layers=layers,
-        stake=[stake_at(ordered, label, t, layers) for label, t in marks],
+        stake=[stake_at(ordered, ", ".join(labels), t, layers) for t, labels in _by_tokens(marks).items()],
     )

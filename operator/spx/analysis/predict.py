@@ -320,7 +320,8 @@ def _prediction(rows: Sequence[PredictedRow], tp: int, rounding: ThresholdRoundi
     be = break_even_tokens(pts, interpolation)
     recommended = recommended_threshold_tokens(be.tokens, rounding, tp) if be else None
     confidence, unc = uncertainty(pts, recommended_threshold_tokens=recommended,
-                                  gate_threshold_tokens=gate_threshold_tokens, floor_tokens=tp)
+                                  gate_threshold_tokens=gate_threshold_tokens, floor_tokens=tp,
+                                  interpolation=interpolation)
     return Prediction(
         points=pts,
         rows=list(rows),

@@ -133,8 +133,8 @@ class StakeRow(CamelModel):
     Unset values: the count lies outside the measured range (never extrapolated).
     """
 
-    label: str = Field(max_length=64)
-    """band low edge, band high edge, recommended threshold, lower-bound threshold or gate threshold."""
+    label: str = Field(max_length=128)
+    """band low edge, band high edge, recommended threshold, lower-bound threshold or gate threshold (several, comma-separated, when they fall on one count)."""
     tokens: float = Field(gt=0)
     """Token count M (a prefill chunk of M tokens)."""
     layers: int = Field(ge=1)
