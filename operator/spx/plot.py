@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-from spx.api import KernelStatus
+from spx.api import KernelPoint, KernelStatus
 from spx.report import CPU_NOTE
 
 
@@ -40,7 +41,10 @@ def plot_crossover(
     alone as a dotted line when known; with host times the host-bound effective times (max of host
     issue time and GPU span) as dashed curves and the host-bound break-even; vertical lines at the
     interpolated break-even, the recommended threshold, the gate's threshold and vLLM's CUDA-graph
-    capture limit (points above it ran eagerly).
+    capture limit (points above it ran eagerly). When the points carry speed-up intervals
+    (``speedupLow/High``), a second panel shows the speedup with its 95 % error bars (and, lighter,
+    the interval over every gather prior) around 1.0, and both panels shade the indifference band
+    (``kernel.uncertainty``).
 
     Raises:
         ValueError: no points to draw.
@@ -55,7 +59,11 @@ def plot_crossover(
 
     pts = sorted(kernel.points, key=lambda p: p.tokens)
     tokens = [p.tokens for p in pts]
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    intervals = any(p.speedup_low is not None for p in pts)
+    if intervals:
+        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 7), dpi=120, sharex=True, height_ratios=[3, 2])
+    else:
+        fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     try:
         gpu = " (GPU-bound)" if any(p.replicated_host_bound_us for p in pts) else ""
         ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label=f"replicated{gpu}")
@@ -88,11 +96,20 @@ def plot_crossover(
         if gate_threshold_tokens is not None and gate_threshold_tokens != kernel.recommended_threshold_tokens:
             ax.axvline(gate_threshold_tokens, color="tab:gray", linestyle="-.", alpha=0.8,
                        label=f"gate threshold {gate_threshold_tokens:,}")
+        u = kernel.uncertainty
+        band = (u.band_low_tokens, u.band_high_tokens) if u is not None else (None, None)
+        if band[0] is not None and band[1] is not None:
+            for a in [ax, *([ax2] if intervals else [])]:
+                a.axvspan(band[0], band[1], color="tab:gray", alpha=0.15, lw=0,
+                          label="indifference band" if a is ax else None)
+        if intervals:
+            _speedup_panel(ax2, pts)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xticks(tokens, [f"{t:,}" for t in tokens], rotation=45 if len(tokens) > 8 else 0, fontsize=8)
-        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.set_xlabel("tokens in the batch (M)")
+        bottom = ax2 if intervals else ax
+        bottom.set_xticks(tokens, [f"{t:,}" for t in tokens], rotation=45 if len(tokens) > 8 else 0, fontsize=8)
+        bottom.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        bottom.set_xlabel("tokens in the batch (M)")
         ax.set_ylabel("µs per call (median of samples, max over ranks)")
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
@@ -104,3 +121,24 @@ def plot_crossover(
     finally:
         plt.close(fig)
     return out
+
+
+def _speedup_panel(ax: Any, pts: list[KernelPoint]) -> None:
+    """Speedup vs tokens with 95 % error bars (own interval) and, lighter, the any-prior interval."""
+    tokens = [p.tokens for p in pts]
+    speed = [p.speedup for p in pts]
+
+    def bars(low: list[float | None], high: list[float | None]) -> list[list[float]]:
+        lo = [max(0.0, s - (v if v is not None else s)) for s, v in zip(speed, low, strict=True)]
+        hi = [max(0.0, (v if v is not None else s) - s) for s, v in zip(speed, high, strict=True)]
+        return [lo, hi]
+
+    ax.errorbar(tokens, speed, yerr=bars([p.speedup_low_any_prior for p in pts], [p.speedup_high_any_prior for p in pts]),
+                fmt="none", ecolor="tab:purple", alpha=0.35, elinewidth=6, label="95 % interval, any gather prior")
+    ax.errorbar(tokens, speed, yerr=bars([p.speedup_low for p in pts], [p.speedup_high for p in pts]),
+                fmt="o", color="tab:purple", capsize=3, label="speedup, 95 % interval")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_ylabel("speedup (replicated / split)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")

@@ -53,17 +53,27 @@ def fmt_error(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
 
 
+def fmt_interval(low: float | None, high: float | None) -> str:
+    """A speedup interval ``[low–high]`` with three decimals; ``—`` when unknown."""
+    return "—" if low is None or high is None else f"{low:.3f}–{high:.3f}"
+
+
 def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str | None = None) -> Table:
     """One row per token count: tokens, rows/rank, replicated µs, split µs, gather µs, speedup,
-    spread % (the larger candidate IQR/median), max abs error; with host times also the mode (graph
-    or eager), the host issue medians and the host-bound speedup. A speedup is green when the split
-    wins, red when it loses, dim when the two candidates' IQRs overlap (not decided)."""
+    its 95 % interval and the interval over every gather prior (when known), spread % (the larger
+    candidate IQR/median), max abs error; with host times also the mode (graph or eager), the host
+    issue medians and the host-bound speedup. A speedup is green when the split wins, red when it
+    loses, dim when the two candidates' IQRs overlap or its interval contains 1.0; a count an adaptive
+    sweep added is marked ``+``."""
     table = Table(title=_esc(title), caption=_esc(caption), caption_justify="left", header_style="bold")
     host = any(p.replicated_host_bound_us for p in kernel.points)
-    columns = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup", "spread %", "max error"]
+    intervals = any(p.speedup_low is not None for p in kernel.points)
+    any_prior = any(p.speedup_low_any_prior not in (None, p.speedup_low) for p in kernel.points)
+    names = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup",
+             *(["95 % interval"] if intervals else []), *(["any prior"] if any_prior else []), "spread %", "max error"]
     if host:
-        columns += ["mode", "host rep µs", "host split µs", "host-bound ×"]
-    for name in columns:
+        names += ["mode", "host rep µs", "host split µs", "host-bound ×"]
+    for name in names:
         table.add_column(name, justify="right")
     for p in kernel.points:
         extra: list[str | Text] = []
@@ -73,20 +83,71 @@ def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str
             extra = [p.execution or "-", fmt_us(p.replicated_host_us), fmt_us(p.split_host_us),
                      Text(f"{hb:.2f}×", style="green" if hb > 1 else "red") if hb else "-"]
         style = "green" if p.speedup > 1 else "red"
-        if not p.decided:
+        if not p.decided or (p.speedup_low is not None and p.speedup_low <= 1.0 <= (p.speedup_high or 0.0)):
             style = "dim " + style
         table.add_row(
-            f"{p.tokens:,}",
+            f"{'+' if p.added_because else ''}{p.tokens:,}",
             f"{p.rows_per_rank:,}",
             fmt_us(p.replicated_us),
             fmt_us(p.split_us),
             fmt_us(p.gather_us),
             Text(f"{p.speedup:.2f}×", style=style),
+            *([fmt_interval(p.speedup_low, p.speedup_high)] if intervals else []),
+            *([fmt_interval(p.speedup_low_any_prior, p.speedup_high_any_prior)] if any_prior else []),
             f"{p.iqr_pct:.1f}",
             fmt_error(p.max_abs_error),
             *extra,
         )
     return table
+
+
+def _edge(value: float | None, is_open: bool, below: bool) -> str:
+    if value is None:
+        return "—"
+    return f"{'≤' if below else '≥'} {fmt_tokens(value)}" if is_open else f"≈ {fmt_tokens(value)}"
+
+
+def _saving(us: float | None, low: float | None, high: float | None, ms: float | None) -> str:
+    if us is None or ms is None:
+        return "outside the measured range"
+    span = f" [{low:+.1f}, {high:+.1f}]" if low is not None and high is not None else ""
+    return f"{us:+.1f} µs/layer{span}, {ms:+.3f} ms per prefill chunk"
+
+
+def uncertainty_lines(kernel: KernelStatus) -> list[str]:
+    """The crossover interval and why it is (not) resolved, the indifference band, the interval rule's
+    threshold and the stake (``kernel.uncertainty``, :mod:`spx.analysis.band`); empty when unset.
+    ``spx run``, ``spx report`` and ``spx predict`` print these same lines."""
+    u = kernel.uncertainty
+    if u is None:
+        return []
+    pct = f"{100 * u.level:.0f} %"
+    lines = []
+    if u.crossover_low_tokens is None and kernel.crossover_tokens is not None:
+        lines.append("crossover interval: unknown (the points carry no samples to bound their speedups)")
+    if u.crossover_low_tokens is not None:
+        lines.append(
+            f"crossover interval ({pct}): {_edge(u.crossover_low_tokens, u.crossover_low_open, True)} to "
+            f"{_edge(u.crossover_high_tokens, u.crossover_high_open, False)} tokens"
+            + (f" (bracket {u.bracket_low_tokens:,}–{u.bracket_high_tokens:,})"
+               if u.bracket_low_tokens is not None and u.bracket_high_tokens is not None else "")
+        )
+    lines.append(f"confidence {kernel.crossover_confidence}" + (": " + "; ".join(u.confidence_reasons)
+                                                                 if u.confidence_reasons else ""))
+    if u.band_low_tokens is not None:
+        lines.append(
+            f"indifference band: {_edge(u.band_low_tokens, u.band_low_open, True)} to "
+            f"{_edge(u.band_high_tokens, u.band_high_open, False)} tokens (the split's effect on this projection "
+            "is within the uncertainty there, over every gather prior)"
+        )
+    lb = u.lower_bound_threshold_tokens
+    lines.append(f"interval rule threshold: {lb:,} tokens (smallest measured count from which the speedup's "
+                 f"lower bound stays >= 1)" if lb is not None else
+                 "interval rule threshold: none (the speedup's lower bound is below 1 at the largest measured count)")
+    for row in u.stake:
+        lines.append(f"stake at {fmt_tokens(row.tokens)} tokens ({row.label}, {row.layers} layers): "
+                     + _saving(row.saving_us, row.saving_low_us, row.saving_high_us, row.saving_ms_per_chunk))
+    return lines
 
 
 def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = None) -> list[str]:
@@ -158,7 +219,7 @@ def print_report(
         console.print(f"{title or 'sweep'}: no points measured", markup=False)
         if caption:
             console.print(caption, markup=False)
-    for line in crossover_lines(kernel, gate_threshold_tokens):
+    for line in [*crossover_lines(kernel, gate_threshold_tokens), *uncertainty_lines(kernel)]:
         console.print(line, highlight=False, markup=False)
     print_verdict(console, verdict, reasons, partial=partial is not None)
 

@@ -49,15 +49,16 @@ ONE_WIN = [point(2048, WIN)]  # one point, the split wins: nothing to bracket
     ("points", "complete", "error", "verdict", "reason", "threshold", "confidence"),
     [
         # complete runs: the kernel gate decides
-        (FULL, True, None, "Pass", "Pass", 2048, "resolved"),
+        # 1024 and 2048 bracket the break-even only to about ±30 %: never "resolved" across that gap
+        (FULL, True, None, "Pass", "Pass", 2048, "unbracketed"),
         ([*FULL[:3], point(4096, LOSE)], True, None, "Fail", "Fail", None, "none"),  # loses again at 4096
         ([point(256, LOSE), point(1024, LOSE, err=1.0), point(2048, WIN), point(4096, WIN)], True, None, "Fail",
-         "Fail", 2048, "resolved"),
+         "Fail", 2048, "unbracketed"),
         # partial: no verdict ever; a threshold only when two measured points bracket the crossover
-        (BRACKET, False, "interrupted (SIGINT)", None, "BenchmarkFailed", 2048, "resolved"),
+        (BRACKET, False, "interrupted (SIGINT)", None, "BenchmarkFailed", 2048, "unbracketed"),
         (ONE_WIN, False, "interrupted (SIGINT)", None, "BenchmarkFailed", None, "none"),
         (FULL[2:], False, "rank 3 failed", None, "BenchmarkFailed", None, "none"),
-        (FULL, True, "rank 0 finished late", None, "BenchmarkFailed", 2048, "resolved"),  # an error is partial
+        (FULL, True, "rank 0 finished late", None, "BenchmarkFailed", 2048, "unbracketed"),  # an error is partial
         ([], False, "rank 1 failed: OOM", None, "BenchmarkFailed", None, None),
         ([], True, None, None, "BenchmarkFailed", None, None),
     ],
@@ -150,3 +151,10 @@ def test_local_status_vocabulary() -> None:
 def test_points_are_kernel_points() -> None:
     j = judge(result(FULL), SPEC)
     assert j.kernel is not None and all(isinstance(p, KernelPoint) for p in j.kernel.points)
+
+
+def test_partial_adaptive_run_counts_listed_and_added_points() -> None:
+    spec = ExperimentSpec.model_validate({"sweep": {"tokens": [256, 1024, 2048, 4096],
+                                                    "refine": {"maxAddedPoints": 3}}})
+    j = judge(result(BRACKET, False, "interrupted (SIGINT)"), spec)
+    assert "3 of 4 listed + up to 3 adaptive token counts measured" in j.reasons[0]

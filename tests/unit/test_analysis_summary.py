@@ -52,7 +52,7 @@ def test_evaluate_h20_table() -> None:
     k = ev.kernel
     assert isinstance(k, KernelStatus)
     assert k.crossover_tokens == pytest.approx(H20_BREAK_EVEN, abs=1e-6)
-    assert (k.first_winning_tokens, k.recommended_threshold_tokens, k.crossover_confidence) == (48, 32, "resolved")
+    assert (k.first_winning_tokens, k.recommended_threshold_tokens, k.crossover_confidence) == (48, 32, "unbracketed")
     assert (k.threshold_rounding, k.gather_source, k.gemm_backend, k.timer) == (
         "next-power-of-two", "measured", "vllm-marlin", "cupti"
     )

@@ -239,12 +239,39 @@ def break_even_tokens(points: Iterable[KernelPoint], interpolation: Interpolatio
     return BreakEven(tokens, lose.tokens, win.tokens, False, interpolation)
 
 
-def crossover_confidence(points: Iterable[KernelPoint]) -> CrossoverConfidence:
-    """How far the crossover can be trusted.
+#: A crossover is resolved only when its bracket lies within ±10 % of the break-even (issue 20).
+DEFAULT_BRACKET_REL = 0.10
 
-    ``"resolved"`` when every bracketing point (the last losing and the first winning one; only the
-    smallest point when the split wins everywhere) is decided; ``"within-spread"`` when one of them is
-    not; ``"none"`` when there is no crossover.
+
+def bracket_gap(be: BreakEven, bracket_rel: float = DEFAULT_BRACKET_REL, floor_tokens: int = 1) -> str | None:
+    """Why the bracket of ``be`` is too wide to call its crossover resolved, or ``None`` when it is narrow enough.
+
+    Narrow enough: ``upper − lower ≤ max(2 · bracket_rel · break-even, floor_tokens)`` (the last losing
+    and the first winning measured counts within ``±bracket_rel`` of the break-even, or no further apart
+    than the floor). A split that wins at every measured count has no lower end: ``None`` (its
+    break-even is only bounded above, which :attr:`BreakEven.at_or_below_smallest_measured` says).
+    """
+    if be.lower_tokens is None:
+        return None
+    width = be.upper_tokens - be.lower_tokens
+    if width <= max(2 * bracket_rel * be.tokens, float(floor_tokens)):
+        return None
+    half = 100 * width / 2 / be.tokens
+    return (f"unmeasured gap: the break-even ≈ {be.tokens:,.0f} tokens is bracketed only by {be.lower_tokens:,} "
+            f"and {be.upper_tokens:,} tokens (±{half:.0f} %); resolved needs ±{100 * bracket_rel:.0f} % "
+            f"or a gap of at most {floor_tokens} tokens")
+
+
+def crossover_confidence(
+    points: Iterable[KernelPoint], bracket_rel: float = DEFAULT_BRACKET_REL, floor_tokens: int = 1
+) -> CrossoverConfidence:
+    """How far the crossover can be trusted, from the medians, IQRs and the bracket.
+
+    ``"none"`` when there is no crossover; ``"within-spread"`` when a bracketing point (the last losing
+    and the first winning one; only the smallest point when the split wins everywhere) is not decided;
+    ``"unbracketed"`` when the last losing and first winning measured counts are further apart than
+    :func:`bracket_gap` allows (``resolved`` is never claimed across an unmeasured gap); else
+    ``"resolved"``. :func:`spx.analysis.band.confidence` adds the speed-up intervals and gives reasons.
 
     Raises:
         ValueError: on a repeated token count.
@@ -254,9 +281,11 @@ def crossover_confidence(points: Iterable[KernelPoint]) -> CrossoverConfidence:
     if be is None:
         return "none"
     bracket = {be.upper_tokens} | ({be.lower_tokens} if be.lower_tokens is not None else set())
-    if all(p.decided for p in ordered if p.tokens in bracket):
-        return "resolved"
-    return "within-spread"
+    if not all(p.decided for p in ordered if p.tokens in bracket):
+        return "within-spread"
+    if bracket_gap(be, bracket_rel, floor_tokens) is not None:
+        return "unbracketed"
+    return "resolved"
 
 
 @dataclass(frozen=True)
@@ -274,8 +303,12 @@ class Crossover:
     confidence: CrossoverConfidence
 
 
-def find_crossover(points: Iterable[KernelPoint], interpolation: Interpolation = "log-log") -> Crossover:
+def find_crossover(
+    points: Iterable[KernelPoint], interpolation: Interpolation = "log-log", floor_tokens: int = 1
+) -> Crossover:
     """First winning count, interpolated break-even and confidence of a sweep (any point order).
+
+    ``floor_tokens``: see :func:`bracket_gap`.
 
     Raises:
         ValueError: on a repeated token count or an unknown interpolation.
@@ -284,5 +317,5 @@ def find_crossover(points: Iterable[KernelPoint], interpolation: Interpolation =
     return Crossover(
         first_winning_tokens=first_winning_tokens(ordered),
         break_even=break_even_tokens(ordered, interpolation),
-        confidence=crossover_confidence(ordered),
+        confidence=crossover_confidence(ordered, floor_tokens=floor_tokens),
     )

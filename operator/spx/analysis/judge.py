@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spx.analysis.rollout import combine_verdict
-from spx.analysis.summary import Evaluation, evaluate, point_from_result
+from spx.analysis.summary import Evaluation, evaluate, point_from_result, points_with_reasons
 from spx.api.accuracy import AccuracyStatus
 from spx.api.result import KernelResult, ResultSummary
 from spx.api.serving import ServingStatus
@@ -89,7 +89,9 @@ def _device(result: KernelResult | ResultSummary) -> str | None:
 
 def _points(result: KernelResult | ResultSummary) -> list[KernelPoint]:
     if isinstance(result, KernelResult):
-        return [point_from_result(p) for p in result.points]
+        if len({p.tokens for p in result.points}) != len(result.points):
+            return [point_from_result(p) for p in result.points]  # evaluate names the repeated count
+        return points_with_reasons(result)
     return list(result.points)
 
 
@@ -108,6 +110,7 @@ def cap_partial(kernel: KernelStatus) -> tuple[KernelStatus, list[str]]:
         return kernel, []
     capped = kernel.model_copy(update={
         "crossover_tokens": None, "recommended_threshold_tokens": None, "crossover_confidence": "none",
+        "uncertainty": None,
     })
     return capped, [
         f"{PARTIAL}: no crossover and no threshold are recommended: the split wins from the smallest of the "
@@ -164,7 +167,10 @@ def judge(
         kernel, withdrawn = cap_partial(ev.kernel)
         total = len(spec.sweep.tokens)
         why = result.error or "the run did not complete (no error recorded)"
-        head = (f"{PARTIAL}: {len(points)} of {total} token counts measured before it stopped ({why}); "
+        refine = spec.sweep.refine
+        counted = (f"{len(points)} of {total} token counts" if refine is None else
+                   f"{len(points)} of {total} listed + up to {refine.max_added_points} adaptive token counts")
+        head = (f"{PARTIAL}: {counted} measured before it stopped ({why}); "
                 "a partial run publishes no verdict")
         shows = f"the measured points alone would be judged {ev.verdict}" + (
             f": {ev.reasons[0]}" if ev.reasons else "")

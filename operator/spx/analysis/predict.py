@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
+from spx.analysis.band import uncertainty
 from spx.analysis.crossover import (
     Interpolation,
     break_even_tokens,
@@ -44,12 +45,15 @@ from spx.analysis.crossover import (
 )
 from spx.analysis.gather_prior import SEED_DTYPE_BYTES, SEED_OUTPUT_SIZE, derive_gather
 from spx.analysis.gather_prior import interpolate_time as interpolate_time  # re-exported (its former home)
+from spx.analysis.interval import point_interval
 from spx.analysis.reference import parse_kernel_table
+from spx.analysis.remodel import remodel_gather
+from spx.analysis.summary import points_from_result
 from spx.analysis.threshold import recommended_threshold_tokens
 from spx.api.base import CamelModel
 from spx.api.result import KernelResult
-from spx.api.spec import GatherModelSpec, ThresholdRounding
-from spx.api.status import KernelPoint
+from spx.api.spec import VLLM_DEFAULT_THRESHOLD_TOKENS, GatherModelSpec, ThresholdRounding
+from spx.api.status import CrossoverConfidence, CrossoverUncertainty, KernelPoint
 
 #: (GEMM rows, H100/H200 speedup over H20) anchors of the seed author's scaling.
 SEED_SCALING_ANCHORS: tuple[tuple[int, float], ...] = ((256, 2.0), (512, 3.7), (1024, 6.7))
@@ -114,6 +118,8 @@ class Prediction(CamelModel):
     tensor_parallel_size: int = Field(ge=1)
     interpolation: Interpolation
     method: str
+    crossover_confidence: CrossoverConfidence = "none"
+    uncertainty: CrossoverUncertainty | None = None
 
 
 def predict_rows(
@@ -258,28 +264,75 @@ def predict_with_measured(
             replicated_us=rep_new, split_us=split_new, speedup=rep_new / split_new,
         ))
     gpu = measured.environment.gpu or measured.device
+    intervals = {p.tokens: point_interval(p, measured.spec).measured for p in measured.points if p.tokens in mine}
+    points: list[KernelPoint] = []
+    for row in rows:
+        iv, kp = intervals[row.tokens], median_point(row.tokens, row.shard_rows, row.replicated_us, row.split_us,
+                                                      row.gather_us)
+        lo, hi = row.speedup * iv.low / iv.value, row.speedup * iv.high / iv.value
+        points.append(kp.model_copy(update={"speedup_low": lo, "speedup_high": hi,
+                                               "speedup_low_any_prior": lo, "speedup_high_any_prior": hi}))
     method = (
         f"H20 table's all-gather (split total − shard GEMM, shard at ceil(M/{tp}) rows, {interpolation} "
         f"interpolation of the H20 replicated column) + GEMMs measured on {gpu} with {measured.gemm_backend} "
-        f"(replicated median, measured shard GEMM); break-even: {interpolation} interpolation; threshold: {rounding}."
+        f"(replicated median, measured shard GEMM); break-even: {interpolation} interpolation; threshold: {rounding}. "
+        "Speed-up intervals: the measured samples' paired bootstrap, as a relative width (the H20 gather is "
+        "a table value without a standard error)."
     )
-    return _prediction(rows, tp, rounding, interpolation, method)
+    return _prediction(rows, tp, rounding, interpolation, method, points)
+
+
+def predict_remodelled(
+    measured: KernelResult,
+    model: GatherModelSpec,
+    rounding: ThresholdRounding = "next-power-of-two",
+    gate_threshold_tokens: int = VLLM_DEFAULT_THRESHOLD_TOKENS,
+) -> Prediction:
+    """A one-GPU run judged under a gather prior: the same points, intervals, crossover and band as
+    ``spx report`` gives for that run's result re-modelled with ``model`` (:func:`spx.analysis.remodel.remodel_gather`;
+    the result itself when ``model`` is the one it was measured with).
+
+    The break-even is log-log interpolated, the threshold rounded with ``rounding`` at TP of the run,
+    the stake given at ``gate_threshold_tokens``. ``rows`` is empty (no H20 inputs are involved).
+
+    Raises:
+        ValueError: the result's gather was measured, a point cannot be analysed, or TP < 1.
+    """
+    same = measured.spec.kernel.gather_model == model
+    result = measured if same else remodel_gather(measured, model)
+    tp = result.spec.parallelism.tensor_parallel_size
+    points = points_from_result(result)
+    gpu = measured.environment.gpu or measured.device
+    method = (
+        f"GEMMs measured on {gpu} with {measured.gemm_backend}; all-gather modelled with {model.describe()}. "
+        "Break-even: log-log interpolation; speed-up intervals: paired bootstrap of the samples' rounds and the "
+        f"gather prior's uncertainty (spx.analysis.interval); threshold: {rounding}. Same analysis as spx report."
+    )
+    return _prediction([], tp, rounding, "log-log", method, points, gate_threshold_tokens)
 
 
 def _prediction(rows: Sequence[PredictedRow], tp: int, rounding: ThresholdRounding, interpolation: Interpolation,
-                method: str) -> Prediction:
-    """Predicted rows → :class:`Prediction`: points, break-even (``interpolation``), threshold (``rounding``)."""
-    points = rows_to_points(rows)
-    be = break_even_tokens(points, interpolation)
+                method: str, points: Sequence[KernelPoint] | None = None,
+                gate_threshold_tokens: int = VLLM_DEFAULT_THRESHOLD_TOKENS) -> Prediction:
+    """Predicted rows (or ``points``) → :class:`Prediction`: break-even (``interpolation``), threshold
+    (``rounding``), confidence and uncertainty (:func:`spx.analysis.band.uncertainty`, floor TP)."""
+    pts = sorted_points(points) if points is not None else rows_to_points(rows)
+    be = break_even_tokens(pts, interpolation)
+    recommended = recommended_threshold_tokens(be.tokens, rounding, tp) if be else None
+    confidence, unc = uncertainty(pts, recommended_threshold_tokens=recommended,
+                                  gate_threshold_tokens=gate_threshold_tokens, floor_tokens=tp,
+                                  interpolation=interpolation)
     return Prediction(
-        points=points,
+        points=pts,
         rows=list(rows),
-        first_winning_tokens=first_winning_tokens(points),
+        first_winning_tokens=first_winning_tokens(pts),
         break_even_tokens=be.tokens if be else None,
         break_even_at_or_below_smallest_measured=be.at_or_below_smallest_measured if be else False,
-        recommended_threshold_tokens=recommended_threshold_tokens(be.tokens, rounding, tp) if be else None,
+        recommended_threshold_tokens=recommended,
         threshold_rounding=rounding,
         tensor_parallel_size=tp,
         interpolation=interpolation,
         method=method,
+        crossover_confidence=confidence,
+        uncertainty=unc,
     )

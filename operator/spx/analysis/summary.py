@@ -8,10 +8,12 @@ and the operator call, so a local run and a cluster run are judged by the same c
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from spx.analysis.band import V41_NUM_LAYERS, lower_bound_threshold, uncertainty, with_intervals
 from spx.analysis.bounds import combine_bounds, has_host_times, host_bound_fields, host_bound_points
 from spx.analysis.crossover import decided_from_quartiles, find_crossover, sorted_points, speedup
+from spx.analysis.interval import point_interval
 from spx.analysis.threshold import recommended_threshold_tokens
 from spx.analysis.verdict import gate_verdict
 from spx.api.result import KernelResult, PointResult
@@ -57,12 +59,27 @@ def point_from_result(point: PointResult) -> KernelPoint:
 
 
 def points_from_result(result: KernelResult) -> list[KernelPoint]:
-    """Every point of a result document as a ``KernelPoint`` (see :func:`point_from_result`), by tokens.
+    """Every point of a result document as a ``KernelPoint`` (see :func:`point_from_result`), by tokens,
+    with its speed-up intervals (``speedupLow/High[AnyPrior]``: :func:`spx.analysis.interval.point_interval`
+    on the result's own spec: its gather prior, output width, dtype and TP).
 
     Raises:
-        ValueError: on a repeated token count.
+        ValueError: on a repeated token count or a sample that is not finite and > 0.
     """
-    return sorted_points(point_from_result(p) for p in result.points)
+    points = sorted_points(point_from_result(p) for p in result.points)
+    intervals = {p.tokens: point_interval(p, result.spec) for p in result.points}
+    return with_intervals(points, intervals)
+
+
+def points_with_reasons(result: KernelResult) -> list[KernelPoint]:
+    """:func:`points_from_result` with each adaptively added point's ``added_because``.
+
+    Raises:
+        ValueError: see :func:`points_from_result`.
+    """
+    reasons = {p.tokens: p.added_because for p in result.points if p.added_because}
+    return [p.model_copy(update={"added_because": reasons[p.tokens]}) if p.tokens in reasons else p
+            for p in points_from_result(result)]
 
 
 def evaluate(
@@ -73,6 +90,7 @@ def evaluate(
     gemm_backend: str | None = None,
     timer: str | None = None,
     device: str | None = None,
+    layers: int = V41_NUM_LAYERS,
 ) -> Evaluation:
     """Crossover, recommended threshold and gate verdict of a sweep.
 
@@ -86,11 +104,14 @@ def evaluate(
         gemm_backend, timer: copied into the status for the record.
         device: ``cpu`` marks a CPU smoke run: its speed verdict is reported as Inconclusive unless
             ``gate.allow_cpu_timings``.
+        layers: of the model, for the stake per prefill chunk (:mod:`spx.analysis.band`).
 
     Returns:
         :class:`Evaluation` with ``kernel.points`` sorted by tokens, ``crossover_tokens`` (the log-log
-        interpolated break-even, tokens), ``first_winning_tokens``, ``crossover_confidence``,
-        ``recommended_threshold_tokens``, and the verdict with its reasons.
+        interpolated break-even, tokens), ``first_winning_tokens``, ``crossover_confidence`` (with the
+        intervals, the bracket and the priors: :func:`spx.analysis.band.confidence`; the bracket's floor
+        is TP), ``recommended_threshold_tokens`` (``gate.threshold_rule``), ``uncertainty`` (crossover
+        interval, indifference band, stake), and the verdict with its reasons.
 
     Raises:
         ValueError: on a repeated token count or ``tensor_parallel_size < 1``.
@@ -98,11 +119,22 @@ def evaluate(
     if tensor_parallel_size < 1:
         raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
     ordered = sorted_points(points)
-    crossover = find_crossover(ordered)
+    crossover = find_crossover(ordered, floor_tokens=tensor_parallel_size)
     be = crossover.break_even
-    recommended = (
-        recommended_threshold_tokens(be.tokens, gate.threshold_rounding, tensor_parallel_size) if be else None
+    if gate.threshold_rule == "lower-bound":
+        lb = lower_bound_threshold(ordered)
+        recommended = (
+            recommended_threshold_tokens(lb, gate.threshold_rounding, tensor_parallel_size) if lb else None
+        )
+    else:
+        recommended = (
+            recommended_threshold_tokens(be.tokens, gate.threshold_rounding, tensor_parallel_size) if be else None
+        )
+    confidence, unc = uncertainty(
+        ordered, recommended_threshold_tokens=recommended, gate_threshold_tokens=gate.threshold_tokens,
+        layers=layers, floor_tokens=tensor_parallel_size,
     )
+    crossover = replace(crossover, confidence=confidence)
     outcome = gate_verdict(
         ordered, gate, gather_source, crossover=crossover, recommended_threshold_tokens=recommended,
         cpu_timings=device == "cpu",
@@ -137,7 +169,7 @@ def evaluate(
         points=ordered,
         crossover_tokens=be.tokens if be else None,
         first_winning_tokens=crossover.first_winning_tokens,
-        crossover_confidence=crossover.confidence,
+        crossover_confidence=confidence,
         recommended_threshold_tokens=recommended,
         threshold_rounding=gate.threshold_rounding,
         gather_source=gather_source,
@@ -145,5 +177,6 @@ def evaluate(
         timer=timer,
         host_bound=host,
         verdict_bound=rests_on,
+        uncertainty=unc,
     )
     return Evaluation(kernel=kernel, verdict=verdict, reasons=reasons)

@@ -92,8 +92,9 @@ def threshold_reasons(
         )
         if crossover.confidence == "within-spread":
             reasons.append(
-                f"the crossover bracket {lo.tokens}-{hi.tokens} tokens is within the candidates' spread: "
-                "the break-even is uncertain; take more samples or measure between these counts"
+                f"the crossover bracket {lo.tokens}-{hi.tokens} tokens is within the candidates' spread or the "
+                "speedup's interval (samples, gather prior): the break-even is uncertain; take more samples, "
+                "measure between these counts (sweep.refine) or measure the gather"
             )
     fw = crossover.first_winning_tokens
     if rec < thr:

@@ -30,6 +30,10 @@ class CandidateStats(CamelModel):
     ``host_samples_us`` are the host's issue times of the same candidate, measured with the GPU kept
     busy (empty in results from before they were measured), ``host_median_us`` their median; with a
     modelled gather in eager mode they include its modelled host time (``PointResult.gather_host_us``).
+    Each sample is the max over ranks of that rank's timed interval, in measurement order: both
+    candidates are timed once per round (alternating), so ``samples_us[i]`` of ``replicated`` and of
+    ``split`` at one point come from the same round ``i`` (the paired bootstrap of
+    :mod:`spx.analysis.interval` relies on it). ``iqr_pct`` = (q3 − q1) / median × 100.
     """
 
     samples_us: list[float] = Field(default_factory=list)
@@ -60,6 +64,8 @@ class PointResult(CamelModel):
     time included in the split's host samples, ``gather_host_source`` whether it was measured (inside
     the sample) or modelled (``kernel.gatherModel.hostUs``). ``uncovered_samples`` counts host samples
     whose GPU cover ran out (:func:`spx.bench.timing.time_host_issue`).
+    fails the run when it exceeds :attr:`KernelResult.reference_tolerance`. ``added_because`` says why
+    an adaptive sweep (``sweep.refine``) measured this count (``None``: one of the listed counts).
     """
 
     tokens: int = Field(gt=0)
@@ -79,6 +85,7 @@ class PointResult(CamelModel):
     gather_host_us: float | None = Field(default=None, ge=0)
     gather_host_source: GatherSource | None = None
     uncovered_samples: int = Field(default=0, ge=0)
+    added_because: str | None = Field(default=None, max_length=512)
 
 
 class KernelResult(CamelModel):

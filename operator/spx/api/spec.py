@@ -39,6 +39,9 @@ Device = Literal["auto", "cuda", "cpu"]
 #: ``kernel.execution``: how each point is timed (``auto``: as vLLM would run that batch size).
 Execution = Literal["auto", "graph", "eager"]
 ThresholdRounding = Literal["next-power-of-two", "next-multiple-of-tp", "none"]
+#: How the recommended threshold is chosen (``spx.analysis.band``): from the interpolated break-even
+#: (``break-even``), or the smallest measured count from which the speedup's lower bound stays ≥ 1.
+ThresholdRule = Literal["break-even", "lower-bound"]
 
 #: Block edge of the DeepSeek-V3-style FP8 block format (128×128 blocks, ``weight_block_size: [128, 128]``).
 FP8_BLOCK = 128
@@ -133,6 +136,28 @@ class ParallelismSpec(CamelModel):
     """TP, the number of ranks; the split candidate gives each rank ceil(M/TP) token rows, then all-gathers the output."""
 
 
+class RefineSpec(CamelModel):
+    """The adaptive sweep (opt-in): after the listed counts, add counts where the crossover is not bracketed.
+
+    Planner: ``spx.analysis.refine`` (counts are multiples of TP, each recorded with why it was added);
+    it stops when every speedup curve's bracket is within ``±bracketRelative`` of its break-even or no
+    wider than ``floorTokens``, or after ``maxAddedPoints`` / ``maxRounds``.
+    """
+
+    bracket_relative: float = Field(default=0.10, gt=0.0, le=1.0)
+    """The bracket is narrow enough within ± this fraction of the break-even (0.10: ±10 %)."""
+    floor_tokens: int | None = Field(default=None, ge=1, le=1 << 20)
+    """A bracket no wider than this many tokens is narrow enough (default: the TP size; e.g. the GEMM's tile step)."""
+    max_added_points: int = Field(default=8, ge=1, le=48)
+    """At most this many counts are added to the listed ones."""
+    max_rounds: int = Field(default=4, ge=1, le=16)
+    """At most this many planning rounds."""
+    points_per_round: int = Field(default=2, ge=1, le=8)
+    """At most this many counts measured per round."""
+    bounds: bool = True
+    """Also bracket where the ends of the speedup's intervals (samples, gather prior) and the gather priors cross 1.0, not only the point estimate."""
+
+
 class SweepSpec(CamelModel):
     """Token counts (M, tokens in the batch) to measure, strictly increasing."""
 
@@ -140,6 +165,8 @@ class SweepSpec(CamelModel):
         default_factory=lambda: list(SEED_TOKENS), min_length=1, max_length=64
     )
     """Token counts M to measure, strictly increasing, each at most 16,777,216."""
+    refine: RefineSpec | None = None
+    """Opt-in adaptive sweep: after these counts, add counts around the crossover until it is bracketed."""
 
     @field_validator("tokens")
     @classmethod
@@ -323,6 +350,8 @@ class GateSpec(CamelModel):
     """Allow a Pass or Fail on CPU timings (for pipeline tests on machines without GPUs; otherwise Inconclusive)."""
     threshold_rounding: ThresholdRounding = "next-power-of-two"
     """How the recommended threshold is rounded up from the crossover: next-power-of-two, next-multiple-of-tp or none."""
+    threshold_rule: ThresholdRule = "break-even"
+    """break-even (round the interpolated break-even up) or lower-bound (the smallest measured count from which the speedup's 95 % lower bound stays >= 1, then rounded)."""
 
 
 #: Kubernetes label value (apimachinery ``IsValidLabelValue``): ≤ 63 chars, alphanumeric ends.

@@ -22,7 +22,7 @@ ConditionType = Literal["Scheduled", "Completed", "Decided", "Ready", "Reconcili
 ConditionStatus = Literal["True", "False", "Unknown"]
 #: Reasons of the terminal ``Decided`` condition; every terminal outcome sets one of them.
 DecidedReason = Literal["Pass", "Fail", "Inconclusive", "InvalidSpec", "BenchmarkFailed", "InfraFailed"]
-CrossoverConfidence = Literal["resolved", "within-spread", "none"]
+CrossoverConfidence = Literal["resolved", "within-spread", "none", "unbracketed", "priors-disagree"]
 
 
 class Condition(CamelModel):
@@ -129,6 +129,16 @@ class KernelPoint(CamelModel):
     """Host-bound effective time (µs) of the split candidate: median over samples of max(host, GPU span)."""
     host_bound_decided: bool | None = None
     """Whether the host-bound effective times' interquartile intervals do not overlap."""
+    speedup_low: float | None = Field(default=None, ge=0)
+    """Lower end of the speedup's 95 % interval: paired bootstrap of the samples' rounds, widened by a modelled gather prior's own standard error."""
+    speedup_high: float | None = Field(default=None, ge=0)
+    """Upper end of the speedup's 95 % interval (same sources as speedupLow)."""
+    speedup_low_any_prior: float | None = Field(default=None, ge=0)
+    """Lower end of the interval over every gather prior spx ships (the spread between priors); equals speedupLow for a measured gather."""
+    speedup_high_any_prior: float | None = Field(default=None, ge=0)
+    """Upper end of the interval over every gather prior spx ships."""
+    added_because: str | None = Field(default=None, max_length=512)
+    """Why an adaptive sweep (sweep.refine) measured this token count; unset for the coarse sweep's counts."""
 
 
 class BoundCrossover(CamelModel):
@@ -144,6 +154,77 @@ class BoundCrossover(CamelModel):
     """The threshold the host-bound times support, rounded by gate.thresholdRounding."""
     verdict: Verdict | None = None
     """The gate verdict on the host-bound times alone."""
+
+
+class StakeRow(CamelModel):
+    """What splitting at one token count saves (> 0) or costs (< 0): µs per layer, ms per prefill chunk.
+
+    Unset values: the count lies outside the measured range (never extrapolated).
+    """
+
+    label: str = Field(max_length=128)
+    """band low edge, band high edge, recommended threshold, lower-bound threshold or gate threshold (several, comma-separated, when they fall on one count)."""
+    tokens: float = Field(gt=0)
+    """Token count M (a prefill chunk of M tokens)."""
+    layers: int = Field(ge=1)
+    """Layers running this projection once per forward (DeepSeek-V4.1: 40)."""
+    replicated_us: float | None = None
+    """Replicated µs at M (interpolated log-log between measured counts)."""
+    split_us: float | None = None
+    """Split µs at M (shard GEMM + all-gather, interpolated)."""
+    saving_us: float | None = None
+    """replicatedUs − splitUs per layer, µs (> 0: the split saves)."""
+    saving_low_us: float | None = None
+    """Lower end of the saving over the speedup's any-prior interval, µs per layer."""
+    saving_high_us: float | None = None
+    """Upper end of the saving over the speedup's any-prior interval, µs per layer."""
+    saving_ms_per_chunk: float | None = None
+    """savingUs × layers, in ms per prefill chunk of M tokens."""
+    saving_low_ms_per_chunk: float | None = None
+    """savingLowUs × layers, ms."""
+    saving_high_ms_per_chunk: float | None = None
+    """savingHighUs × layers, ms."""
+
+
+class CrossoverUncertainty(CamelModel):
+    """The crossover as an interval, why it is or is not resolved, the indifference band and the stake.
+
+    Definitions: ``spx.analysis.band``. Token ends are floats; an ``*Open`` end lies beyond the measured
+    range (the value is then the smallest / largest measured count).
+    """
+
+    level: float = Field(default=0.95, gt=0, lt=1)
+    """Confidence level of the per-point speedup intervals."""
+    confidence_reasons: list[str] = Field(default_factory=list)
+    """Why crossoverConfidence is not resolved (bracket width, an interval overlapping 1.0, the gather priors disagreeing); empty when resolved."""
+    bracket_low_tokens: int | None = None
+    """Last losing measured count below the break-even."""
+    bracket_high_tokens: int | None = None
+    """First winning measured count (from which the split wins at every larger one)."""
+    crossover_low_tokens: float | None = None
+    """Break-even of the optimistic curve (every point at speedupHigh)."""
+    crossover_high_tokens: float | None = None
+    """Break-even of the pessimistic curve (every point at speedupLow)."""
+    crossover_low_open: bool = False
+    """The optimistic curve wins at every measured count: the crossover may lie below the smallest."""
+    crossover_high_open: bool = False
+    """The pessimistic curve does not win at the largest measured count: the crossover may lie above it."""
+    band_low_tokens: float | None = None
+    """Low edge of the indifference band (as crossoverLowTokens, over every gather prior)."""
+    band_high_tokens: float | None = None
+    """High edge of the indifference band (as crossoverHighTokens, over every gather prior)."""
+    band_low_open: bool = False
+    """The band reaches below the smallest measured count."""
+    band_high_open: bool = False
+    """The band reaches above the largest measured count."""
+    lower_bound_threshold_tokens: int | None = None
+    """The interval rule's threshold: smallest measured count from which speedupLow stays >= 1."""
+    threshold_rule: str | None = Field(default=None, max_length=512)
+    """The interval rule, in words."""
+    layers: int = Field(default=40, ge=1)
+    """Layers in one prefill chunk's stake (DeepSeek-V4.1: 40)."""
+    stake: list[StakeRow] = Field(default_factory=list)
+    """What splitting saves or costs at the band's edges and at each threshold."""
 
 
 class KernelStatus(CamelModel):
@@ -162,7 +243,7 @@ class KernelStatus(CamelModel):
     first_winning_tokens: int | None = None
     """Smallest measured token count from which the split wins at every larger one."""
     crossover_confidence: CrossoverConfidence = "none"
-    """resolved, within-spread (the crossover lies inside the measurement spread) or none."""
+    """resolved, within-spread (the crossover lies inside the measurement spread), unbracketed (an unmeasured gap wider than ±10 % of the break-even), priors-disagree (the gather priors put a bracketing point on both sides of 1.0) or none; uncertainty.confidenceReasons says why."""
     recommended_threshold_tokens: int | None = None
     """The _SHARD_FUSED_WQA_WKV_MIN_TOKENS these measurements support, rounded by gate.thresholdRounding."""
     threshold_rounding: str | None = None
@@ -179,6 +260,8 @@ class KernelStatus(CamelModel):
     """What the verdict rests on: gpu-bound (no host times), host-bound, or both (the two agree or were reconciled)."""
     max_cudagraph_capture_size: int | None = None
     """vLLM's CUDA-graph capture limit the sweep used: points above it were timed eagerly (execution auto)."""
+    uncertainty: CrossoverUncertainty | None = None
+    """The crossover as an interval, the indifference band, the stake and the interval rule's threshold."""
 
 
 class ExperimentStatus(CamelModel):

@@ -156,7 +156,15 @@ def run_kernel_bench(
     try:
         warm_up_gpu(ctx)
         points: list[PointResult] = []
-        for tokens in spec.sweep.tokens:
+        if spec.sweep.refine is not None:  # the adaptive sweep (spx.bench.adaptive): rank 0 plans, all measure
+            from spx.bench.adaptive import adaptive_sweep, torch_broadcast
+
+            def measure(counts: list[int]) -> list[PointResult] | None:
+                got = [measure_point(ctx, t) for t in counts]
+                return [p for p in got if p is not None] if ctx.rank == 0 else None
+
+            points = adaptive_sweep(spec, measure, torch_broadcast(ctx.rank, ctx.distributed), on_point) or []
+        for tokens in spec.sweep.tokens if spec.sweep.refine is None else ():
             point = measure_point(ctx, tokens)
             if point is not None:
                 points.append(point)

@@ -32,7 +32,8 @@ def _predict_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measured", metavar="RESULT",
                    help="a one-GPU run's result.json (e.g. examples/results/h200-1gpu/humming/result.json): "
                    "predict with its measured GEMM times instead of the seed author's scaling factors; the "
-                   "gather stays the table's")
+                   "gather stays the table's (--gather h20-derived), or is that prior's (h20-calibrated, "
+                   "datasheet: the same points, intervals and band as spx report of the run re-modelled)")
     add_output_option(p, "predict.schema.json")
 
 
@@ -45,9 +46,10 @@ def _default_table() -> str:
 @command("predict", "The seed's H20 → H100/H200 what-if: predicted crossover and threshold from an H20 table.", _predict_args)
 def cmd_predict(args: argparse.Namespace) -> int:
     from spx.analysis.crossover import Interpolation
-    from spx.analysis.predict import Prediction, predict_from_table, predict_with_measured
+    from spx.analysis.predict import Prediction, predict_from_table, predict_remodelled, predict_with_measured
+    from spx.api import KernelStatus
     from spx.api.spec import GatherModelSpec
-    from spx.report import prediction_table
+    from spx.report import crossover_lines, kernel_table, prediction_table, uncertainty_lines
 
     if args.csv:
         text, source = read_text(args.csv, "a CSV table"), args.csv
@@ -57,11 +59,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError(f"--tp must be >= 1 (got {args.tp})")
     interpolation: Interpolation = "linear" if args.interpolation == "linear" else "log-log"
     measured = _read_measured(args.measured) if args.measured else None
-    if measured is not None and args.gather != "h20-derived":
-        raise UsageError("--measured predicts with the table's own gather: leave --gather at h20-derived")
     gather_model = None if args.gather == "h20-derived" else GatherModelSpec(prior=args.gather)
 
     def predict(how: Interpolation) -> Prediction:
+        if measured is not None and gather_model is not None:
+            return predict_remodelled(measured, gather_model, rounding=args.rounding)
         if measured is not None:
             return predict_with_measured(text, measured, tp=args.tp, rounding=args.rounding, interpolation=how)
         return predict_from_table(text, tp=args.tp, rounding=args.rounding, interpolation=how,
@@ -77,13 +79,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
     except ValueError:
         alt = None
     if measured is not None:
-        source += f" with the GEMMs of {args.measured} ({measured.gemm_backend})"
+        source = f"the GEMMs of {args.measured} ({measured.gemm_backend})" + (
+            f", gather {args.gather}" if gather_model is not None else f" and the gather of {source}")
     if args.output != "text":
         emit(PredictDocument(source=source, prediction=pred, alternative_interpolation=other,
                              alternative_break_even_tokens=alt.break_even_tokens if alt else None), args.output)
         return EXIT_OK
     console = make_console()
-    console.print(prediction_table(pred.rows, title=f"H100/H200 what-if from {source}, TP{args.tp}"))
+    kernel = KernelStatus(points=pred.points, crossover_tokens=pred.break_even_tokens,
+                          first_winning_tokens=pred.first_winning_tokens, crossover_confidence=pred.crossover_confidence,
+                          recommended_threshold_tokens=pred.recommended_threshold_tokens,
+                          threshold_rounding=pred.threshold_rounding, uncertainty=pred.uncertainty)
+    if pred.rows:
+        console.print(prediction_table(pred.rows, title=f"H100/H200 what-if from {source}, TP{args.tp}"))
+    else:
+        console.print(kernel_table(kernel, title=f"{source}, TP{pred.tensor_parallel_size}"))
     be = pred.break_even_tokens
     alt_text = ""
     if alt is not None and alt.break_even_tokens is not None:
@@ -99,6 +109,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if pred.recommended_threshold_tokens is not None:
         console.print(f"recommended threshold: {pred.recommended_threshold_tokens:,} tokens ({pred.threshold_rounding})",
                       highlight=False, markup=False)
+    for line in uncertainty_lines(kernel):
+        console.print(line, highlight=False, markup=False)
+    if not pred.rows:
+        for line in crossover_lines(kernel):
+            console.print(line, highlight=False, markup=False)
     console.print(f"method: {pred.method}", highlight=False, markup=False)
     return EXIT_OK
 

@@ -275,7 +275,8 @@ def run_local(
 
     watchdog = threading.Thread(target=_watchdog, name="spx-timeout", daemon=True)
     if progress is not None:
-        progress.start(len(spec.sweep.tokens), n, device, est)
+        refine = spec.sweep.refine  # an adaptive sweep adds at most maxAddedPoints counts
+        progress.start(len(spec.sweep.tokens) + (refine.max_added_points if refine else 0), n, device, est)
     try:
         with launcher_logging(log_dir), launch_environment(device, n):
             tail_thread.start()
