@@ -94,35 +94,41 @@ def build_summary(
 
     Times are rounded to 6 significant digits. Shrinks in this order until it fits: the serving and
     accuracy sections (:func:`vllm_summary_levels`), environment detail (kernel names are never
-    included), the error text, the adaptive sweep's ``addedBecause`` texts, then the points' precision
-    (5, 4, 3 significant digits), then their speedup intervals (any-prior ends, then their own), then the
-    points' host medians and at last their host-bound times — the points themselves are always kept.
+    the adaptive sweep's ``addedBecause`` texts, the points' speedup intervals (any-prior ends, then their
+    own), environment detail (kernel names are never included), the error text, the points' precision
+    (5, 4, 3 significant digits), then the points' host medians and at last their host-bound times — the
+    points themselves are always kept.
     Returns the smallest form when even that does not fit.
     """
     env_full = result.environment.model_copy(update={"kernels": []})
     error = result.error[:511] + "…" if result.error and len(result.error) > 512 else result.error
     points = [_round_point(p, 6) for p in points]
-    candidates: list[ResultSummary] = []
+    # the adaptive sweep's reasons, then the speedup intervals (any-prior ends, then their own) go
+    # before any environment detail: the operator labels its metrics with the GPU
+    point_forms = [points]
+    for drop in (("added_because",), ("speedup_low_any_prior", "speedup_high_any_prior"), ("speedup_low", "speedup_high")):
+        point_forms.append([p.model_copy(update=dict.fromkeys(drop)) for p in point_forms[-1]])
+    points = point_forms[-1]
+
+    def summary(env: Environment, pts: list[KernelPoint]) -> ResultSummary:
+        return ResultSummary(
+            points=pts, environment=env, world_size=result.world_size, gemm_backend=result.gemm_backend,
+            gather_source=result.gather_source, timer=result.timer, complete=result.complete, error=error,
+        )
+
+    candidates: list[ResultSummary] = [summary(env_full, pts) for pts in point_forms[:-1]]
     for keep in _ENV_KEEP_STEPS:
         env = env_full if keep is None else Environment(**{k: getattr(env_full, k) for k in keep})
-        candidates.append(
-            ResultSummary(
-                points=points, environment=env, world_size=result.world_size, gemm_backend=result.gemm_backend,
-                gather_source=result.gather_source, timer=result.timer, complete=result.complete, error=error,
-            )
-        )
+        candidates.append(summary(env, points))
     last = candidates[-1]
     for err_len in (200, 80):
         if error and len(error) > err_len:
             candidates.append(last.model_copy(update={"error": error[: err_len - 1] + "…"}))
     last = candidates[-1]
-    points = [p.model_copy(update={"added_because": None}) for p in points]  # adaptive sweeps' reasons go first
-    candidates.append(last.model_copy(update={"points": points}))
     for digits in (5, 4, 3):
         rounded = [_round_point(p, digits) for p in points]
         candidates.append(last.model_copy(update={"points": rounded}))
-    interval_steps = (("speedup_low_any_prior", "speedup_high_any_prior"), ("speedup_low", "speedup_high"))
-    for drop in (*interval_steps, *_HOST_DROP_STEPS):  # intervals first, at last the host-bound times
+    for drop in _HOST_DROP_STEPS:  # at last the host detail: the medians, then the host-bound times
         candidates.append(candidates[-1].model_copy(update={
             "points": [p.model_copy(update=dict.fromkeys(drop)) for p in candidates[-1].points]}))
     levels = vllm_summary_levels(serving, accuracy) if serving is not None or accuracy is not None else [(None, None)]
