@@ -62,7 +62,7 @@ def run(doc: dict[str, Any], out: Path) -> tuple[KernelResult, float]:
     path = out / "experiment.yaml"
     path.write_text(json.dumps(doc, indent=1))
     exe = Path(sys.executable).with_name("spx")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "spx.cli"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "spx"]
     t0 = time.monotonic()
     proc = subprocess.run([*cmd, "run", str(path), "--out", str(out / "run"), "--overwrite"], capture_output=True,
                           text=True, cwd=REPO)
