@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_cluster import Cluster, run_operator
-from chartlib import CHART, CRD_NAME, installable_crd
+from spx_testing.chart_cluster import Cluster, run_operator
+from spx_testing.chartlib import CHART, CRD_NAME, installable_crd
 
 from spx import __version__
 from spx.api import validate_spec

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from cli_support import kernel_result
+from spx_testing.factories import kernel_result
 
 from spx.cli.documents import DOCUMENTS, schema_text
 

@@ -16,11 +16,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 GATING = ROOT / "examples" / "gating"
-sys.path.insert(0, str(ROOT / "tests" / "chart"))
-sys.path.insert(0, str(ROOT / "tests" / "observability"))
-
-from chartlib import load_crd, validate_against_crd  # noqa: E402
-from obslib import metric_names, registry_series_names  # noqa: E402
+from spx_testing.chartlib import load_crd, validate_against_crd  # noqa: E402
+from spx_testing.obslib import metric_names, registry_series_names  # noqa: E402
 
 
 def _template() -> dict:

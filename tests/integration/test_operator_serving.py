@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import EXP_API, EXP_PLURAL, Cluster, condition, free_port
-from controlplane import ControlPlane
-from nodeagent import standin_node_env, write_gsm8k
+from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster, condition, free_port
+from spx_testing.controlplane import ControlPlane
+from spx_testing.nodeagent import standin_node_env, write_gsm8k
 
 from spx.api.accuracy import AccuracyResult
 from spx.api.serving import ServingResult

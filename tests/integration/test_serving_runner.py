@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nodeagent import write_gsm8k
+from spx_testing.nodeagent import write_gsm8k
 
 from spx.analysis.accuracy import summarize as summarize_accuracy
 from spx.analysis.serving import summarize

@@ -8,6 +8,7 @@ accuracy sections (absent, passed, failed, undecided, expected but missing).
 from __future__ import annotations
 
 import pytest
+from spx_testing.factories import point_result
 
 from spx.analysis import judge, local_status
 from spx.analysis.stats import candidate_stats
@@ -27,11 +28,7 @@ WIN = ([148, 149, 150, 151, 152], [98, 99, 100, 101, 102])  # split 1.5× faster
 
 
 def point(tokens: int, times: tuple[list[int], list[int]], err: float = 0.002) -> PointResult:
-    rep, split = ([float(x) for x in t] for t in times)
-    padded = -(-tokens // 8) * 8
-    return PointResult(tokens=tokens, padded_tokens=padded, rows_per_rank=padded // 8,
-                       replicated=candidate_stats(rep), split=candidate_stats(split),
-                       gather_source="measured", max_abs_error=err)
+    return point_result(tokens, *times, max_abs_error=err)
 
 
 def result(points: list[PointResult], complete: bool = True, error: str | None = None) -> KernelResult:

@@ -6,10 +6,10 @@ import math
 from pathlib import Path
 
 import pytest
+from spx_testing.factories import H20_CSV
 
 from spx.analysis.predict import gemm_scaling_factor, interpolate_time, predict_from_table
 
-H20_CSV = (Path(__file__).parent.parent / "data" / "h20_tp8_fused_wqa_wkv.csv").read_text()
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spx import metrics
+from spx.controller import metrics
 from spx.api import ExperimentStatus, ResultSummary
 from spx.api.status import Condition, Environment, KernelPoint
 from spx.controller import conditions as cond

@@ -25,7 +25,7 @@ Candidate = Literal["replicated", "split"]
 class CandidateStats(CamelModel):
     """All samples of one candidate at one token count, in µs per call.
 
-    Each sample is the max over ranks of that rank's timed interval (DESIGN.md method).
+    Each sample is the max over ranks of that rank's timed interval (docs/kernel-benchmark.md "Method").
     ``iqr_pct`` = (q3 − q1) / median × 100.
     """
 

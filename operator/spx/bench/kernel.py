@@ -1,6 +1,6 @@
 """The projection microbenchmark: replicated GEMM vs split GEMM + all-gather over a token sweep.
 
-Method (DESIGN.md "The kernel benchmark method", from the seed PR), point by point:
+Method (docs/kernel-benchmark.md "Method", from the seed PR: docs/seed.md), point by point:
 
 - ``replicated``: every rank computes ``X[M, K] · Wᵀ`` over all M tokens.
 - ``split``: M is padded up to a multiple of TP (``M_pad``); rank r projects rows

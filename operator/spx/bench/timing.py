@@ -12,7 +12,7 @@ Per-sample GPU time of one launch from CUPTI kernel records (torch.profiler / ki
 The sample is the *span* of the GPU activities the launch issued: first kernel start → last kernel
 end, measured by CUPTI on the device's clock. Unlike CUDA events around ``graph.replay()`` it
 excludes the host's launch overhead (~10-15 µs on H200 for a tiny GEMM), which would otherwise
-swamp the small-token points (DESIGN.md, "The kernel benchmark method"; NOTES.md).
+swamp the small-token points (docs/kernel-benchmark.md, "Method").
 
 How the activities of one sample are found: every timed launch is wrapped in a
 ``record_function("spx/<candidate>/<i>")`` range; the CUDA runtime calls made inside that CPU range

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from spx.cli.common import UsageError, add_output_option, emit, make_console, read_text
 from spx.cli.documents import PredictDocument
 from spx.cli.registry import command
-from spx.exit_codes import EXIT_OK
+from spx.api.exit_codes import EXIT_OK
 
 if TYPE_CHECKING:
     from spx.api.result import KernelResult
@@ -47,7 +47,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from spx.analysis.crossover import Interpolation
     from spx.analysis.predict import Prediction, predict_from_table, predict_with_measured
     from spx.api.spec import GatherModelSpec
-    from spx.report import prediction_table
+    from spx.cli.tables import prediction_table
 
     if args.csv:
         text, source = read_text(args.csv, "a CSV table"), args.csv

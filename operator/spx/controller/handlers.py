@@ -15,7 +15,8 @@ from typing import Any
 import aiohttp
 import kopf
 
-from spx import __version__, metrics
+from spx import __version__
+from spx.controller import metrics
 from spx.api.spec import GROUP, PLURAL, VERSION
 from spx.controller import crd_check
 from spx.controller.kube import ApiError, KubeClient, resource_path

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from spx import metrics
+from spx.controller import metrics
 from spx.api.loading import SpecError, validate_spec
 from spx.api.spec import KIND, PLURAL, ExperimentSpec
 from spx.api.status import ExperimentStatus

@@ -15,8 +15,8 @@ from typing import Any
 
 import kopf
 import pytest
-from cluster import EXP_API, EXP_PLURAL, Cluster
-from controlplane import ControlPlane
+from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster
+from spx_testing.controlplane import ControlPlane
 
 from spx.api.loading import validate_spec
 from spx.controller.kube import KubeClient

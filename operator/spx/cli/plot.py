@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from spx.api import KernelStatus
-from spx.report import CPU_NOTE
+from spx.cli.tables import CPU_NOTE
 
 
 def plot_title(
