@@ -26,7 +26,6 @@ import json
 import os
 import resource
 import statistics
-import sys
 import tempfile
 import time
 import urllib.request

@@ -6,7 +6,8 @@
 
 1. **largest modules**: lines of each ``operator/spx/**.py``, the three longest.
 2. **import circles**: strongly connected components (Tarjan) of the module import graph that grimp
-   (import-linter's graph builder) reads from the source, function-level imports included.
+   (import-linter's graph builder) reads from the source, function-level imports included; and the
+   imports that run up the layers (ranks below).
 3. **modules outside the contracts**: modules of spx (not the root package) that no import-linter
    contract in ``pyproject.toml`` names (themselves or a package above them), and those outside the
    ``layers`` contract.
@@ -101,6 +102,17 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
                 if len(component) > 1:
                     found.append(sorted(component))
     return sorted(found)
+
+
+def upward(edges: dict[str, set[str]]) -> list[str]:
+    """Imports from a module into a higher layer's (:data:`RANK`), ``"a -> b"``."""
+    ups = []
+    for a, targets in edges.items():
+        for b in targets:
+            ra, rb = rank(a), rank(b)
+            if ra is not None and rb is not None and rb > ra:
+                ups.append(f"{a} -> {b}")
+    return sorted(ups)
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -222,6 +234,7 @@ def main() -> int:
         "repo": str(repo),
         "largest_modules": [{"path": p, "lines": n} for p, n in largest(package_dir)],
         "import_circles": circles(edges),
+        "imports_up_the_layers": upward(edges),
         "modules_outside_every_contract": no_contract,
         "modules_outside_the_layers_contract": no_layer,
     }

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from spx_testing.chart_cluster import Cluster, skip_reason, start
 from spx_testing.chartlib import CHART
 

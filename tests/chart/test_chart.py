@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from spx_testing.chartlib import (
     ALL_FEATURES,
     CHART,

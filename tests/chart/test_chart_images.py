@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from spx_testing.chartlib import ROOT
 
 OPERATOR_DOCKERFILE = ROOT / "images" / "operator" / "Dockerfile"

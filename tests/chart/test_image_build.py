@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 import pytest
+
 from spx_testing.chartlib import ROOT
 
 

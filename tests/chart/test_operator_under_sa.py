@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from spx_testing.chart_cluster import Cluster, run_operator
 from spx_testing.chartlib import CHART, CRD_NAME, ROOT, installable_crd
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from spx_testing.chart_cluster import Cluster
 from spx_testing.chartlib import CHART, CRD_NAME, EXPECTED_RULES, installable_crd
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
 from spx_testing.cluster import Cluster, condition
 from spx_testing.controlplane import ControlPlane
 from spx_testing.faultproxy import FaultProxy, Rule

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from spx_testing.cluster import Cluster, condition
 from spx_testing.controlplane import ControlPlane
 from spx_testing.kubeapi import ApiProblem

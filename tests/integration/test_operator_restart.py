@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster, condition
 from spx_testing.controlplane import ControlPlane
 from spx_testing.nodeagent import Fault

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from spx_testing.obslib import DASHBOARD, label_values_selector, metric_names, registry_series_names
 
 pytest.importorskip("grafana_foundation_sdk", reason="grafana-foundation-sdk (dev dependency) is not installed")

@@ -8,9 +8,9 @@ import subprocess
 import urllib.request
 
 import pytest
-from spx_testing.obslib import registry_series_names, require_binary
 
 from spx.controller import metrics
+from spx_testing.obslib import registry_series_names, require_binary
 
 
 def _sample(name: str, **labels: str) -> float | None:

@@ -26,7 +26,6 @@ import json
 import math
 import signal
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -36,16 +35,16 @@ from typing import Any
 
 import pytest
 import yaml
+
 from spx_testing.obslib import DASHBOARD, ROOT, RULES, label_values_selector, require_binary
 
 pytest.importorskip("torch", reason="the CPU bench needs torch")
 
+from spx.dashboard import panel_queries, variable_queries
 from spx_testing.cluster import ApiProblem, Cluster, condition, free_port
 from spx_testing.controlplane import ControlPlane
 from spx_testing.faultproxy import FaultProxy
 from spx_testing.nodeagent import standin_node_env, write_gsm8k
-
-from spx.dashboard import panel_queries, variable_queries
 
 pytestmark = pytest.mark.timeout(900)
 

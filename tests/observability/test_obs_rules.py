@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 
 import yaml
+
 from spx_testing.obslib import RULES, RULES_TEST, SYNTHETIC, metric_names, registry_series_names, require_binary
 
 ALERTS = {

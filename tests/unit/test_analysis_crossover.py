@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
 
 import pytest
-from spx_testing.factories import H20_CSV, kernel_point
 
 from spx.analysis.crossover import (
     break_even_tokens,
@@ -24,8 +22,7 @@ from spx.analysis.crossover import (
 )
 from spx.analysis.reference import parse_kernel_table
 from spx.api.status import KernelPoint
-
-
+from spx_testing.factories import H20_CSV, kernel_point
 
 #: Synthetic point: split 100 µs, replicated 100·s µs.
 pt = kernel_point

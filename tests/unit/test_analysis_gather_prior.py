@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import pytest
-from spx_testing.factories import H20_CSV
 from pydantic import ValidationError
 
 from spx.analysis.gather_prior import (
@@ -28,6 +26,7 @@ from spx.analysis.predict import predict_from_table
 from spx.analysis.reference import parse_kernel_table
 from spx.api.spec import CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, H20_GATHER_PRIOR, ExperimentSpec, GatherModelSpec
 from spx.cli import EXIT_OK, main
+from spx_testing.factories import H20_CSV
 
 POINTS = parse_kernel_table(H20_CSV)
 N, BF16 = 1792, 2

@@ -8,15 +8,14 @@ accuracy sections (absent, passed, failed, undecided, expected but missing).
 from __future__ import annotations
 
 import pytest
-from spx_testing.factories import point_result
 
 from spx.analysis import judge, local_status
-from spx.analysis.stats import candidate_stats
 from spx.api.accuracy import AccuracyStatus
 from spx.api.result import KernelResult, PointResult, ResultSummary
 from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
 from spx.api.status import KernelPoint
+from spx_testing.factories import point_result
 
 SPEC = ExperimentSpec.model_validate({"sweep": {"tokens": [256, 1024, 2048, 4096]}})
 SERVING_SPEC = ExperimentSpec.model_validate({

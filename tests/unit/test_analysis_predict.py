@@ -6,10 +6,9 @@ import math
 from pathlib import Path
 
 import pytest
-from spx_testing.factories import H20_CSV
 
 from spx.analysis.predict import gemm_scaling_factor, interpolate_time, predict_from_table
-
+from spx_testing.factories import H20_CSV
 
 
 @pytest.mark.parametrize(
@@ -107,7 +106,6 @@ def test_predict_with_measured_h200_humming_gemms():
     """The H20 gather + the committed H200 Humming GEMMs (issue 9 req. 6): split from ~90 tokens, threshold 128."""
     import json
     from importlib.resources import files
-    from pathlib import Path
 
     from spx.analysis.predict import predict_with_measured
     from spx.api.result import KernelResult

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from spx_testing.factories import H20_CSV
 
 from spx.analysis.reference import parse_kernel_table
 from spx.api.spec import SEED_TOKENS
+from spx_testing.factories import H20_CSV
 
 HEADER = "tokens,rows_per_rank,replicated_us,split_allgather_us,speedup\n"
 

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
-from spx_testing import factories
-from spx_testing.factories import H20_CSV
 
 import spx.analysis
 from spx.analysis import evaluate, judge, parse_kernel_table, points_from_result
-from spx.analysis.stats import candidate_stats
 from spx.api.result import KernelResult, PointResult
 from spx.api.spec import ExperimentSpec, GateSpec
 from spx.api.status import KernelPoint, KernelStatus
+from spx_testing import factories
+from spx_testing.factories import H20_CSV
 
 H20_BREAK_EVEN = 24.0 * 2.0 ** (
     -math.log(19.2 / 21.1) / (math.log(25.9 / 20.3) - math.log(19.2 / 21.1))

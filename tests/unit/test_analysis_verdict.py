@@ -5,14 +5,13 @@ from __future__ import annotations
 import functools
 
 import pytest
-from spx_testing.factories import kernel_point
 
 from spx.analysis.crossover import find_crossover
 from spx.analysis.threshold import recommended_threshold_tokens
 from spx.analysis.verdict import GateOutcome, gate_verdict
 from spx.api.spec import GateSpec
 from spx.api.status import GatherSource, KernelPoint
-
+from spx_testing.factories import kernel_point
 
 #: Synthetic point: split 100 µs, replicated 100·s µs, max |error| 0.001 unless ``max_abs_error=``.
 pt = functools.partial(kernel_point, max_abs_error=0.001)

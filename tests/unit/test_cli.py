@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from spx_testing.factories import H20_TABLE
 
 from spx.analysis import judge
 from spx.api import (
@@ -20,7 +19,8 @@ from spx.api import (
     PointResult,
     ResultSummary,
 )
-from spx.cli import COMMANDS, EXIT_USAGE, EXIT_OK, apply_overrides, build_status, build_summary, main, parse_tokens
+from spx.cli import COMMANDS, EXIT_OK, EXIT_USAGE, apply_overrides, build_status, build_summary, main, parse_tokens
+from spx_testing.factories import H20_TABLE
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.yaml"

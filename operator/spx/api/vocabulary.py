@@ -20,7 +20,7 @@ string ``enum``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Literal, get_args
+from typing import Final, Literal, TypeVar, get_args
 
 # --- verdicts and decided reasons ------------------------------------------------------------------
 
@@ -55,12 +55,12 @@ GemmBackend = Literal["auto", "humming", "marlin", "torch-bf16", "torch-fp8", "v
 GEMM_BACKENDS: Final[tuple[GemmBackend, ...]] = get_args(GemmBackend)
 #: What each GEMM backend runs (vLLM 0.33: ``vllm/model_executor/kernels/linear/`` picks Humming on SM90).
 GEMM_BACKEND_MEANINGS: Final[Mapping[GemmBackend, str]] = {
-    "auto": "the kernel vLLM 0.33 would pick for this weight on this GPU (torch-bf16 on CPU)",
+    "auto": "the kernel vLLM 0.33 would pick for this weight on this GPU, torch-bf16 on CPU",
     "humming": "Humming MXFP8 W8A16, the kernel vLLM 0.33 runs on SM90",
     "marlin": "Marlin MXFP8 W8A16, vLLM 0.33 with --linear-backend marlin",
-    "torch-bf16": "cuBLAS on the dequantised weight (a reference ceiling)",
-    "torch-fp8": "cuBLASLt blockwise W8A8, 128x128 blocks only (a reference ceiling)",
-    "vllm": "vLLM's own linear layer (needs vLLM)",
+    "torch-bf16": "cuBLAS on the dequantised weight, a reference ceiling",
+    "torch-fp8": "cuBLASLt blockwise W8A8, 128x128 blocks only, a reference ceiling",
+    "vllm": "vLLM's own linear layer, needs vLLM",
 }
 
 #: ``spec.kernel.gather`` (``spx.bench.kernel`` and ``spx.bench.vllm_gather``).
@@ -69,9 +69,9 @@ GATHER_BACKENDS: Final[tuple[GatherBackend, ...]] = get_args(GatherBackend)
 GATHER_BACKEND_MEANINGS: Final[Mapping[GatherBackend, str]] = {
     "auto": "nccl on GPUs, gloo on CPU, modelled with fewer ranks than TP",
     "nccl": "torch.distributed all_gather_into_tensor over NCCL",
-    "gloo": "the same over gloo (CPU)",
-    "vllm": "vLLM's custom all-gather path",
-    "modelled": "latency + (TP-1)/TP x bytes / busBW (spec.kernel.gatherModel)",
+    "gloo": "the same over gloo, for CPU",
+    "vllm": "vLLM's sp_all_gather, its custom all-gather below the size limit and NCCL above",
+    "modelled": "latency plus bytes over bus bandwidth, spec.kernel.gatherModel",
 }
 
 # --- the spx vLLM plugin (spx.bench.vllm_plugin) --------------------------------------------------
@@ -90,7 +90,10 @@ ARM_ENV: Final = "SPX_ARM"
 RESERVED_SERVER_ENV: Final[tuple[str, ...]] = (PLUGIN_ENV_THRESHOLD, ARM_ENV)
 
 
-def one_of(values: tuple[str, ...], meanings: Mapping[str, str] | None = None) -> str:
+_V = TypeVar("_V", bound=str)
+
+
+def one_of(values: tuple[_V, ...], meanings: Mapping[_V, str] | None = None) -> str:
     """``values`` as the text of a description or ``--help``: ``"a, b or c"``.
 
     With ``meanings`` (value → one line), each value is followed by its meaning in parentheses:

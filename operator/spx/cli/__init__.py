@@ -13,12 +13,12 @@ import sys
 from rich.markup import escape
 
 from spx.api import SpecError
+from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (importing registers their commands)
 from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
 from spx.cli.registry import COMMANDS, build_parser, command
 from spx.cli.run import build_status
 from spx.cli.summary import build_summary
-from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 
 
 def _error(message: str) -> None:

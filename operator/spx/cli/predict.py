@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from spx.api.exit_codes import EXIT_OK
 from spx.cli.common import UsageError, add_output_option, emit, make_console, read_text
 from spx.cli.documents import PredictDocument
 from spx.cli.registry import command
-from spx.api.exit_codes import EXIT_OK
 
 if TYPE_CHECKING:
     from spx.api.result import KernelResult

@@ -22,10 +22,10 @@ from spx.api import (
     dump_model,
     validate_spec,
 )
+from spx.api.exit_codes import EXIT_OK
 from spx.cli.common import UsageError, add_output_option, emit, make_console, read_experiment, warn
 from spx.cli.documents import ReportDocument
 from spx.cli.registry import command
-from spx.api.exit_codes import EXIT_OK
 
 
 def draw_plot(

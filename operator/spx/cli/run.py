@@ -21,6 +21,7 @@ from rich.markup import escape
 from spx.analysis.judge import Judgement, judge, local_status
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, KernelStatus, PointResult, dump_model
 from spx.api.base import utc_now
+from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
 from spx.api.vocabulary import GEMM_BACKENDS, one_of
 from spx.cli import outdir
 from spx.cli.common import (
@@ -35,7 +36,6 @@ from spx.cli.common import (
 from spx.cli.registry import command
 from spx.cli.report import draw_plot, gpu_label, table_title
 from spx.cli.summary import build_summary, emit_jsonl, write_summary
-from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus

@@ -16,9 +16,8 @@ import aiohttp
 import kopf
 
 from spx import __version__
-from spx.controller import metrics
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.controller import crd_check
+from spx.controller import crd_check, metrics
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.manifests import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
 from spx.controller.reactor import Reactor

@@ -45,6 +45,7 @@ from typing import Any
 
 import aiohttp
 import aiohttp.web
+
 from spx_testing.containers import ContainerRuntime, Fault, PodRun, standin_node_env, write_gsm8k
 
 __all__ = ["Fault", "NodeAgent", "standin_node_env", "write_gsm8k"]

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from spx.api import wire
@@ -17,7 +15,6 @@ from spx.api.result import KernelResult, PointResult, ResultSummary
 from spx.api.status import Environment, ExperimentStatus, KernelPoint
 from spx.controller import conclusion as c
 from spx.controller.manifests import job_name
-
 from spx_testing.specs import CPU_SPEC  # the one small CPU spec of the operator tests
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
