@@ -14,15 +14,16 @@
 4. **the longest call trail of an experiment from ``spx run``** (``--trace``): ``spx run`` on the CPU
    quickstart in this process under ``sys.setprofile``; each call into spx code is recorded with the spx
    frames above it (calls made through other libraries, e.g. pydantic validators or rich renderables,
-   count as a step). The longest such stack is the trail: its depth, the files it crosses and its
-   *climbs*: steps from a module to one in a higher layer (cli > controller > runner > bench >
-   analysis > api; the seed's top-level modules ranked where this issue moved them). Only the
+   count as a step). The trail is the stack that hops between modules most often: its hops, depth, the
+   modules it crosses and its *climbs*: steps from a module to one in a higher layer (cli > controller >
+   runner > bench > analysis > api; the former top-level modules ranked where issue 21 moved them). Only the
    ``spx run`` process is traced, not its rank processes. CPU timing plays no part in these figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -176,8 +177,13 @@ class Tracer:
             rc, re_ = rank(caller), rank(callee)
             if rc is not None and re_ is not None and re_ > rc:
                 self.climb_edges.add((caller, callee))
-        if len(chain) > len(self.longest):
+        if (hops(chain), len(chain)) > (hops(self.longest), len(self.longest)):
             self.longest = chain
+
+
+def hops(chain: list[tuple[str, str]]) -> int:
+    """Steps of ``chain`` from one module to another."""
+    return sum(a[0] != b[0] for a, b in zip(chain, chain[1:], strict=False))
 
 
 def climbs(chain: list[tuple[str, str]]) -> int:
@@ -199,7 +205,8 @@ def trace_run(repo: Path, package_dir: Path) -> dict[str, Any]:
         threading.setprofile(tracer)
         sys.setprofile(tracer)
         try:
-            code = main(argv)
+            with contextlib.redirect_stdout(sys.stderr):  # spx run's report; this script's JSON owns stdout
+                code = main(argv)
         finally:
             sys.setprofile(None)
             threading.setprofile(None)  # type: ignore[arg-type]
@@ -212,8 +219,8 @@ def trace_run(repo: Path, package_dir: Path) -> dict[str, Any]:
         "exit_code": code,
         "spx_modules_called": len(tracer.files),
         "upward_call_edges": sorted(f"{a} -> {b}" for a, b in tracer.climb_edges),
-        "longest_trail": {"depth": len(chain), "modules": len(set(m for m, _ in chain)), "climbs": climbs(chain),
-                          "steps": [f"{m}.{fn}" for m, fn in chain]},
+        "longest_trail": {"module_hops": hops(chain), "depth": len(chain), "modules": len(set(m for m, _ in chain)),
+                          "climbs": climbs(chain), "steps": [f"{m}.{fn}" for m, fn in chain]},
     }
 
 
