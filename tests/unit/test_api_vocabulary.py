@@ -170,3 +170,21 @@ def test_no_module_spells_a_vocabulary_out_again() -> None:
             if values in vocabularies and (rel, values) not in _OTHER_VOCABULARIES:
                 copies.append(f"operator/spx/{rel}:{line} spells out {vocabularies[values]}")
     assert not copies, "\n".join(copies)
+
+
+def _table_rows(doc: str) -> dict[str, str]:
+    """``first cell → whole row`` of every Markdown table row in ``docs/<doc>``."""
+    lines = (REPO / "docs" / doc).read_text(encoding="utf-8").splitlines()
+    return {line.split("|")[1].strip(): line for line in lines if line.startswith("| ")}
+
+
+def test_the_status_docs_list_every_phase_and_reason() -> None:
+    """docs/operator.md's phase and condition tables, docs/metrics.md's spx_verdict row and docs/cli.md's
+    exit-code table name the whole vocabulary."""
+    operator_doc = _table_rows("operator.md")
+    assert all(f"`{phase}`" in operator_doc for phase in PHASES)
+    assert all(f"`{v}`" in operator_doc["`Succeeded`"] for v in VERDICTS)
+    assert all(f"`{r}`" in operator_doc["`Failed`"] for r in vocabulary.FAILURE_REASONS)
+    assert all(f"`{r}`" in operator_doc["`Decided`"] for r in DECIDED_REASONS + WAITING_PHASES)
+    assert all(v in _table_rows("metrics.md")["`spx_verdict`"] for v in VERDICTS)
+    assert all(r in _table_rows("cli.md")["2"] for r in vocabulary.FAILURE_REASONS)
