@@ -165,7 +165,7 @@ def test_the_scan_finds_each_kind_of_dead_citation(line: str, expected: str) -> 
 @pytest.mark.parametrize("line", [
     "vLLM's ``tests/quantization/test_fp8.py`` attaches one",
     "see [the method](kernel-benchmark.md#method) and docs/seed.md",
-    "spx.controller.manifests.build_job and spx.api.vocabulary.VERDICTS, spx.data",
+    "spx.controller.manifests.build_job and spx.vocabulary.VERDICTS, spx.data",
     "https://github.com/iterative/shtab/blob/main/docs/use.md",
 ])
 def test_the_scan_leaves_real_citations_alone(line: str) -> None:

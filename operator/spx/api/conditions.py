@@ -27,16 +27,16 @@ from __future__ import annotations
 
 from typing import Final
 
-from spx.api.vocabulary import FAILURE_REASONS as _FAILURE_REASONS
-from spx.api.vocabulary import TERMINAL_PHASES as _TERMINAL_PHASES
-from spx.api.vocabulary import VERDICTS, WAITING_PHASES
+from spx.vocabulary import FAILURE_REASONS as _FAILURE_REASONS
+from spx.vocabulary import TERMINAL_PHASES as _TERMINAL_PHASES
+from spx.vocabulary import VERDICTS, WAITING_PHASES
 
 #: spx's conditions, in their canonical order, then kstatus's.
 SPX_CONDITION_TYPES: Final = ("Scheduled", "Completed", "Decided")
 KSTATUS_CONDITION_TYPES: Final = ("Ready", "Reconciling", "Stalled")
 CONDITION_TYPES: Final = SPX_CONDITION_TYPES + KSTATUS_CONDITION_TYPES
 
-#: ``Decided`` True: the verdict, or why there is none (:mod:`spx.api.vocabulary`).
+#: ``Decided`` True: the verdict, or why there is none (:mod:`spx.vocabulary`).
 VERDICT_REASONS: Final[frozenset[str]] = frozenset(VERDICTS)
 FAILURE_REASONS: Final[frozenset[str]] = frozenset(_FAILURE_REASONS)
 DECIDED_REASONS: Final[frozenset[str]] = VERDICT_REASONS | FAILURE_REASONS

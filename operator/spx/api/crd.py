@@ -30,7 +30,7 @@ from spx.api.spec import (
     ProjectionSpec,
 )
 from spx.api.status import ExperimentStatus
-from spx.api.vocabulary import RESERVED_SERVER_ENV
+from spx.vocabulary import RESERVED_SERVER_ENV
 
 DEFAULT_TIMEOUT_SECONDS: int = ExperimentSpec.model_fields["timeout_seconds"].default
 DEFAULT_STARTUP_TIMEOUT_SECONDS: int = ServingSpec.model_fields["startup_timeout_seconds"].default

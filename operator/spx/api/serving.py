@@ -20,7 +20,7 @@ from typing import Final, Literal
 from pydantic import Field, field_validator, model_validator
 
 from spx.api.base import CamelModel, FiniteFloat
-from spx.api.vocabulary import RESERVED_SERVER_ENV
+from spx.vocabulary import RESERVED_SERVER_ENV
 
 SERVING_RESULT_SCHEMA_VERSION: Final = "spx.dev/serving-result/v1"
 

@@ -14,15 +14,15 @@ from pydantic import Field, StrictInt, field_validator, model_validator
 from spx.api.accuracy import AccuracySpec
 from spx.api.base import CamelModel, FiniteFloat
 from spx.api.serving import ServingSpec
-from spx.api.vocabulary import (
+from spx.vocabulary import (
     GATHER_BACKEND_MEANINGS,
     GATHER_BACKENDS,
     GEMM_BACKEND_MEANINGS,
     GEMM_BACKENDS,
     one_of,
 )
-from spx.api.vocabulary import GatherBackend as GatherBackend  # re-exported: the spec's types
-from spx.api.vocabulary import GemmBackend as GemmBackend
+from spx.vocabulary import GatherBackend as GatherBackend  # re-exported: the spec's types
+from spx.vocabulary import GemmBackend as GemmBackend
 
 GROUP = "bench.spx.dev"
 VERSION = "v1alpha1"

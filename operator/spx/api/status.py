@@ -13,10 +13,10 @@ from pydantic import Field
 from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
-from spx.api.vocabulary import DECIDED_REASONS, PHASES, VERDICTS, one_of
-from spx.api.vocabulary import DecidedReason as DecidedReason  # re-exported: the status's types
-from spx.api.vocabulary import Phase as Phase
-from spx.api.vocabulary import Verdict as Verdict
+from spx.vocabulary import DECIDED_REASONS, PHASES, VERDICTS, one_of
+from spx.vocabulary import DecidedReason as DecidedReason  # re-exported: the status's types
+from spx.vocabulary import Phase as Phase
+from spx.vocabulary import Verdict as Verdict
 
 GatherSource = Literal["measured", "modelled"]
 #: spx's conditions, then kstatus's (the vocabulary: :mod:`spx.api.conditions`).

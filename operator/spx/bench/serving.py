@@ -58,10 +58,10 @@ from spx.api.serving import (
     ServingSpec,
 )
 from spx.api.spec import ExperimentSpec
-from spx.api.vocabulary import ARM_ENV as ENV_ARM
-from spx.api.vocabulary import PLUGIN_ENTRY_POINT_NAME as PLUGIN_NAME
-from spx.api.vocabulary import PLUGIN_ENV_THRESHOLD as ENV_THRESHOLD
-from spx.api.vocabulary import PLUGIN_LOG_MARKER
+from spx.vocabulary import ARM_ENV as ENV_ARM
+from spx.vocabulary import PLUGIN_ENTRY_POINT_NAME as PLUGIN_NAME
+from spx.vocabulary import PLUGIN_ENV_THRESHOLD as ENV_THRESHOLD
+from spx.vocabulary import PLUGIN_LOG_MARKER
 
 SERVING_RESULT_FILE = "serving-result.json"
 ACCURACY_RESULT_FILE = "accuracy-result.json"

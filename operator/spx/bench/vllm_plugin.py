@@ -39,10 +39,10 @@ import os
 import sys
 from collections.abc import Mapping
 
-from spx.api.vocabulary import PLUGIN_ENTRY_POINT_NAME as ENTRY_POINT_NAME  # noqa: F401  (the plugin's public name)
-from spx.api.vocabulary import PLUGIN_ENV_TARGET as ENV_TARGET
-from spx.api.vocabulary import PLUGIN_ENV_THRESHOLD as ENV_THRESHOLD
-from spx.api.vocabulary import PLUGIN_LOG_MARKER as LOG_MARKER
+from spx.vocabulary import PLUGIN_ENTRY_POINT_NAME as ENTRY_POINT_NAME  # noqa: F401  (the plugin's public name)
+from spx.vocabulary import PLUGIN_ENV_TARGET as ENV_TARGET
+from spx.vocabulary import PLUGIN_ENV_THRESHOLD as ENV_THRESHOLD
+from spx.vocabulary import PLUGIN_LOG_MARKER as LOG_MARKER
 
 DEFAULT_TARGET = "vllm.models.deepseek_v41.attention"
 SYMBOL = "_SHARD_FUSED_WQA_WKV_MIN_TOKENS"

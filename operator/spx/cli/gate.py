@@ -32,9 +32,9 @@ from typing import Any, cast
 from spx.api.exit_codes import EXIT_FAIL, EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.api.exit_codes import EXIT_OK as EXIT_PASS
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.api.vocabulary import TERMINAL_PHASES, Verdict, one_of
+from spx.vocabulary import TERMINAL_PHASES, Verdict, one_of
 
-#: The exit code of each verdict (every verdict of :data:`spx.api.vocabulary.VERDICTS`; a test checks).
+#: The exit code of each verdict (every verdict of :data:`spx.vocabulary.VERDICTS`; a test checks).
 EXIT_BY_VERDICT: dict[Verdict, int] = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "Inconclusive": EXIT_UNDECIDED}
 
 

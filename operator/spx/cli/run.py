@@ -22,7 +22,6 @@ from spx.analysis.judge import Judgement, judge, local_status
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, KernelStatus, PointResult, dump_model
 from spx.api.base import utc_now
 from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
-from spx.api.vocabulary import GEMM_BACKENDS, one_of
 from spx.cli import outdir
 from spx.cli.common import (
     DEFAULT_OUT_ROOT,
@@ -36,6 +35,7 @@ from spx.cli.common import (
 from spx.cli.registry import command
 from spx.cli.report import draw_plot, gpu_label, table_title
 from spx.cli.summary import build_summary, emit_jsonl, write_summary
+from spx.vocabulary import GEMM_BACKENDS, one_of
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus

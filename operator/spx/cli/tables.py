@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from spx.api import KernelStatus
-from spx.api.vocabulary import Verdict
+from spx.vocabulary import Verdict
 
 if TYPE_CHECKING:
     from spx.analysis.predict import PredictedRow
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 #: Said wherever a CPU run's numbers are shown (table caption, status message, plot title).
 CPU_NOTE = "CPU smoke run: timings say nothing about GPUs"
 
-#: The style of each verdict (every verdict of :data:`spx.api.vocabulary.VERDICTS`; a test checks).
+#: The style of each verdict (every verdict of :data:`spx.vocabulary.VERDICTS`; a test checks).
 VERDICT_STYLE: dict[Verdict, str] = {"Pass": "bold green", "Fail": "bold red", "Inconclusive": "bold yellow"}
 
 

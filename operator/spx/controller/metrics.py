@@ -28,7 +28,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from spx.api import vocabulary
+from spx import vocabulary
 from spx.api.serving import LATENCY_METRICS
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -154,7 +154,7 @@ WORKQUEUE_DEPTH = _gauge(
     "Experiments waiting in the operator's work queue for a reconcile worker.",
 )
 
-#: The label values of ``spx_phase`` / ``spx_verdict`` (:mod:`spx.api.vocabulary`).
+#: The label values of ``spx_phase`` / ``spx_verdict`` (:mod:`spx.vocabulary`).
 PHASES = vocabulary.PHASES
 VERDICTS = vocabulary.VERDICTS
 

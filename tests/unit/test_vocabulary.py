@@ -1,4 +1,4 @@
-"""spx.api.vocabulary: each vocabulary is defined once, and every place that shows or uses it (the
+"""spx.vocabulary: each vocabulary is defined once, and every place that shows or uses it (the
 models, the CRD's descriptions, ``spx run --help``, the metrics' label values, the gate, the docs'
 tables, the plugin and the serving runner) agrees with it."""
 
@@ -11,11 +11,12 @@ from typing import Any, get_args
 
 import pytest
 
-from spx.api import conditions, vocabulary
+from spx import vocabulary
+from spx.api import conditions
 from spx.api.crd import build_crd
 from spx.api.spec import KernelSpec
 from spx.api.status import Condition, ExperimentStatus
-from spx.api.vocabulary import (
+from spx.vocabulary import (
     DECIDED_REASONS,
     GATHER_BACKEND_MEANINGS,
     GATHER_BACKENDS,
@@ -154,7 +155,7 @@ def _string_collections(tree: ast.AST) -> list[tuple[int, frozenset[str]]]:
 
 
 def test_no_module_spells_a_vocabulary_out_again() -> None:
-    """A tuple, list, set or Literal with exactly the values of a vocabulary, outside spx.api.vocabulary, is
+    """A tuple, list, set or Literal with exactly the values of a vocabulary, outside spx.vocabulary, is
     a second definition that can drift (as the gemmBackend help once did): derive it instead."""
     vocabularies = {frozenset(v): name for name, v in (
         ("VERDICTS", VERDICTS), ("DECIDED_REASONS", DECIDED_REASONS), ("PHASES", PHASES),
@@ -164,7 +165,7 @@ def test_no_module_spells_a_vocabulary_out_again() -> None:
     copies = []
     for path in sorted(SPX.rglob("*.py")):
         rel = path.relative_to(SPX).as_posix()
-        if rel == "api/vocabulary.py":
+        if rel == "vocabulary.py":
             continue
         for line, values in _string_collections(ast.parse(path.read_text(encoding="utf-8"))):
             if values in vocabularies and (rel, values) not in _OTHER_VOCABULARIES:
@@ -188,3 +189,13 @@ def test_the_status_docs_list_every_phase_and_reason() -> None:
     assert all(f"`{r}`" in operator_doc["`Decided`"] for r in DECIDED_REASONS + WAITING_PHASES)
     assert all(v in _table_rows("metrics.md")["`spx_verdict`"] for v in VERDICTS)
     assert all(r in _table_rows("cli.md")["2"] for r in vocabulary.FAILURE_REASONS)
+
+
+def test_the_plugin_loads_without_spx_api() -> None:
+    """vLLM loads the plugin in every process it starts: it imports the vocabulary, never spx.api's models."""
+    import subprocess
+    import sys
+
+    code = ("import sys, spx.bench.vllm_plugin; "
+            "sys.exit(1 if 'spx.api' in sys.modules or 'pydantic' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

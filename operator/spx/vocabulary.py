@@ -2,9 +2,11 @@
 descriptions, the CLI's help, the metrics' label values, the gate's exit codes, the docs' tables) is
 derived from or tested against these definitions.
 
-Pure: names, one ``Literal`` type per vocabulary, the tuple of its values derived from that type
-(``typing.get_args``, so the two cannot drift) and, where users choose a value, a one-line meaning per
-value. The pattern follows kopf's ``causes.Reason`` (an enum with derived tuples "to prevent a direct
+Pure and standard library only, the lowest layer, below :mod:`spx.api`: the vLLM plugin loads it in
+every vLLM process, and importing ``spx.api`` builds all its pydantic models (2.3 s measured with
+``python -X importtime``). Names, one ``Literal`` type per vocabulary, the tuple of its values derived
+from that type (``typing.get_args``, so the two cannot drift) and, where users choose a value, a
+one-line meaning per value. The pattern follows kopf's ``causes.Reason`` (an enum with derived tuples "to prevent a direct
 usage of strings, and typos"), written as ``Literal`` types so the published schema stays a plain
 string ``enum``.
 
