@@ -18,10 +18,10 @@ def main() -> int:
     import triton
 
     from spx.bench.fp8_quant import quantize_activation_1x128_fused
-    from spx.bench.weights import quantize_activation_1x128, random_fp8_block_weight
+    from spx.bench.weights import quantize_activation_1x128, random_block_fp8_weight
 
     dev = torch.device("cuda", 0)
-    w = random_fp8_block_weight(1792, 5120, dev, torch.Generator(device=dev).manual_seed(0))
+    w = random_block_fp8_weight(1792, 5120, 128, dev, torch.Generator(device=dev).manual_seed(0))
     ref_w = w.dequantize(torch.float32)
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     print("\n1. torch._scaled_mm blockwise, K=5120, N=1792")

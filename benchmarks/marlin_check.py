@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
 
 N_OUT, K_IN = 1280 + 512, 5120
 CHECK_M = (1, 6, 16, 100, 1024, 2048, 8192)

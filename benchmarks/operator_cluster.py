@@ -1,8 +1,8 @@
 """The real control plane for the operator benchmarks (operator_scale.py, operator_conflict_storm.py).
 
 Starts etcd + kube-apiserver + kube-controller-manager from ``KUBEBUILDER_ASSETS`` (the test suite's
-``tests/integration/controlplane.py``), installs the CRD from ``crds/`` with server-side apply, and
-gives a :class:`cluster.Cluster`: a namespace, the test node agent (``tests/integration/nodeagent.py``,
+``tests/support/spx_testing/controlplane.py``), installs the CRD from ``crds/`` with server-side apply, and
+gives a :class:`cluster.Cluster`: a namespace, the test node agent (``tests/support/spx_testing/nodeagent.py``,
 the stand-in kubelet: no container runtime or GPU here) and the real operator as a subprocess.
 
 Every pod replays one real CPU bench run (the node agent's ``replay`` mode: the recorded log and
@@ -22,14 +22,14 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))  # spx_testing; pytest adds it through its pythonpath setting
 
-from cluster import EXP_API, EXP_PLURAL, Cluster, condition, experiment  # noqa: E402
-from controlplane import CRD_FILE, HOW_TO_GET, ControlPlane, install_crd, missing_assets  # noqa: E402
-from faultproxy import FaultProxy, Rule  # noqa: E402
-from kubeapi import Api  # noqa: E402
-from nodeagent import Fault  # noqa: E402
-from specs import CPU_SPEC  # noqa: E402
+from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster, condition, experiment  # noqa: E402
+from spx_testing.controlplane import CRD_FILE, HOW_TO_GET, ControlPlane, install_crd, missing_assets  # noqa: E402
+from spx_testing.faultproxy import FaultProxy, Rule  # noqa: E402
+from spx_testing.kubeapi import Api  # noqa: E402
+from spx_testing.nodeagent import Fault  # noqa: E402
+from spx_testing.specs import CPU_SPEC  # noqa: E402
 
 __all__ = ["EXP_API", "EXP_PLURAL", "SPEC", "Cluster", "ControlPlane", "FaultProxy", "Rule", "condition", "experiment",
            "namespace_cluster", "prime", "start_control_plane"]

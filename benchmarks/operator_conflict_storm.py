@@ -5,7 +5,7 @@
 
 The real operator (``kopf run -m spx.controller``, a subprocess) talks to the real API server of a
 control plane on loopback (``benchmarks/operator_cluster.py``) through the test suite's
-fault-injecting proxy (``tests/integration/faultproxy.py``), which records every request; the real
+fault-injecting proxy (``tests/support/spx_testing/faultproxy.py``), which records every request; the real
 Job controller makes the pods, the test node agent replays one real CPU bench run in each. Phase 1:
 N experiments are applied and, from that moment for ``--storm-seconds``, the proxy answers every
 experiment status write with ``409 Conflict`` (as the API server does for a stale
@@ -22,12 +22,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from operator_cluster import (
     EXP_PLURAL,

@@ -6,7 +6,7 @@
 The real operator runs as a subprocess (``kopf run -m spx.controller``, no concurrency limit) against
 a real control plane on loopback (etcd + kube-apiserver + kube-controller-manager from
 ``KUBEBUILDER_ASSETS``, see ``benchmarks/operator_cluster.py``): the real Job controller creates the
-pods, the test node agent of ``tests/integration/nodeagent.py`` binds them to ``--nodes`` 8-GPU
+pods, the test node agent of ``tests/support/spx_testing/nodeagent.py`` binds them to ``--nodes`` 8-GPU
 nodes (pods beyond that wait Unschedulable for a free node, as on a real GPU pool), starts each
 container ``--pod-start-seconds`` after binding (image pull + start) and replays one real CPU bench
 run (recorded once, before the measurement) after ``--bench-seconds``. All N experiments are POSTed
@@ -26,15 +26,12 @@ import json
 import os
 import resource
 import statistics
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 import aiohttp
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from operator_cluster import (
     EXP_API,

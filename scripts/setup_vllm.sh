@@ -3,7 +3,7 @@
 # the tests marked `vllm` (`pytest -m vllm`). Idempotent; run after scripts/setup.sh. ~15 min on 2 cores.
 #
 # The vllm wheel pins a CUDA torch (torch==2.14.0) and GPU-only packages (humming-kernels, flashinfer,
-# CUTLASS DSL, ...), none of which install on a CPU machine. So, as docs/testing.md describes:
+# CUTLASS DSL, ...), none of which install on a CPU machine. So:
 #   1. keep the CPU torch scripts/setup.sh installed (torch==2.13.0), pinned by a constraints file so
 #      no requirement can replace it with a multi-GB CUDA build;
 #   2. install the wheel's other requirements (its METADATA's Requires-Dist, markers evaluated, no

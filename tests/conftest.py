@@ -1,7 +1,7 @@
 """Session fixtures: a real Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager).
 
 ``control_plane`` starts once per session when ``KUBEBUILDER_ASSETS`` names a folder with the
-binaries (see tests/integration/controlplane.py for how to get them), installs the CRD from
+binaries (see tests/support/spx_testing/controlplane.py for how to get them), installs the CRD from
 ``crds/`` with server-side apply and strict field validation, and stops everything at the end.
 Without the binaries, the tests that need it are skipped with a message that says how to get them.
 When a test failed, the control plane's logs are copied into the session's tmp dir and their tails
@@ -22,10 +22,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
-
-from controlplane import CRD_FILE, HOW_TO_GET, ControlPlane, install_crd, missing_assets  # noqa: E402
-from kubeapi import Api  # noqa: E402
+from spx_testing.controlplane import CRD_FILE, HOW_TO_GET, ControlPlane, install_crd, missing_assets  # noqa: E402
+from spx_testing.kubeapi import Api  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 The committed JSON (``charts/spx-operator/dashboards/spx.json``, shipped by the chart as a sidecar
 ConfigMap) is the output of :func:`dashboard_json`; ``tests/observability`` regenerates it and fails
-on drift, checks every query against the operator's metric registry (:mod:`spx.metrics`), and
+on drift, checks every query against the operator's metric registry (:mod:`spx.controller.metrics`), and
 evaluates every query in a real Prometheus after an experiment completes.
 
 Regenerate after a change::

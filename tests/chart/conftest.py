@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from chart_cluster import Cluster, skip_reason, start
-from chartlib import CHART
+
+from spx_testing.chart_cluster import Cluster, skip_reason, start
+from spx_testing.chartlib import CHART
 
 
 @pytest.fixture(scope="session")

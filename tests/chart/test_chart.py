@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
-from chartlib import (
+
+from spx_testing.chartlib import (
     ALL_FEATURES,
     CHART,
     CRD_NAME,
@@ -517,7 +518,7 @@ def test_deployment_args_are_accepted_by_spx_operator(chart: Any, values: dict[s
     point kopf's liveness endpoint at the port and path the probe checks."""
     import argparse
 
-    from spx.controller.run import add_arguments, kopf_args
+    from spx.controller.run import add_arguments, kopf_run_options
 
     deployment = one(render_docs(chart, values), "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -530,6 +531,6 @@ def test_deployment_args_are_accepted_by_spx_operator(chart: Any, values: dict[s
     assert args.liveness == f"http://0.0.0.0:{port}{probe['path']}"
     watched = values.get("watch", {}).get("namespaces", []) or [NAMESPACE]
     assert args.namespaces == watched
-    kopf = kopf_args(args.namespaces, args.all_namespaces, args.liveness, args.log_format, args.verbose, args.peering)
-    assert "-A" not in kopf
-    assert "--standalone" in kopf  # one replica, no peering objects needed (and no RBAC for them)
+    kopf = kopf_run_options(args)
+    assert not kopf["clusterwide"]
+    assert kopf["standalone"]  # one replica, no peering objects needed (and no RBAC for them)

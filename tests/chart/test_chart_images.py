@@ -11,7 +11,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from chartlib import ROOT
+
+from spx_testing.chartlib import ROOT
 
 OPERATOR_DOCKERFILE = ROOT / "images" / "operator" / "Dockerfile"
 BENCH_DOCKERFILE = ROOT / "images" / "bench" / "Dockerfile"

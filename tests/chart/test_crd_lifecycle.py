@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_cluster import Cluster, run_operator
-from chartlib import CHART, CRD_NAME, installable_crd
 
 from spx import __version__
 from spx.api import validate_spec
 from spx.api.crd import build_crd
 from spx.api.crd_version import SCHEMA_FINGERPRINT, SCHEMA_VERSION, SCHEMA_VERSION_LABEL, fingerprint, labelled
 from spx.controller.crd_check import check_crd, fix_command
+from spx_testing.chart_cluster import Cluster, run_operator
+from spx_testing.chartlib import CHART, CRD_NAME, installable_crd
 
 DATA = Path(__file__).resolve().parent / "data"
 OLD_CRD = DATA / "crd-013193d.yaml"

@@ -9,7 +9,8 @@ import shutil
 import subprocess
 
 import pytest
-from chartlib import ROOT
+
+from spx_testing.chartlib import ROOT
 
 
 def test_operator_image_builds_and_its_entrypoint_runs() -> None:

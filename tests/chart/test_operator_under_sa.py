@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from chart_cluster import Cluster, run_operator
-from chartlib import CHART, CRD_NAME, ROOT, installable_crd
+
+from spx_testing.chart_cluster import Cluster, run_operator
+from spx_testing.chartlib import CHART, CRD_NAME, ROOT, installable_crd
 
 RELEASE_NS, WATCHED, OTHER = "spx-system", "sa-team", "sa-other"
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_cluster import Cluster
-from chartlib import CHART, CRD_NAME, installable_crd, render_docs
 
 from spx.api.policy import Policy, check_policy
+from spx_testing.chart_cluster import Cluster
+from spx_testing.chartlib import CHART, CRD_NAME, installable_crd, render_docs
 
 DIGEST = "sha256:" + "a" * 64
 POLICY_VALUES: dict[str, Any] = {

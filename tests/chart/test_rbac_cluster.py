@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_cluster import Cluster
-from chartlib import CHART, CRD_NAME, EXPECTED_RULES, installable_crd
+
+from spx_testing.chart_cluster import Cluster
+from spx_testing.chartlib import CHART, CRD_NAME, EXPECTED_RULES, installable_crd
 
 RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")

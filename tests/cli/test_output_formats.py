@@ -13,9 +13,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from cli_support import kernel_result
 
 from spx.cli.documents import DOCUMENTS, schema_text
+from spx_testing.factories import kernel_result
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "docs" / "schemas"

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from spx.api import Condition, ExperimentStatus, dump_model
-from spx.exit_codes import EXIT_UNREACHABLE, EXIT_USAGE
-from spx.gate import EXIT_FAIL, EXIT_PASS, EXIT_UNDECIDED, decide
+from spx.api.exit_codes import EXIT_UNREACHABLE, EXIT_USAGE
+from spx.cli.gate import EXIT_FAIL, EXIT_PASS, EXIT_UNDECIDED, decide
 
 NOW = "2026-01-01T00:00:00Z"
 

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import EXP_API, EXP_PLURAL, experiment
-from controlplane import ControlPlane, free_port
-from kubeapi import Api
-from specs import CPU_SPEC
 
 from spx.api import Condition, ExperimentStatus, dump_model
+from spx_testing.cluster import EXP_API, EXP_PLURAL, experiment
+from spx_testing.controlplane import ControlPlane, free_port
+from spx_testing.kubeapi import Api
+from spx_testing.specs import CPU_SPEC
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "ml-bench"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 GATING = ROOT / "examples" / "gating"
-sys.path.insert(0, str(ROOT / "tests" / "chart"))
-sys.path.insert(0, str(ROOT / "tests" / "observability"))
-
-from chartlib import load_crd, validate_against_crd  # noqa: E402
-from obslib import metric_names, registry_series_names  # noqa: E402
+from spx_testing.chartlib import load_crd, validate_against_crd  # noqa: E402
+from spx_testing.obslib import metric_names, registry_series_names  # noqa: E402
 
 
 def _template() -> dict:

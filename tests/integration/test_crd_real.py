@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane import CRD_FILE, ControlPlane, install_crd
-from kubeapi import Api, ApiProblem
 
 from spx.api.crd import build_crd, crd_yaml
 from spx.api.loading import SpecError, validate_spec
+from spx_testing.controlplane import CRD_FILE, ControlPlane, install_crd
+from spx_testing.kubeapi import Api, ApiProblem
 
 NS = "crd-table"
 SERVING = {"model": "m", "startupTimeoutSeconds": 60,

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from cluster import Cluster, condition
-from controlplane import ControlPlane
-from faultproxy import FaultProxy, Rule
-from nodeagent import Fault
-from specs import CPU_SPEC
+
+from spx_testing.cluster import Cluster, condition
+from spx_testing.controlplane import ControlPlane
+from spx_testing.faultproxy import FaultProxy, Rule
+from spx_testing.nodeagent import Fault
+from spx_testing.specs import CPU_SPEC
 
 pytestmark = pytest.mark.timeout(600)
 NS = "faults"

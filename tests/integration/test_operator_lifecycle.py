@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import EXP_API, EXP_PLURAL, ApiProblem, Cluster, condition
-from controlplane import ControlPlane
-from nodeagent import Fault
-from specs import CPU_SPEC
 
 from spx.api import KernelResult
 from spx.controller.result_configmap import read_result_configmap
+from spx_testing.cluster import EXP_API, EXP_PLURAL, ApiProblem, Cluster, condition
+from spx_testing.controlplane import ControlPlane
+from spx_testing.nodeagent import Fault
+from spx_testing.specs import CPU_SPEC
 
 pytestmark = pytest.mark.timeout(600)
 NS = "lifecycle"

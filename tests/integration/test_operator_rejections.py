@@ -20,11 +20,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import Cluster, condition
-from controlplane import ControlPlane
-from kubeapi import ApiProblem
-from nodeagent import Fault
-from specs import CPU_SPEC
+
+from spx_testing.cluster import Cluster, condition
+from spx_testing.controlplane import ControlPlane
+from spx_testing.kubeapi import ApiProblem
+from spx_testing.nodeagent import Fault
+from spx_testing.specs import CPU_SPEC
 
 pytestmark = pytest.mark.timeout(600)
 

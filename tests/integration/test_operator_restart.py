@@ -6,9 +6,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import EXP_API, EXP_PLURAL, Cluster, condition
-from controlplane import ControlPlane
-from nodeagent import Fault
+
+from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster, condition
+from spx_testing.controlplane import ControlPlane
+from spx_testing.nodeagent import Fault
 
 pytestmark = pytest.mark.timeout(600)
 NS = "restart"

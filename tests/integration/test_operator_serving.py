@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import EXP_API, EXP_PLURAL, Cluster, condition, free_port
-from controlplane import ControlPlane
-from nodeagent import standin_node_env, write_gsm8k
 
 from spx.api.accuracy import AccuracyResult
 from spx.api.serving import ServingResult
 from spx.controller.result_configmap import read_result_configmap
+from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster, condition, free_port
+from spx_testing.controlplane import ControlPlane
+from spx_testing.nodeagent import standin_node_env, write_gsm8k
 
 pytestmark = pytest.mark.timeout(600)
 NS = "serving"

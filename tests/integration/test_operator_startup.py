@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from controlplane import ControlPlane
 
 from spx.api.crd_version import SCHEMA_VERSION, SCHEMA_VERSION_LABEL
+from spx.api.exit_codes import EXIT_USAGE
 from spx.controller import crd_check
-from spx.exit_codes import EXIT_USAGE
+from spx_testing.controlplane import ControlPlane
 
 CRD = "customresourcedefinitions.apiextensions.k8s.io/shardedprojectionexperiments.bench.spx.dev"
 

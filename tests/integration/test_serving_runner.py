@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nodeagent import write_gsm8k
 
 from spx.analysis.accuracy import summarize as summarize_accuracy
 from spx.analysis.serving import summarize
@@ -28,6 +27,7 @@ from spx.api.accuracy import AccuracyResult
 from spx.api.serving import ServingResult
 from spx.api.spec import ExperimentSpec
 from spx.bench.serving import SERVING_RESULT_FILE, RunnerOptions, VllmRunOutcome, main, run_vllm_benchmarks
+from spx_testing.nodeagent import write_gsm8k
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 POINTS = [

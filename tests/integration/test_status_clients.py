@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import EXP_API, EXP_PLURAL, Cluster, condition
-from controlplane import ControlPlane, free_port
-from nodeagent import Fault
-from specs import CPU_SPEC
 
-from spx.exit_codes import EXIT_UNREACHABLE, EXIT_USAGE
+from spx.api.exit_codes import EXIT_UNREACHABLE, EXIT_USAGE
+from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster, condition
+from spx_testing.controlplane import ControlPlane, free_port
+from spx_testing.nodeagent import Fault
+from spx_testing.specs import CPU_SPEC
 
 pytestmark = pytest.mark.timeout(600)
 NS = "status-clients"

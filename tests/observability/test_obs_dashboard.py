@@ -1,13 +1,14 @@
 """The Grafana dashboard is code (spx.dashboard, grafana-foundation-sdk): the committed JSON is what
 the code generates, every panel the issue asks for is there, and every query reads only metrics the
-operator exports (spx.metrics.REGISTRY)."""
+operator exports (spx.controller.metrics.REGISTRY)."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from obslib import DASHBOARD, label_values_selector, metric_names, registry_series_names
+
+from spx_testing.obslib import DASHBOARD, label_values_selector, metric_names, registry_series_names
 
 pytest.importorskip("grafana_foundation_sdk", reason="grafana-foundation-sdk (dev dependency) is not installed")
 
@@ -70,7 +71,7 @@ def test_every_query_reads_only_exported_metrics(dashboard: dict) -> None:
     for title, expr in queries:
         names = metric_names(expr)
         assert names, f"{title!r}: no metric in {expr!r}"
-        assert names <= exported, f"{title!r} reads {names - exported}, not in spx.metrics.REGISTRY"
+        assert names <= exported, f"{title!r} reads {names - exported}, not in spx.controller.metrics.REGISTRY"
 
 
 def test_panels_use_the_datasource_variable_and_unique_ids(dashboard: dict) -> None:
@@ -92,7 +93,7 @@ def test_the_operator_does_not_import_the_grafana_sdk() -> None:
     import sys
 
     code = (
-        "import sys, spx.cli, spx.metrics, spx.gate;"
+        "import sys, spx.cli, spx.controller.metrics, spx.cli.gate;"
         "import spx.dashboard;"  # importing the module must not import the SDK either
         "sys.exit(1 if any(m.startswith('grafana_foundation_sdk') for m in sys.modules) else 0)"
     )
@@ -116,7 +117,7 @@ def test_the_sdk_is_the_grafana_11_build_pinned_in_pyproject() -> None:
     import re
     from importlib.metadata import version
 
-    from obslib import ROOT
+    from spx_testing.obslib import ROOT
 
     pins = re.findall(r'"grafana-foundation-sdk==([^"]+)"', (ROOT / "pyproject.toml").read_text())
     assert len(pins) == 1 and re.fullmatch(r"\d+!11\.\d+\.\d+", pins[0]), pins

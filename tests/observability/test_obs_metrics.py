@@ -1,4 +1,4 @@
-"""The operator's registry (spx.metrics.REGISTRY, what /metrics serves): process and runtime
+"""The operator's registry (spx.controller.metrics.REGISTRY, what /metrics serves): process and runtime
 collectors, the reconcile-duration histogram, the work-queue depth, ratios in 0–1, and an exposition
 promtool finds nothing wrong with."""
 
@@ -8,9 +8,9 @@ import subprocess
 import urllib.request
 
 import pytest
-from obslib import registry_series_names, require_binary
 
-from spx import metrics
+from spx.controller import metrics
+from spx_testing.obslib import registry_series_names, require_binary
 
 
 def _sample(name: str, **labels: str) -> float | None:

@@ -4,9 +4,9 @@ Prometheus (Debian `prometheus` 2.42) runs on loopback with the chart's rule fil
 the operator (`kopf run -m spx.controller`, as the image's `spx operator` does) that reconciles
 against the real API server of the session's control plane (tests/conftest.py: etcd +
 kube-apiserver + kube-controller-manager, whose Job controller creates the pods); the test node agent
-(tests/integration/nodeagent.py, the stand-in kubelet: there is no container runtime or GPU here)
+(tests/support/spx_testing/nodeagent.py, the stand-in kubelet: there is no container runtime or GPU here)
 runs the bench pod's command as a local process — the real CPU bench, `spx run` with 2 gloo ranks.
-The operator logs in through a fault proxy (tests/integration/faultproxy.py) with no faults set: it
+The operator logs in through a fault proxy (tests/support/spx_testing/faultproxy.py) with no faults set: it
 only records the operator's requests for the RBAC check (the session's API server keeps no audit log). One experiment completes with a verdict — it also has a serving A/B and
 GSM8K, run by the same pod against the stand-in `vllm` executables (tests/integration/standins/), the
 split servers answering 2 of 16 questions wrongly so that the accuracy gate fails; the second one's
@@ -26,7 +26,6 @@ import json
 import math
 import signal
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -36,17 +35,16 @@ from typing import Any
 
 import pytest
 import yaml
-from obslib import DASHBOARD, ROOT, RULES, label_values_selector, require_binary
 
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
+from spx_testing.obslib import DASHBOARD, ROOT, RULES, label_values_selector, require_binary
+
 pytest.importorskip("torch", reason="the CPU bench needs torch")
 
-from cluster import ApiProblem, Cluster, condition, free_port
-from controlplane import ControlPlane
-from faultproxy import FaultProxy
-from nodeagent import standin_node_env, write_gsm8k
-
 from spx.dashboard import panel_queries, variable_queries
+from spx_testing.cluster import ApiProblem, Cluster, condition, free_port
+from spx_testing.controlplane import ControlPlane
+from spx_testing.faultproxy import FaultProxy
+from spx_testing.nodeagent import standin_node_env, write_gsm8k
 
 pytestmark = pytest.mark.timeout(900)
 

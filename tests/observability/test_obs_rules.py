@@ -7,7 +7,8 @@ from __future__ import annotations
 import subprocess
 
 import yaml
-from obslib import RULES, RULES_TEST, SYNTHETIC, metric_names, registry_series_names, require_binary
+
+from spx_testing.obslib import RULES, RULES_TEST, SYNTHETIC, metric_names, registry_series_names, require_binary
 
 ALERTS = {
     "SpxGateFailed",
@@ -60,7 +61,7 @@ def test_rules_read_only_metrics_the_operator_exports() -> None:
     recorded = {r["record"] for r in _rules() if "record" in r}
     for rule in _rules():
         unknown = metric_names(str(rule["expr"])) - exported - recorded - SYNTHETIC
-        assert not unknown, f"{rule.get('alert') or rule.get('record')} reads {unknown}, not in spx.metrics.REGISTRY"
+        assert not unknown, f"{rule.get('alert') or rule.get('record')} reads {unknown}, not in spx.controller.metrics.REGISTRY"
 
 
 def test_alerts_carry_severity_and_a_summary() -> None:

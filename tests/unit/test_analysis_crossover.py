@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
 
 import pytest
 
@@ -23,16 +22,10 @@ from spx.analysis.crossover import (
 )
 from spx.analysis.reference import parse_kernel_table
 from spx.api.status import KernelPoint
+from spx_testing.factories import H20_CSV, kernel_point
 
-H20_CSV = (Path(__file__).parent.parent / "data" / "h20_tp8_fused_wqa_wkv.csv").read_text()
-
-
-def pt(tokens: int, s: float, decided: bool = True, rep_iqr: float = 0.0, split_iqr: float = 0.0) -> KernelPoint:
-    """Synthetic point: split 100 µs, replicated 100·s µs."""
-    return KernelPoint(
-        tokens=tokens, rows_per_rank=-(-tokens // 8), replicated_us=100.0 * s, split_us=100.0, speedup=s,
-        iqr_pct=max(rep_iqr, split_iqr), replicated_iqr_pct=rep_iqr, split_iqr_pct=split_iqr, decided=decided,
-    )
+#: Synthetic point: split 100 µs, replicated 100·s µs.
+pt = kernel_point
 
 
 def sweep(pairs: list[tuple[int, float]]) -> list[KernelPoint]:

@@ -1,6 +1,6 @@
 """The all-gather derived from the seed's 8× H20 table, its per-regime fit, and the prior built on it.
 
-Every value is computed from the real published table (``tests/data/h20_tp8_fused_wqa_wkv.csv``).
+Every value is computed from the real published table (``operator/spx/data/h20_tp8_fused_wqa_wkv.csv``).
 Tolerance of the fitted values: the table writes µs to 0.1, so a fitted parameter is only known to
 the worst-case effect of ±0.05 µs on every time (``rounding_sensitivity``: 0.11 µs / 2.7 GB/s for
 the custom regime, 0.30 µs / 1.1 GB/s for NCCL). A change of the derivation smaller than that is
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -27,8 +26,8 @@ from spx.analysis.predict import predict_from_table
 from spx.analysis.reference import parse_kernel_table
 from spx.api.spec import CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, H20_GATHER_PRIOR, ExperimentSpec, GatherModelSpec
 from spx.cli import EXIT_OK, main
+from spx_testing.factories import H20_CSV
 
-H20_CSV = (Path(__file__).parent.parent / "data" / "h20_tp8_fused_wqa_wkv.csv").read_text()
 POINTS = parse_kernel_table(H20_CSV)
 N, BF16 = 1792, 2
 

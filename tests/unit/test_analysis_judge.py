@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 
 from spx.analysis import judge, local_status
-from spx.analysis.stats import candidate_stats
 from spx.api.accuracy import AccuracyStatus
 from spx.api.result import KernelResult, PointResult, ResultSummary
 from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
 from spx.api.status import KernelPoint
+from spx_testing.factories import point_result
 
 SPEC = ExperimentSpec.model_validate({"sweep": {"tokens": [256, 1024, 2048, 4096]}})
 SERVING_SPEC = ExperimentSpec.model_validate({
@@ -27,11 +27,7 @@ WIN = ([148, 149, 150, 151, 152], [98, 99, 100, 101, 102])  # split 1.5× faster
 
 
 def point(tokens: int, times: tuple[list[int], list[int]], err: float = 0.002) -> PointResult:
-    rep, split = ([float(x) for x in t] for t in times)
-    padded = -(-tokens // 8) * 8
-    return PointResult(tokens=tokens, padded_tokens=padded, rows_per_rank=padded // 8,
-                       replicated=candidate_stats(rep), split=candidate_stats(split),
-                       gather_source="measured", max_abs_error=err)
+    return point_result(tokens, *times, max_abs_error=err)
 
 
 def result(points: list[PointResult], complete: bool = True, error: str | None = None) -> KernelResult:

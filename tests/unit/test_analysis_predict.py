@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from spx.analysis.predict import gemm_scaling_factor, interpolate_time, predict_from_table
-
-H20_CSV = (Path(__file__).parent.parent / "data" / "h20_tp8_fused_wqa_wkv.csv").read_text()
+from spx_testing.factories import H20_CSV
 
 
 @pytest.mark.parametrize(
@@ -107,7 +106,6 @@ def test_predict_with_measured_h200_humming_gemms():
     """The H20 gather + the committed H200 Humming GEMMs (issue 9 req. 6): split from ~90 tokens, threshold 128."""
     import json
     from importlib.resources import files
-    from pathlib import Path
 
     from spx.analysis.predict import predict_with_measured
     from spx.api.result import KernelResult

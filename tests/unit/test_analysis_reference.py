@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from spx.analysis.reference import parse_kernel_table
 from spx.api.spec import SEED_TOKENS
+from spx_testing.factories import H20_CSV
 
-H20_CSV = (Path(__file__).parent.parent / "data" / "h20_tp8_fused_wqa_wkv.csv").read_text()
 HEADER = "tokens,rows_per_rank,replicated_us,split_allgather_us,speedup\n"
 
 

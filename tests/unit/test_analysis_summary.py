@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
 import spx.analysis
 from spx.analysis import evaluate, judge, parse_kernel_table, points_from_result
-from spx.analysis.stats import candidate_stats
 from spx.api.result import KernelResult, PointResult
 from spx.api.spec import ExperimentSpec, GateSpec
 from spx.api.status import KernelPoint, KernelStatus
+from spx_testing import factories
+from spx_testing.factories import H20_CSV
 
-H20_CSV = (Path(__file__).parent.parent / "data" / "h20_tp8_fused_wqa_wkv.csv").read_text()
 H20_BREAK_EVEN = 24.0 * 2.0 ** (
     -math.log(19.2 / 21.1) / (math.log(25.9 / 20.3) - math.log(19.2 / 21.1))
 )  # 29.124367 tokens
@@ -26,12 +25,8 @@ def h20_checked() -> list[KernelPoint]:
 
 
 def point_result(tokens: int, rep: list[float], split: list[float], err: float = 0.002) -> PointResult:
-    padded = -(-tokens // 8) * 8
-    return PointResult(
-        tokens=tokens, padded_tokens=padded, rows_per_rank=padded // 8,
-        replicated=candidate_stats(rep), split=candidate_stats(split),
-        shard_gemm_us=min(split) / 2, gather_us=min(split) / 2, gather_source="measured", max_abs_error=err,
-    )
+    return factories.point_result(tokens, rep, split, max_abs_error=err, shard_gemm_us=min(split) / 2,
+                                  gather_us=min(split) / 2)
 
 
 def kernel_result(points: list[PointResult], complete: bool = True, error: str | None = None) -> KernelResult:

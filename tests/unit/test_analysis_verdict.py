@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from spx.analysis.crossover import find_crossover
@@ -9,17 +11,10 @@ from spx.analysis.threshold import recommended_threshold_tokens
 from spx.analysis.verdict import GateOutcome, gate_verdict
 from spx.api.spec import GateSpec
 from spx.api.status import GatherSource, KernelPoint
+from spx_testing.factories import kernel_point
 
-
-def pt(
-    tokens: int, s: float, err: float | None = 0.001, decided: bool = True, rep_iqr: float = 0.0, split_iqr: float = 0.0
-) -> KernelPoint:
-    """Synthetic point: split 100 µs, replicated 100·s µs."""
-    return KernelPoint(
-        tokens=tokens, rows_per_rank=-(-tokens // 8), replicated_us=100.0 * s, split_us=100.0, speedup=s,
-        iqr_pct=max(rep_iqr, split_iqr), replicated_iqr_pct=rep_iqr, split_iqr_pct=split_iqr,
-        max_abs_error=err, decided=decided,
-    )
+#: Synthetic point: split 100 µs, replicated 100·s µs, max |error| 0.001 unless ``max_abs_error=``.
+pt = functools.partial(kernel_point, max_abs_error=0.001)
 
 
 GOOD = [pt(256, 0.8), pt(512, 1.2), pt(1024, 1.5), pt(2048, 2.0), pt(4096, 3.0)]
@@ -72,7 +67,7 @@ def test_recommended_equal_to_threshold() -> None:
 
 
 def test_fail_on_error_anywhere_even_below_threshold() -> None:
-    points = [pt(256, 0.8, err=0.2), *GOOD[1:]]
+    points = [pt(256, 0.8, max_abs_error=0.2), *GOOD[1:]]
     out = judge(points)
     assert out.verdict == "Fail"
     assert has(out.reasons, "max abs error 0.2 at 256 tokens exceeds maxAbsError 0.05")
@@ -141,7 +136,7 @@ def test_modelled_gather_reports_a_speed_fail_as_inconclusive() -> None:
 
 
 def test_modelled_gather_keeps_a_correctness_fail() -> None:
-    assert judge([*GOOD[:4], pt(4096, 2.0, err=1.0)], source="modelled").verdict == "Fail"
+    assert judge([*GOOD[:4], pt(4096, 2.0, max_abs_error=1.0)], source="modelled").verdict == "Fail"
 
 
 def test_cpu_timings_never_pass_or_fail_on_speed() -> None:
@@ -157,7 +152,7 @@ def test_cpu_timings_never_pass_or_fail_on_speed() -> None:
 
 
 def test_missing_correctness_check_is_inconclusive() -> None:
-    points = [pt(p.tokens, p.speedup, err=None) for p in GOOD]
+    points = [pt(p.tokens, p.speedup, max_abs_error=None) for p in GOOD]
     out = judge(points)
     assert out.verdict == "Inconclusive"
     assert has(out.reasons, "no correctness check recorded at 256, 512, 1024, 2048, 4096 tokens")

@@ -7,8 +7,8 @@ torch = pytest.importorskip("torch")
 from spx.bench.weights import (  # noqa: E402
     FP8_E4M3_MAX,
     quantize_activation_1x128,
-    quantize_weight_fp8_block,
-    random_fp8_block_weight,
+    quantize_weight_block_fp8,
+    random_block_fp8_weight,
     ue8m0_scale,
 )
 
@@ -25,7 +25,7 @@ def test_ue8m0_scales_are_exact_powers_of_two_covering_amax():
 
 def test_weight_blocks_have_one_scale_each_and_dequantize_close():
     g = torch.Generator().manual_seed(0)
-    w = random_fp8_block_weight(256, 384, torch.device("cpu"), g)
+    w = random_block_fp8_weight(256, 384, 128, torch.device("cpu"), g)
     assert w.weight.dtype == torch.float8_e4m3fn and w.weight.shape == (256, 384)
     assert w.scale.shape == (2, 3) and w.scale.dtype == torch.float32
     ref = torch.randn(256, 384, generator=torch.Generator().manual_seed(0)) * 384**-0.5
@@ -36,7 +36,7 @@ def test_weight_blocks_have_one_scale_each_and_dequantize_close():
 
 def test_weight_shape_must_be_block_aligned():
     with pytest.raises(ValueError, match="multiple of 128"):
-        quantize_weight_fp8_block(torch.ones(100, 128))
+        quantize_weight_block_fp8(torch.ones(100, 128), 128)
 
 
 def test_activation_scales_are_outer_dim_major_for_scaled_mm():
@@ -55,10 +55,7 @@ def test_activation_scales_are_outer_dim_major_for_scaled_mm():
 
 from spx.bench.weights import (  # noqa: E402
     BlockFp8Weight,
-    Fp8BlockWeight,
     e8m0_bytes,
-    quantize_weight_block_fp8,
-    random_block_fp8_weight,
 )
 
 
@@ -118,13 +115,12 @@ def test_e8m0_bytes_are_exact_and_refuse_non_powers_of_two():
         e8m0_bytes(torch.tensor([0.75]))
 
 
-def test_block_weight_refuses_bad_layouts_and_keeps_the_old_names():
+def test_block_weight_refuses_bad_layouts():
     with pytest.raises(ValueError, match="block must be one of"):
         quantize_weight_block_fp8(torch.ones(64, 64), 64)
     with pytest.raises(ValueError, match="multiple of 32"):
         quantize_weight_block_fp8(torch.ones(48, 64), 32)
     with pytest.raises(ValueError, match="needs N, K multiples of 32 and scale"):
         BlockFp8Weight(torch.zeros(64, 64, dtype=torch.float8_e4m3fn), torch.ones(1, 1), block=32)
-    assert Fp8BlockWeight is BlockFp8Weight
-    legacy = random_fp8_block_weight(128, 128, torch.device("cpu"), torch.Generator().manual_seed(0))
-    assert legacy.block == 128 and tuple(legacy.scale.shape) == (1, 1)
+    w128 = random_block_fp8_weight(128, 128, 128, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert w128.block == 128 and tuple(w128.scale.shape) == (1, 1)

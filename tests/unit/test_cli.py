@@ -19,7 +19,8 @@ from spx.api import (
     PointResult,
     ResultSummary,
 )
-from spx.cli import COMMANDS, EXIT_INVALID, EXIT_OK, apply_overrides, build_status, build_summary, main, parse_tokens
+from spx.cli import COMMANDS, EXIT_OK, EXIT_USAGE, apply_overrides, build_status, build_summary, main, parse_tokens
+from spx_testing.factories import H20_TABLE
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
@@ -56,7 +57,7 @@ def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unknown_command_is_invalid_input() -> None:
-    assert main(["frobnicate"]) == EXIT_INVALID
+    assert main(["frobnicate"]) == EXIT_USAGE
 
 
 # ---------------------------------------------------------------- validate / run input errors
@@ -77,14 +78,14 @@ def test_validate_names_the_bad_field_and_exits_2(
 ) -> None:
     path = write(tmp_path, "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\n"
                  "metadata: {name: t}\nspec:\n" + patch)
-    assert main(["validate", str(path)]) == EXIT_INVALID
+    assert main(["validate", str(path)]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert field in err
     assert str(path) in err
 
 
 def test_validate_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", str(tmp_path / "nope.yaml")]) == EXIT_INVALID
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == EXIT_USAGE
     assert "cannot read" in capsys.readouterr().err
 
 
@@ -118,7 +119,7 @@ def test_run_with_invalid_spec_exits_2_before_anything_starts(
 ) -> None:
     bad = write(tmp_path, VALID.replace("tokens: [8, 32]", "tokens: [8, 8]"))
     out = tmp_path / "out"
-    assert main(["run", str(bad), "--out", str(out)]) == EXIT_INVALID
+    assert main(["run", str(bad), "--out", str(out)]) == EXIT_USAGE
     assert "spec.sweep.tokens" in capsys.readouterr().err
     assert not out.exists()
 
@@ -136,7 +137,7 @@ def test_run_overrides_are_validated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
 ) -> None:
     out = tmp_path / "out"
-    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out), *args]) == EXIT_INVALID
+    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out), *args]) == EXIT_USAGE
     assert needle in capsys.readouterr().err
     assert not out.exists()
 
@@ -175,16 +176,16 @@ def test_predict_reproduces_the_seed_authors_break_even(capsys: pytest.CaptureFi
 
 
 def test_predict_explicit_csv_and_tp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    csv = REPO / "tests" / "data" / "h20_tp8_fused_wqa_wkv.csv"
+    csv = H20_TABLE
     assert main(["predict", str(csv), "--tp", "8", "--interpolation", "log-log"]) == EXIT_OK
     assert 1100 <= _break_even(capsys.readouterr().out) <= 1400
 
 
 def test_predict_bad_table_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = write(tmp_path, "tokens,foo\n1,2\n", "bad.csv")
-    assert main(["predict", str(bad)]) == EXIT_INVALID
+    assert main(["predict", str(bad)]) == EXIT_USAGE
     assert "header" in capsys.readouterr().err
-    assert main(["predict", str(REPO / "tests" / "data" / "h20_tp8_fused_wqa_wkv.csv"), "--tp", "4"]) == EXIT_INVALID
+    assert main(["predict", str(H20_TABLE), "--tp", "4"]) == EXIT_USAGE
 
 
 # ---------------------------------------------------------------- report, status, summary (synthetic result)
@@ -237,7 +238,7 @@ def test_report_from_status_json_only(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_report_without_results_exits_2(tmp_path: Path) -> None:
-    assert main(["report", str(tmp_path)]) == EXIT_INVALID
+    assert main(["report", str(tmp_path)]) == EXIT_USAGE
 
 
 def test_status_of_a_completed_run() -> None:
@@ -305,7 +306,7 @@ def test_default_nproc() -> None:
 def test_run_with_impossible_nproc_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     out = tmp_path / "out"
-    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out), "--nproc", "0"]) == EXIT_INVALID
+    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out), "--nproc", "0"]) == EXIT_USAGE
     assert "--nproc" in capsys.readouterr().err
     assert not out.exists()
 
@@ -323,7 +324,7 @@ def test_run_with_impossible_nproc_exits_2(tmp_path: Path, capsys: pytest.Captur
     ],
 )
 def test_strict_camel_case_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, fragment: str) -> None:
-    assert main(["validate", str(write(tmp_path, text))]) == EXIT_INVALID
+    assert main(["validate", str(write(tmp_path, text))]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert fragment in err and "[bold" not in err  # markup rendered, not printed
 
@@ -332,12 +333,12 @@ def test_binary_junk_is_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixt
     junk = tmp_path / "junk.yaml"
     junk.write_bytes(bytes(range(256)) * 4)
     for cmd in (["validate", str(junk)], ["run", str(junk)], ["predict", str(junk)]):
-        assert main(cmd) == EXIT_INVALID
+        assert main(cmd) == EXIT_USAGE
         assert "not a UTF-8 text file" in capsys.readouterr().err
 
 
 def test_report_on_a_missing_directory_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(tmp_path / "typo_dir")]) == EXIT_INVALID
+    assert main(["report", str(tmp_path / "typo_dir")]) == EXIT_USAGE
     assert "typo_dir does not exist" in capsys.readouterr().err
 
 
@@ -345,7 +346,7 @@ def test_run_refuses_to_overwrite_an_earlier_run(tmp_path: Path, capsys: pytest.
     out = tmp_path / "out"
     out.mkdir()
     (out / "result.json").write_text("{}")
-    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out)]) == EXIT_INVALID
+    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out)]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "already holds a run" in err and "--overwrite" in err
     assert (out / "result.json").read_text() == "{}"  # nothing lost
@@ -362,6 +363,6 @@ def test_impossible_runs_fail_before_any_rank_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], fragment: str
 ) -> None:
     out = tmp_path / "out"
-    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out), *flags]) == EXIT_INVALID
+    assert main(["run", str(write(tmp_path, VALID)), "--out", str(out), *flags]) == EXIT_USAGE
     assert fragment in capsys.readouterr().err
     assert not (out / "logs").exists()  # no rank was started

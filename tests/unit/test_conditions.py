@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from spx import metrics
 from spx.api import ExperimentStatus, ResultSummary
 from spx.api.status import Condition, Environment, KernelPoint
 from spx.controller import conditions as cond
+from spx.controller import metrics
 from spx.controller.pod_outcome import Timeouts, describe_exit, observe
 from spx.controller.results import collect, read_summary
 

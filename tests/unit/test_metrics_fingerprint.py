@@ -2,7 +2,7 @@
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from spx import metrics
+from spx.controller import metrics
 
 
 def test_crossover_and_threshold_carry_gpu_driver_and_vllm():

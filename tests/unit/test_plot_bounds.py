@@ -9,8 +9,8 @@ pytest.importorskip("matplotlib")
 from spx.analysis.summary import evaluate
 from spx.api import GateSpec
 from spx.api.status import KernelPoint
-from spx.plot import plot_crossover
-from spx.report import crossover_lines
+from spx.cli.plot import plot_crossover
+from spx.cli.tables import crossover_lines
 
 
 def _point(tokens: int, rep: float, split: float, host_rep: float, host_split: float) -> KernelPoint:

@@ -14,7 +14,6 @@ from spx.analysis.serving import (
     gate_point,
     gate_reasons,
     metric_value,
-    run_order,
     summarize,
     summarize_point,
     summary_fields,
@@ -48,9 +47,9 @@ def _values(row: dict[str, str]) -> list[ServingArmValue]:
 
 def test_default_arm_order_is_the_seeds() -> None:
     arms = default_arms()
-    assert run_order(arms) == ["B1", "A1", "A2", "B2"]
+    assert [a.name for a in arms] == ["B1", "A1", "A2", "B2"]  # arms run in the listed order
     assert [a.variant for a in arms] == ["split", "main", "main", "split"]
-    assert [a for a, _, _ in COLUMNS] == run_order(arms)
+    assert [a for a, _, _ in COLUMNS] == [a.name for a in arms]
 
 
 def test_arm_thresholds() -> None:

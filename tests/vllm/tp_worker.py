@@ -16,7 +16,7 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# run as a script: its own folder (blockweights, v41spec) is sys.path[0]
 from blockweights import random_block_weight
 from v41spec import v41_spec
 

@@ -1,4 +1,4 @@
-"""Reader of the seed PR's published kernel table (``tests/data/h20_tp8_fused_wqa_wkv.csv``).
+"""Reader of the seed PR's published kernel table (``operator/spx/data/h20_tp8_fused_wqa_wkv.csv``, docs/seed.md).
 
 Format: a header ``tokens,rows_per_rank,replicated_us,split_allgather_us,speedup`` then one row per
 token count; times are µs per call (median of 50 samples, each the max over the TP ranks), the split

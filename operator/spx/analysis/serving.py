@@ -55,11 +55,6 @@ def arm_threshold(arm: ServingArmSpec, gate_threshold_tokens: int) -> str:
     return str(arm.threshold_tokens if arm.threshold_tokens is not None else gate_threshold_tokens)
 
 
-def run_order(arms: Sequence[ServingArmSpec]) -> list[str]:
-    """Arm names in run order (the listed order; default B1 A1 A2 B2)."""
-    return [a.name for a in arms]
-
-
 def metric_key(metric: ServingMetric) -> str:
     """The saved-JSON key of a metric: ``mean_<m>_ms`` for latencies, the metric itself otherwise."""
     return f"mean_{metric}_ms" if metric in LATENCY_METRICS else metric

@@ -25,21 +25,23 @@ Each condition carries ``observedGeneration``, so a tool can tell a stale condit
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final
+
+from spx.vocabulary import FAILURE_REASONS as _FAILURE_REASONS
+from spx.vocabulary import TERMINAL_PHASES as _TERMINAL_PHASES
+from spx.vocabulary import VERDICTS, WAITING_PHASES
 
 #: spx's conditions, in their canonical order, then kstatus's.
 SPX_CONDITION_TYPES: Final = ("Scheduled", "Completed", "Decided")
 KSTATUS_CONDITION_TYPES: Final = ("Ready", "Reconciling", "Stalled")
 CONDITION_TYPES: Final = SPX_CONDITION_TYPES + KSTATUS_CONDITION_TYPES
 
-VerdictReason = Literal["Pass", "Fail", "Inconclusive"]
-FailureReason = Literal["InvalidSpec", "BenchmarkFailed", "InfraFailed"]
-#: ``Decided`` True: the verdict, or why there is none.
-VERDICT_REASONS: Final[frozenset[str]] = frozenset({"Pass", "Fail", "Inconclusive"})
-FAILURE_REASONS: Final[frozenset[str]] = frozenset({"InvalidSpec", "BenchmarkFailed", "InfraFailed"})
+#: ``Decided`` True: the verdict, or why there is none (:mod:`spx.vocabulary`).
+VERDICT_REASONS: Final[frozenset[str]] = frozenset(VERDICTS)
+FAILURE_REASONS: Final[frozenset[str]] = frozenset(_FAILURE_REASONS)
 DECIDED_REASONS: Final[frozenset[str]] = VERDICT_REASONS | FAILURE_REASONS
-#: ``Decided`` False: where the run stands (also the phases before a terminal one).
-WAITING_REASONS: Final[frozenset[str]] = frozenset({"Pending", "Queued", "Running", "Analyzing"})
+#: ``Decided`` False: where the run stands (the phases before a terminal one).
+WAITING_REASONS: Final[frozenset[str]] = frozenset(WAITING_PHASES)
 
 #: Reasons of ``Completed`` True when the cluster (not the bench) ended the run → ``InfraFailed``.
 INFRA_REASONS: Final[frozenset[str]] = frozenset({
@@ -61,7 +63,7 @@ BENCH_REASONS: Final[frozenset[str]] = frozenset({
 })
 COMPLETED_REASONS: Final[frozenset[str]] = INFRA_REASONS | BENCH_REASONS | {"JobSucceeded", "NotRun"}
 
-TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"Succeeded", "Failed"})
+TERMINAL_PHASES: Final[frozenset[str]] = frozenset(_TERMINAL_PHASES)
 
 #: (type, status, reason, message) of one condition.
 ConditionTriple = tuple[str, str, str, str]

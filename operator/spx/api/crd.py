@@ -30,6 +30,7 @@ from spx.api.spec import (
     ProjectionSpec,
 )
 from spx.api.status import ExperimentStatus
+from spx.vocabulary import RESERVED_SERVER_ENV
 
 DEFAULT_TIMEOUT_SECONDS: int = ExperimentSpec.model_fields["timeout_seconds"].default
 DEFAULT_STARTUP_TIMEOUT_SECONDS: int = ServingSpec.model_fields["startup_timeout_seconds"].default
@@ -38,7 +39,7 @@ DEFAULT_STARTUP_TIMEOUT_SECONDS: int = ServingSpec.model_fields["startup_timeout
 #: the models), so a rule reads an optional field only behind ``has()`` and spells its default out.
 _D_WEIGHT_FORMAT: str = ProjectionSpec.model_fields["weight_format"].default
 _D_MOUNT: str = ServingSpec.model_fields["model_mount_path"].default
-_RESERVED_ENV = ("SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS", "SPX_ARM")
+_RESERVED_ENV = RESERVED_SERVER_ENV
 
 
 #: Cross-field rules (``x-kubernetes-validations``), keyed by the schema path they sit on (properties

@@ -25,15 +25,14 @@ Candidate = Literal["replicated", "split"]
 class CandidateStats(CamelModel):
     """All samples of one candidate at one token count, in µs per call.
 
-    Each sample is the max over ranks of that rank's timed interval (:mod:`spx.bench.timing`): the GPU
-    span (CUPTI) on GPUs, the host wall time on CPU. ``iqr_pct`` = (q3 − q1) / median × 100.
-    ``host_samples_us`` are the host's issue times of the same candidate, measured with the GPU kept
-    busy (empty in results from before they were measured), ``host_median_us`` their median; with a
-    modelled gather in eager mode they include its modelled host time (``PointResult.gather_host_us``).
-    Each sample is the max over ranks of that rank's timed interval, in measurement order: both
+    Each sample is the max over ranks of that rank's timed interval (:mod:`spx.bench.timing`; docs/kernel-benchmark.md
+    "Method"): the GPU span (CUPTI) on GPUs, the host wall time on CPU; in measurement order: both
     candidates are timed once per round (alternating), so ``samples_us[i]`` of ``replicated`` and of
     ``split`` at one point come from the same round ``i`` (the paired bootstrap of
     :mod:`spx.analysis.interval` relies on it). ``iqr_pct`` = (q3 − q1) / median × 100.
+    ``host_samples_us`` are the host's issue times of the same candidate, measured with the GPU kept
+    busy (empty in results from before they were measured), ``host_median_us`` their median; with a
+    modelled gather in eager mode they include its modelled host time (``PointResult.gather_host_us``).
     """
 
     samples_us: list[float] = Field(default_factory=list)

@@ -1,7 +1,7 @@
 """``spec.serving`` (optional): the serving A/B of the patched vLLM, and what it reports.
 
 Each *arm* is one fresh ``vllm serve`` with ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` set by the spx
-vLLM plugin (:mod:`spx.vllm_plugin`): ``main`` arms run with ``off`` (the projection is never split),
+vLLM plugin (:mod:`spx.bench.vllm_plugin`): ``main`` arms run with ``off`` (the projection is never split),
 ``split`` arms with the threshold under test. Arms run in the listed order (default B1 A1 A2 B2:
 split, main, main, split, as the seed PR ran them, so a drift over time hits both variants alike).
 Every arm runs every *point* with ``vllm bench serve … --save-result``; per point the analysis
@@ -20,6 +20,7 @@ from typing import Final, Literal
 from pydantic import Field, field_validator, model_validator
 
 from spx.api.base import CamelModel, FiniteFloat
+from spx.vocabulary import RESERVED_SERVER_ENV
 
 SERVING_RESULT_SCHEMA_VERSION: Final = "spx.dev/serving-result/v1"
 
@@ -215,7 +216,7 @@ class ServingSpec(CamelModel):
     @field_validator("env")
     @classmethod
     def _no_reserved_env(cls, v: dict[str, str]) -> dict[str, str]:
-        reserved = {"SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS", "SPX_ARM"} & set(v)
+        reserved = set(RESERVED_SERVER_ENV) & set(v)
         if reserved:
             raise ValueError(f"{sorted(reserved)} are set per arm by spx; remove them from serving.env")
         return v

@@ -15,6 +15,15 @@ from spx.api.accuracy import AccuracySpec
 from spx.api.base import CamelModel, FiniteFloat
 from spx.api.serving import ServingSpec
 from spx.api.stage import StageSpec
+from spx.vocabulary import (
+    GATHER_BACKEND_MEANINGS,
+    GATHER_BACKENDS,
+    GEMM_BACKEND_MEANINGS,
+    GEMM_BACKENDS,
+    one_of,
+)
+from spx.vocabulary import GatherBackend as GatherBackend  # re-exported: the spec's types
+from spx.vocabulary import GemmBackend as GemmBackend
 
 GROUP = "bench.spx.dev"
 VERSION = "v1alpha1"
@@ -27,13 +36,11 @@ API_VERSION: Final = "bench.spx.dev/v1alpha1"
 #: vLLM ≥ 0.33 ``_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` (``vllm/models/deepseek_v41/attention.py``).
 VLLM_DEFAULT_THRESHOLD_TOKENS = 2048
 
-#: The seed PR's token sweep (``../shared/data/h20_tp8_fused_wqa_wkv.csv``).
+#: The seed PR's token sweep (docs/seed.md; ``operator/spx/data/h20_tp8_fused_wqa_wkv.csv``).
 SEED_TOKENS = [6, 12, 24, 48, 96, 384, 1024, 2048, 4096, 8192, 16384]
 
 WeightFormat = Literal["mxfp8-block32-ue8m0", "fp8-block128-ue8m0", "bf16"]
 ActivationDtype = Literal["bfloat16", "float16", "float32"]
-GemmBackend = Literal["auto", "humming", "marlin", "torch-bf16", "torch-fp8", "vllm"]
-GatherBackend = Literal["auto", "nccl", "gloo", "vllm", "modelled"]
 Timer = Literal["auto", "cupti", "cuda-events", "host"]
 Device = Literal["auto", "cuda", "cpu"]
 #: ``kernel.execution``: how each point is timed (``auto``: as vLLM would run that batch size).
@@ -292,7 +299,7 @@ class GatherModelSpec(CamelModel):
 
 
 class KernelSpec(CamelModel):
-    """How the kernel microbenchmark measures (method: docs/kernel-benchmark.md, "Method").
+    """How the kernel microbenchmark measures (method: docs/kernel-benchmark.md "Method", from the seed PR).
 
     ``gemm_backend`` (docs/kernel-benchmark.md): ``humming`` and ``marlin`` are the MXFP8 W8A16 kernels
     vLLM 0.33 runs for DeepSeek-V4.1 (Humming preferred on SM90, Marlin with ``--linear-backend
@@ -301,10 +308,10 @@ class KernelSpec(CamelModel):
     ceilings, not vLLM's kernels; ``vllm`` builds vLLM's own linear layer.
     """
 
-    gemm_backend: GemmBackend = "auto"
-    """GEMM implementation: auto (the one vLLM runs where available), torch-bf16, torch-fp8 or vllm."""
-    gather: GatherBackend = "auto"
-    """All-gather implementation: auto, nccl, gloo (CPU), vllm (vLLM's custom all-reduce path) or modelled."""
+    gemm_backend: GemmBackend = Field(
+        default="auto", description=f"GEMM implementation: {one_of(GEMM_BACKENDS, GEMM_BACKEND_MEANINGS)}.")
+    gather: GatherBackend = Field(
+        default="auto", description=f"All-gather implementation: {one_of(GATHER_BACKENDS, GATHER_BACKEND_MEANINGS)}.")
     device: Device = "auto"
     """Device to measure on: auto, cuda or cpu (cpu only proves the pipeline works)."""
     samples: int = Field(default=50, ge=5, le=10_000)

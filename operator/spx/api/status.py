@@ -13,15 +13,15 @@ from pydantic import Field
 from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
+from spx.vocabulary import DECIDED_REASONS, PHASES, VERDICTS, one_of
+from spx.vocabulary import DecidedReason as DecidedReason  # re-exported: the status's types
+from spx.vocabulary import Phase as Phase
+from spx.vocabulary import Verdict as Verdict
 
-Phase = Literal["Pending", "Queued", "Running", "Analyzing", "Succeeded", "Failed"]
-Verdict = Literal["Pass", "Fail", "Inconclusive"]
 GatherSource = Literal["measured", "modelled"]
 #: spx's conditions, then kstatus's (the vocabulary: :mod:`spx.api.conditions`).
 ConditionType = Literal["Scheduled", "Completed", "Decided", "Ready", "Reconciling", "Stalled"]
 ConditionStatus = Literal["True", "False", "Unknown"]
-#: Reasons of the terminal ``Decided`` condition; every terminal outcome sets one of them.
-DecidedReason = Literal["Pass", "Fail", "Inconclusive", "InvalidSpec", "BenchmarkFailed", "InfraFailed"]
 CrossoverConfidence = Literal["resolved", "within-spread", "none", "unbracketed", "priors-disagree"]
 
 
@@ -32,8 +32,8 @@ class Condition(CamelModel):
     """Condition type (Scheduled, Completed, Decided)."""
     status: ConditionStatus
     """True, False or Unknown."""
-    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024)
-    """CamelCase reason (for Decided: Pass, Fail, Inconclusive, InvalidSpec, BenchmarkFailed or InfraFailed)."""
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", max_length=1024,
+                        description=f"CamelCase reason (for Decided: {one_of(DECIDED_REASONS)}).")
     message: str = ""
     """Human-readable details."""
     last_transition_time: str
@@ -274,8 +274,7 @@ class ExperimentStatus(CamelModel):
 
     model_config = CamelModel.model_config | {"extra": "ignore"}
 
-    phase: Phase = "Pending"
-    """Pending, Queued, Running, Analyzing, Succeeded or Failed."""
+    phase: Phase = Field(default="Pending", description=f"{one_of(PHASES)}.")
     observed_generation: int | None = None
     """metadata.generation of the spec this status describes."""
     job_name: str | None = None
@@ -296,8 +295,8 @@ class ExperimentStatus(CamelModel):
     """Outcome of the serving A/B and its gate."""
     accuracy: AccuracyStatus | None = None
     """Outcome of the GSM8K check and its gate."""
-    verdict: Verdict | None = None
-    """Pass, Fail or Inconclusive; set only when Decided is True with one of those reasons."""
+    verdict: Verdict | None = Field(
+        default=None, description=f"{one_of(VERDICTS)}; set only when Decided is True with one of those reasons.")
     verdict_reasons: list[str] = Field(default_factory=list)
     """Why the verdict is what it is, most important first."""
     result_config_map: str | None = None

@@ -1,6 +1,6 @@
 """The projection microbenchmark's sweep: replicated GEMM vs split GEMM + all-gather over the token counts.
 
-Method (docs/kernel-benchmark.md, from the seed PR), point by point, each step in its own module:
+Method (docs/kernel-benchmark.md "Method", from the seed PR: docs/seed.md), point by point, each step in its own module:
 
 - :mod:`spx.bench.context`: this rank's device, process group, weights in the checkpoint's format
   (``weightFormat``: FP8 e4m3 with UE8M0 scales in 32×32 blocks for DeepSeek-V4.1's MXFP8, or 128×128

@@ -4,7 +4,7 @@ For each arm of ``spec.serving.arms``, in order (default B1 A1 A2 B2):
 
 1. wait until the port is free, then launch ``vllm serve`` in its own process group with
    ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` = ``off`` (main) or the arm's threshold (split), read by
-   the spx vLLM plugin (:mod:`spx.vllm_plugin`); its stdout+stderr go to ``server.log``, kept;
+   the spx vLLM plugin (:mod:`spx.bench.vllm_plugin`); its stdout+stderr go to ``server.log``, kept;
 2. poll ``GET /health`` until 200 (``startupTimeoutSeconds``), failing early if the server exits;
    note whether the log shows the plugin's "spx: set …" line (``thresholdConfirmed``);
 3. per point, run ``vllm bench serve`` with the seed's flags (``--backend vllm --dataset-name random
@@ -58,11 +58,11 @@ from spx.api.serving import (
     ServingSpec,
 )
 from spx.api.spec import ExperimentSpec
+from spx.vocabulary import ARM_ENV as ENV_ARM
+from spx.vocabulary import PLUGIN_ENTRY_POINT_NAME as PLUGIN_NAME
+from spx.vocabulary import PLUGIN_ENV_THRESHOLD as ENV_THRESHOLD
+from spx.vocabulary import PLUGIN_LOG_MARKER
 
-ENV_THRESHOLD = "SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS"
-ENV_ARM = "SPX_ARM"
-PLUGIN_NAME = "spx_shard_threshold"
-PLUGIN_LOG_MARKER = "spx: set "
 SERVING_RESULT_FILE = "serving-result.json"
 ACCURACY_RESULT_FILE = "accuracy-result.json"
 _TP_FLAGS = ("--tensor-parallel-size", "-tp")

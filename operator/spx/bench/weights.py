@@ -113,8 +113,6 @@ class BlockFp8Weight:
         return e8m0_bytes(per_group).contiguous()
 
 
-#: Compatibility alias (the 128×128-only name of earlier spx versions).
-Fp8BlockWeight = BlockFp8Weight
 
 
 def quantize_weight_block_fp8(w: torch.Tensor, block: int) -> BlockFp8Weight:
@@ -136,11 +134,6 @@ def quantize_weight_block_fp8(w: torch.Tensor, block: int) -> BlockFp8Weight:
     return BlockFp8Weight(weight=q.reshape(n, k).to(torch.float8_e4m3fn), scale=scale.contiguous(), block=block)
 
 
-def quantize_weight_fp8_block(w: torch.Tensor) -> BlockFp8Weight:
-    """:func:`quantize_weight_block_fp8` with 128×128 blocks (compatibility name)."""
-    return quantize_weight_block_fp8(w, BLOCK)
-
-
 def random_block_fp8_weight(
     n: int, k: int, block: int, device: torch.device, generator: torch.Generator, std: float | None = None
 ) -> BlockFp8Weight:
@@ -157,13 +150,6 @@ def random_block_fp8_weight(
     std = std if std is not None else k**-0.5
     w = torch.randn(n, k, generator=generator, device=device, dtype=torch.float32) * std
     return quantize_weight_block_fp8(w, block)
-
-
-def random_fp8_block_weight(
-    n: int, k: int, device: torch.device, generator: torch.Generator, std: float | None = None
-) -> BlockFp8Weight:
-    """:func:`random_block_fp8_weight` with 128×128 blocks (compatibility name)."""
-    return random_block_fp8_weight(n, k, BLOCK, device, generator, std)
 
 
 def quantize_activation_1x128(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,7 +3,7 @@
 One module per command group: :mod:`spx.cli.run` (``run``), :mod:`spx.cli.validate` (``validate``,
 ``crd``, ``completion``), :mod:`spx.cli.report` (``report``), :mod:`spx.cli.predict` (``predict``),
 :mod:`spx.cli.cluster` (``gate``, ``operator``, ``serving``); the registry is :mod:`spx.cli.registry`.
-Exit codes: one table for every command, :mod:`spx.exit_codes` (``docs/cli.md``).
+Exit codes: one table for every command, :mod:`spx.api.exit_codes` (``docs/cli.md``).
 """
 
 from __future__ import annotations
@@ -13,15 +13,12 @@ import sys
 from rich.markup import escape
 
 from spx.api import SpecError
+from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (importing registers their commands)
 from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
 from spx.cli.registry import COMMANDS, build_parser, command
 from spx.cli.run import build_status
 from spx.cli.summary import build_summary
-from spx.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
-
-#: Former name of :data:`spx.exit_codes.EXIT_USAGE`.
-EXIT_INVALID = EXIT_USAGE
 
 
 def _error(message: str) -> None:
@@ -29,7 +26,7 @@ def _error(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``spx`` console script; returns the exit code (:mod:`spx.exit_codes`).
+    """Entry point of the ``spx`` console script; returns the exit code (:mod:`spx.api.exit_codes`).
 
     Usage errors (argparse's own included) are 3, an unreachable cluster 4, Ctrl-C 130 with one line.
     """
@@ -55,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "COMMANDS", "EXIT_FAIL", "EXIT_INTERRUPTED", "EXIT_INVALID", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE",
+    "COMMANDS", "EXIT_FAIL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE",
     "UnreachableError", "UsageError", "apply_overrides", "build_parser", "build_status", "build_summary", "command",
     "main", "parse_tokens",
 ]

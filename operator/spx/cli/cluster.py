@@ -10,7 +10,7 @@ from spx.cli.registry import command
 
 
 def _gate_args(p: argparse.ArgumentParser) -> None:
-    from spx.gate import add_arguments
+    from spx.cli.gate import add_arguments
 
     add_arguments(p)
 
@@ -18,7 +18,7 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
 @command("gate", "Exit 0 if an experiment decided Pass, 1 Fail, 2 Inconclusive/undecided, 3 usage, 4 unreachable "
          "(NAME or status.json).", _gate_args)
 def cmd_gate(args: argparse.Namespace) -> int:
-    from spx.gate import run
+    from spx.cli.gate import run
 
     return run(args)
 

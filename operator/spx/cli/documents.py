@@ -72,7 +72,7 @@ class PredictDocument(CamelModel):
 
 
 class GateDocument(CamelModel):
-    """``spx gate TARGET -o json``: the decision and the exit code it maps to (``spx.exit_codes``)."""
+    """``spx gate TARGET -o json``: the decision and the exit code it maps to (``spx.api.exit_codes``)."""
 
     schema_version: Literal["spx.dev/cli-gate/v1"] = "spx.dev/cli-gate/v1"
     exit_code: int = Field(description="0 Pass, 1 Fail, 2 Inconclusive/undecided, 3 usage, 4 unreachable")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from spx.api.exit_codes import EXIT_OK
 from spx.cli.common import UsageError, add_output_option, emit, make_console, read_text
 from spx.cli.documents import PredictDocument
 from spx.cli.registry import command
-from spx.exit_codes import EXIT_OK
 
 if TYPE_CHECKING:
     from spx.api.result import KernelResult
@@ -49,7 +49,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from spx.analysis.predict import Prediction, predict_from_table, predict_remodelled, predict_with_measured
     from spx.api import KernelStatus
     from spx.api.spec import GatherModelSpec
-    from spx.report import crossover_lines, kernel_table, prediction_table, uncertainty_lines
+    from spx.cli.tables import crossover_lines, kernel_table, prediction_table, uncertainty_lines
 
     if args.csv:
         text, source = read_text(args.csv, "a CSV table"), args.csv

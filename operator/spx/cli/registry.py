@@ -1,7 +1,7 @@
 """The ``spx`` command registry: every subcommand registers its options and handler here, in one place.
 
 Adding a command: in a module of :mod:`spx.cli`, write ``_NAME_args(parser)`` (its options) and
-``cmd_NAME(args) -> int`` (returns an exit code of :mod:`spx.exit_codes`) and decorate the handler with
+``cmd_NAME(args) -> int`` (returns an exit code of :mod:`spx.api.exit_codes`) and decorate the handler with
 ``@command("NAME", "help", _NAME_args)``; list the module in ``spx/cli/__init__.py``.
 """
 
@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from spx.exit_codes import epilog
+from spx.api.exit_codes import epilog
 
 Handler = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], None]

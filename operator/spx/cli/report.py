@@ -22,10 +22,10 @@ from spx.api import (
     dump_model,
     validate_spec,
 )
+from spx.api.exit_codes import EXIT_OK
 from spx.cli.common import UsageError, add_output_option, emit, make_console, read_experiment, warn
 from spx.cli.documents import ReportDocument
 from spx.cli.registry import command
-from spx.exit_codes import EXIT_OK
 
 
 def draw_plot(
@@ -33,7 +33,7 @@ def draw_plot(
     gather_source: str | None, cpu: bool, gate_threshold: int | None,
 ) -> None:
     """Draw the crossover plot to ``path``; a failure is printed, never raised (a plot is a convenience)."""
-    from spx.plot import plot_crossover, plot_title
+    from spx.cli.plot import plot_crossover, plot_title
 
     try:
         plot_crossover(
@@ -111,7 +111,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from spx.api import describe_validation_error
-    from spx.report import print_report
+    from spx.cli.tables import print_report
 
     target = Path(args.dir)
     if not target.exists():

@@ -21,6 +21,7 @@ from rich.markup import escape
 from spx.analysis.judge import Judgement, judge, local_status
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, KernelStatus, PointResult, dump_model
 from spx.api.base import utc_now
+from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
 from spx.cli import outdir
 from spx.cli.common import (
     DEFAULT_OUT_ROOT,
@@ -34,7 +35,7 @@ from spx.cli.common import (
 from spx.cli.registry import command
 from spx.cli.report import draw_plot, gpu_label, table_title
 from spx.cli.summary import build_summary, emit_jsonl, write_summary
-from spx.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
+from spx.vocabulary import GEMM_BACKENDS, one_of
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -49,7 +50,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="ranks to start (default: visible GPUs, else 2 on CPU; capped at TP; fewer than TP: the gather is modelled)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"),
                    help="override spec.kernel.device; --device cpu runs a GPU-sized spec on CPU anyway (a smoke run)")
-    p.add_argument("--gemm-backend", metavar="B", help="override spec.kernel.gemmBackend (auto, torch-bf16, torch-fp8, vllm)")
+    p.add_argument("--gemm-backend", metavar="B", help=f"override spec.kernel.gemmBackend ({one_of(GEMM_BACKENDS)})")
     p.add_argument("--samples", type=int, metavar="N", help="override spec.kernel.samples")
     p.add_argument("--tokens", metavar="LIST", help="override spec.sweep.tokens, comma-separated (e.g. 6,12,2048)")
     p.add_argument("--summary-file", metavar="PATH",
@@ -86,7 +87,7 @@ def is_cpu(result: KernelResult) -> bool:
 
 def build_status(result: KernelResult, judgement: Judgement) -> ExperimentStatus:
     """``status.json`` of a local run: :func:`spx.analysis.judge.local_status` of ``judgement``."""
-    from spx.report import CPU_NOTE
+    from spx.cli.tables import CPU_NOTE
 
     summary = f"{len(result.points)} token counts measured"
     if result.wall_seconds is not None:
@@ -122,7 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: Path) -> int:
     from spx.cli.progress import progress_for
-    from spx.report import CPU_NOTE, print_report
+    from spx.cli.tables import CPU_NOTE, print_report
     from spx.runner.local import RunnerError, run_local
 
     console = make_console(stderr=bool(args.jsonl))

@@ -6,11 +6,11 @@ import argparse
 import sys
 
 from spx.api import SpecError, dump_model
+from spx.api.exit_codes import EXIT_OK, EXIT_USAGE
 from spx.api.spec import Experiment
 from spx.cli.common import UsageError, add_output_option, emit, err_console, read_experiment
 from spx.cli.documents import ValidateDocument
 from spx.cli.registry import command
-from spx.exit_codes import EXIT_OK, EXIT_USAGE
 
 
 def _validate_args(p: argparse.ArgumentParser) -> None:

@@ -136,7 +136,7 @@ def _status_rejected(o: Observed, status: ExperimentStatus, nows: str) -> Decisi
 def _without_job(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, jname: str, nows: str,
                  before: tuple[Action, ...]) -> Decision:
     gen = o.generation
-    if status.job_name == jname and status.phase in ("Pending", "Running", "Analyzing", "Queued"):
+    if status.job_name == jname and status.phase not in cond.TERMINAL_PHASES:
         # Status says we created this Job and the store has none: ask the API server, not the cache.
         if not o.job_gone:
             return Decision("asking", before=before, need=ConfirmJobGone(jname))

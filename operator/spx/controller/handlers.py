@@ -15,9 +15,9 @@ from typing import Any
 import aiohttp
 import kopf
 
-from spx import __version__, metrics
+from spx import __version__
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.controller import crd_check
+from spx.controller import crd_check, metrics
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.manifests import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
 from spx.controller.reactor import Reactor

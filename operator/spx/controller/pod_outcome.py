@@ -209,7 +209,7 @@ def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int 
     term = terminated_state(pod)
     if term is not None:
         code = int(term.get("exitCode", -1))
-        reason = "OOMKilled" if term.get("reason") == "OOMKilled" else ("InvalidInput" if code in (2, 3) else "BenchmarkCrashed")  # 3: spx.exit_codes.EXIT_USAGE; 2: older images
+        reason = "OOMKilled" if term.get("reason") == "OOMKilled" else ("InvalidInput" if code in (2, 3) else "BenchmarkCrashed")  # 3: spx.api.exit_codes.EXIT_USAGE; 2: older images
         return "BenchmarkFailed", reason, f"pod {name}: {describe_exit(term)}", code
     cs = container_status(pod) or {}
     waiting = (cs.get("state") or {}).get("waiting") or {}

@@ -25,11 +25,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from spx import metrics
 from spx.api.loading import SpecError, validate_spec
 from spx.api.spec import KIND, PLURAL, ExperimentSpec
 from spx.api.status import ExperimentStatus
-from spx.controller import admission
+from spx.controller import admission, metrics
 from spx.controller import conclusion as c
 from spx.controller import conditions as cond
 from spx.controller.kube import ApiError, KubeClient, resource_path

@@ -11,32 +11,21 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from spx.exit_codes import EXIT_USAGE
+from spx.api.exit_codes import EXIT_USAGE
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
 
 
-def kopf_args(
-    namespaces: Sequence[str] = (),
-    all_namespaces: bool = False,
-    liveness: str | None = DEFAULT_LIVENESS,
-    log_format: str = "json",
-    verbose: bool = False,
-    peering: str | None = None,
-) -> list[str]:
-    """Arguments of ``kopf run`` for these options (``-A`` when no namespace is given)."""
-    args = ["run", "-m", "spx.controller", f"--log-format={log_format}"]
-    if liveness:
-        args += ["--liveness", liveness]
-    args += ["--peering", peering] if peering else ["--standalone"]
-    for ns in namespaces:
-        args += ["-n", ns]
-    if all_namespaces or not namespaces:
-        args.append("-A")
-    if verbose:
-        args.append("--verbose")
-    return args
+def kopf_run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of ``kopf.run`` for parsed ``spx operator`` options (:func:`add_arguments`):
+    standalone unless ``--peering`` names a peering, cluster-wide when no namespace is given (or ``-A``),
+    no liveness endpoint for ``--liveness ''``. The one place :func:`run_operator` takes them from."""
+    namespaces = list(args.namespaces)
+    return {"standalone": not args.peering, "peering_name": args.peering or None,
+            "liveness_endpoint": args.liveness or None,
+            "clusterwide": args.all_namespaces or not namespaces, "namespaces": namespaces}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,11 +74,8 @@ def run_operator(args: argparse.Namespace, preflight: Callable[[str | None], obj
     from spx.controller.handlers import CrdMismatch  # (the import registers the handlers)
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
-    namespaces = list(args.namespaces)
     try:
-        kopf.run(standalone=not args.peering, peering_name=args.peering or None, liveness_endpoint=args.liveness or None,
-                 clusterwide=args.all_namespaces or not namespaces, namespaces=namespaces,
-                 memo=kopf.Memo(settings=settings))
+        kopf.run(**kopf_run_options(args), memo=kopf.Memo(settings=settings))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

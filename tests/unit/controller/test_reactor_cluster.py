@@ -15,14 +15,14 @@ from typing import Any
 
 import kopf
 import pytest
-from cluster import EXP_API, EXP_PLURAL, Cluster
-from controlplane import ControlPlane
 
 from spx.api.loading import validate_spec
 from spx.controller.kube import KubeClient
 from spx.controller.manifests import BenchOptions, build_job
 from spx.controller.reactor import Reactor
 from spx.controller.settings import load_settings
+from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster
+from spx_testing.controlplane import ControlPlane
 
 SPEC = {"kernel": {"device": "cpu", "timer": "host", "gather": "gloo", "samples": 5, "cudaGraphs": False,
                    "l2Flush": False}, "parallelism": {"tensorParallelSize": 2}, "sweep": {"tokens": [8, 128]}}

@@ -157,7 +157,7 @@ def test_the_work_queue_reports_its_depth_on_every_put_and_get() -> None:
 
 
 def test_the_reactors_queue_sets_the_workqueue_depth_gauge() -> None:
-    from spx import metrics
+    from spx.controller import metrics
     from spx.controller.kube import KubeClient
     from spx.controller.reactor import Reactor
 

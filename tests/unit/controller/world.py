@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from spx.api import wire
@@ -17,9 +15,7 @@ from spx.api.result import KernelResult, PointResult, ResultSummary
 from spx.api.status import Environment, ExperimentStatus, KernelPoint
 from spx.controller import conclusion as c
 from spx.controller.manifests import job_name
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "integration"))
-from specs import CPU_SPEC  # the one small CPU spec of the operator tests
+from spx_testing.specs import CPU_SPEC  # the one small CPU spec of the operator tests
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 UID = "0000-exp-uid"

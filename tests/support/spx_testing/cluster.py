@@ -20,11 +20,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from controlplane import ControlPlane, free_port
-from kubeapi import Api, ApiProblem, Recorder, path, wait_for
-from nodeagent import NodeAgent
+from spx_testing.controlplane import ControlPlane, free_port
+from spx_testing.kubeapi import Api, ApiProblem, Recorder, path, wait_for
+from spx_testing.nodeagent import NodeAgent
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXP_API = "bench.spx.dev/v1alpha1"
 EXP_PLURAL = "shardedprojectionexperiments"
 EXP_KIND = "ShardedProjectionExperiment"

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from spx.api import KernelStatus
+from spx.vocabulary import Verdict
 
 if TYPE_CHECKING:
     from spx.analysis.predict import PredictedRow
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 #: Said wherever a CPU run's numbers are shown (table caption, status message, plot title).
 CPU_NOTE = "CPU smoke run: timings say nothing about GPUs"
 
-_VERDICT_STYLE = {"Pass": "bold green", "Fail": "bold red", "Inconclusive": "bold yellow"}
+#: The style of each verdict (every verdict of :data:`spx.vocabulary.VERDICTS`; a test checks).
+VERDICT_STYLE: dict[Verdict, str] = {"Pass": "bold green", "Fail": "bold red", "Inconclusive": "bold yellow"}
 
 
 def _esc(text: str | None) -> str | None:
@@ -192,7 +194,7 @@ def print_verdict(console: Console, verdict: str | None, reasons: Sequence[str],
         why = "partial run: no verdict from a run that stopped early" if partial else "the run did not complete"
         console.print(f"[bold red]verdict: none[/] ({why})")
     else:
-        console.print(f"verdict: [{_VERDICT_STYLE.get(verdict, 'bold')}]{verdict}[/]")
+        console.print(f"verdict: [{VERDICT_STYLE.get(verdict, 'bold')}]{verdict}[/]")
     for r in reasons:
         console.print(f"  • {r}", highlight=False, markup=False)
 

@@ -58,7 +58,7 @@ class Fault:
 # A stand-in vLLM node ------------------------------------------------------------------------------
 
 #: Stand-in ``vllm`` and ``nvidia-smi`` executables (vLLM's CLI and HTTP on loopback, see their docstrings).
-STANDINS = Path(__file__).resolve().parent / "standins"
+STANDINS = Path(__file__).resolve().parents[2] / "integration" / "standins"
 
 
 def standin_node_env(pid_dir: Path, **extra: str) -> dict[str, str]:

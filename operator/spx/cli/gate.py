@@ -1,6 +1,6 @@
 """``spx gate NAME | status.json``: turn an experiment's verdict into a release pipeline's exit code.
 
-Exit codes (:mod:`spx.exit_codes`, ``docs/cli.md``; the same in ``examples/gating/wait-for-verdict.sh``):
+Exit codes (:mod:`spx.api.exit_codes`, ``docs/cli.md``; the same in ``examples/gating/wait-for-verdict.sh``):
 
 * ``0`` — the experiment decided **Pass**: splitting by token wins at and above the threshold.
 * ``1`` — it decided **Fail**.
@@ -29,12 +29,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from spx.api.exit_codes import EXIT_FAIL, EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
+from spx.api.exit_codes import EXIT_OK as EXIT_PASS
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.exit_codes import EXIT_FAIL, EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
-from spx.exit_codes import EXIT_OK as EXIT_PASS
+from spx.vocabulary import TERMINAL_PHASES, Verdict, one_of
 
-_EXIT_BY_VERDICT = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "Inconclusive": EXIT_UNDECIDED}
-_TERMINAL_PHASES = ("Succeeded", "Failed")
+#: The exit code of each verdict (every verdict of :data:`spx.vocabulary.VERDICTS`; a test checks).
+EXIT_BY_VERDICT: dict[Verdict, int] = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "Inconclusive": EXIT_UNDECIDED}
 
 
 class GateError(Exception):
@@ -106,14 +107,14 @@ def decide(status: dict[str, Any] | None, source: str, generation: int | None = 
         return GateResult(EXIT_UNDECIDED, source, False, None, phase, decided_cond.get("reason"), msg)
 
     reason = decided_cond.get("reason")
-    if phase not in _TERMINAL_PHASES:
+    if phase not in TERMINAL_PHASES:
         return GateResult(EXIT_UNDECIDED, source, False, None, phase, reason,
-                          f"Decided is True but the phase is {phase!r}, not Succeeded or Failed: not decided yet")
-    if reason in _EXIT_BY_VERDICT:
+                          f"Decided is True but the phase is {phase!r}, not {one_of(TERMINAL_PHASES)}: not decided yet")
+    if reason in EXIT_BY_VERDICT:
         msg = "; ".join(reasons) or decided_cond.get("message") or ""
         if verdict is not None and verdict != reason:
             msg = f"the verdict field says {verdict!r} but the Decided reason is {reason!r}: the reason decides; " + msg
-        return GateResult(_EXIT_BY_VERDICT[reason], source, True, reason, phase, reason, msg, reasons)
+        return GateResult(EXIT_BY_VERDICT[reason], source, True, reason, phase, reason, msg, reasons)
     msg = decided_cond.get("message") or status.get("message") or ""
     if verdict is not None:
         msg = f"decided {reason} without a verdict (a verdict field {verdict!r} is not trusted): " + msg
@@ -217,7 +218,7 @@ def evaluate(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``spx gate`` arguments (shared by ``spx gate`` and ``python -m spx.gate``)."""
+    """The ``spx gate`` arguments (shared by ``spx gate`` and ``python -m spx.cli.gate``)."""
     parser.add_argument(
         "target",
         metavar="NAME|status.json",
@@ -279,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m spx.gate``: the same as ``spx gate``."""
+    """``python -m spx.cli.gate``: the same as ``spx gate``."""
     parser = argparse.ArgumentParser(
         prog="spx gate", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -2,7 +2,7 @@
 
 etcd + kube-apiserver + kube-controller-manager (RBAC on, the admin token in ``system:masters``) from
 ``KUBEBUILDER_ASSETS`` (envtest's layout), started on loopback ports by the test suite's one starter,
-``tests/integration/controlplane.py`` (:class:`controlplane.ControlPlane`), and stopped by PID at the
+``tests/support/spx_testing/controlplane.py`` (:class:`controlplane.ControlPlane`), and stopped by PID at the
 end of the session. The chart tests get an instance of their own, not the session's
 ``control_plane``: the CRD-upgrade test deletes and re-creates the CRD, which would delete every
 other module's experiments. Tests that need it skip with a message when the binaries are missing.
@@ -26,9 +26,7 @@ from typing import Any
 import yaml
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "integration"))
-
-from controlplane import HOW_TO_GET, ControlPlane, missing_assets  # noqa: E402
+from spx_testing.controlplane import HOW_TO_GET, ControlPlane, missing_assets  # noqa: E402
 
 START_TIMEOUT_S = 180.0
 
@@ -137,7 +135,7 @@ def run_operator(cluster: Cluster, deployment: dict[str, Any], token: str, workd
             for a in container["args"]]
     log = workdir / "operator.log"
     proc = subprocess.Popen([str(Path(sys.executable).parent / "spx"), *args], stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=HERE.parents[1])
+                            stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=HERE.parents[2])
     try:
         yield Operator(proc, log)
     finally:

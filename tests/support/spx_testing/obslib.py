@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "spx-operator"
 RULES = CHART / "rules" / "spx-rules.yaml"
-RULES_TEST = Path(__file__).resolve().parent / "spx-rules.test.yaml"
+RULES_TEST = ROOT / "tests" / "observability" / "spx-rules.test.yaml"
 DASHBOARD = CHART / "dashboards" / "spx.json"
 
 #: Series Prometheus itself synthesises for every target; only the rules may use them.
@@ -33,8 +33,8 @@ _KEYWORDS = {
 
 
 def registry_series_names() -> set[str]:
-    """Every series name the operator's registry (spx.metrics.REGISTRY) can expose."""
-    from spx.metrics import REGISTRY
+    """Every series name the operator's registry (spx.controller.metrics.REGISTRY) can expose."""
+    from spx.controller.metrics import REGISTRY
 
     names: set[str] = set()
     for family in REGISTRY.collect():

@@ -1,4 +1,4 @@
-"""Issue 5's plumbing, pure parts: the spec rules for serving, the verdict over every gate, the bounded
+"""The serving and accuracy sections through the pure parts: the spec rules for serving, the verdict over every gate, the bounded
 summary, reading the vLLM benches' JSON lines, the Job and ConfigMap, and the metrics."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from spx import metrics
 from spx.analysis import combine_verdict, points_from_result
 from spx.api import SUMMARY_MAX_BYTES, Environment, ExperimentSpec, KernelResult, PointResult, ResultSummary
 from spx.api.accuracy import AccuracyStatus
@@ -18,6 +17,7 @@ from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatu
 from spx.api.spec import min_timeout_seconds
 from spx.cli import build_summary
 from spx.controller import manifests as k8s
+from spx.controller import metrics
 from spx.controller import result_configmap as rcm
 from spx.controller.results import collect, read_vllm_log, vllm_statuses
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubeapi import Api, wait_for
+from spx_testing.kubeapi import Api, wait_for
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
 HOW_TO_GET = (
@@ -48,7 +48,7 @@ HOW_TO_GET = (
     "release and an etcd release; in this project's CI `.ci/run` unpacks them"
 )
 #: The CRD as a user installs it.
-CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "shardedprojectionexperiments.yaml"
+CRD_FILE = Path(__file__).resolve().parents[3] / "crds" / "shardedprojectionexperiments.yaml"
 KCM_CONTROLLERS = "job-controller,garbage-collector-controller,namespace-controller"
 
 

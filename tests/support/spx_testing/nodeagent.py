@@ -45,7 +45,8 @@ from typing import Any
 
 import aiohttp
 import aiohttp.web
-from containers import ContainerRuntime, Fault, PodRun, standin_node_env, write_gsm8k
+
+from spx_testing.containers import ContainerRuntime, Fault, PodRun, standin_node_env, write_gsm8k
 
 __all__ = ["Fault", "NodeAgent", "standin_node_env", "write_gsm8k"]
 

@@ -1,4 +1,4 @@
-"""Issue 11, "What users met": each item a test, against the installed ``spx`` console script.
+"""The installed ``spx`` console script as users meet it: what it refuses and says, exit codes, locks, interrupts.
 
 Runs that start ranks use tiny shapes (2 gloo ranks, 1-2 token counts, 5 samples): a few seconds each
 on 2 cores. No test waits a fixed time: waits are on events (a FIFO's reader, a lock, a process' exit)
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from spx.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 
 REPO = Path(__file__).resolve().parents[2]
 TP8 = REPO / "examples" / "deepseek-v41-tp8.yaml"
@@ -61,7 +61,7 @@ def no_gpu() -> bool:
 
 
 @pytest.mark.skipif(not no_gpu(), reason="the refusal is for machines without a GPU")
-def test_1_gpu_sized_spec_refuses_cpu_with_an_estimate(tmp_path: Path) -> None:
+def test_gpu_sized_spec_refuses_cpu_with_an_estimate(tmp_path: Path) -> None:
     proc = spx("run", str(TP8), "--out", str(tmp_path / "out"))
     assert proc.returncode == EXIT_USAGE, proc.stderr
     err = proc.stderr
@@ -71,7 +71,7 @@ def test_1_gpu_sized_spec_refuses_cpu_with_an_estimate(tmp_path: Path) -> None:
     assert "recommended threshold" not in proc.stdout
 
 
-def test_1_progress_line_per_point_on_stderr_when_piped(tmp_path: Path) -> None:
+def test_progress_line_per_point_on_stderr_when_piped(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     proc = spx("run", str(write(tmp_path, TINY)), "--out", str(tmp_path / "out"))
     assert proc.returncode == EXIT_OK, proc.stderr
@@ -87,14 +87,14 @@ def test_1_progress_line_per_point_on_stderr_when_piped(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", ".NaN"])
 @pytest.mark.parametrize("field", ["gate: {maxAbsError: %s}", "kernel: {gatherModel: {latencyUs: %s}}",
                                    "gate: {minSpeedupAtOrAboveThreshold: %s}"])
-def test_2_non_finite_numbers_are_refused_at_validation(tmp_path: Path, field: str, value: str) -> None:
+def test_non_finite_numbers_are_refused_at_validation(tmp_path: Path, field: str, value: str) -> None:
     path = write(tmp_path, HEAD + "metadata: {name: t}\nspec:\n  " + field % value + "\n")
     proc = spx("validate", str(path))
     assert proc.returncode == EXIT_USAGE
     assert "finite number" in proc.stderr or "less than or equal" in proc.stderr or "greater than" in proc.stderr
 
 
-def test_2_non_finite_max_abs_error_names_the_field(tmp_path: Path) -> None:
+def test_non_finite_max_abs_error_names_the_field(tmp_path: Path) -> None:
     proc = spx("validate", str(write(tmp_path, HEAD + "metadata: {name: t}\nspec:\n  gate: {maxAbsError: .inf}\n")))
     assert proc.returncode == EXIT_USAGE
     assert "spec.gate.maxAbsError: must be a finite number" in proc.stderr
@@ -110,14 +110,14 @@ def bomb_text(levels: int = 12) -> str:
     return text
 
 
-def test_3_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
+def test_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
     for cmd in (["validate"], ["run", "--out", str(tmp_path / "out")]):
         proc = spx(*cmd[:1], str(write(tmp_path, bomb_text())), *cmd[1:], timeout=60)
         assert proc.returncode == EXIT_USAGE
         assert "alias bomb" in proc.stderr and len(proc.stderr) < BOUNDED
 
 
-def test_3_100000_token_counts_give_a_bounded_message(tmp_path: Path) -> None:
+def test_100000_token_counts_give_a_bounded_message(tmp_path: Path) -> None:
     tokens = ", ".join(str(i) for i in range(1, 100_001))
     path = write(tmp_path, HEAD + f"metadata: {{name: many}}\nspec:\n  sweep:\n    tokens: [{tokens}]\n")
     proc = spx("validate", str(path))
@@ -130,7 +130,7 @@ def test_3_100000_token_counts_give_a_bounded_message(tmp_path: Path) -> None:
     assert "(30000 items)" in proc.stderr and len(proc.stderr) < BOUNDED
 
 
-def test_3_many_bad_values_are_counted_not_listed(tmp_path: Path) -> None:
+def test_many_bad_values_are_counted_not_listed(tmp_path: Path) -> None:
     bad = ", ".join(f'"{i}"' for i in range(60))  # strings where counts belong: 60 errors
     path = write(tmp_path, HEAD + f"metadata: {{name: t}}\nspec:\n  sweep:\n    tokens: [{bad}]\n")
     proc = spx("validate", str(path))
@@ -140,7 +140,7 @@ def test_3_many_bad_values_are_counted_not_listed(tmp_path: Path) -> None:
 # 4. The output folder is locked for the run's lifetime ------------------------------------------------------
 
 
-def test_4_a_second_run_into_a_locked_out_exits_with_a_clear_error(tmp_path: Path) -> None:
+def test_a_second_run_into_a_locked_out_exits_with_a_clear_error(tmp_path: Path) -> None:
     from spx.cli.outdir import locked
 
     out = tmp_path / "out"
@@ -151,7 +151,7 @@ def test_4_a_second_run_into_a_locked_out_exits_with_a_clear_error(tmp_path: Pat
     assert not (out / "result.json").exists() and not (out / ".spx.lock").exists()
 
 
-def test_4_two_concurrent_runs_one_wins_one_is_refused(tmp_path: Path) -> None:
+def test_two_concurrent_runs_one_wins_one_is_refused(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     exp = write(tmp_path, TINY)
     exe = Path(sys.executable).with_name("spx")
@@ -172,7 +172,7 @@ def test_4_two_concurrent_runs_one_wins_one_is_refused(tmp_path: Path) -> None:
 # 5. Memory estimate before spawning; the log that holds a dead rank's traceback --------------------------------
 
 
-def test_5_a_sweep_too_large_for_memory_is_refused_with_the_number(tmp_path: Path) -> None:
+def test_a_sweep_too_large_for_memory_is_refused_with_the_number(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     text = TINY.replace("hiddenSize: 256, outputSizes: [128]", "hiddenSize: 5120, outputSizes: [1280, 512]")
     text = text.replace("tokens: [8, 32]", "tokens: [8, 10000000]")
@@ -182,7 +182,7 @@ def test_5_a_sweep_too_large_for_memory_is_refused_with_the_number(tmp_path: Pat
     assert not (tmp_path / "out" / "logs").exists()
 
 
-def test_5_a_dead_rank_points_at_the_log_with_its_traceback(tmp_path: Path) -> None:
+def test_a_dead_rank_points_at_the_log_with_its_traceback(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     proc = spx("run", str(write(tmp_path, TINY)), "--out", str(tmp_path / "out"),
                env={"SPX_FAULT_INJECT_RANK": "1"})
@@ -192,7 +192,7 @@ def test_5_a_dead_rank_points_at_the_log_with_its_traceback(tmp_path: Path) -> N
     assert "traceback" in line.lower() and path.is_file() and "injected fault" in path.read_text()
 
 
-def test_5_an_empty_log_of_a_killed_rank_says_so(tmp_path: Path) -> None:
+def test_an_empty_log_of_a_killed_rank_says_so(tmp_path: Path) -> None:
     from spx.runner.forensics import RankFailure, traceback_log
 
     (tmp_path / "rank1.stderr.log").write_text("")
@@ -206,7 +206,7 @@ def test_5_an_empty_log_of_a_killed_rank_says_so(tmp_path: Path) -> None:
 # 6. A partial run recommends nothing its points cannot support -------------------------------------------------
 
 
-def test_6_interrupted_after_one_point_publishes_no_threshold(tmp_path: Path) -> None:
+def test_interrupted_after_one_point_publishes_no_threshold(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     out = tmp_path / "out"
     proc = spx("run", str(write(tmp_path, TINY)), "--out", str(out),
@@ -226,7 +226,7 @@ def test_6_interrupted_after_one_point_publishes_no_threshold(tmp_path: Path) ->
 # 7. Ctrl-C during start-up; spx operator without a cluster -----------------------------------------------------
 
 
-def test_7_ctrl_c_during_start_up_prints_one_line(tmp_path: Path) -> None:
+def test_ctrl_c_during_start_up_prints_one_line(tmp_path: Path) -> None:
     fifo = tmp_path / "exp.yaml"
     os.mkfifo(fifo)  # `spx run` blocks reading it: deterministically in start-up
     exe = Path(sys.executable).with_name("spx")
@@ -250,7 +250,7 @@ def test_7_ctrl_c_during_start_up_prints_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "interrupted" in err
 
 
-def test_7_operator_without_a_cluster_prints_one_line(tmp_path: Path) -> None:
+def test_operator_without_a_cluster_prints_one_line(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env = {"HOME": str(home), "KUBECONFIG": str(tmp_path / "no-such-kubeconfig")}
@@ -263,7 +263,7 @@ def test_7_operator_without_a_cluster_prints_one_line(tmp_path: Path) -> None:
 # 8. Exit codes: one table --------------------------------------------------------------------------------------
 
 
-def test_8_usage_errors_exit_3_everywhere(tmp_path: Path) -> None:
+def test_usage_errors_exit_3_everywhere(tmp_path: Path) -> None:
     assert spx("run").returncode == EXIT_USAGE  # argparse
     assert spx("frobnicate").returncode == EXIT_USAGE
     assert spx("validate", str(tmp_path / "nope.yaml")).returncode == EXIT_USAGE
@@ -271,8 +271,8 @@ def test_8_usage_errors_exit_3_everywhere(tmp_path: Path) -> None:
     assert spx("run", str(write(tmp_path, TINY)), "--nproc", "0").returncode == EXIT_USAGE
 
 
-def test_8_one_documented_table_shared_by_the_script() -> None:
-    from spx.exit_codes import TABLE
+def test_one_documented_table_shared_by_the_script() -> None:
+    from spx.api.exit_codes import TABLE
 
     doc = (REPO / "docs" / "cli.md").read_text()
     script = (REPO / "examples" / "gating" / "wait-for-verdict.sh").read_text()
@@ -286,13 +286,13 @@ def test_8_one_documented_table_shared_by_the_script() -> None:
 # 9. Silent acceptances become errors or warnings ---------------------------------------------------------------
 
 
-def test_9_serving_flag_without_spec_serving_is_an_error(tmp_path: Path) -> None:
+def test_serving_flag_without_spec_serving_is_an_error(tmp_path: Path) -> None:
     proc = spx("run", str(write(tmp_path, TINY)), "--out", str(tmp_path / "out"), "--serving")
     assert proc.returncode == EXIT_USAGE and "has no spec.serving" in proc.stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_9_duplicate_keys_are_an_error_naming_both_lines(tmp_path: Path) -> None:
+def test_duplicate_keys_are_an_error_naming_both_lines(tmp_path: Path) -> None:
     text = HEAD + "metadata: {name: t}\nspec:\n  gate: {thresholdTokens: 1024}\n  gate: {thresholdTokens: 4096}\n"
     proc = spx("validate", str(write(tmp_path, text)))
     assert proc.returncode == EXIT_USAGE
@@ -307,15 +307,15 @@ def test_9_duplicate_keys_are_an_error_naming_both_lines(tmp_path: Path) -> None
     ("{team: " + "a" * 64 + "}", False),
     ("{UPPER.example.com/x: y}", False),
 ])
-def test_9_labels_are_validated_like_the_api_server(tmp_path: Path, labels: str, ok: bool) -> None:
+def test_labels_are_validated_like_the_api_server(tmp_path: Path, labels: str, ok: bool) -> None:
     proc = spx("validate", str(write(tmp_path, HEAD + f"metadata: {{name: t, labels: {labels}}}\nspec: {{}}\n")))
     assert (proc.returncode == EXIT_OK) == ok, proc.stderr
     if not ok:
         assert "metadata.labels" in proc.stderr
 
 
-def test_9_report_experiment_relabelling_warns(tmp_path: Path) -> None:
-    from cli_support import kernel_result
+def test_report_experiment_relabelling_warns(tmp_path: Path) -> None:
+    from spx_testing.factories import kernel_result
 
     (tmp_path / "result.json").write_text(kernel_result(tp=2).model_dump_json(by_alias=True))
     other = write(tmp_path, HEAD + "metadata: {name: other}\nspec:\n  parallelism: {tensorParallelSize: 8}\n",
@@ -326,7 +326,7 @@ def test_9_report_experiment_relabelling_warns(tmp_path: Path) -> None:
     assert "TP2 on" in proc.stdout  # the measurement's TP is kept in the title
 
 
-def test_9_spx_runs_is_ignored_by_git() -> None:
+def test_spx_runs_is_ignored_by_git() -> None:
     proc = subprocess.run(["git", "check-ignore", "-q", "spx-runs/x/result.json"], cwd=REPO, timeout=30)
     assert proc.returncode == 0
 
@@ -334,7 +334,7 @@ def test_9_spx_runs_is_ignored_by_git() -> None:
 # 10. Set-up scripts -------------------------------------------------------------------------------------------
 
 
-def test_10_quickstart_installs_only_what_it_needs() -> None:
+def test_quickstart_installs_only_what_it_needs() -> None:
     quick = (REPO / "scripts" / "quickstart.sh").read_text()
     assert "setup.sh --quickstart" in quick and "apt-get" not in quick
     setup = (REPO / "scripts" / "setup.sh").read_text()

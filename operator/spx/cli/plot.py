@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from spx.api import KernelPoint, KernelStatus
-from spx.report import CPU_NOTE
+from spx.cli.tables import CPU_NOTE
 
 
 def plot_title(

@@ -1,7 +1,7 @@
 """vLLM general plugin: set DeepSeek-V4.1's token-split threshold from the environment.
 
 Registered under the entry-point group ``vllm.general_plugins`` (name ``spx_shard_threshold``,
-value ``spx.vllm_plugin:register``). vLLM calls :func:`register` in every process it starts (API
+value ``spx.bench.vllm_plugin:register``). vLLM calls :func:`register` in every process it starts (API
 server, engine core, each GPU worker) before any model is built. With
 ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` set, it imports ``vllm.models.deepseek_v41.attention`` and
 sets its module constant ``_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` (vLLM ≥ 0.33, default 2048), which the
@@ -39,16 +39,16 @@ import os
 import sys
 from collections.abc import Mapping
 
-ENV_THRESHOLD = "SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS"
-ENV_TARGET = "SPX_SHARD_FUSED_WQA_WKV_TARGET"
+from spx.vocabulary import PLUGIN_ENTRY_POINT_NAME as ENTRY_POINT_NAME  # noqa: F401  (the plugin's public name)
+from spx.vocabulary import PLUGIN_ENV_TARGET as ENV_TARGET
+from spx.vocabulary import PLUGIN_ENV_THRESHOLD as ENV_THRESHOLD
+from spx.vocabulary import PLUGIN_LOG_MARKER as LOG_MARKER
+
 DEFAULT_TARGET = "vllm.models.deepseek_v41.attention"
 SYMBOL = "_SHARD_FUSED_WQA_WKV_MIN_TOKENS"
 #: The threshold ``off`` stands for: 2³¹ − 1 tokens, more than any batch holds.
 OFF_TOKENS = 2**31 - 1
 ENTRY_POINT_GROUP = "vllm.general_plugins"
-ENTRY_POINT_NAME = "spx_shard_threshold"
-#: Start of the line the plugin logs once it set the threshold (the serving runner looks for it).
-LOG_MARKER = "spx: set "
 
 # A child of vLLM's "vllm" logger, so vLLM's handler and format print it in the server log.
 logger = logging.getLogger("vllm.plugins.spx_shard_threshold")

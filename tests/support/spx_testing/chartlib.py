@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "spx-operator"
 VENDORED_CRDS = ROOT / "tests" / "data" / "crds"
 RELEASE = "spx"
@@ -121,7 +121,7 @@ def validate_against_crd(obj: dict[str, Any], crd: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- RBAC
 
 #: What the operator's code calls (docs/install.md "Least privilege"): (API group, resource) → verbs,
-#: in every watched namespace. Read off spx.controller (kube.py's client calls in reconciler.py) and
+#: in every watched namespace. Read off spx.controller (the client calls of reads.py and writes.py) and
 #: kopf's watches (list, watch) and event posts (create).
 EXPECTED_RULES: dict[tuple[str, str], set[str]] = {
     ("bench.spx.dev", "shardedprojectionexperiments"): {"get", "list", "watch"},

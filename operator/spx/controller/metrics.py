@@ -28,6 +28,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from spx import vocabulary
 from spx.api.serving import LATENCY_METRICS
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -168,8 +169,9 @@ WORKQUEUE_DEPTH = _gauge(
     "Experiments waiting in the operator's work queue for a reconcile worker.",
 )
 
-PHASES = ("Pending", "Queued", "Running", "Analyzing", "Succeeded", "Failed")
-VERDICTS = ("Pass", "Fail", "Inconclusive")
+#: The label values of ``spx_phase`` / ``spx_verdict`` (:mod:`spx.vocabulary`).
+PHASES = vocabulary.PHASES
+VERDICTS = vocabulary.VERDICTS
 
 # Update / remove ------------------------------------------------------------------------------------
 #
