@@ -27,7 +27,8 @@ from spx.analysis.serving import summarize
 from spx.api.accuracy import AccuracyResult
 from spx.api.serving import ServingResult
 from spx.api.spec import ExperimentSpec
-from spx.bench.serving import SERVING_RESULT_FILE, RunnerOptions, VllmRunOutcome, main, run_vllm_benchmarks
+from spx.serving.__main__ import main
+from spx.serving.ab import SERVING_RESULT_FILE, RunnerOptions, VllmRunOutcome, run_vllm_benchmarks
 
 STANDINS = Path(__file__).resolve().parent / "standins"
 POINTS = [

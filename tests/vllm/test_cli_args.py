@@ -1,4 +1,4 @@
-"""spx's ``vllm serve`` and ``vllm bench serve`` argument lists (``spx.bench.serving.server_command`` /
+"""spx's ``vllm serve`` and ``vllm bench serve`` argument lists (``spx.serving.commands.server_command`` /
 ``bench_command``) through vLLM 0.33.0's real CLI parsers (``cli_driver.py``: vLLM's ``main`` up to the
 dispatch), so a flag vLLM renamed or dropped fails here, not hours into a GPU run."""
 
@@ -17,7 +17,7 @@ import pytest
 
 from spx.api.serving import ServingPointSpec, ServingSpec
 from spx.api.spec import ExperimentSpec
-from spx.bench.serving import bench_command, server_command
+from spx.serving.commands import bench_command, server_command
 
 HERE = Path(__file__).resolve().parent
 
