@@ -105,7 +105,7 @@ def test_length_refusal(error: str, expected: bool) -> None:
 def test_max_tokens_beyond_the_servers_max_model_len_fails_before_any_server(tmp_path: Path) -> None:
     spec = ExperimentSpec.model_validate({
         "serving": {"model": "m", "points": [], "extraArgs": ["--max-model-len", "512"]},
-        "accuracy": {"maxTokens": 1024},
+        "accuracy": {"maxTokens": 1024}, "timeoutSeconds": 14400,
     })
     with pytest.raises(ValueError, match=r"maxTokens is 1024 but --max-model-len in spec.serving.extraArgs is 512"):
         run_vllm_benchmarks(spec, tmp_path / "out")

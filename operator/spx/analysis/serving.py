@@ -264,10 +264,11 @@ def summarize(result: ServingResult) -> ServingStatus:
     )
 
 
+_PROCESS_PREFIX = re.compile(r"^(?:\([^)]*\)\s*|\[[^\]]*\]\s*)+")
 _ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(?:[A-Z]\w*(?:Error|Exception)|ERROR|CRITICAL)\b[:\s]")
 
 
-def error_excerpt(log: str, limit: int = 800, scan_lines: int = 400) -> str | None:
+def error_excerpt(log: str, limit: int = 1000, scan_lines: int = 400) -> str | None:
     """The cause of a failure as a server's or a bench's log shows it, bounded to ``limit`` characters.
 
     Looks at the last ``scan_lines`` lines for exception lines (``SomeError: …``, ``pkg.mod.SomeError:
@@ -278,10 +279,10 @@ def error_excerpt(log: str, limit: int = 800, scan_lines: int = 400) -> str | No
     found: list[str] = []
     for raw in log.splitlines()[-scan_lines:]:
         line = raw.strip()
-        body = line.split("] ", 1)[1] if line.startswith(("(", "[")) and "] " in line else line
+        body = _PROCESS_PREFIX.sub("", line)  # vLLM prefixes a child process's lines: "(EngineCore_DP0 pid=12) "
         for candidate in (line, body):
             if _ERROR_LINE.match(candidate) or " ERROR " in f" {candidate[:60]} ":
-                text = candidate[:400]
+                text = candidate[:500]
                 if text in found:
                     found.remove(text)
                 found.append(text)
