@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from realserver import HERE, REPO, SERVER_ENV, VENV
 
 

@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 
 from spx.api.serving import (
     LATENCY_METRICS,
+    METRIC_UNITS,
     SEED_BENCH_BACKEND,
     SEED_BENCH_ENDPOINT,
     SEED_BENCH_SEED,
-    METRIC_UNITS,
     THROUGHPUT_METRICS,
     ServingArmSpec,
     ServingArmStatus,
