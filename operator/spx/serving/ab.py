@@ -23,6 +23,7 @@ whatever finished survives a crash of the runner too.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -85,8 +86,6 @@ class VllmRunOutcome:
 
 
 def _write(path: Path, model: Any) -> None:
-    import json
-
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(model.to_wire(), indent=2) + "\n")
     tmp.replace(path)
