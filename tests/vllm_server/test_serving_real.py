@@ -57,6 +57,7 @@ def _experiment(tmp: Path, model: Path, port: int, *, target: str | None, accura
 
 def _spx_serving(experiment: Path, out: Path, vllm: list[str]) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPX_SHARD", "VLLM_"))}
+    env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # `vllm bench serve` reads the local tokenizer
     return subprocess.run(
         [sys.executable, "-m", "spx", "serving", str(experiment), "--out", str(out), "--vllm", " ".join(vllm)],
         capture_output=True, text=True, timeout=3000, env=env, cwd=REPO,
