@@ -72,7 +72,7 @@ def make(out: Path, seed: int, vocab: int) -> None:
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
         tie_word_embeddings=False,
     )
-    config.torch_dtype = "float32"
+    config.dtype = "float32"
     model = LlamaForCausalLM(config).to(torch.float32)
     model.save_pretrained(str(out), safe_serialization=True)
     print(f"make_tiny_llama: {out}: vocab {len(fast)}, {sum(p.numel() for p in model.parameters())} parameters")
