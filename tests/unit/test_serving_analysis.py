@@ -104,12 +104,14 @@ def test_failed_arm_is_left_out_of_the_mean() -> None:
 def test_gate_on_the_h20_table() -> None:
     points = [summarize_point(r["point"], r["metric"], _values(r)) for r in _rows()]  # type: ignore[arg-type]
     passed, reasons = gate_reasons(points, ServingGateSpec())
-    assert passed is True and len(reasons) == 7
+    # noise before verdict: 1k_in_1k_out_c1's B1/B2 spread (1.16 %) exceeds its +0.25 % change
+    assert passed is None and len(reasons) == 7
+    assert [r.split(":")[0] for r in reasons if "inconclusive" in r] == ["1k_in_1k_out_c1"]
     strict = ServingGateSpec(min_throughput_change_pct=1.0, max_ttft_regression_pct=-4.5)
     passed, reasons = gate_reasons(points, strict)
-    assert passed is False
+    assert passed is False  # a point clear of the noise failed: Fail wins over an undecided point
     failing = [r.split(":")[0] for r in reasons if r.endswith("FAIL")]
-    assert failing == ["ttft_8k_c1", "ttft_128k_c1", "1k_in_1k_out_c1"]
+    assert failing == ["ttft_8k_c1", "ttft_128k_c1"]
 
 
 def test_gate_point_rules() -> None:

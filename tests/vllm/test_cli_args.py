@@ -1,4 +1,4 @@
-"""spx's ``vllm serve`` and ``vllm bench serve`` argument lists (``spx.bench.serving.server_command`` /
+"""spx's ``vllm serve`` and ``vllm bench serve`` argument lists (``spx.serving.commands.server_command`` /
 ``bench_command``) through vLLM 0.33.0's real CLI parsers (``cli_driver.py``: vLLM's ``main`` up to the
 dispatch), so a flag vLLM renamed or dropped fails here, not hours into a GPU run."""
 
@@ -17,7 +17,7 @@ import pytest
 
 from spx.api.serving import ServingPointSpec, ServingSpec
 from spx.api.spec import ExperimentSpec
-from spx.bench.serving import bench_command, server_command
+from spx.serving.commands import bench_command, server_command
 
 HERE = Path(__file__).resolve().parent
 
@@ -89,13 +89,14 @@ def test_bench_serve_argv_has_the_seed_prs_flags(parsed: dict[str, dict[str, Any
     r = parsed["bench-hub"]
     assert r["exit"] == 0, r["error"] or r["stderr"][-3000:]
     a = r["args"]
-    assert (a["subparser"], a["bench_type"], a["backend"]) == ("bench", "serve", "vllm")
+    assert (a["subparser"], a["bench_type"], a["backend"], a["endpoint"]) == ("bench", "serve", "openai", "/v1/completions")
     assert (a["host"], a["port"], a["model"], a["tokenizer"]) == ("127.0.0.1", 8123, "deepseek-ai/DeepSeek-V4.1", None)
     # kept as text by the parser; get_samples parses it later with _parse_range_ratio (float, or JSON)
     assert (a["dataset_name"], a["random_input_len"], a["random_output_len"], a["random_range_ratio"]) == (
         "random", 8192, 1024, "0")
     assert (a["ignore_eos"], a["num_prompts"], a["max_concurrency"], a["seed"]) == (True, 64, 16, 7)
-    assert a["request_rate"] == math.inf or a["request_rate"] == "inf"
+    assert a["num_warmups"] == 16  # the seed's: one warm-up per request in flight
+    assert a["request_rate"] == math.inf or a["request_rate"] == "inf"  # vLLM's default; spx no longer passes it
     assert (a["percentile_metrics"], a["metric_percentiles"]) == ("ttft,tpot,itl,e2el", "50,99")
     assert (a["disable_tqdm"], a["save_result"], a["result_filename"]) == (True, True, "8k_in_1k_out_c16.json")
     assert a["result_dir"] is not None

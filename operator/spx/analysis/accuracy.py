@@ -135,3 +135,49 @@ def summarize(result: AccuracyResult) -> AccuracyStatus:
         runs=runs, main_pct=main_pct, split_pct=split_pct, drop_points=drop,
         max_drop_points=result.accuracy.max_drop_points, gate_passed=passed, reasons=reasons,
     )
+
+
+def max_model_len_arg(server_args: Sequence[str]) -> int | None:
+    """``--max-model-len`` from a ``vllm serve`` argv (``--max-model-len N`` or ``=N``); ``None`` if absent
+    or not an integer (vLLM also accepts ``1k``-style values: those are read as ``k``=1000, ``K``=1024)."""
+    raw: str | None = None
+    for i, arg in enumerate(server_args):
+        if arg == "--max-model-len" and i + 1 < len(server_args):
+            raw = server_args[i + 1]
+        elif arg.startswith("--max-model-len="):
+            raw = arg.split("=", 1)[1]
+    if raw is None:
+        return None
+    raw = raw.strip()
+    scale = {"k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}.get(raw[-1:], 1)
+    digits = raw[:-1] if scale != 1 else raw
+    try:
+        return int(float(digits) * scale)
+    except ValueError:
+        return None
+
+
+def max_tokens_error(max_tokens: int, max_model_len: int | None, where: str) -> str | None:
+    """Why every GSM8K request would be refused for length, or ``None``.
+
+    A request needs its prompt plus ``max_tokens`` within the server's ``--max-model-len``
+    (vLLM refuses it with HTTP 400 otherwise, ``vllm/entrypoints/openai/serving_engine.py``), so
+    ``max_tokens ≥ max_model_len`` can never fit. ``where`` names where ``max_model_len`` came from.
+    """
+    if max_model_len is None or max_tokens < max_model_len:
+        return None
+    return (
+        f"spec.accuracy.maxTokens is {max_tokens} but {where} is {max_model_len}: every GSM8K request (prompt + "
+        f"maxTokens) would be refused for length; lower spec.accuracy.maxTokens well below {max_model_len} (the "
+        f"few-shot prompt needs room too) or raise --max-model-len in spec.serving.extraArgs"
+    )
+
+
+_LENGTH_REFUSAL = ("maximum context length", "max_model_len", "max-model-len", "maximum model length", "too long")
+
+
+def length_refusal(error: str) -> bool:
+    """Whether a request error is the server refusing the request for its length (HTTP 400 with vLLM's
+    "This model's maximum context length is …" message or a mention of ``max_model_len``)."""
+    low = error.lower()
+    return "400" in low and any(m in low for m in _LENGTH_REFUSAL)

@@ -3,6 +3,12 @@
 Pure: no I/O. The change of a point compares the *means* of the variants' arms, as the seed PR did
 (``h20_tp8_serving.csv``: arms B1 A1 A2 B2, ``change_pct`` = (mean(B) − mean(A)) / mean(A) × 100):
 
+- Noise before verdict: the arms of one kind (A1 vs A2, B1 vs B2) are compared first. Their spread
+  ((max − min) / mean × 100, the larger of the two kinds) is what two servers of the *same* code
+  differ by; when it exceeds the between-kind ``|change_pct|``, the point cannot say which kind is
+  better and is Inconclusive, with both numbers. The seed's own 1K/1K C1 row is such a case (B1
+  338.0 vs B2 334.1 tok/s, a 1.16 % spread, against a +0.25 % change).
+
 - ``change_pct`` > 0 means the split arms' value is larger: better for throughputs, worse for
   latencies (a negative TTFT change is an improvement).
 - ``improvement_pct`` is ``change_pct`` signed so that positive is always better.
@@ -11,11 +17,15 @@ Pure: no I/O. The change of a point compares the *means* of the variants' arms, 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 from spx.api.serving import (
     LATENCY_METRICS,
     METRIC_UNITS,
+    SEED_BENCH_BACKEND,
+    SEED_BENCH_ENDPOINT,
+    SEED_BENCH_SEED,
     THROUGHPUT_METRICS,
     ServingArmSpec,
     ServingArmStatus,
@@ -24,7 +34,10 @@ from spx.api.serving import (
     ServingMetric,
     ServingPointStatus,
     ServingResult,
+    ServingSpec,
     ServingStatus,
+    default_arms,
+    seed_points,
 )
 
 #: ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` of a main arm: the split never happens.
@@ -140,6 +153,9 @@ def summarize_point(
     change = None
     if main_mean is not None and split_mean is not None and main_mean != 0:
         change = change_pct(main_mean, split_mean)
+    spreads = [s for s in (spread_pct(main), spread_pct(split)) if s is not None]
+    within = max(spreads) if spreads else None
+    noisy = is_noise(change, within)
     return ServingPointStatus(
         name=name,
         metric=metric,
@@ -149,8 +165,23 @@ def summarize_point(
         split_mean=split_mean,
         change_pct=change,
         improvement_pct=None if change is None else improvement_pct(metric, change),
-        passed=None if gate is None else gate_point(metric, change, gate),
+        within_kind_pct=within,
+        passed=None if gate is None or noisy else gate_point(metric, change, gate),
     )
+
+
+def spread_pct(values: Sequence[float]) -> float | None:
+    """(max − min) / mean × 100 of the values of one kind's arms; ``None`` with fewer than two values or
+    a zero mean."""
+    if len(values) < 2:
+        return None
+    m = sum(values) / len(values)
+    return None if m == 0 else (max(values) - min(values)) / abs(m) * 100.0
+
+
+def is_noise(change: float | None, within_kind_pct: float | None) -> bool:
+    """Whether the between-kind change is within the noise between arms of one kind (spread > ``|change|``)."""
+    return change is not None and within_kind_pct is not None and within_kind_pct > abs(change)
 
 
 def _fmt_change(change: float) -> str:
@@ -160,8 +191,10 @@ def _fmt_change(change: float) -> str:
 def gate_reasons(points: Sequence[ServingPointStatus], gate: ServingGateSpec) -> tuple[bool | None, list[str]]:
     """The serving gate over all points: ``(passed, reasons)``.
 
-    ``False`` as soon as one gated point fails; ``None`` (inconclusive) when a gated point has no
-    value for one variant, or when no point is gated; else ``True``.
+    Noise first: a gated point whose within-kind spread exceeds its ``|change_pct|`` is undecided (its
+    reason gives both numbers), whatever its change. Then ``False`` as soon as one gated point clear of
+    the noise fails its bound; ``None`` (inconclusive) when a gated point is undecided (no value for one
+    variant, or within noise), or when no point is gated; else ``True``.
     """
     reasons: list[str] = []
     failed = undecided = False
@@ -173,6 +206,13 @@ def gate_reasons(points: Sequence[ServingPointStatus], gate: ServingGateSpec) ->
         if p.change_pct is None:
             undecided = True
             reasons.append(f"{p.name}: no {p.metric} value for one variant; cannot compare")
+            continue
+        if is_noise(p.change_pct, p.within_kind_pct):
+            undecided = True
+            reasons.append(
+                f"{p.name}: inconclusive: arms of the same kind differ by {p.within_kind_pct:.2f}%, more than the "
+                f"{_fmt_change(p.change_pct)} {p.metric} change split vs main; the A/B cannot tell the variants apart here"
+            )
             continue
         if p.metric == "ttft":
             ok = p.change_pct <= gate.max_ttft_regression_pct
@@ -217,3 +257,62 @@ def summarize(result: ServingResult) -> ServingStatus:
         gate_passed=passed,
         reasons=reasons,
     )
+
+
+_PROCESS_PREFIX = re.compile(r"^(?:\([^)]*\)\s*|\[[^\]]*\]\s*)+")
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(?:[A-Z]\w*(?:Error|Exception)|ERROR|CRITICAL)\b[:\s]")
+
+
+def error_excerpt(log: str, limit: int = 1000, scan_lines: int = 400) -> str | None:
+    """The cause of a failure as a server's or a bench's log shows it, bounded to ``limit`` characters.
+
+    Looks at the last ``scan_lines`` lines for exception lines (``SomeError: …``, ``pkg.mod.SomeError:
+    …``, as Python tracebacks end) and log records at ``ERROR``/``CRITICAL``; keeps the last three
+    distinct ones in order (vLLM often ends with a generic "Engine core initialization failed" after the
+    root cause), joined with `` | ``. ``None`` when there is none.
+    """
+    found: list[str] = []
+    for raw in log.splitlines()[-scan_lines:]:
+        line = raw.strip()
+        body = _PROCESS_PREFIX.sub("", line)  # vLLM prefixes a child process's lines: "(EngineCore_DP0 pid=12) "
+        for candidate in (line, body):
+            if _ERROR_LINE.match(candidate) or " ERROR " in f" {candidate[:60]} ":
+                text = candidate[:500]
+                if text in found:
+                    found.remove(text)
+                found.append(text)
+                break
+    if not found:
+        return None
+    excerpt = " | ".join(found[-3:])
+    return excerpt if len(excerpt) <= limit else excerpt[: limit - 1] + "…"
+
+
+def protocol_deviations(spec: ServingSpec) -> list[str]:
+    """How ``spec`` departs from the seed PR's serving protocol, one line per field (``[]``: none).
+
+    The seed: ``vllm bench serve --backend openai --endpoint /v1/completions --dataset-name random
+    --random-range-ratio 0 --ignore-eos --num-warmups C --seed 1``, arms B1 A1 A2 B2 on fresh servers,
+    the seven points of ``h20_tp8_serving.csv`` (:func:`spx.api.serving.seed_points`).
+    """
+    out: list[str] = []
+    if spec.backend != SEED_BENCH_BACKEND:
+        out.append(f"backend {spec.backend} (the seed's: {SEED_BENCH_BACKEND})")
+    if spec.endpoint != SEED_BENCH_ENDPOINT:
+        out.append(f"endpoint {spec.endpoint} (the seed's: {SEED_BENCH_ENDPOINT})")
+    if spec.seed != SEED_BENCH_SEED:
+        out.append(f"seed {spec.seed} (the seed's: {SEED_BENCH_SEED})")
+    if spec.num_warmups is not None:
+        out.append(f"numWarmups {spec.num_warmups} (the seed's: each point's concurrency)")
+    if spec.extra_bench_args:
+        out.append(f"extraBenchArgs {' '.join(spec.extra_bench_args)[:200]}")
+    if [(a.name, a.variant) for a in spec.arms] != [(a.name, a.variant) for a in default_arms()]:
+        out.append(f"arms {' '.join(f'{a.name}:{a.variant}' for a in spec.arms)} (the seed's: B1:split A1:main A2:main B2:split)")
+    seed = {p.name: p for p in seed_points()}
+    if [p.name for p in spec.points] != list(seed):
+        out.append(f"points {', '.join(p.name for p in spec.points) or '(none)'} (the seed's: {', '.join(seed)})")
+    else:
+        changed = [p.name for p in spec.points if p != seed[p.name]]
+        if changed:
+            out.append(f"points {', '.join(changed)} differ from the seed's lengths, concurrency or prompt counts")
+    return out

@@ -9,9 +9,10 @@ The runs happen on the servers of ``spec.serving``'s arms (``arms``; by default 
 the first split arm in run order), after that arm's serving points, so the model is loaded once per
 arm. ``spec.accuracy`` therefore needs ``spec.serving`` (its ``points`` may be empty).
 
-The dataset is a local JSONL file baked into the bench image (``docs/serving.md`` says how): one
-``{"question": ..., "answer": "... #### 72"}`` object per line, GSM8K's own format
-(openai/grade-school-math ``test.jsonl``: 1,319 questions; ``train.jsonl`` for the few-shot turns).
+The data set ships with spx (``spx/data/gsm8k/``, MIT licence there): openai/grade-school-math's
+``test.jsonl`` (1,319 questions) and ``train.jsonl`` (the few-shot turns), one
+``{"question": ..., "answer": "... #### 72"}`` object per line, checked against the SHA-256 published
+with them before any server starts. ``datasetPath`` / ``fewshotPath`` point at other files instead.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from spx.api.serving import ArmVariant
 
 ACCURACY_RESULT_SCHEMA_VERSION: Final = "spx.dev/accuracy-result/v1"
 
-#: Where the bench image keeps GSM8K (``images/bench/Dockerfile`` copies the files there).
-DEFAULT_DATASET_PATH = "/opt/spx/data/gsm8k/test.jsonl"
-DEFAULT_FEWSHOT_PATH = "/opt/spx/data/gsm8k/train.jsonl"
+#: SHA-256 of GSM8K's ``test.jsonl`` (1,319 lines) and ``train.jsonl`` (7,473 lines) as published in
+#: openai/grade-school-math ``grade_school_math/data/``; the copies shipped in ``spx/data/gsm8k/`` must match.
+GSM8K_TEST_SHA256: Final = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
+GSM8K_TRAIN_SHA256: Final = "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"
+#: The seed's GSM8K settings (the seed PR's accuracy check: 5-shot chat, greedy, seed 123, 32 in flight).
+SEED_GSM8K_SEED: Final = 123
 
 
 def _thinking_off() -> dict[str, Any]:
@@ -37,8 +41,11 @@ def _thinking_off() -> dict[str, Any]:
 class AccuracySpec(CamelModel):
     """``spec.accuracy``: GSM8K on the main and split servers, and the bound on the split's drop.
 
-    ``num_fewshot`` examples are the first lines of ``fewshot_path`` (deterministic); ``limit`` asks
-    only the first N questions (``None``: all). ``dataset_sha256`` pins the test file's content.
+    ``num_fewshot`` examples are the first lines of the few-shot file (deterministic); ``limit`` asks
+    only the first N questions (``None``: all). Unset paths mean the GSM8K files shipped with spx,
+    always checked against :data:`GSM8K_TEST_SHA256` / :data:`GSM8K_TRAIN_SHA256`; a file of one's
+    own is checked against ``dataset_sha256`` / ``fewshot_sha256`` when they are set. The defaults are
+    the seed's run: 5-shot, greedy, seed 123, ``max_tokens`` 1024, 32 in flight, thinking off.
     ``chat_template_kwargs`` go to the server's chat template (DeepSeek-V3.1+/V4 templates read
     ``thinking``; default off). ``max_request_errors``: more requests failing (HTTP error, timeout)
     than this makes the run fail instead of scoring them as wrong.
@@ -47,12 +54,14 @@ class AccuracySpec(CamelModel):
     the main arms' mean (default 1.0: three runs of main on H20 ranged 96.36–96.97 %, 0.6 points).
     """
 
-    dataset_path: str = Field(default=DEFAULT_DATASET_PATH, min_length=1, max_length=1024)
-    """GSM8K test file (JSON lines with question and answer) in the bench image."""
-    fewshot_path: str = Field(default=DEFAULT_FEWSHOT_PATH, min_length=1, max_length=1024)
-    """GSM8K train file the few-shot examples are taken from."""
+    dataset_path: str | None = Field(default=None, min_length=1, max_length=1024)
+    """GSM8K test file (JSON lines with question and answer, .xz allowed); unset: the full test set (1,319) shipped with spx."""
+    fewshot_path: str | None = Field(default=None, min_length=1, max_length=1024)
+    """File the few-shot examples are taken from (its first lines); unset: GSM8K's train set shipped with spx."""
     dataset_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    """SHA-256 of the test file; the run fails when the file differs."""
+    """SHA-256 of the (decompressed) test file; a file that differs is refused. Unset: the shipped file is checked against GSM8K's published hash."""
+    fewshot_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    """SHA-256 of the (decompressed) few-shot file; a file that differs is refused."""
     num_fewshot: int = Field(default=5, ge=0, le=16)
     """Few-shot examples in each prompt."""
     limit: int | None = Field(default=None, gt=0)
@@ -61,8 +70,8 @@ class AccuracySpec(CamelModel):
     """Largest number of tokens generated per answer."""
     temperature: FiniteFloat = Field(default=0.0, ge=0.0, le=2.0)
     """Sampling temperature (0: greedy)."""
-    seed: int = Field(default=0, ge=0)
-    """Sampling seed."""
+    seed: int = Field(default=SEED_GSM8K_SEED, ge=0)
+    """Sampling seed (default 123, the seed's)."""
     concurrency: int = Field(default=32, gt=0, le=1024)
     """Requests in flight per arm."""
     chat_template_kwargs: dict[str, Any] = Field(default_factory=_thinking_off)

@@ -42,6 +42,12 @@ METRIC_UNITS: dict[str, str] = {
     "request_throughput": "req/s",
 }
 
+#: The seed PR's ``vllm bench serve`` protocol where a ServingSpec field can change it
+#: (:func:`spx.analysis.serving.protocol_deviations` lists every change in the result).
+SEED_BENCH_BACKEND: Final = "openai"
+SEED_BENCH_ENDPOINT: Final = "/v1/completions"
+SEED_BENCH_SEED: Final = 1
+
 ArmState = Literal["Pending", "Succeeded", "Partial", "Failed", "Skipped"]
 GpuCheck = Literal["freed", "busy", "skipped"]
 
@@ -181,8 +187,14 @@ class ServingSpec(CamelModel):
     """Address the servers listen on inside the pod."""
     port: int = Field(default=8000, ge=1, le=65535)
     """Port the servers listen on."""
-    seed: int = Field(default=0, ge=0)
-    """Seed of vllm bench serve's random prompts."""
+    seed: int = Field(default=SEED_BENCH_SEED, ge=0)
+    """--seed of vllm bench serve's random prompts (and of vllm serve); default 1, the seed PR's."""
+    backend: str = Field(default=SEED_BENCH_BACKEND, min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    """--backend of vllm bench serve; default openai, the seed PR's."""
+    endpoint: str = Field(default=SEED_BENCH_ENDPOINT, min_length=2, max_length=256, pattern=r"^/\S*$")
+    """--endpoint of vllm bench serve; default /v1/completions, the seed PR's."""
+    num_warmups: int | None = Field(default=None, ge=0, le=100_000)
+    """--num-warmups of vllm bench serve; unset: the point's concurrency, as the seed PR ran it."""
     points: list[ServingPointSpec] = Field(default_factory=seed_points, max_length=64)
     """The vllm bench serve runs of every arm (default: the seed PR's TTFT and throughput points)."""
     arms: list[ServingArmSpec] = Field(default_factory=default_arms, min_length=2, max_length=16)
@@ -269,6 +281,7 @@ class ServingPointRun(CamelModel):
     result_file: str | None = None
     log_file: str | None = None
     wall_seconds: float | None = Field(default=None, ge=0)
+    command: list[str] = Field(default_factory=list)
     error: str | None = None
 
 
@@ -299,8 +312,9 @@ class ServingArmRun(CamelModel):
 class ServingResult(CamelModel):
     """The serving bench's output (``serving-result.json``), rewritten after every measurement.
 
-    ``complete`` is false when any arm or point failed; ``failures`` names each (``arm/point: why``);
-    whatever finished is kept.
+    ``complete`` is false when any arm or point failed; ``failures`` names each (``arm/point: why``,
+    the cause read from the server's or the bench's log); whatever finished is kept.
+    ``protocol_deviations`` lists every way this run's spec differs from the seed PR's protocol.
     """
 
     schema_version: Literal["spx.dev/serving-result/v1"] = SERVING_RESULT_SCHEMA_VERSION
@@ -311,6 +325,7 @@ class ServingResult(CamelModel):
     complete: bool = False
     failures: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    protocol_deviations: list[str] = Field(default_factory=list)
     error: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -335,7 +350,10 @@ class ServingPointStatus(CamelModel):
 
     ``change_pct`` = (split mean − main mean) / main mean × 100 (negative TTFT change is better);
     ``improvement_pct`` is the same change signed so that positive is always better.
-    ``passed`` is this point's gate check (``None``: not gated or not decidable).
+    ``within_kind_pct`` is the larger spread between arms of the same kind (A1 vs A2, B1 vs B2:
+    (max − min) / mean × 100); when it exceeds ``|change_pct|`` the point is noise and
+    ``passed`` is ``None``. ``passed`` is this point's gate check (``None``: not gated, not decidable,
+    or within noise).
     """
 
     name: str
@@ -354,6 +372,8 @@ class ServingPointStatus(CamelModel):
     """(split mean − main mean) / main mean × 100."""
     improvement_pct: float | None = None
     """changePct signed so that positive is better."""
+    within_kind_pct: float | None = None
+    """Largest spread between arms of the same variant, percent of their mean; unset: no variant has two values."""
     passed: bool | None = None
     """This point's gate check; unset: not gated or not decidable."""
 

@@ -31,7 +31,7 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
 
 @command("serving", "Run the vLLM serving A/B and GSM8K benches of an experiment (needs vLLM and GPUs).", _serving_args)
 def cmd_serving(args: argparse.Namespace) -> int:
-    from spx.bench.serving import main as serving_main
+    from spx.serving.__main__ import main as serving_main
 
     return serving_main([str(args.file), "--out", str(args.out), "--vllm", args.vllm])
 

@@ -229,7 +229,7 @@ def _run_vllm_step(
     from spx.analysis.serving import summarize as summarize_serving
     from spx.api.accuracy import AccuracyStatus
     from spx.api.serving import ServingStatus
-    from spx.bench.serving import RunnerOptions, run_vllm_benchmarks
+    from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
 
     assert spec.serving is not None
     has_points = bool(spec.serving.points)
