@@ -12,5 +12,5 @@ echo "== pytest (real control plane: ${KUBEBUILDER_ASSETS:-KUBEBUILDER_ASSETS un
 if [ "${SPX_SKIP_VLLM:-0}" != 1 ]; then
   echo "== vllm stage: scripts/setup_vllm.sh, then pytest -m vllm"
   bash scripts/setup_vllm.sh
-  SPX_REQUIRE_VLLM=1 pytest -q -p no:cacheprovider -m vllm tests/vllm
+  SPX_REQUIRE_VLLM=1 pytest -q -p no:cacheprovider -m vllm tests/real_vllm
 fi

@@ -19,7 +19,9 @@ from spx.api import (
     PointResult,
     ResultSummary,
 )
-from spx.cli import COMMANDS, EXIT_INVALID, EXIT_OK, apply_overrides, build_status, build_summary, main, parse_tokens
+from spx.api.wire import build_summary
+from spx.cli import COMMANDS, EXIT_INVALID, EXIT_OK, apply_overrides, main, parse_tokens
+from spx.runner.experiment import build_status
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.yaml"

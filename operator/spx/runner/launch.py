@@ -208,7 +208,32 @@ def launch(spec: ExperimentSpec, out: Path, nproc: int, experiment: str, bench: 
     """
     from torch.distributed.launcher.api import elastic_launch
 
-    returns = elastic_launch(launch_config(nproc, out / "logs"), rank_entry)(
-        spec.model_dump_json(by_alias=True), str(out), experiment, bench
-    )
+    with ranks_ignore_terminal_interrupt():
+        returns = elastic_launch(launch_config(nproc, out / "logs"), rank_entry)(
+            spec.model_dump_json(by_alias=True), str(out), experiment, bench
+        )
     return returns if isinstance(returns, dict) else {}
+
+
+@contextlib.contextmanager
+def ranks_ignore_terminal_interrupt() -> Iterator[None]:
+    """Block SIGINT in the calling (main) thread while the ranks are spawned and run, so they inherit it blocked.
+
+    Ctrl-C in a terminal sends SIGINT to the whole foreground process group. A rank still in
+    ``multiprocessing/spawn.py`` start-up (importing torch, before the launcher redirects its stderr to
+    ``logs/``) would print a ``KeyboardInterrupt`` traceback of ~50-100 lines on the user's terminal.
+    A blocked signal mask survives ``fork`` and ``execve`` (POSIX ``sigprocmask``), so ranks spawned
+    from this thread never see the terminal's SIGINT; this process still does: the kernel delivers a
+    process-directed signal to a thread that does not block it (the points tail or the timeout watchdog,
+    started before this), and Python runs the handler — the agent's, which raises ``SignalException``
+    and stops every rank with SIGTERM (:data:`SHUTDOWN_TIMEOUT_S`) — in the main thread within one
+    ``monitor_interval``. The mask is restored on exit. No-op off the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
