@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,8 +42,8 @@ def _env() -> dict[str, str]:
 
 
 def test_ctrl_c_while_the_ranks_start_prints_no_traceback(tmp_path: Path) -> None:
-    """SIGINT to the whole process group (what a terminal's Ctrl-C does) right after ``spx: starting``,
-    while the spawned ranks are still importing torch: exit 130, the partial handling, and no traceback."""
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does) as the ranks are spawned, while
+    they are still importing torch: exit 130, the partial handling, and no traceback."""
     pytest.importorskip("torch")
     spec = tmp_path / "slow.yaml"
     spec.write_text(SLOW)
@@ -55,10 +56,16 @@ def test_ctrl_c_while_the_ranks_start_prints_no_traceback(tmp_path: Path) -> Non
         for line in proc.stderr:  # blocks until the line comes (or the process ends)
             seen.append(line)
             if line.startswith("spx: starting"):
-                os.killpg(proc.pid, signal.SIGINT)
                 break
         else:
             pytest.fail("spx run ended before it started its ranks: " + "".join(seen))
+        # the launcher names the ranks' log files just before it spawns them: wait for that event
+        log = out / "logs" / "rank1.stderr.log"
+        deadline = time.monotonic() + 120
+        while not log.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert log.exists(), "the ranks were never started"
+        os.killpg(proc.pid, signal.SIGINT)  # the ranks are importing torch in multiprocessing/spawn.py now
         out_text, rest = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:

@@ -25,8 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from spx.api.spec import MXFP8, ExperimentSpec
+from spx.api.spec import ExperimentSpec
 
+MXFP8 = "mxfp8-block32-ue8m0"  # (spx.bench.gemm.MXFP8: the same weight format literal)
 FP8_BLOCK128 = "fp8-block128-ue8m0"
 
 

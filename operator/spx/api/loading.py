@@ -79,23 +79,24 @@ def clip(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _field_of(problem: str) -> str:
-    """The field a problem line names, list indices and map keys dropped (``spec.sweep.tokens``)."""
-    head = problem.split(":", 1)[0].split(" (", 1)[0]
-    return re.sub(r"\[[^]]*\]", "", head)
+def _section_of(problem: str) -> str:
+    """The section a problem line is about: its path's first two parts (``spec.kernel``, ``metadata.labels``;
+    list indices and map keys below them do not count)."""
+    head = re.sub(r"\[[^]]*\]", "", problem.split(":", 1)[0])
+    return ".".join(head.split(".")[:2])
 
 
 def _bounded(problems: list[str]) -> list[str]:
     """At most :data:`MAX_PROBLEMS` lines, then ``… and N more problems`` with N the lines left out.
 
-    Every field gets its first problem listed before any field gets a second one, so 40 bad labels
-    cannot hide a bad ``samples``; the lines kept stay in their original order.
+    Every section (:func:`_section_of`) gets its first problem listed before any gets a second one, so
+    40 bad labels cannot hide a bad ``spec.kernel.samples``; the lines kept stay in their original order.
     """
     if len(problems) <= MAX_PROBLEMS or (len(problems) == MAX_PROBLEMS + 1 and problems[-1].startswith("… and ")):
         return problems  # (already bounded)
     first: dict[str, int] = {}
     for i, p in enumerate(problems):
-        first.setdefault(_field_of(p), i)
+        first.setdefault(_section_of(p), i)
     keep = set(list(first.values())[:MAX_PROBLEMS])
     for i in range(len(problems)):
         if len(keep) >= MAX_PROBLEMS:

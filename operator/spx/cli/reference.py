@@ -64,7 +64,7 @@ def render(text: str) -> str:
     """
     for name, make in GENERATED.items():
         begin, end = BEGIN.format(name=name), END.format(name=name)
-        pattern = re.compile(re.escape(begin) + r"\n.*?\n" + re.escape(end), re.S)
+        pattern = re.compile(re.escape(begin) + r"\n(?:.*?\n)?" + re.escape(end), re.S)
         if not pattern.search(text):
             raise ValueError(f"docs: no generated block {name!r} (markers {begin} … {end})")
         text = pattern.sub(lambda _m, b=begin, e=end, body=make(): f"{b}\n{body}\n{e}", text, count=1)

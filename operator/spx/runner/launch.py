@@ -217,23 +217,39 @@ def launch(spec: ExperimentSpec, out: Path, nproc: int, experiment: str, bench: 
 
 @contextlib.contextmanager
 def ranks_ignore_terminal_interrupt() -> Iterator[None]:
-    """Block SIGINT in the calling (main) thread while the ranks are spawned and run, so they inherit it blocked.
+    """Start the ranks with SIGINT ignored, so that only this process acts on a terminal's Ctrl-C.
 
     Ctrl-C in a terminal sends SIGINT to the whole foreground process group. A rank still in
     ``multiprocessing/spawn.py`` start-up (importing torch, before the launcher redirects its stderr to
     ``logs/``) would print a ``KeyboardInterrupt`` traceback of ~50-100 lines on the user's terminal.
-    A blocked signal mask survives ``fork`` and ``execve`` (POSIX ``sigprocmask``), so ranks spawned
-    from this thread never see the terminal's SIGINT; this process still does: the kernel delivers a
-    process-directed signal to a thread that does not block it (the points tail or the timeout watchdog,
-    started before this), and Python runs the handler — the agent's, which raises ``SignalException``
-    and stops every rank with SIGTERM (:data:`SHUTDOWN_TIMEOUT_S`) — in the main thread within one
-    ``monitor_interval``. The mask is restored on exit. No-op off the main thread.
+    An ignored signal stays ignored across ``fork`` and ``execve`` (POSIX), and Python installs its
+    SIGINT handler at start-up only where SIGINT is not ignored (``signal`` module docs), so a rank
+    started while this process ignores SIGINT never sees it; this process does, and the elastic agent's
+    handler stops every rank with SIGTERM (:data:`SHUTDOWN_TIMEOUT_S`). (A blocked signal mask does not
+    do it: multiprocessing's spawn clears the mask in the child.)
+
+    Every start of a ``spawn`` process goes through :func:`multiprocessing.util.spawnv_passfds`; for
+    the block it is wrapped to ignore SIGINT in this process for the ``fork``/``exec`` call alone
+    (microseconds: a Ctrl-C in that window is dropped, the next one is not). Off the main thread,
+    where signal handlers cannot be set, nothing is changed.
     """
+    import multiprocessing.util as mp_util
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    original = mp_util.spawnv_passfds
+
+    def spawn_ignoring_sigint(path: str, args: Any, passfds: Any) -> int:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            pid: int = original(path, args, passfds)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return pid
+
+    mp_util.spawnv_passfds = spawn_ignoring_sigint
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        mp_util.spawnv_passfds = original
