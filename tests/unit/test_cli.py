@@ -356,7 +356,7 @@ def test_run_refuses_to_overwrite_an_earlier_run(tmp_path: Path, capsys: pytest.
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [
-        (["--gemm-backend", "torch-fp8"], "gemmBackend: torch-fp8 needs"),
+        (["--gemm-backend", "torch-fp8"], "spec.kernel.gemmBackend: torch-fp8 (cuBLASLt blockwise W8A8) takes 128×128"),
         (["--summary-file", "/proc/nope/x"], "--summary-file /proc/nope/x is not writable"),
     ],
 )

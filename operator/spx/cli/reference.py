@@ -67,7 +67,8 @@ def render(text: str) -> str:
         pattern = re.compile(re.escape(begin) + r"\n(?:.*?\n)?" + re.escape(end), re.S)
         if not pattern.search(text):
             raise ValueError(f"docs: no generated block {name!r} (markers {begin} … {end})")
-        text = pattern.sub(lambda _m, b=begin, e=end, body=make(): f"{b}\n{body}\n{e}", text, count=1)
+        block = f"{begin}\n{make()}\n{end}"
+        text = pattern.sub(lambda _m, block=block: block, text, count=1)
     return text
 
 
