@@ -99,3 +99,21 @@ def test_validate_reads_standard_input() -> None:
     assert ok.returncode == EXIT_OK and "name: plain" in ok.stdout and "<stdin>: valid" in ok.stderr
     bad = spx("validate", "-", stdin=HEAD + "metadata: {name: b}\nspec: {kernel: {samples: 1}}\n")
     assert bad.returncode == EXIT_USAGE and "<stdin>" in bad.stderr and "spec.kernel.samples" in bad.stderr
+
+
+# The quickstart's docs ---------------------------------------------------------------------------------------
+
+
+def test_first_experiment_sets_up_only_what_the_quickstart_needs() -> None:
+    doc = (REPO / "docs" / "first-experiment.md").read_text(encoding="utf-8")
+    first_block = doc.split("```bash", 1)[1].split("```", 1)[0]
+    setup = [ln for ln in first_block.splitlines() if "setup.sh" in ln]
+    assert setup and all("setup.sh --quickstart" in ln for ln in setup), setup
+
+
+def test_the_quickstart_time_is_stated_as_measured() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    head = readme.split("bash scripts/quickstart.sh", 1)[0]
+    assert "~10 s" not in head and "measured" in head
+    doc = (REPO / "docs" / "first-experiment.md").read_text(encoding="utf-8")
+    assert "~10 s" not in doc and "Measured:" in doc

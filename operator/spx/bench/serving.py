@@ -576,8 +576,9 @@ def _run_arm(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m spx.bench.serving EXPERIMENT.yaml --out DIR``: exit 0 when every measurement
-    finished, 1 when some failed (the results are written either way), 2 on invalid input."""
+    finished, 1 when some failed (the results are written either way), 3 on invalid input (spx.exit_codes)."""
     from spx.api.loading import SpecError, load_experiment
+    from spx.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
 
     parser = argparse.ArgumentParser(prog="python -m spx.bench.serving", description=__doc__.splitlines()[0])
     parser.add_argument("experiment", type=Path)
@@ -591,9 +592,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (SpecError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     ok = all(r is None or r.complete for r in (outcome.serving, outcome.accuracy))
-    return 0 if ok else 1
+    return EXIT_OK if ok else EXIT_FAIL
 
 
 if __name__ == "__main__":
