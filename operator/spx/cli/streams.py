@@ -76,7 +76,7 @@ def pipe_safe_stdout() -> Iterator[PipeSafeStdout]:
     """``sys.stdout`` wrapped in :class:`PipeSafeStdout` for the ``with`` block (restored after)."""
     saved = sys.stdout
     safe = PipeSafeStdout(saved)
-    sys.stdout = safe  # type: ignore[assignment]
+    sys.stdout = safe
     try:
         yield safe
     finally:
