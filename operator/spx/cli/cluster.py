@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from spx.cli.common import UnreachableError, UsageError, err_console, read_experiment
 from spx.cli.registry import command
-from spx.exit_codes import EXIT_FAIL, EXIT_OK
+from spx.exit_codes import COMMAND_CODES, EXIT_FAIL, EXIT_OK, TABLE
 
 
 def _gate_args(p: argparse.ArgumentParser) -> None:
@@ -18,8 +18,8 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
 
 
-@command("gate", "Exit 0 if an experiment decided Pass, 1 Fail, 2 Inconclusive/undecided, 3 usage, 4 unreachable "
-         "(NAME or status.json).", _gate_args)
+@command("gate", "Exit with an experiment's decision (NAME or status.json): "
+         + ", ".join(f"{code} {name}" for code, name, _ in TABLE if code in COMMAND_CODES["gate"]) + ".", _gate_args)
 def cmd_gate(args: argparse.Namespace) -> int:
     from spx.gate import run
 
