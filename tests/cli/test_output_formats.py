@@ -76,7 +76,7 @@ def test_predict() -> None:
 
 def test_gate(tmp_path: Path) -> None:
     from spx.analysis import judge
-    from spx.cli.run import build_status
+    from spx.runner.experiment import build_status
 
     result = kernel_result()
     (tmp_path / "status.json").write_text(build_status(result, judge(result, result.spec)).model_dump_json(by_alias=True))

@@ -71,6 +71,19 @@ CASES: list[tuple[str, dict[str, Any], bool, str]] = [
     ("mount-root", {"serving": {**SERVING, "modelMountPath": "/"}, "timeoutSeconds": 120}, False, "must not be / nor lie under"),
     ("env-reserved", {"serving": {**SERVING, "env": {"SPX_ARM": "x"}}, "timeoutSeconds": 120}, False, "set per arm by spx"),
     ("node-selector-bad-key", {"resources": {"nodeSelector": {"bad key!": "a"}}}, False, "nodeSelector keys must be label keys"),
+    # combinations no machine can run (spx.api.combinations): every message at once, the same as spx validate's
+    ("cpu-cupti-nccl-fp8", {"parallelism": {"tensorParallelSize": 2}, "kernel": {
+        "device": "cpu", "timer": "cupti", "gather": "nccl", "gemmBackend": "torch-fp8"}}, False,
+     "spec.kernel.timer: cupti and cuda-events time CUDA kernels"),
+    ("cpu-nccl-tp2", {"parallelism": {"tensorParallelSize": 2}, "kernel": {"device": "cpu", "gather": "nccl"}}, False,
+     "spec.kernel.gather: nccl and vllm gather between CUDA GPUs"),
+    ("cpu-nccl-default-tp", {"kernel": {"device": "cpu", "gather": "nccl"}}, False, "spec.kernel.gather: nccl"),
+    ("cpu-nccl-tp1", {"parallelism": {"tensorParallelSize": 1}, "kernel": {"device": "cpu", "gather": "nccl"}}, True, ""),
+    ("cuda-host", {"kernel": {"device": "cuda", "timer": "host"}}, False, "spec.kernel.timer: host is for CPU smoke runs"),
+    ("torch-fp8-mxfp8", {"kernel": {"gemmBackend": "torch-fp8"}}, False, "spec.kernel.gemmBackend: torch-fp8"),
+    ("humming-bf16", {"kernel": {"gemmBackend": "humming"}, "projection": {"weightFormat": "bf16"}}, False,
+     "spec.kernel.gemmBackend: humming and marlin"),
+    ("cpu-smoke", {"kernel": {"device": "cpu", "timer": "host", "gather": "gloo"}}, True, ""),
     # single fields: the structural schema
     ("samples-too-few", {"kernel": {"samples": 1}}, False, "spec.kernel.samples"),
     ("tp-not-an-integer", {"parallelism": {"tensorParallelSize": "eight"}}, False, "spec.parallelism.tensorParallelSize"),
@@ -121,6 +134,9 @@ def test_spx_validate_and_the_api_server_agree(kube: Api, ns: str, case: str, sp
     assert (spx_ok, server_ok) == (accepted, accepted), f"spx: {spx_msg or 'accepted'} | server: {server_msg or 'accepted'}"
     if not accepted:
         assert why in server_msg, server_msg
+        if case == "cpu-cupti-nccl-fp8":  # every problem at once, with spx validate's messages
+            for problem in spx_msg.splitlines()[1:]:
+                assert problem.strip().removeprefix("- ") in server_msg, server_msg
 
 
 def test_every_field_has_a_description() -> None:

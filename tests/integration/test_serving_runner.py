@@ -271,6 +271,6 @@ def test_module_main_runs_an_experiment_file(h: Harness, monkeypatch: pytest.Mon
     assert h.on_disk().experiment == "ab" and h.on_disk().complete
     monkeypatch.setenv("STANDIN_FAIL_START_ARM", "A1")
     assert main([str(exp), "--out", str(h.tmp / "out2"), "--vllm", vllm]) == 1
-    assert main([str(h.tmp / "missing.yaml")]) == 2
+    assert main([str(h.tmp / "missing.yaml")]) == 3  # EXIT_USAGE, the one table (spx.api.exit_codes)
 
 

@@ -61,10 +61,17 @@ def test_fault_injection_names_the_rank(monkeypatch):
 
 
 def test_gpu_only_settings_fail_clearly_on_cpu():
+    # device: cpu with them is refused at validation (spx.api.combinations); the bench still refuses them
+    # on a device that resolved to the CPU at run time (device: auto here)
+    with pytest.raises(ValueError, match="spec.kernel.timer: cupti and cuda-events time CUDA kernels"):
+        small_spec(timer="cupti")
     with pytest.raises(ValueError, match="spec.kernel.timer: cupti needs a CUDA GPU"):
-        run_kernel_bench(small_spec(timer="cupti"))
+        run_kernel_bench(small_spec(device="auto", timer="cupti"))
+    fp8 = small_spec(device="auto").model_copy(deep=True)
+    fp8.projection.weight_format = "fp8-block128-ue8m0"
+    fp8.kernel.gemm_backend = "torch-fp8"
     with pytest.raises(ValueError, match="gemmBackend: torch-fp8 needs"):
-        run_kernel_bench(small_spec(gemmBackend="torch-fp8"))
+        run_kernel_bench(ExperimentSpec.model_validate(fp8.model_dump()))
 
 
 def test_fault_injection_at_a_token_count(monkeypatch):

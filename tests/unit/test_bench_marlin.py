@@ -2,7 +2,7 @@
 load-time conversion port (padding, scale permutation, e8m0 reorder), and its refusals.
 
 The GPU kernel itself is checked on a GPU by ``benchmarks/marlin_check.py``; the port against vLLM's
-own functions in ``tests/vllm/test_marlin_port.py``.
+own functions in ``tests/real_vllm/test_marlin_port.py``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ from spx.api import (
     PointResult,
     ResultSummary,
 )
-from spx.cli import COMMANDS, EXIT_OK, EXIT_USAGE, apply_overrides, build_status, build_summary, main, parse_tokens
+from spx.api.wire import build_summary
+from spx.cli import COMMANDS, EXIT_OK, EXIT_USAGE, apply_overrides, main, parse_tokens
+from spx.runner.experiment import build_status
 from spx_testing.factories import H20_TABLE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -355,7 +357,7 @@ def test_run_refuses_to_overwrite_an_earlier_run(tmp_path: Path, capsys: pytest.
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [
-        (["--gemm-backend", "torch-fp8"], "gemmBackend: torch-fp8 needs"),
+        (["--gemm-backend", "torch-fp8"], "spec.kernel.gemmBackend: torch-fp8 (cuBLASLt blockwise W8A8) takes 128×128"),
         (["--summary-file", "/proc/nope/x"], "--summary-file /proc/nope/x is not writable"),
     ],
 )

@@ -89,14 +89,16 @@ def test_auto_on_this_cpu_machine_is_a_labelled_smoke_run():
 
 
 def _spec(**kernel) -> ExperimentSpec:
-    return ExperimentSpec.model_validate({"kernel": {"device": "cpu", **kernel}})
+    return ExperimentSpec.model_validate({"kernel": {"device": "auto", **kernel}})
 
 
 @pytest.mark.parametrize("backend", ["humming", "marlin"])
 def test_vllms_kernels_refuse_cpu_before_any_rank_starts(backend):
     from spx.bench.kernel import preflight
 
-    with pytest.raises(ValueError, match=f"{backend} needs a CUDA GPU"):
+    with pytest.raises(ValueError, match="humming, marlin and torch-fp8 are CUDA kernels"):  # device: cpu: validation
+        ExperimentSpec.model_validate({"kernel": {"device": "cpu", "gemmBackend": backend}})
+    with pytest.raises(ValueError, match=f"{backend} needs a CUDA GPU"):  # device: auto that resolved to the CPU
         preflight(_spec(gemmBackend=backend), "cpu", 1)
 
 

@@ -15,7 +15,7 @@ from spx.api.accuracy import AccuracyStatus
 from spx.api.crd import CEL_RULES, build_crd
 from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatus, ServingStatus
 from spx.api.spec import min_timeout_seconds
-from spx.cli import build_summary
+from spx.api.wire import build_summary
 from spx.controller import manifests as k8s
 from spx.controller import metrics
 from spx.controller import result_configmap as rcm
@@ -168,7 +168,7 @@ def test_summary_fits_4_kib_shrinking_serving_detail_before_kernel_points() -> N
 
 def test_local_status_gets_the_vllm_sections_and_the_combined_verdict() -> None:
     from spx.analysis import judge
-    from spx.cli import build_status
+    from spx.runner.experiment import build_status
 
     result = kernel_result([6, 48, 384, 2048, 4096])
     status = build_status(result, judge(result, result.spec))

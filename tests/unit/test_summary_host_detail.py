@@ -6,7 +6,7 @@ from pathlib import Path
 
 from spx.analysis import points_from_result
 from spx.api import SUMMARY_MAX_BYTES, KernelResult, ResultSummary
-from spx.cli import build_summary
+from spx.api.wire import build_summary
 
 RESULT = Path(__file__).resolve().parents[2] / "examples" / "results" / "h200-1gpu-eager" / "humming-auto-1" / "result.json"
 

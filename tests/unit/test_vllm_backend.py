@@ -1,5 +1,5 @@
 """spx.bench.vllm_backend without vLLM: clear errors, version rules, the checkpoint configs. The layer itself
-is tested against the real vLLM in tests/vllm (``pytest -m vllm``)."""
+is tested against the real vLLM in tests/real_vllm (``pytest -m vllm``)."""
 
 from __future__ import annotations
 

@@ -75,6 +75,18 @@ def test_missing_module_is_a_startup_error(standins: Path) -> None:
         apply({ENV_THRESHOLD: "2048", ENV_TARGET: "spx_standin_vllm.nope"})
 
 
+def test_the_repository_never_shadows_vllm() -> None:
+    """No folder of the repository is importable as ``vllm`` (a namespace package from a ``vllm/`` folder
+    on ``sys.path``, e.g. ``tests/`` under pytest, would make ``find_spec`` find it and hide a missing vLLM)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None:
+        return
+    repo = Path(__file__).resolve().parents[2]
+    where = [Path(p).resolve() for p in (spec.submodule_search_locations or [])]
+    ours = [p for p in where if repo in p.parents and "site-packages" not in p.parts]  # (.venv may be in the repo)
+    assert spec.origin not in (None, "namespace") and not ours, where
+
+
 def test_default_target_is_vllms_module() -> None:
     assert DEFAULT_TARGET == "vllm.models.deepseek_v41.attention"
     if importlib.util.find_spec("vllm") is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from spx.api.combinations import cel_rules
 from spx.api.crd_version import SCHEMA_VERSION, SCHEMA_VERSION_LABEL
 from spx.api.serving import RESERVED_MOUNT_PATHS, ServingSpec, default_arms
 from spx.api.spec import (
@@ -73,6 +74,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "with spec.serving, timeoutSeconds must be at least the number of serving arms × "
             "serving.startupTimeoutSeconds (every arm's model load must fit the Job deadline)",
         },
+        *cel_rules(),  # ExperimentSpec._runs_somewhere: spx.api.combinations, the same messages
     ],
     "spec.sweep": [
         {   # SweepSpec._sorted_positive_unique

@@ -32,7 +32,8 @@ EXIT_INTERRUPTED = 130
 #: ``(code, name, meaning)`` rows, as documented (``spx --help`` and docs/cli.md print them).
 TABLE: tuple[tuple[int, str, str], ...] = (
     (EXIT_OK, "ok", "done; spx gate: Pass"),
-    (EXIT_FAIL, "fail", "spx gate: Fail; spx run: the benchmark failed (partial results kept)"),
+    (EXIT_FAIL, "fail", "spx gate: Fail; spx run, spx serving: the benchmark failed or could not start (partial "
+     "results kept)"),
     (EXIT_UNDECIDED, "undecided", "spx gate: Inconclusive, not decided yet, or decided without a verdict"),
     (EXIT_USAGE, "usage", "bad option or input: invalid/unreadable file, no such experiment, --out in use, "
      "a run this machine cannot hold"),
@@ -41,6 +42,22 @@ TABLE: tuple[tuple[int, str, str], ...] = (
 )
 
 
-def epilog() -> str:
-    """The exit-code table as plain text, for ``--help``."""
-    return "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, _, meaning in TABLE)
+#: The codes each ``spx`` command exits with: its ``--help`` and docs/cli.md list them from here.
+COMMAND_CODES: dict[str, tuple[int, ...]] = {
+    "run": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED),
+    "validate": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED),
+    "report": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED),
+    "predict": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED),
+    "gate": (EXIT_OK, EXIT_FAIL, EXIT_UNDECIDED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED),
+    "crd": (EXIT_OK, EXIT_USAGE),
+    "serving": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED),
+    "operator": (EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED),
+    "completion": (EXIT_OK, EXIT_USAGE),
+}
+
+
+def epilog(command: str | None = None) -> str:
+    """The exit-code table as plain text, for ``--help``; with ``command``, only the codes it exits with."""
+    codes = COMMAND_CODES.get(command, ()) if command else ()
+    rows = [row for row in TABLE if not codes or row[0] in codes]
+    return "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, _, meaning in rows)

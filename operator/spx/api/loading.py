@@ -14,12 +14,14 @@ YAML is loaded defensively, since an experiment file may come from anyone who ca
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from spx.api.base import dump_model as dump_model  # re-exported: the one implementation is in base
+from spx.api.combinations import CombinationError
 from spx.api.spec import (
     API_VERSION,
     DNS_SUBDOMAIN,
@@ -77,10 +79,31 @@ def clip(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _section_of(problem: str) -> str:
+    """The section a problem line is about: its path's first two parts (``spec.kernel``, ``metadata.labels``;
+    list indices and map keys below them do not count)."""
+    head = re.sub(r"\[[^]]*\]", "", problem.split(":", 1)[0])
+    return ".".join(head.split(".")[:2])
+
+
 def _bounded(problems: list[str]) -> list[str]:
-    if len(problems) <= MAX_PROBLEMS:
-        return problems
-    return [*problems[:MAX_PROBLEMS], f"… and {len(problems) - MAX_PROBLEMS} more problems"]
+    """At most :data:`MAX_PROBLEMS` lines, then ``… and N more problems`` with N the lines left out.
+
+    Every section (:func:`_section_of`) gets its first problem listed before any gets a second one, so
+    40 bad labels cannot hide a bad ``spec.kernel.samples``; the lines kept stay in their original order.
+    """
+    if len(problems) <= MAX_PROBLEMS or (len(problems) == MAX_PROBLEMS + 1 and problems[-1].startswith("… and ")):
+        return problems  # (already bounded)
+    first: dict[str, int] = {}
+    for i, p in enumerate(problems):
+        first.setdefault(_section_of(p), i)
+    keep = set(list(first.values())[:MAX_PROBLEMS])
+    for i in range(len(problems)):
+        if len(keep) >= MAX_PROBLEMS:
+            break
+        keep.add(i)
+    shown = [p for i, p in enumerate(problems) if i in keep]
+    return [*shown, f"… and {len(problems) - len(shown)} more problems"]
 
 
 class SpecError(ValueError):
@@ -130,13 +153,12 @@ def describe_validation_error(err: ValidationError, prefix: str = "") -> list[st
         elif e["type"] in ("too_long", "too_short") and "items" in msg:
             msg = msg.replace("List should have", "must have").replace("Input should have", "must have")
         value = e.get("input")
+        cause = e.get("ctx", {}).get("error")
+        if isinstance(cause, CombinationError):  # several problems at once, each names its own field
+            lines.extend(cause.problems)
+            continue
         lines.append(f"{path}: {clip(msg, 300)} (got {excerpt(value)})")
-        if len(lines) > MAX_PROBLEMS:
-            break
-    total = len(err.errors(include_url=False))
-    if total > len(lines):
-        lines = lines[:MAX_PROBLEMS] + [f"… and {total - MAX_PROBLEMS} more problems"]
-    return lines
+    return _bounded(lines)
 
 
 def validate_spec(raw: dict[str, Any] | None, source: str = "experiment") -> ExperimentSpec:

@@ -483,6 +483,16 @@ class ExperimentSpec(CamelModel):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _runs_somewhere(self) -> ExperimentSpec:
+        """Refuse, all at once, field combinations no machine can run (:mod:`spx.api.combinations`)."""
+        from spx.api.combinations import CombinationError, combination_problems
+
+        problems = combination_problems(self)
+        if problems:
+            raise CombinationError(problems)
+        return self
+
 
 def min_timeout_seconds(serving: ServingSpec) -> int:
     """The smallest ``timeoutSeconds`` an experiment with ``serving`` may have: every arm's

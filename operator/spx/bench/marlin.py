@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 MARLIN_LIB_ENV = "SPX_MARLIN_LIB"
 #: ``scalar_types.float8_e4m3fn.id`` of vLLM 0.33.0 (``vllm/scalar_type.py``: ScalarType.float_(4, 3,
-#: True, NanRepr.EXTD_RANGE_MAX_MIN).id); checked against vLLM in tests/vllm.
+#: True, NanRepr.EXTD_RANGE_MAX_MIN).id); checked against vLLM in tests/real_vllm.
 FLOAT8_E4M3FN_ID = 2814749767172868
 GROUP_SIZE = 32  # MX block size (OCP MX spec v1.0)
 MAX_BLOCKS_PER_SM = 4  # MARLIN_MAX_BLOCKS_PER_SM, marlin_utils.py

@@ -7,7 +7,7 @@ vLLM 0.33's split path of ``fused_wqa_wkv`` (``_fused_wqa_wkv_gemm`` in
 gathered ``[M_pad, N]`` back to ``[:num_tokens]``. :func:`resolve_sp_shard` returns vLLM's own
 ``sp_shard`` where vLLM is importable and its TP group is this run's (``gather: vllm``), else
 :func:`sp_shard`, a port of it with TP size and rank passed in (checked equal to vLLM's in the vllm
-test stage: ``tests/vllm/test_sequence_parallel.py``).
+test stage: ``tests/real_vllm/test_sequence_parallel.py``).
 """
 
 from __future__ import annotations

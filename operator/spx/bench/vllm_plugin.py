@@ -28,7 +28,7 @@ effects and does not import vLLM.
 The line it logs starts with :data:`LOG_MARKER`; it goes through vLLM's logger where vLLM has
 configured logging (engine core, workers) and to stderr where it has not yet (vLLM 0.33's API server
 loads plugins while it builds its argument parser, before configuring logging), so every process's
-log shows it. Tested against the real vLLM 0.33.0 in ``tests/vllm/test_plugin.py``.
+log shows it. Tested against the real vLLM 0.33.0 in ``tests/real_vllm/test_plugin.py``.
 """
 
 from __future__ import annotations

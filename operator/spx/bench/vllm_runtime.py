@@ -1,7 +1,7 @@
 """vLLM's process-level set-up for the ``vllm`` backends: import and version check, device/platform, and
 vLLM's distributed init (its TP group) once per process. vLLM is imported lazily, inside functions.
 
-Written against vLLM 0.33.0; ``tests/vllm`` runs it against the real package on CPU (gloo).
+Written against vLLM 0.33.0; ``tests/real_vllm`` runs it against the real package on CPU (gloo).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """``spx`` — the command line: run an experiment on this host, validate it, print the CRD, report, predict, gate.
 
+A thin layer: the experiment pipeline itself is :func:`spx.runner.experiment.run_experiment`.
 One module per command group: :mod:`spx.cli.run` (``run``), :mod:`spx.cli.validate` (``validate``,
 ``crd``, ``completion``), :mod:`spx.cli.report` (``report``), :mod:`spx.cli.predict` (``predict``),
 :mod:`spx.cli.cluster` (``gate``, ``operator``, ``serving``); the registry is :mod:`spx.cli.registry`.
@@ -17,8 +18,7 @@ from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREAC
 from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (importing registers their commands)
 from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
 from spx.cli.registry import COMMANDS, build_parser, command
-from spx.cli.run import build_status
-from spx.cli.summary import build_summary
+from spx.cli.streams import pipe_safe_stdout
 
 
 def _error(message: str) -> None:
@@ -32,11 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     """
     try:
         parser = build_parser()
-        try:
-            args = parser.parse_args(argv)
-        except SystemExit as exc:  # argparse: --help → 0, bad usage → 2 (ours: 3)
-            return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
-        return int(args.handler(args))
+        with pipe_safe_stdout():  # `spx run … | head -1`: a closed reader drops output, not the run
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit as exc:  # argparse: --help → 0, bad usage → 2 (ours: 3)
+                return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
+            return int(args.handler(args))
     except (UsageError, SpecError) as exc:
         _error(str(exc))
         return EXIT_USAGE
@@ -53,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 __all__ = [
     "COMMANDS", "EXIT_FAIL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_UNREACHABLE", "EXIT_USAGE",
-    "UnreachableError", "UsageError", "apply_overrides", "build_parser", "build_status", "build_summary", "command",
-    "main", "parse_tokens",
+    "UnreachableError", "UsageError", "apply_overrides", "build_parser", "command", "main", "parse_tokens",
 ]
 
 if __name__ == "__main__":

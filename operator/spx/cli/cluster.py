@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from spx.cli.common import UnreachableError
+from rich.markup import escape
+
+from spx.api.exit_codes import COMMAND_CODES, EXIT_FAIL, EXIT_OK, TABLE
+from spx.cli.common import UnreachableError, UsageError, err_console, read_experiment
 from spx.cli.registry import command
 
 
@@ -15,8 +18,8 @@ def _gate_args(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
 
 
-@command("gate", "Exit 0 if an experiment decided Pass, 1 Fail, 2 Inconclusive/undecided, 3 usage, 4 unreachable "
-         "(NAME or status.json).", _gate_args)
+@command("gate", "Exit with an experiment's decision (NAME or status.json): "
+         + ", ".join(f"{code} {name}" for code, name, _ in TABLE if code in COMMAND_CODES["gate"]) + ".", _gate_args)
 def cmd_gate(args: argparse.Namespace) -> int:
     from spx.cli.gate import run
 
@@ -24,16 +27,27 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def _serving_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", type=Path, help="experiment YAML with spec.serving and/or spec.accuracy")
-    p.add_argument("--out", type=Path, default=Path("spx-out"), help="output directory")
-    p.add_argument("--vllm", default="vllm", help="the vLLM CLI (argv prefix, split on spaces)")
+    p.add_argument("file", metavar="FILE", help="experiment YAML with spec.serving (and optionally spec.accuracy); - reads standard input")
+    p.add_argument("--out", type=Path, default=Path("spx-out"), metavar="DIR", help="output directory (default: spx-out)")
+    p.add_argument("--vllm", default="vllm", metavar="CMD", help="the vLLM CLI (argv prefix, split on spaces)")
 
 
 @command("serving", "Run the vLLM serving A/B and GSM8K benches of an experiment (needs vLLM and GPUs).", _serving_args)
 def cmd_serving(args: argparse.Namespace) -> int:
-    from spx.serving.__main__ import main as serving_main
+    """Exit 0 when every measurement finished, 1 when some failed or the benches could not start (the
+    results are written either way), 3 for a file that cannot be read, is invalid or has no spec.serving."""
+    from spx.runner.experiment import run_vllm_benches
 
-    return serving_main([str(args.file), "--out", str(args.out), "--vllm", args.vllm])
+    exp = read_experiment(args.file)
+    if exp.spec.serving is None:
+        raise UsageError(f"{args.file} has no spec.serving, so there is no vLLM bench to run; add a spec.serving "
+                         "section (docs/serving.md)")
+    try:
+        complete = run_vllm_benches(exp.spec, args.out, name=exp.metadata.name, vllm_command=args.vllm.split())
+    except (ValueError, OSError) as err:
+        err_console().print(f"[bold red]the vLLM benches did not start:[/] {escape(str(err))}", highlight=False)
+        return EXIT_FAIL
+    return EXIT_OK if complete else EXIT_FAIL
 
 
 def _operator_args(p: argparse.ArgumentParser) -> None:

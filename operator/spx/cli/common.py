@@ -46,13 +46,19 @@ def warn(message: str) -> None:
     err_console().print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
+#: The file name that means standard input (``cat exp.yaml | spx validate -``).
+STDIN = "-"
+
+
 def read_text(path: str, what: str = "an experiment YAML") -> str:
-    """The UTF-8 text of ``path``.
+    """The UTF-8 text of ``path``; ``-`` reads standard input to its end.
 
     Raises:
         UsageError: it can't be read or is not UTF-8 text.
     """
     try:
+        if path == STDIN:
+            return sys.stdin.buffer.read().decode("utf-8")
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
@@ -66,7 +72,12 @@ def read_experiment(path: str) -> Experiment:
     Raises:
         UsageError: the file can't be read. SpecError: it is not a valid experiment.
     """
-    return load_experiment(read_text(path), source=path)
+    return load_experiment(read_text(path), source=source_name(path))
+
+
+def source_name(path: str) -> str:
+    """``path`` as messages name it: ``<stdin>`` for ``-``."""
+    return "<stdin>" if path == STDIN else path
 
 
 def parse_tokens(text: str) -> list[int]:

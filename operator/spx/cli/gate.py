@@ -61,6 +61,8 @@ class GateResult:
 
     def line(self) -> str:
         """One human-readable line, e.g. ``Pass: ml/h200-tp8 (phase Succeeded)``."""
+        if self.reason in ("Unreadable", "Unreachable"):  # a usage error or no cluster: not a decision at all
+            return f"error: {self.message or self.source}"
         head = self.verdict if self.verdict else ("Undecided" if not self.decided else f"No verdict ({self.reason})")
         text = f"{head}: {self.source}"
         if self.phase:
@@ -124,12 +126,17 @@ def decide(status: dict[str, Any] | None, source: str, generation: int | None = 
 # --------------------------------------------------------------------------- readers
 
 
-def read_local(path: Path) -> tuple[dict[str, Any], int | None]:
+def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
     """``(status, metadata.generation)`` of a local file: a ``spx run`` output (``status.json`` or its
-    directory; no generation) or a whole object dumped by ``kubectl get spx NAME -o json``."""
-    target = path / "status.json" if path.is_dir() else path
+    directory; no generation) or a whole object dumped by ``kubectl get spx NAME -o json``. Messages
+    name the path as given (``./x`` stays ``./x``)."""
+    import os.path
+
+    raw = str(path)
+    path = Path(raw)
+    target = os.path.join(raw, "status.json") if path.is_dir() else raw
     try:
-        data = json.loads(target.read_text(encoding="utf-8"))
+        data = json.loads(Path(target).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise GateError(f"{target}: no such file (expected the status.json that `spx run --out DIR` writes)") from None
     except IsADirectoryError:
@@ -205,7 +212,7 @@ def evaluate(
     """Read ``target`` (a local path or an experiment name) once and decide."""
     try:
         if _is_local(target):
-            local, local_generation = read_local(Path(target))
+            local, local_generation = read_local(target)
             return decide(local, target, local_generation)
         status, generation, source = read_cluster(target, namespace, kubeconfig, context)
         return decide(status, source, generation)

@@ -28,16 +28,33 @@ RUN_OUTPUTS = ("result.json", "status.json", "crossover.png", "points.partial.js
 def locked(out: Path) -> Iterator[Path]:
     """Hold the exclusive lock of ``out`` (created) for the ``with`` block.
 
+    Folders this call created are removed again on exit when they are still empty (a run refused
+    before it wrote anything, e.g. a GPU-sized spec on a CPU, leaves no empty ``--out`` behind).
+
     Raises:
         UsageError: ``out`` is a file, cannot be created, or another run holds its lock (the message names
             its pid and start time).
     """
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a directory")
+    created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create --out {out}: {exc.strerror or exc}") from None
+    try:
+        with _lock(out):
+            yield out / LOCK_FILE
+    finally:
+        for d in created:  # a run refused before it wrote anything leaves no empty folder behind
+            try:
+                d.rmdir()
+            except OSError:  # not empty (results, logs): keep it and its parents
+                break
+
+
+@contextlib.contextmanager
+def _lock(out: Path) -> Iterator[None]:
     path = out / LOCK_FILE
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -62,7 +79,7 @@ def locked(out: Path) -> Iterator[Path]:
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()}, started {utc_now()}\n".encode())
-        yield path
+        yield
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

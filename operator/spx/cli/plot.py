@@ -13,6 +13,13 @@ from spx.api import KernelPoint, KernelStatus
 from spx.cli.tables import CPU_NOTE
 
 
+def backend_label(gemm_backend: str | None) -> str:
+    """``gemm humming``; a partial run's unresolved request ``auto`` says it is not what ran."""
+    if gemm_backend == "auto":
+        return "gemm not recorded (auto requested)"
+    return f"gemm {gemm_backend or '?'}"
+
+
 def plot_title(
     *,
     name: str | None = None,
@@ -20,11 +27,15 @@ def plot_title(
     gemm_backend: str | None = None,
     gather_source: str | None = None,
     cpu: bool = False,
+    tp: int | None = None,
+    partial: str | None = None,
 ) -> str:
-    """``<name> on <gpu> · gemm <backend> · gather <source>`` (+ the CPU note on a second line)."""
-    head = f"{name or 'projection'} on {gpu or 'unknown GPU'}"
-    parts = [head, f"gemm {gemm_backend or '?'}", f"gather {gather_source or '?'}"]
+    """``[PARTIAL RUN: …\n]<name>: TP<tp> on <gpu> · gemm <backend> · gather <source>`` (+ the CPU note)."""
+    head = f"{name or 'projection'}: TP{tp} on {gpu or 'unknown GPU'}" if tp else f"{name or 'projection'} on {gpu or 'unknown GPU'}"
+    parts = [head, backend_label(gemm_backend), f"gather {gather_source or '?'}"]
     title = " · ".join(parts)
+    if partial:
+        title = f"PARTIAL RUN: {partial}\n{title}"
     return f"{title}\n{CPU_NOTE}" if cpu else title
 
 
@@ -61,17 +72,17 @@ def plot_crossover(
     tokens = [p.tokens for p in pts]
     intervals = any(p.speedup_low is not None for p in pts)
     if intervals:
-        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 7), dpi=120, sharex=True, height_ratios=[3, 2])
+        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 7), dpi=120, sharex=True, height_ratios=[3, 2])
     else:
-        fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+        fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
     try:
         gpu = " (GPU-bound)" if any(p.replicated_host_bound_us for p in pts) else ""
         ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label=f"replicated{gpu}")
         ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label=f"split + all-gather{gpu}")
         gathered = [(p.tokens, p.gather_us) for p in pts if p.gather_us is not None and p.gather_us > 0]
         if gathered:
-            ax.plot(
-                [t for t, _ in gathered], [g for _, g in gathered], ":", color="tab:orange", alpha=0.7,
+            ax.plot(  # with a marker: a single gathered point is drawn too
+                [t for t, _ in gathered], [g for _, g in gathered], "x:", color="tab:orange", alpha=0.7,
                 label=f"all-gather alone ({kernel.gather_source or '?'})",
             )
         hosted = [p for p in pts if p.replicated_host_bound_us and p.split_host_bound_us]
@@ -113,7 +124,7 @@ def plot_crossover(
         ax.set_ylabel("µs per call (median of samples, max over ranks)")
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside: hides no point
         fig.tight_layout()
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)

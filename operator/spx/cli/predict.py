@@ -105,7 +105,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         markup=False,
     )
     if pred.first_winning_tokens is not None:
-        console.print(f"first winning count: {pred.first_winning_tokens:,} tokens", highlight=False, markup=False)
+        console.print(f"split wins from {pred.first_winning_tokens:,} tokens on (the first win after the last loss; "
+                      "single wins below it do not count)", highlight=False, markup=False)
     if pred.recommended_threshold_tokens is not None:
         console.print(f"recommended threshold: {pred.recommended_threshold_tokens:,} tokens ({pred.threshold_rounding})",
                       highlight=False, markup=False)

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     rank = {name: i for i, name in enumerate(HELP_ORDER)}
     for cmd in sorted(COMMANDS.values(), key=lambda c: rank.get(c.name, len(rank))):
-        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, epilog=epilog(),
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, epilog=epilog(cmd.name),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         cmd.configure(p)
         p.set_defaults(handler=cmd.handler)

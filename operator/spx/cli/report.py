@@ -30,7 +30,8 @@ from spx.cli.registry import command
 
 def draw_plot(
     console: Console, kernel: KernelStatus, path: Path, *, name: str, gpu: str | None, gemm_backend: str | None,
-    gather_source: str | None, cpu: bool, gate_threshold: int | None,
+    gather_source: str | None, cpu: bool, gate_threshold: int | None, tp: int | None = None,
+    partial: str | None = None,
 ) -> None:
     """Draw the crossover plot to ``path``; a failure is printed, never raised (a plot is a convenience)."""
     from spx.cli.plot import plot_crossover, plot_title
@@ -38,7 +39,8 @@ def draw_plot(
     try:
         plot_crossover(
             kernel, path,
-            title=plot_title(name=name, gpu=gpu, gemm_backend=gemm_backend, gather_source=gather_source, cpu=cpu),
+            title=plot_title(name=name, gpu=gpu, gemm_backend=gemm_backend, gather_source=gather_source, cpu=cpu,
+                             tp=tp, partial=partial),
             gate_threshold_tokens=gate_threshold,
         )
         console.print(f"plot: {path}", highlight=False, markup=False)
@@ -57,8 +59,10 @@ def gpu_label(env: Environment, cpu: bool) -> str | None:
 
 def table_title(name: str, env: Environment, gemm: str | None, gather: str | None, tp: int, cpu: bool) -> str:
     """The report table's title: experiment, TP, where, GEMM backend, gather source."""
+    from spx.cli.plot import backend_label
+
     where = gpu_label(env, cpu) or "unknown GPU"
-    return f"{name}: TP{tp} on {where} · gemm {gemm or '?'} · gather {gather or '?'}"
+    return f"{name}: TP{tp} on {where} · {backend_label(gemm)} · gather {gather or '?'}"
 
 
 def _report_args(p: argparse.ArgumentParser) -> None:
@@ -154,7 +158,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         if isinstance(result, KernelResult):
             warnings = relabel_warnings(spec, override.spec, args.experiment)
         spec = spec.model_copy(update={"gate": override.spec.gate})
-        name = override.metadata.name
+        if override.metadata.name != name:  # the measurement keeps its own name; the gate says whose it is
+            name = f"{name} (gate of {override.metadata.name})"
     if args.threshold_tokens is not None:
         raw = dump_model(spec)
         raw["gate"]["thresholdTokens"] = args.threshold_tokens
@@ -173,14 +178,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     console = make_console()
     tp = spec.parallelism.tensor_parallel_size
     kernel = j.kernel or KernelStatus()
+    partial = f"{len(result.points)} of {len(spec.sweep.tokens)} token counts" if j.partial else None
     print_report(
         console, kernel, verdict=j.verdict, reasons=j.reasons,
         title=table_title(name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
-        gate_threshold_tokens=spec.gate.threshold_tokens,
-        partial=(f"{len(result.points)} of {len(spec.sweep.tokens)} token counts" if j.partial else None),
+        gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial,
     )
     if not args.no_plot and kernel.points:
         draw_plot(console, kernel, Path(args.plot) if args.plot else directory / "crossover.png", name=name,
                   gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend, gather_source=result.gather_source,
-                  cpu=cpu, gate_threshold=spec.gate.threshold_tokens)
+                  cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp, partial=partial)
     return EXIT_OK

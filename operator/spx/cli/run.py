@@ -1,15 +1,14 @@
 """``spx run``: an experiment's kernel benchmark on this host, then (``--serving``) its vLLM benches.
 
-Order: read and validate the file → refuse what cannot run (``--serving`` without ``spec.serving``) →
-lock ``--out`` for the run's lifetime → plan the run (device, ranks, the time/memory estimate that
-refuses a run this host cannot hold or a GPU-sized spec on CPU) → run → judge
-(:func:`spx.analysis.judge.judge`) → ``status.json``, the report, the plot.
+A thin layer over :func:`spx.runner.experiment.run_experiment` (the pipeline the bench pod runs):
+read and validate the file → refuse what cannot run (``--serving`` without ``spec.serving``) → lock
+``--out`` for the run's lifetime → run the experiment (it plans, runs, judges and writes
+``status.json``) → print the report and draw the plot → map the outcome to an exit code.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,9 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 from rich.console import Console
 from rich.markup import escape
 
-from spx.analysis.judge import Judgement, judge, local_status
-from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, KernelStatus, PointResult, dump_model
-from spx.api.base import utc_now
+from spx.api import ExperimentSpec, KernelStatus, PointResult, dump_model, wire
 from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
 from spx.cli import outdir
 from spx.cli.common import (
@@ -34,23 +31,21 @@ from spx.cli.common import (
 )
 from spx.cli.registry import command
 from spx.cli.report import draw_plot, gpu_label, table_title
-from spx.cli.summary import build_summary, emit_jsonl, write_summary
-from spx.vocabulary import GEMM_BACKENDS, one_of
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
     from spx.api.serving import ServingResult, ServingStatus
-    from spx.runner.local import LocalRunOutcome
+    from spx.runner.experiment import ExperimentOutcome
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="experiment YAML (a ShardedProjectionExperiment)")
+    p.add_argument("file", metavar="FILE", help="experiment YAML (a ShardedProjectionExperiment); - reads standard input")
     p.add_argument("--out", metavar="DIR", help=f"output directory (default: {DEFAULT_OUT_ROOT}/<metadata.name>)")
     p.add_argument("--nproc", type=int, metavar="N",
                    help="ranks to start (default: visible GPUs, else 2 on CPU; capped at TP; fewer than TP: the gather is modelled)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"),
                    help="override spec.kernel.device; --device cpu runs a GPU-sized spec on CPU anyway (a smoke run)")
-    p.add_argument("--gemm-backend", metavar="B", help=f"override spec.kernel.gemmBackend ({one_of(GEMM_BACKENDS)})")
+    p.add_argument("--gemm-backend", metavar="B", help="override spec.kernel.gemmBackend (auto, torch-bf16, torch-fp8, vllm)")
     p.add_argument("--samples", type=int, metavar="N", help="override spec.kernel.samples")
     p.add_argument("--tokens", metavar="LIST", help="override spec.sweep.tokens, comma-separated (e.g. 6,12,2048)")
     p.add_argument("--summary-file", metavar="PATH",
@@ -80,27 +75,6 @@ def check_writable(path: str) -> None:
         raise UsageError(f"--summary-file {path} is not writable: {exc.strerror or exc}") from None
 
 
-def is_cpu(result: KernelResult) -> bool:
-    """The result comes from a CPU smoke run."""
-    return result.device == "cpu" or result.environment.device == "cpu"
-
-
-def build_status(result: KernelResult, judgement: Judgement) -> ExperimentStatus:
-    """``status.json`` of a local run: :func:`spx.analysis.judge.local_status` of ``judgement``."""
-    from spx.cli.tables import CPU_NOTE
-
-    summary = f"{len(result.points)} token counts measured"
-    if result.wall_seconds is not None:
-        summary += f" in {result.wall_seconds:.1f} s"
-    return local_status(judgement, now=utc_now(), started_at=result.started_at, finished_at=result.finished_at,
-                        environment=result.environment, completed_summary=summary,
-                        note=CPU_NOTE if is_cpu(result) else None)
-
-
-def _write_status(out: Path, status: ExperimentStatus) -> None:
-    (out / "status.json").write_text(json.dumps(dump_model(status), indent=1) + "\n", encoding="utf-8")
-
-
 @command("run", "Run an experiment's kernel benchmark on this host (one process per rank).", _run_args)
 def cmd_run(args: argparse.Namespace) -> int:
     exp = read_experiment(args.file)
@@ -123,8 +97,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: Path) -> int:
     from spx.cli.progress import progress_for
-    from spx.cli.tables import CPU_NOTE, print_report
-    from spx.runner.local import RunnerError, run_local
+    from spx.runner.experiment import run_experiment
+    from spx.runner.local import RunnerError
 
     console = make_console(stderr=bool(args.jsonl))
     stdout = sys.stdout
@@ -133,143 +107,94 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
         console.print(f"note: --nproc {args.nproc} capped at tensorParallelSize {tp}", highlight=False, markup=False)
 
     on_point: Callable[[PointResult], None] | None = None
+    on_documents: Callable[[ServingResult | None, AccuracyResult | None], None] | None = None
     if args.jsonl:
         def on_point(p: PointResult) -> None:
-            emit_jsonl(stdout, "point", dump_model(p))
+            wire.write_line(stdout, "point", dump_model(p))
+
+        def on_documents(serving: ServingResult | None, accuracy: AccuracyResult | None) -> None:
+            if serving is not None:
+                wire.write_line(stdout, "serving", dump_model(serving))
+            if accuracy is not None:
+                wire.write_line(stdout, "accuracy", dump_model(accuracy))
+
+    def summary_error(path: str, exc: OSError) -> None:
+        err_console().print(f"[yellow]summary not written to {escape(path)}:[/] {escape(str(exc))}")
 
     try:
-        outcome = run_local(spec, out, nproc=args.nproc, experiment=name, on_point=on_point,
-                            progress=progress_for(console), device_asked=spec.kernel.device == "cpu")
+        outcome = run_experiment(
+            spec, out, name=name, nproc=args.nproc, serving=args.serving, vllm_command=args.vllm.split(),
+            summary_file=args.summary_file, on_point=on_point, progress=progress_for(console),
+            on_kernel=lambda o: _kernel_report(o, spec, name, out, console, stdout, jsonl=args.jsonl),
+            on_vllm_documents=on_documents, on_summary_error=summary_error,
+        )
     except RunnerError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # the output directory can't be written
         raise UsageError(f"cannot write results under {out}: {exc.strerror or exc}") from None
-    result = outcome.result
-    cpu = is_cpu(result)
-    judgement = judge(result, spec)
-    status = build_status(result, judgement)
-    _write_status(out, status)
 
-    if args.summary_file:
-        _summary(args.summary_file, result)
-
-    notes = [f"{outcome.nproc} rank(s), timer {result.timer}", *[w for w in result.warnings if "CPU smoke run" not in w]]
-    print_report(
-        console, judgement.kernel or KernelStatus(), verdict=judgement.verdict, reasons=judgement.reasons,
-        title=table_title(name, result.environment, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
-        gate_threshold_tokens=spec.gate.threshold_tokens, notes=notes,
-        partial=(f"{len(result.points)} of {len(spec.sweep.tokens)} token counts" if judgement.partial else None),
-    )
-    if judgement.kernel is not None and judgement.kernel.points:
-        draw_plot(console, judgement.kernel, out / "crossover.png", name=name, gpu=gpu_label(result.environment, cpu),
-                  gemm_backend=result.gemm_backend, gather_source=result.gather_source, cpu=cpu,
-                  gate_threshold=spec.gate.threshold_tokens)
-    if cpu:
-        console.print(f"[bold yellow]{CPU_NOTE}[/]", highlight=False)
-    console.print(f"results: {out / 'status.json'}, {out / 'result.json'}", highlight=False, markup=False)
-    if args.jsonl:
-        emit_jsonl(stdout, "result", dump_model(result))
-
-    if status.phase != "Succeeded":
+    if not outcome.kernel_completed:
         if args.serving:
             console.print("serving A/B and GSM8K not run: the kernel bench did not complete", highlight=False,
                           markup=False)
         _report_failure(outcome, spec)
-        return EXIT_INTERRUPTED if (result.error or "").startswith("interrupted (SIGINT)") else EXIT_FAIL
-    if args.serving:
-        return _run_vllm_step(args, spec, name, out, result, console, stdout)
-    return EXIT_OK
+        return EXIT_INTERRUPTED if outcome.interrupted else EXIT_FAIL
+    if not outcome.vllm_ran:
+        return EXIT_OK
+    if outcome.vllm_error:
+        err_console().print(f"[bold red]{escape(outcome.vllm_error)}[/]", highlight=False)
+    for line in vllm_report_lines(outcome.serving, outcome.accuracy):
+        console.print(line, highlight=False, markup=False)
+    if outcome.status.verdict is not None:
+        console.print(f"verdict over every gate: {outcome.status.verdict}", highlight=False, markup=False)
+    console.print(f"results: {out / 'status.json'}, {out / 'serving'}", highlight=False, markup=False)
+    return EXIT_FAIL if outcome.vllm_error else EXIT_OK
 
 
-def _summary(path: str, result: KernelResult, serving: ServingStatus | None = None,
-             accuracy: AccuracyStatus | None = None) -> None:
-    from spx.analysis import points_from_result
+def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, out: Path, console: Console,
+                   stdout: TextIO, *, jsonl: bool) -> None:
+    """The kernel bench's report and plot, printed before the vLLM step starts."""
+    from spx.analysis.judge import CPU_NOTE
+    from spx.cli.tables import print_report
+    from spx.runner.experiment import is_cpu
 
-    try:
-        points = points_from_result(result)
-    except ValueError:
-        points = []
-    try:
-        write_summary(path, build_summary(result, points, serving=serving, accuracy=accuracy))
-    except OSError as exc:
-        err_console().print(f"[yellow]summary not written to {escape(path)}:[/] {escape(str(exc))}")
+    result, judgement, tp = outcome.result, outcome.judgement, spec.parallelism.tensor_parallel_size
+    cpu = is_cpu(result)
+    notes = [f"{outcome.run.nproc} rank(s), timer {result.timer}",
+             *[w for w in result.warnings if "CPU smoke run" not in w]]
+    partial = f"{len(result.points)} of {len(spec.sweep.tokens)} token counts" if judgement.partial else None
+    print_report(
+        console, judgement.kernel or KernelStatus(), verdict=judgement.verdict, reasons=judgement.reasons,
+        title=table_title(name, result.environment, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
+        gate_threshold_tokens=spec.gate.threshold_tokens, notes=notes, partial=partial,
+    )
+    if judgement.kernel is not None and judgement.kernel.points:
+        draw_plot(console, judgement.kernel, out / "crossover.png", name=name, gpu=gpu_label(result.environment, cpu),
+                  gemm_backend=result.gemm_backend, gather_source=result.gather_source, cpu=cpu,
+                  gate_threshold=spec.gate.threshold_tokens, tp=tp, partial=partial)
+    if cpu:
+        console.print(f"[bold yellow]{CPU_NOTE}[/]", highlight=False)
+    console.print(f"results: {out / 'status.json'}, {out / 'result.json'}", highlight=False, markup=False)
+    if jsonl:
+        wire.write_line(stdout, "result", dump_model(result))
 
 
-def _report_failure(outcome: LocalRunOutcome, spec: ExperimentSpec) -> None:
+def _report_failure(outcome: ExperimentOutcome, spec: ExperimentSpec) -> None:
     """On stderr: the error, the log that holds the failing rank's traceback, what was kept."""
     from spx.runner.forensics import traceback_log
 
-    result, err = outcome.result, err_console()
+    run, err = outcome.run, err_console()
+    result = run.result
     err.print(f"[bold red]benchmark failed:[/] {escape(result.error or '')}", highlight=False)
-    if outcome.failures:
-        f = outcome.failures[0]
+    if run.failures:
+        f = run.failures[0]
         path, what = traceback_log(f)
         err.print(f"rank {f.rank} log ({what}): {path}", highlight=False, markup=False)
     err.print(
-        f"partial result kept: {outcome.out_dir / 'result.json'} ({len(result.points)} of {len(spec.sweep.tokens)} "
-        f"token counts); logs: {outcome.log_dir}",
+        f"partial result kept: {run.out_dir / 'result.json'} ({len(result.points)} of {len(spec.sweep.tokens)} "
+        f"token counts); logs: {run.log_dir}",
         highlight=False, markup=False,
     )
-
-
-def _run_vllm_step(
-    args: argparse.Namespace, spec: ExperimentSpec, name: str, out: Path, result: KernelResult,
-    console: Console, stdout: TextIO,
-) -> int:
-    """``spx run --serving`` after a completed kernel bench: the vLLM serving A/B and GSM8K.
-
-    Their result documents follow the kernel's on stdout (``{"kind":"serving"}``, ``{"kind":"accuracy"}``;
-    printed after every arm too, the last line wins), their statuses go into the summary file and
-    ``status.json``, and the verdict covers their gates (:func:`~spx.analysis.judge.judge` with
-    ``require_vllm``). Exit 0 when the benches ran (failed arms or points are in the results and make the
-    gate Fail or Inconclusive), 1 when they could not start (an accuracy arm that is not a serving arm, a
-    missing GSM8K dataset).
-    """
-    from spx.analysis.accuracy import summarize as summarize_accuracy
-    from spx.analysis.serving import summarize as summarize_serving
-    from spx.api.accuracy import AccuracyStatus
-    from spx.api.serving import ServingStatus
-    from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
-
-    assert spec.serving is not None
-    has_points = bool(spec.serving.points)
-
-    def emit(serving_result: ServingResult | None, accuracy_result: AccuracyResult | None) -> None:
-        if not args.jsonl:
-            return
-        if serving_result is not None and has_points:
-            emit_jsonl(stdout, "serving", dump_model(serving_result))
-        if accuracy_result is not None:
-            emit_jsonl(stdout, "accuracy", dump_model(accuracy_result))
-
-    opts = RunnerOptions(vllm_command=args.vllm.split(), experiment=name, on_arm=emit)
-    serving: ServingStatus | None = None
-    accuracy: AccuracyStatus | None = None
-    code = EXIT_OK
-    try:
-        outcome = run_vllm_benchmarks(spec, out / "serving", opts)
-    except (ValueError, OSError) as exc:
-        why = f"the vLLM benches did not start: {exc}"
-        err_console().print(f"[bold red]{escape(why)}[/]", highlight=False)
-        if has_points:
-            serving = ServingStatus(failures=[why], reasons=[why])
-        if spec.accuracy is not None:
-            accuracy = AccuracyStatus(reasons=[f"GSM8K: {why}"], max_drop_points=spec.accuracy.max_drop_points)
-        code = EXIT_FAIL
-    else:
-        emit(outcome.serving, outcome.accuracy)
-        serving = summarize_serving(outcome.serving) if outcome.serving is not None else None
-        accuracy = summarize_accuracy(outcome.accuracy) if outcome.accuracy is not None else None
-    status = build_status(result, judge(result, spec, serving=serving, accuracy=accuracy, require_vllm=True))
-    _write_status(out, status)
-    if args.summary_file:
-        _summary(args.summary_file, result, serving, accuracy)
-    for line in vllm_report_lines(serving, accuracy):
-        console.print(line, highlight=False, markup=False)
-    if status.verdict is not None:
-        console.print(f"verdict over every gate: {status.verdict}", highlight=False, markup=False)
-    console.print(f"results: {out / 'status.json'}, {out / 'serving'}", highlight=False, markup=False)
-    return code
 
 
 def vllm_report_lines(serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> list[str]:

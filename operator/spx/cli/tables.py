@@ -21,8 +21,7 @@ from spx.vocabulary import Verdict
 if TYPE_CHECKING:
     from spx.analysis.predict import PredictedRow
 
-#: Said wherever a CPU run's numbers are shown (table caption, status message, plot title).
-CPU_NOTE = "CPU smoke run: timings say nothing about GPUs"
+from spx.analysis.judge import CPU_NOTE as CPU_NOTE  # (defined once, where the status is written)
 
 #: The style of each verdict (every verdict of :data:`spx.vocabulary.VERDICTS`; a test checks).
 VERDICT_STYLE: dict[Verdict, str] = {"Pass": "bold green", "Fail": "bold red", "Inconclusive": "bold yellow"}
@@ -155,16 +154,24 @@ def uncertainty_lines(kernel: KernelStatus) -> list[str]:
 def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = None) -> list[str]:
     """The crossover (interpolated break-even, first winning count, confidence) and the threshold."""
     lines = []
-    if kernel.crossover_tokens is not None:
-        first = f", first winning count {kernel.first_winning_tokens:,}" if kernel.first_winning_tokens else ""
+    smallest = kernel.points[0].tokens if kernel.points else None
+    if not kernel.points:
+        lines.append("crossover: none (no token count was measured)")
+    elif kernel.first_winning_tokens is not None and kernel.first_winning_tokens == smallest:
+        lines.append(f"crossover: split wins at every measured count, from the smallest ({smallest:,} tokens): the "
+                     f"break-even is at or below {smallest:,} tokens (an upper bound, not interpolated)")
+    elif kernel.crossover_tokens is not None:
+        first = (f", wins from {kernel.first_winning_tokens:,} on: the first win after the last loss"
+                 if kernel.first_winning_tokens else "")
         lines.append(
             f"crossover: split wins from ≈ {fmt_tokens(kernel.crossover_tokens)} tokens "
             f"(interpolated break-even{first}; confidence {kernel.crossover_confidence})"
         )
     elif kernel.first_winning_tokens is not None:
-        lines.append(f"crossover: split first wins at {kernel.first_winning_tokens:,} tokens")
+        lines.append(f"crossover: split wins from {kernel.first_winning_tokens:,} tokens on (the first win after the "
+                     "last loss)")
     else:
-        lines.append("crossover: none in the measured range (split never wins from some count on)")
+        lines.append("crossover: none in the measured range (the split loses at the largest measured count)")
     if kernel.recommended_threshold_tokens is not None:
         rounding = f", rounded {kernel.threshold_rounding}" if kernel.threshold_rounding else ""
         lines.append(f"recommended threshold: {kernel.recommended_threshold_tokens:,} tokens{rounding}")

@@ -8,13 +8,13 @@ import sys
 from spx.api import SpecError, dump_model
 from spx.api.exit_codes import EXIT_OK, EXIT_USAGE
 from spx.api.spec import Experiment
-from spx.cli.common import UsageError, add_output_option, emit, err_console, read_experiment
+from spx.cli.common import UsageError, add_output_option, emit, err_console, read_experiment, source_name
 from spx.cli.documents import ValidateDocument
 from spx.cli.registry import command
 
 
 def _validate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="experiment YAML")
+    p.add_argument("file", metavar="FILE", help="experiment YAML; - reads standard input")
     add_output_option(p, "validate.schema.json")
 
 
@@ -31,11 +31,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             problems = err.problems
         except UsageError as err:
             problems = [str(err)]
-        emit(ValidateDocument(source=args.file, valid=exp is not None, problems=problems, experiment=exp), args.output)
+        emit(ValidateDocument(source=source_name(args.file), valid=exp is not None, problems=problems, experiment=exp), args.output)
         return EXIT_OK if exp is not None else EXIT_USAGE
     exp = read_experiment(args.file)
     sys.stdout.write(yaml.safe_dump(dump_model(exp), sort_keys=False, allow_unicode=True))
-    err_console().print(f"{args.file}: valid", highlight=False, markup=False)
+    err_console().print(f"{source_name(args.file)}: valid", highlight=False, markup=False)
     return EXIT_OK
 
 

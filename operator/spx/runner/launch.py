@@ -208,7 +208,48 @@ def launch(spec: ExperimentSpec, out: Path, nproc: int, experiment: str, bench: 
     """
     from torch.distributed.launcher.api import elastic_launch
 
-    returns = elastic_launch(launch_config(nproc, out / "logs"), rank_entry)(
-        spec.model_dump_json(by_alias=True), str(out), experiment, bench
-    )
+    with ranks_ignore_terminal_interrupt():
+        returns = elastic_launch(launch_config(nproc, out / "logs"), rank_entry)(
+            spec.model_dump_json(by_alias=True), str(out), experiment, bench
+        )
     return returns if isinstance(returns, dict) else {}
+
+
+@contextlib.contextmanager
+def ranks_ignore_terminal_interrupt() -> Iterator[None]:
+    """Start the ranks with SIGINT ignored, so that only this process acts on a terminal's Ctrl-C.
+
+    Ctrl-C in a terminal sends SIGINT to the whole foreground process group. A rank still in
+    ``multiprocessing/spawn.py`` start-up (importing torch, before the launcher redirects its stderr to
+    ``logs/``) would print a ``KeyboardInterrupt`` traceback of ~50-100 lines on the user's terminal.
+    An ignored signal stays ignored across ``fork`` and ``execve`` (POSIX), and Python installs its
+    SIGINT handler at start-up only where SIGINT is not ignored (``signal`` module docs), so a rank
+    started while this process ignores SIGINT never sees it; this process does, and the elastic agent's
+    handler stops every rank with SIGTERM (:data:`SHUTDOWN_TIMEOUT_S`). (A blocked signal mask does not
+    do it: multiprocessing's spawn clears the mask in the child.)
+
+    Every start of a ``spawn`` process goes through :func:`multiprocessing.util.spawnv_passfds`; for
+    the block it is wrapped to ignore SIGINT in this process for the ``fork``/``exec`` call alone
+    (microseconds: a Ctrl-C in that window is dropped, the next one is not). Off the main thread,
+    where signal handlers cannot be set, nothing is changed.
+    """
+    import multiprocessing.util as mp_util
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    original = mp_util.spawnv_passfds
+
+    def spawn_ignoring_sigint(path: str, args: Any, passfds: Any) -> int:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            pid: int = original(path, args, passfds)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return pid
+
+    mp_util.spawnv_passfds = spawn_ignoring_sigint
+    try:
+        yield
+    finally:
+        mp_util.spawnv_passfds = original

@@ -13,7 +13,9 @@ from pathlib import Path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv``, run :func:`spx.serving.ab.run_vllm_benchmarks`, return the exit code."""
+    """Parse ``argv``, run :func:`spx.serving.ab.run_vllm_benchmarks`; exit 0 when every measurement
+    finished, 1 when some failed (the results are written either way), 3 on invalid input (spx.api.exit_codes)."""
+    from spx.api.exit_codes import EXIT_FAIL, EXIT_OK, EXIT_USAGE
     from spx.api.loading import SpecError, load_experiment
     from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
 
@@ -29,9 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (SpecError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     ok = all(r is None or r.complete for r in (outcome.serving, outcome.accuracy))
-    return 0 if ok else 1
+    return EXIT_OK if ok else EXIT_FAIL
 
 
 if __name__ == "__main__":

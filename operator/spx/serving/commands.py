@@ -12,7 +12,7 @@ Every deviation comes from an explicit ``spec.serving`` field (``backend``, ``en
 (:func:`spx.analysis.serving.protocol_deviations`). spx adds only flags that change what is written,
 not what is measured: ``--percentile-metrics``, ``--metric-percentiles``, ``--disable-tqdm`` and
 ``--save-result --result-dir … --result-filename <point>.json``. The flag names are those of
-``vllm/benchmarks/serve.py`` (checked against the real parser in ``tests/vllm/test_cli_args.py``).
+``vllm/benchmarks/serve.py`` (checked against the real parser in ``tests/real_vllm/test_cli_args.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,160 @@
+"""Field combinations that no machine can run, refused everywhere with one message.
+
+Each :class:`Combination` is a set of conditions on ``spec`` fields that, together, can only fail inside
+the bench pod (the bench's own checks: ``spx.bench.kernel`` ``_resolve_timer``/``_resolve_gather`` and
+``spx.bench.gemm.choose_gemm_backend``, which stay as the last line of defence). From the one table
+:data:`COMBINATIONS`:
+
+- :func:`combination_problems` lists every refused combination of a spec at once (``spx validate``,
+  ``spx run`` and the operator's admission check, through :class:`~spx.api.spec.ExperimentSpec`'s
+  validator and :func:`spx.api.loading.validate_spec`);
+- :func:`cel_rules` gives the API server the same rules as CRD ``x-kubernetes-validations`` on
+  ``spec`` (:mod:`spx.api.crd`), with the same messages. The CRD carries no defaults, so each rule
+  reads a field behind ``has()`` and spells the model's default out.
+
+Only machine-independent facts are here: what a CPU device cannot run (CUDA timers, NCCL or vLLM's
+all-gather, the MXFP8/FP8 GPU kernels), what a CUDA device should not be timed with (the host
+timer), and which GEMM backend takes which weight format. Whether a GPU, vLLM or Humming is present
+is the runner's check on the machine itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from spx.api.spec import ExperimentSpec
+
+MXFP8 = "mxfp8-block32-ue8m0"  # (spx.bench.gemm.MXFP8: the same weight format literal)
+FP8_BLOCK128 = "fp8-block128-ue8m0"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``spec.<path>`` is (``negate=False``) or is not (``negate=True``) one of ``values``.
+
+    ``path`` is camelCase below ``spec``, e.g. ``kernel.device``.
+    """
+
+    path: str
+    values: tuple[str | int, ...]
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class Combination:
+    """A combination of field values refused before any pod exists: all ``when`` conditions hold.
+
+    ``message`` starts with the field to change and names the fix; it is the whole problem line of
+    ``spx validate`` and the API server's CEL message.
+    """
+
+    when: tuple[Condition, ...]
+    message: str
+
+
+_CPU = Condition("kernel.device", ("cpu",))
+
+#: Every refused combination (order: the order problems are listed in).
+COMBINATIONS: tuple[Combination, ...] = (
+    Combination((_CPU, Condition("kernel.timer", ("cupti", "cuda-events"))),
+                "spec.kernel.timer: cupti and cuda-events time CUDA kernels, but spec.kernel.device is cpu: "
+                "use timer host or auto"),
+    Combination((_CPU, Condition("kernel.gather", ("nccl", "vllm")),
+                 Condition("parallelism.tensorParallelSize", (1,), negate=True)),
+                "spec.kernel.gather: nccl and vllm gather between CUDA GPUs, but spec.kernel.device is cpu: "
+                "use gather gloo, modelled or auto"),
+    Combination((_CPU, Condition("kernel.gemmBackend", ("humming", "marlin", "torch-fp8"))),
+                "spec.kernel.gemmBackend: humming, marlin and torch-fp8 are CUDA kernels, but spec.kernel.device "
+                "is cpu: use gemmBackend torch-bf16 or auto"),
+    Combination((Condition("kernel.device", ("cuda",)), Condition("kernel.timer", ("host",))),
+                "spec.kernel.timer: host is for CPU smoke runs, but spec.kernel.device is cuda: use timer cupti, "
+                "cuda-events or auto"),
+    Combination((Condition("kernel.gemmBackend", ("humming", "marlin")),
+                 Condition("projection.weightFormat", (MXFP8,), negate=True)),
+                f"spec.kernel.gemmBackend: humming and marlin run vLLM's MXFP8 path (32×32 blocks, e8m0 scales), "
+                f"but spec.projection.weightFormat is not {MXFP8}: use weightFormat {MXFP8}, or gemmBackend "
+                "torch-bf16 or auto"),
+    Combination((Condition("kernel.gemmBackend", ("torch-fp8",)),
+                 Condition("projection.weightFormat", (FP8_BLOCK128,), negate=True)),
+                f"spec.kernel.gemmBackend: torch-fp8 (cuBLASLt blockwise W8A8) takes 128×128 blocks only, but "
+                f"spec.projection.weightFormat is not {FP8_BLOCK128}: use gemmBackend humming, marlin, torch-bf16 "
+                "or auto"),
+)
+
+
+def _field_path(path: str) -> tuple[list[str], Any]:
+    """``kernel.device`` → (python attribute names, the model's default)."""
+    model: type[BaseModel] = ExperimentSpec
+    attrs: list[str] = []
+    default: Any = None
+    parts = path.split(".")
+    for i, alias in enumerate(parts):
+        name, info = next((n, f) for n, f in model.model_fields.items() if (f.alias or n) == alias)
+        attrs.append(name)
+        if i < len(parts) - 1:
+            annotation = info.annotation
+            assert isinstance(annotation, type) and issubclass(annotation, BaseModel), path
+            model = annotation
+        else:
+            default = info.default
+    return attrs, default
+
+
+def _value(spec: ExperimentSpec, path: str) -> Any:
+    obj: Any = spec
+    for attr in _field_path(path)[0]:
+        obj = getattr(obj, attr)
+    return obj
+
+
+def refused(combination: Combination, spec: ExperimentSpec) -> bool:
+    """True when every condition of ``combination`` holds for ``spec``."""
+    return all((_value(spec, c.path) in c.values) != c.negate for c in combination.when)
+
+
+def combination_problems(spec: ExperimentSpec) -> list[str]:
+    """The message of every :data:`COMBINATIONS` entry ``spec`` falls into (empty: none), all at once."""
+    return [c.message for c in COMBINATIONS if refused(c, spec)]
+
+
+def _cel_literal(value: str | int) -> str:
+    return f"'{value}'" if isinstance(value, str) else str(value)
+
+
+def _cel_value(path: str) -> str:
+    """The CEL expression of ``self.<path>`` on ``spec``, the model's default where a part is absent."""
+    parts = path.split(".")
+    guards = " && ".join(f"has(self.{'.'.join(parts[: i + 1])})" for i in range(len(parts)))
+    return f"(({guards}) ? self.{path} : {_cel_literal(_field_path(path)[1])})"
+
+
+def cel_rule(combination: Combination) -> dict[str, str]:
+    """``{"rule", "message"}`` of ``combination`` for ``x-kubernetes-validations`` on ``spec`` (true: allowed)."""
+    terms = []
+    for c in combination.when:
+        member = f"{_cel_value(c.path)} in [{', '.join(_cel_literal(v) for v in c.values)}]"
+        terms.append(f"!({member})" if c.negate else member)
+    return {"rule": "!(" + " && ".join(terms) + ")", "message": combination.message}
+
+
+def cel_rules() -> list[dict[str, str]]:
+    """:func:`cel_rule` of every :data:`COMBINATIONS` entry, in order."""
+    return [cel_rule(c) for c in COMBINATIONS]
+
+
+class CombinationError(ValueError):
+    """Raised by :class:`~spx.api.spec.ExperimentSpec`'s validator; ``problems`` holds every message.
+
+    :func:`spx.api.loading.describe_validation_error` lists them as separate problems.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+__all__ = ["COMBINATIONS", "Combination", "CombinationError", "Condition", "cel_rule", "cel_rules",
+           "combination_problems", "refused"]

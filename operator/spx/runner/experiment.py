@@ -1,0 +1,236 @@
+"""One experiment on this host, as the bench pod runs it: kernel bench → judge → (vLLM benches → judge).
+
+:func:`run_experiment` is the whole pipeline that ``spx run`` (and so the operator's bench pod,
+``spx run … --summary-file /dev/termination-log --jsonl``) carries out; the CLI only parses options,
+prints and maps the outcome to an exit code. Steps:
+
+1. the kernel benchmark on one process per rank (:func:`spx.runner.local.run_local`; ``result.json``);
+2. its judgement (:func:`spx.analysis.judge.judge`) → ``status.json``, and the pod → operator
+   summary (:func:`spx.api.wire.build_summary`) into ``summary_file``;
+3. ``on_kernel`` (the CLI prints the report and draws the plot here, before the hours of step 4);
+4. with ``serving`` and a completed kernel bench: the vLLM serving A/B and GSM8K
+   (``spx.serving.ab.run_vllm_benchmarks``) into ``OUT/serving``, then the judgement over every gate
+   (``require_vllm``) → ``status.json`` and the summary again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spx.analysis.judge import CPU_NOTE, Judgement, judge, local_status
+from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, dump_model, wire
+from spx.api.base import utc_now
+from spx.runner.local import LocalRunOutcome, RunProgress, run_local
+
+if TYPE_CHECKING:
+    from spx.api.accuracy import AccuracyResult, AccuracyStatus
+    from spx.api.serving import ServingResult, ServingStatus
+
+STATUS_FILE = "status.json"
+SERVING_DIR = "serving"
+#: Start of ``KernelResult.error`` when Ctrl-C stopped the run (:func:`spx.runner.local.run_local`).
+INTERRUPTED_PREFIX = "interrupted (SIGINT)"
+
+VllmDocuments = Callable[["ServingResult | None", "AccuracyResult | None"], None]
+
+
+@dataclass
+class ExperimentOutcome:
+    """What :func:`run_experiment` did.
+
+    Attributes:
+        run: the kernel bench's outcome (``run.result`` is always set; partial on failure).
+        status: the last ``status.json`` written (the verdict over every gate that ran).
+        judgement: the kernel bench's judgement (what the report shows).
+        vllm_ran: the vLLM step was attempted (``serving`` asked and the kernel bench completed).
+        serving, accuracy: the vLLM benches' statuses (``None`` when not run or not in the spec).
+        vllm_error: why the vLLM benches did not start (``None`` when they did or were not asked for).
+    """
+
+    run: LocalRunOutcome
+    status: ExperimentStatus
+    judgement: Judgement
+    vllm_ran: bool = False
+    serving: ServingStatus | None = None
+    accuracy: AccuracyStatus | None = None
+    vllm_error: str | None = None
+
+    @property
+    def result(self) -> KernelResult:
+        """The kernel bench's result document."""
+        return self.run.result
+
+    @property
+    def kernel_completed(self) -> bool:
+        """The kernel bench finished its sweep and was judged (phase ``Succeeded``)."""
+        return self.judgement.verdict is not None
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C stopped the kernel bench."""
+        return (self.result.error or "").startswith(INTERRUPTED_PREFIX)
+
+
+def is_cpu(result: KernelResult) -> bool:
+    """The result comes from a CPU smoke run."""
+    return result.device == "cpu" or result.environment.device == "cpu"
+
+
+def build_status(result: KernelResult, judgement: Judgement) -> ExperimentStatus:
+    """``status.json`` of a local run: :func:`spx.analysis.judge.local_status` of ``judgement``."""
+    summary = f"{len(result.points)} token counts measured"
+    if result.wall_seconds is not None:
+        summary += f" in {result.wall_seconds:.1f} s"
+    return local_status(judgement, now=utc_now(), started_at=result.started_at, finished_at=result.finished_at,
+                        environment=result.environment, completed_summary=summary,
+                        note=CPU_NOTE if is_cpu(result) else None)
+
+
+def write_status(out: Path, status: ExperimentStatus) -> None:
+    """``OUT/status.json`` (camelCase, indented)."""
+    (out / STATUS_FILE).write_text(json.dumps(dump_model(status), indent=1) + "\n", encoding="utf-8")
+
+
+def write_result_summary(path: str, result: KernelResult, serving: ServingStatus | None = None,
+                         accuracy: AccuracyStatus | None = None) -> None:
+    """The pod → operator :class:`~spx.api.ResultSummary` of ``result`` into ``path`` (≤ 4096 bytes).
+
+    Raises:
+        OSError: ``path`` cannot be written.
+    """
+    from spx.analysis import points_from_result
+
+    try:
+        points = points_from_result(result)
+    except ValueError:
+        points = []
+    text = wire.build_summary(result, points, serving=serving, accuracy=accuracy)
+    with open(path, "w", encoding="utf-8") as f:  # also /dev/termination-log: truncate, write once
+        f.write(text)
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    out: Path,
+    *,
+    name: str,
+    nproc: int | None = None,
+    serving: bool = False,
+    vllm_command: Sequence[str] = ("vllm",),
+    summary_file: str | None = None,
+    on_point: Callable[[PointResult], None] | None = None,
+    progress: RunProgress | None = None,
+    on_kernel: Callable[[ExperimentOutcome], None] | None = None,
+    on_vllm_documents: VllmDocuments | None = None,
+    on_summary_error: Callable[[str, OSError], None] | None = None,
+) -> ExperimentOutcome:
+    """Run ``spec`` on this host into ``out`` (steps in the module docstring); never raises for a failed rank.
+
+    Args:
+        spec: the validated spec (command-line overrides applied).
+        out: the output folder, locked and prepared by the caller.
+        name: the experiment's name (recorded in the results).
+        nproc: ranks (default: visible GPUs, else 2 on CPU; capped at TP).
+        serving: run the vLLM benches after a completed kernel bench (``spec.serving`` must be set).
+        vllm_command: the vLLM CLI argv prefix.
+        summary_file: where to write the pod → operator summary (e.g. ``/dev/termination-log``).
+        on_point: each measured point, as rank 0 finishes it (``--jsonl``).
+        progress: told of the ranks' start, each point, the end.
+        on_kernel: called once the kernel bench is judged and ``status.json`` written.
+        on_vllm_documents: the vLLM benches' result documents, after every arm (the last call wins).
+        on_summary_error: a summary that could not be written (default: the error propagates).
+
+    Raises:
+        spx.runner.sizing.RunnerError: the run cannot start on this host (before any rank starts).
+        OSError: ``out`` cannot be written.
+        ValueError: ``serving`` without ``spec.serving``.
+    """
+    if serving and spec.serving is None:
+        raise ValueError("serving asked for, but the spec has no spec.serving")
+    run = run_local(spec, out, nproc=nproc, experiment=name, on_point=on_point, progress=progress,
+                    device_asked=spec.kernel.device == "cpu")
+    judgement = judge(run.result, spec)
+    outcome = ExperimentOutcome(run=run, status=build_status(run.result, judgement), judgement=judgement)
+    write_status(out, outcome.status)
+    _summary(summary_file, outcome, on_summary_error)
+    if on_kernel is not None:
+        on_kernel(outcome)
+    if serving and outcome.kernel_completed:
+        _vllm_step(spec, out, name, vllm_command, outcome, on_vllm_documents)
+        write_status(out, outcome.status)
+        _summary(summary_file, outcome, on_summary_error)
+    return outcome
+
+
+def _summary(path: str | None, outcome: ExperimentOutcome,
+             on_error: Callable[[str, OSError], None] | None) -> None:
+    if not path:
+        return
+    try:
+        write_result_summary(path, outcome.result, outcome.serving, outcome.accuracy)
+    except OSError as exc:
+        if on_error is None:
+            raise
+        on_error(path, exc)
+
+
+def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequence[str], outcome: ExperimentOutcome,
+               on_documents: VllmDocuments | None) -> None:
+    """The vLLM serving A/B and GSM8K after a completed kernel bench; updates ``outcome`` in place.
+
+    Failed arms or points are in the results and make the gate Fail or Inconclusive; benches that could
+    not start (an accuracy arm that is not a serving arm, a missing GSM8K dataset) set ``vllm_error``.
+    """
+    from spx.analysis.accuracy import summarize as summarize_accuracy
+    from spx.analysis.serving import summarize as summarize_serving
+    from spx.api.accuracy import AccuracyStatus
+    from spx.api.serving import ServingStatus
+    from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
+
+    assert spec.serving is not None
+    has_points = bool(spec.serving.points)
+
+    def emit(serving_result: ServingResult | None, accuracy_result: AccuracyResult | None) -> None:
+        if on_documents is not None:
+            on_documents(serving_result if has_points else None, accuracy_result)
+
+    outcome.vllm_ran = True
+    opts = RunnerOptions(vllm_command=list(vllm_command), experiment=name, on_arm=emit)
+    try:
+        benches = run_vllm_benchmarks(spec, out / SERVING_DIR, opts)
+    except (ValueError, OSError) as exc:
+        why = f"the vLLM benches did not start: {exc}"
+        outcome.vllm_error = why
+        if has_points:
+            outcome.serving = ServingStatus(failures=[why], reasons=[why])
+        if spec.accuracy is not None:
+            outcome.accuracy = AccuracyStatus(reasons=[f"GSM8K: {why}"], max_drop_points=spec.accuracy.max_drop_points)
+    else:
+        emit(benches.serving, benches.accuracy)
+        outcome.serving = summarize_serving(benches.serving) if benches.serving is not None else None
+        outcome.accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
+    outcome.status = build_status(outcome.result, judge(outcome.result, spec, serving=outcome.serving,
+                                                        accuracy=outcome.accuracy, require_vllm=True))
+
+
+def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command: Sequence[str] = ("vllm",)) -> bool:
+    """Only the vLLM serving A/B and GSM8K of ``spec`` into ``out`` (``spx serving``); True when every
+    measurement finished (the results are written either way).
+
+    Raises:
+        ValueError: the benches cannot start (no ``spec.serving``, an accuracy arm that is not a serving arm).
+        OSError: a missing GSM8K dataset, ``out`` not writable.
+    """
+    from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
+
+    if spec.serving is None:
+        raise ValueError("the spec has no spec.serving")
+    benches = run_vllm_benchmarks(spec, out, RunnerOptions(vllm_command=list(vllm_command), experiment=name))
+    return all(r is None or r.complete for r in (benches.serving, benches.accuracy))
+
+
+__all__ = ["ExperimentOutcome", "run_vllm_benches", "build_status", "is_cpu", "run_experiment", "write_result_summary", "write_status"]

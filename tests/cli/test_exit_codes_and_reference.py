@@ -1,0 +1,119 @@
+"""Every command's exit codes come from the one table (``spx.api.exit_codes``); docs/cli.md's synopses and
+per-command codes are generated from the argparse parsers and that table (``spx.cli.reference``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spx.api.exit_codes import COMMAND_CODES, EXIT_OK, EXIT_USAGE, TABLE
+from spx.cli import build_parser
+from spx.cli.reference import render, synopsis
+
+REPO = Path(__file__).resolve().parents[2]
+SPX = str(Path(sys.executable).with_name("spx"))
+HEAD = "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\n"
+NO_SERVING = HEAD + "metadata: {name: plain}\nspec:\n  kernel: {device: cpu}\n"
+
+
+def spx(*args: str, stdin: str | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPX_FAULT_INJECT")}
+    return subprocess.run([SPX, *args], capture_output=True, text=True, timeout=120, input=stdin, env=env, cwd=cwd)
+
+
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+# spx serving and spx gate: usage errors are 3 ------------------------------------------------------------------
+
+
+def test_serving_usage_errors_exit_3(tmp_path: Path) -> None:
+    missing = spx("serving", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o"))
+    assert missing.returncode == EXIT_USAGE and "cannot read" in missing.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(HEAD + "metadata: {name: bad}\nspec: {kernel: {samples: 1}}\n")
+    invalid = spx("serving", str(bad))
+    assert invalid.returncode == EXIT_USAGE and "spec.kernel.samples" in invalid.stderr
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(NO_SERVING)
+    no_serving = spx("serving", str(plain), "--out", str(tmp_path / "o"))
+    assert no_serving.returncode == EXIT_USAGE and "has no spec.serving" in no_serving.stderr
+    assert "Traceback" not in missing.stderr + invalid.stderr + no_serving.stderr
+
+
+def test_gate_on_a_missing_path_is_an_error_naming_it_as_given(tmp_path: Path) -> None:
+    proc = spx("gate", "./nonexistent", cwd=tmp_path)
+    assert proc.returncode == EXIT_USAGE
+    assert "./nonexistent" in proc.stderr and "Undecided" not in proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error:")
+
+
+# One table ---------------------------------------------------------------------------------------------------
+
+
+def test_every_command_has_its_codes_in_the_table_and_its_help() -> None:
+    names = {code for code, _, _ in TABLE}
+    parsers = subparsers()
+    assert set(parsers) == set(COMMAND_CODES)
+    for cmd, parser in parsers.items():
+        assert set(COMMAND_CODES[cmd]) <= names and EXIT_OK in COMMAND_CODES[cmd]
+        epilog = parser.epilog or ""
+        listed = {int(line.split()[0]) for line in epilog.splitlines()[1:]}
+        assert listed == set(COMMAND_CODES[cmd]), (cmd, epilog)
+
+
+# docs/cli.md -------------------------------------------------------------------------------------------------
+
+
+def test_docs_cli_md_is_generated_from_the_parsers() -> None:
+    doc = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert doc == render(doc), "docs/cli.md is stale: run `python -m spx.cli.reference docs/cli.md`"
+
+
+@pytest.mark.parametrize(("cmd", "options"), [
+    ("run", ["--overwrite", "--gemm-backend", "--samples", "--summary-file", "--vllm"]),
+    ("report", ["--plot", "--no-plot"]),
+    ("predict", ["--interpolation", "--rounding", "--gather", "--measured"]),
+])
+def test_synopses_list_every_option(cmd: str, options: list[str]) -> None:
+    line = synopsis(subparsers()[cmd])
+    doc = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert line in doc
+    for option in options:
+        assert option in line, line
+
+
+# A spec on standard input ------------------------------------------------------------------------------------
+
+
+def test_validate_reads_standard_input() -> None:
+    ok = spx("validate", "-", stdin=NO_SERVING)
+    assert ok.returncode == EXIT_OK and "name: plain" in ok.stdout and "<stdin>: valid" in ok.stderr
+    bad = spx("validate", "-", stdin=HEAD + "metadata: {name: b}\nspec: {kernel: {samples: 1}}\n")
+    assert bad.returncode == EXIT_USAGE and "<stdin>" in bad.stderr and "spec.kernel.samples" in bad.stderr
+
+
+# The quickstart's docs ---------------------------------------------------------------------------------------
+
+
+def test_first_experiment_sets_up_only_what_the_quickstart_needs() -> None:
+    doc = (REPO / "docs" / "first-experiment.md").read_text(encoding="utf-8")
+    first_block = doc.split("```bash", 1)[1].split("```", 1)[0]
+    setup = [ln for ln in first_block.splitlines() if "setup.sh" in ln]
+    assert setup and all("setup.sh --quickstart" in ln for ln in setup), setup
+
+
+def test_the_quickstart_time_is_stated_as_measured() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    head = readme.split("bash scripts/quickstart.sh", 1)[0]
+    assert "~10 s" not in head and "measured" in head
+    doc = (REPO / "docs" / "first-experiment.md").read_text(encoding="utf-8")
+    assert "~10 s" not in doc and "Measured:" in doc

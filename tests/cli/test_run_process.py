@@ -1,0 +1,144 @@
+"""``spx run`` as a real process meets signals, closed pipes and early refusals (the installed console script).
+
+No fixed sleeps: each test waits on an event (a line on stderr, the process' exit) bounded by a
+generous deadline, so a loaded machine only makes them slower.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spx.api.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+
+REPO = Path(__file__).resolve().parents[2]
+SPX = str(Path(sys.executable).with_name("spx"))
+HEAD = "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\n"
+TINY = HEAD + """\
+metadata: {name: tiny}
+spec:
+  projection: {hiddenSize: 256, outputSizes: [128]}
+  parallelism: {tensorParallelSize: 2}
+  sweep: {tokens: [8, 32]}
+  kernel: {device: cpu, timer: host, gather: gloo, samples: 5, warmup: 1, cudaGraphs: false, l2Flush: false}
+  timeoutSeconds: 300
+"""
+#: Many samples at several sizes: still running long after its ranks have started.
+#: A sweep too large for any host's memory: refused after --out is locked, before any rank starts.
+HUGE = TINY.replace("hiddenSize: 256, outputSizes: [128]", "hiddenSize: 5120, outputSizes: [1280, 512]").replace(
+    "tokens: [8, 32]", "tokens: [8, 10000000]")
+SLOW = TINY.replace("samples: 5", "samples: 10000").replace("tokens: [8, 32]", "tokens: [8, 32, 64, 128, 256, 512]")
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SPX_FAULT_INJECT")}
+
+
+def test_ctrl_c_while_the_ranks_start_prints_no_traceback(tmp_path: Path) -> None:
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does) as the ranks are spawned, while
+    they are still importing torch: exit 130, the partial handling, and no traceback."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "slow.yaml"
+    spec.write_text(SLOW)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([SPX, "run", str(spec), "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
+    assert proc.stderr is not None
+    seen = []
+    try:
+        for line in proc.stderr:  # blocks until the line comes (or the process ends)
+            seen.append(line)
+            if line.startswith("spx: starting"):
+                break
+        else:
+            pytest.fail("spx run ended before it started its ranks: " + "".join(seen))
+        # the launcher names the ranks' log files just before it spawns them: wait for that event
+        log = out / "logs" / "rank1.stderr.log"
+        deadline = time.monotonic() + 120
+        while not log.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert log.exists(), "the ranks were never started"
+        os.killpg(proc.pid, signal.SIGINT)  # the ranks are importing torch in multiprocessing/spawn.py now
+        out_text, rest = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    err = "".join(seen) + rest
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "interrupted (SIGINT)" in err
+    assert "Traceback" not in out_text
+    status = json.loads((out / "status.json").read_text())
+    assert status["phase"] == "Failed" and "verdict" not in status
+
+
+def test_a_closed_stdout_does_not_fail_a_good_run(tmp_path: Path) -> None:
+    """``spx run ok.yaml | head -1`` with the reader gone before the first byte: the run still succeeds,
+    writes its plot and says once on stderr that stdout was closed."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(TINY)
+    out = tmp_path / "out"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone: every write to stdout is EPIPE
+    try:
+        proc = subprocess.run([SPX, "run", str(spec), "--out", str(out)], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, env=_env(), timeout=300)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert json.loads((out / "status.json").read_text())["phase"] == "Succeeded"
+    assert (out / "crossover.png").stat().st_size > 0
+    assert "Traceback" not in proc.stderr and "stdout was closed" in proc.stderr
+
+
+def test_a_closed_stdout_with_jsonl_still_writes_the_results(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(TINY)
+    out = tmp_path / "out"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([SPX, "run", str(spec), "--out", str(out), "--jsonl"], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, env=_env(), timeout=300)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert json.loads((out / "result.json").read_text())["complete"] is True
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["out", "out-with-new-parents"])
+def test_an_early_refusal_leaves_no_empty_out_directory(tmp_path: Path, nested: bool) -> None:
+    """A refusal after ``--out`` was locked (here: a sweep too large for this host's memory) removes the
+    folders the run created."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "huge.yaml"
+    spec.write_text(HUGE)
+    out = tmp_path / "a" / "b" / "out" if nested else tmp_path / "out"
+    proc = subprocess.run([SPX, "run", str(spec), "--out", str(out)], capture_output=True, text=True, env=_env(),
+                          timeout=300)
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert not out.exists()
+    assert not (tmp_path / "a").exists()
+
+
+def test_an_early_refusal_keeps_an_existing_out_directory(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    spec = tmp_path / "huge.yaml"
+    spec.write_text(HUGE)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([SPX, "run", str(spec), "--out", str(out)], capture_output=True, text=True, env=_env(),
+                          timeout=300)
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert out.is_dir() and list(out.iterdir()) == []
