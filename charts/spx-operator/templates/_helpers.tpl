@@ -72,11 +72,20 @@ app.kubernetes.io/part-of: spx
 {{/* The policy as the operator reads it (SPX_POLICY, spx.api.policy.Policy, camelCase JSON). */}}
 {{- define "spx-operator.policyJson" -}}
 {{- $p := .Values.policy }}
-{{- dict "imageRegistries" $p.imageRegistries "imageDigests" $p.imageDigests "requireImageDigest" $p.requireImageDigest "priorityClasses" $p.priorityClasses "tolerations" $p.tolerations "nodeSelectorKeys" $p.nodeSelectorKeys | toJson }}
+{{- $p | toJson }}
 {{- end }}
 
 {{/* host:port of a listen address, IPv6 addresses in brackets: (list ADDRESS PORT). */}}
 {{- define "spx-operator.hostPort" -}}
 {{- $addr := index . 0 }}{{- $port := index . 1 }}
 {{- if contains ":" $addr }}[{{ $addr }}]:{{ $port }}{{ else }}{{ $addr }}:{{ $port }}{{ end }}
+{{- end }}
+
+{{/* CEL: whether string expression X matches an allowlist of spx.api.policy patterns ("*" anything,
+"NCCL_*" a prefix, else exact): (list PATTERNS X). */}}
+{{- define "spx-operator.celMatch" -}}
+{{- $pats := index . 0 }}{{- $x := index . 1 }}
+{{- $exact := list }}{{- $pre := list }}
+{{- range $pats }}{{- if hasSuffix "*" . }}{{- $pre = append $pre (trimSuffix "*" .) }}{{- else }}{{- $exact = append $exact . }}{{- end }}{{- end }}
+{{- printf "(%s.exists(p, p == %s) || %s.exists(p, %s.startsWith(p)))" (toJson $exact) $x (toJson $pre) $x }}
 {{- end }}
