@@ -46,7 +46,7 @@ from controlplane import ControlPlane
 from faultproxy import FaultProxy
 from nodeagent import standin_node_env, write_gsm8k
 
-from spx.dashboard import panel_queries, variable_queries
+from spx.tools.dashboard import panel_queries, variable_queries
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -116,9 +116,11 @@ def test_gpus_affinity_selector_tolerations_priority() -> None:
 
 def test_cpu_device_asks_for_no_gpu() -> None:
     pod = job(spec(kernel={"device": "cpu"}, parallelism={"tensorParallelSize": 2}))["spec"]["template"]["spec"]
-    reserved = {"cpu": "32", "memory": "192Gi"}
+    reserved = {"cpu": "2", "memory": "4Gi"}  # a CPU smoke run asks for what its 2 gloo ranks need
     assert pod["containers"][0]["resources"] == {"limits": reserved, "requests": reserved}
     assert "affinity" not in pod and "tolerations" not in pod
+    (shm,) = [v for v in pod["volumes"] if v["name"] == "dshm"]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Gi"}
 
 
 def test_cpu_and_memory_from_the_spec_requests_equal_limits() -> None:
