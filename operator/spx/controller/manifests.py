@@ -37,6 +37,8 @@ MANAGED_BY = "spx-operator"
 ANNOTATION_EXPERIMENT = f"{PREFIX}/experiment"
 ANNOTATION_EXPERIMENT_NAME = f"{PREFIX}/experiment-name"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: Kueue's WorkloadPriorityClass label (``kueue.x-k8s.io/priority-class``) on the Job.
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 #: Selector of everything the operator creates (used for server-side filtered watches).
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
@@ -380,6 +382,8 @@ def build_job(
     job_labels = dict(labels)
     if spec.scheduling.queue_name:
         job_labels[KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
+    if spec.scheduling.workload_priority_class_name:
+        job_labels[KUEUE_PRIORITY_LABEL] = spec.scheduling.workload_priority_class_name
     annotations = {ANNOTATION_EXPERIMENT_NAME: experiment_name}
     pod_metadata = {
         # the experiment's labels and annotations first: the operator's keys are reserved (spx.api.pod)

@@ -34,6 +34,7 @@ from spx.controller import conclusion as c
 from spx.controller import conditions as cond
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.manifests import (
+    KUEUE_QUEUE_LABEL,
     MANAGED_SELECTOR,
     BenchOptions,
 )
@@ -368,6 +369,9 @@ class Reactor:
                 return {}
             return {"job_gone": True}
         if isinstance(need, c.CreateJob):
+            queue = (need.manifest["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+            if queue and (why := await self.reads.queue_refusal(namespace, str(queue))):  # before any Job exists
+                return {"creation": c.JobCreation(reason=why[0], message=why[1])}
             job, refusal = await self.writes.create_job(need.manifest, o.uid)
             if job is None:
                 return {"creation": refusal}
