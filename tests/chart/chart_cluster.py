@@ -66,7 +66,16 @@ class Cluster:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
     def wait_established(self, crd_name: str) -> None:
-        self.kubectl("wait", "--for=condition=Established", f"crd/{crd_name}", "--timeout=60s")
+        # a CRD just created may have no status.conditions yet, which `kubectl wait` reports as an
+        # error instead of waiting: poll the condition instead
+        deadline = time.monotonic() + 60
+        while True:
+            got = json.loads(self.kubectl("get", f"crd/{crd_name}", "-o", "json").stdout)
+            if any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in (got.get("status") or {}).get("conditions") or []):
+                break
+            assert time.monotonic() < deadline, f"CRD {crd_name} never became Established"
+            time.sleep(0.2)
         # discovery may lag the condition by a moment: wait until kubectl can resolve the resource
         deadline = time.monotonic() + 60
         while self.kubectl("get", crd_name.split(".", 1)[0], "-A", check=False).returncode != 0:

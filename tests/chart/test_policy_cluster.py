@@ -79,7 +79,7 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("secret-volume", {"pod": {"volumes": [{"name": "s", "mountPath": "/s", "secret": "creds"}]}}, ["policy.volumeTypes"]),
     ("other-claim", {"pod": {"volumes": [{"name": "m", "mountPath": "/m", "persistentVolumeClaim": "finance"}]}},
      ["policy.volumeClaims"]),
-    ("other-model-pvc", {"serving": {**SERVING, "modelPvc": "finance"}, "timeoutSeconds": SERVING_TIMEOUT},
+    ("other-model-pvc", {"serving": {**SERVING, "modelPvc": "finance", "modelPath": "/models/ds"}, "timeoutSeconds": SERVING_TIMEOUT},
      ["policy.volumeClaims"]),
     ("runtime-class", {"pod": {"runtimeClassName": "nvidia"}}, []),
     ("other-runtime-class", {"pod": {"runtimeClassName": "kata"}}, ["policy.runtimeClasses"]),
