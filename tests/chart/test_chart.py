@@ -99,8 +99,9 @@ def _validate_all(docs: list[dict[str, Any]]) -> None:
 def test_defaults_render_a_minimal_valid_install(chart: Any) -> None:
     docs = render_docs(chart)
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
-                     "ServiceAccount"]
+    # the operator's crd-reader, and the tenant roles aggregated into view and edit/admin
+    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
+                     "RoleBinding", "Service", "ServiceAccount"]
     # Nothing that needs prometheus-operator or Grafana by default: `helm install` works on a bare cluster.
     assert not CUSTOM_KINDS & set(kinds)
     _validate_all(docs)
@@ -113,7 +114,8 @@ def test_all_features_render_valid_objects(chart: Any) -> None:
     docs = render_docs(chart, ALL_FEATURES)
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == [
-        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "NetworkPolicy", "NetworkPolicy",
+        "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
+        "NetworkPolicy", "NetworkPolicy",
         "NetworkPolicy", "PrometheusRule", "Role", "Role", "RoleBinding", "RoleBinding",
         "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
@@ -200,6 +202,13 @@ def _grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
     return grants
 
 
+def _operator_cluster_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ClusterRoles of the operator itself: not the tenant roles aggregated into view/edit/admin
+    (templates/tenant-rbac.yaml, bound by no one in the chart; tests/chart/test_tenant_rbac_cluster.py)."""
+    return [d for d in by_kind(docs, "ClusterRole")
+            if not any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in d["metadata"]["labels"])]
+
+
 def _crd_reader(docs: list[dict[str, Any]]) -> None:
     """The one cluster-wide grant of every install: `get` on the operator's own CRD, by name."""
     (reader,) = [d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"].endswith("-crd-reader")]
@@ -213,7 +222,7 @@ def test_rbac_default_is_namespaced_to_the_release_namespace(chart: Any) -> None
     assert role["metadata"]["namespace"] == NAMESPACE
     assert _grants(role["rules"]) == EXPECTED_RULES
     _crd_reader(docs)
-    assert [r["metadata"]["name"] for r in by_kind(docs, "ClusterRole")] == ["spx-spx-operator-crd-reader"]
+    assert [r["metadata"]["name"] for r in _operator_cluster_roles(docs)] == ["spx-spx-operator-crd-reader"]
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert f"--namespace={NAMESPACE}" in args and "--all-namespaces" not in args
 
@@ -222,7 +231,7 @@ def test_rbac_all_namespaces_is_opt_in_and_least_privilege(chart: Any) -> None:
     docs = render_docs(chart, {"watch": {"allNamespaces": True}})
     assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
     _crd_reader(docs)
-    (role,) = [d for d in by_kind(docs, "ClusterRole") if not d["metadata"]["name"].endswith("-crd-reader")]
+    (role,) = [d for d in _operator_cluster_roles(docs) if not d["metadata"]["name"].endswith("-crd-reader")]
     assert _grants(role["rules"]) == EXPECTED_RULES
     (binding,) = [d for d in by_kind(docs, "ClusterRoleBinding") if d["roleRef"]["name"] == role["metadata"]["name"]]
     sa = one(docs, "ServiceAccount")
@@ -245,7 +254,7 @@ def test_every_rbac_rule_says_why(chart: Any) -> None:
 def test_rbac_per_namespace_grants_nothing_else_cluster_wide(chart: Any) -> None:
     docs = render_docs(chart, {"watch": {"namespaces": ["team-a", "team-b"]}})
     _crd_reader(docs)
-    assert len(by_kind(docs, "ClusterRole")) == 1 and len(by_kind(docs, "ClusterRoleBinding")) == 1
+    assert len(_operator_cluster_roles(docs)) == 1 and len(by_kind(docs, "ClusterRoleBinding")) == 1
     roles = by_kind(docs, "Role")
     bindings = by_kind(docs, "RoleBinding")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
