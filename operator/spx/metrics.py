@@ -25,8 +25,13 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
     generate_latest,
 )
+
+# No `*_created` series: one extra series per counter and histogram child that no rule or panel
+# reads (prometheus_client's own switch; PROMETHEUS_DISABLE_CREATED_SERIES does the same).
+disable_created_metrics()
 
 from spx.api.serving import LATENCY_METRICS
 

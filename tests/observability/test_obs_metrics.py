@@ -77,3 +77,13 @@ def test_serve_binds_the_address_it_is_given() -> None:
     finally:
         server.shutdown()
         thread.join(10)
+
+
+def test_no_created_series() -> None:
+    """prometheus_client's ``*_created`` series are switched off: nothing reads them."""
+    from spx import metrics
+
+    metrics.RECONCILES.labels(handler="test", outcome="ok").inc()
+    text = metrics.generate_latest(metrics.REGISTRY).decode()
+    assert "spx_reconcile_total{" in text
+    assert "_created" not in text
