@@ -430,9 +430,11 @@ class Reactor:
                     started = cond.parse_time(d.status.start_time)
                     if started is not None:
                         metrics.observe_duration((o.now - started).total_seconds())
-            metrics.observe_experiment(key[0], key[1], exp.get("status"), _phase_since(exp.get("status")), _timeout(exp))
+            metrics.observe_experiment(key[0], key[1], exp.get("status"), _phase_since(exp.get("status")), _timeout(exp),
+                                       spec=exp.get("spec"))
         elif d.need is None:
-            metrics.observe_experiment(key[0], key[1], exp.get("status"), _phase_since(exp.get("status")), _timeout(exp))
+            metrics.observe_experiment(key[0], key[1], exp.get("status"), _phase_since(exp.get("status")), _timeout(exp),
+                                       spec=exp.get("spec"))
         for action in d.after:
             await self._act(key, o, exp, action)
         if d.slot_freed:

@@ -206,14 +206,21 @@ def serving_row() -> Row:
 # ---------------------------------------------------------------------------- history across runs
 
 
+#: What a history line holds: runs that are comparable (spx.metrics.COMPARABLE_LABELS less the
+#: driver and the sweep grid), CPU smoke runs left out.
+HISTORY_BY = "gpu, vllm, gemm_backend, gather_source, execution_mode"
+HISTORY_LEGEND = "{{gpu}} · vLLM {{vllm}} · {{gemm_backend}} · {{gather_source}} gather"
+
+
 def history_series(title: str, description: str, metric: str) -> Any:
-    """One token count per GPU type and vLLM version over time, across experiments."""
+    """One token count per comparable kind of run (GPU, vLLM, GEMM backend, gather source, execution
+    mode) over time, across experiments; CPU smoke runs left out."""
     from grafana_foundation_sdk.builders import timeseries
 
     return (
         panel(timeseries.Panel(), title, height=9, span=12)
         .description(description)
-        .with_target(query(f"max by (gpu, vllm) ({metric}{{{GPU}}})", "{{gpu}} · vLLM {{vllm}}"))
+        .with_target(query(f'max by ({HISTORY_BY}) ({metric}{{{GPU}, device!="cpu"}})', HISTORY_LEGEND))
         .unit("none")
         .decimals(0)
         .span_nulls(True)
@@ -242,10 +249,12 @@ def history_row() -> Row:
     """Crossover and recommended threshold per GPU type and vLLM version, and every verdict."""
     return "Crossover history per GPU type and vLLM version", [
         history_series("Crossover over time",
-                       "Break-even token count per GPU type and vLLM version, across experiments.",
+                       "Break-even token count per GPU type, vLLM version, GEMM backend and gather source "
+                       "(measured or modelled), across experiments; CPU smoke runs left out.",
                        "spx_crossover_tokens"),
         history_series("Recommended threshold over time",
-                       "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS per GPU type and vLLM version.",
+                       "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS per GPU type, vLLM version, GEMM backend and "
+                       "gather source; CPU smoke runs left out.",
                        "spx_recommended_threshold_tokens"),
         verdict_table(),
     ]
@@ -377,15 +386,23 @@ def queue_series() -> Any:
     )
 
 
+#: Keeps process_* series of the operator's targets only: with $job = All (".*") they would include
+#: Prometheus's own and every other exporter's.
+OPERATOR_ONLY = f'and on (job, instance) spx_workqueue_depth{{{CLUSTER}}}'
+
+
 def process_series() -> Any:
     from grafana_foundation_sdk.builders import timeseries
     from grafana_foundation_sdk.models import dashboard as model
 
     return (
         panel(timeseries.Panel(), "Operator CPU and memory", height=6, span=8)
-        .description("process_cpu_seconds_total rate (cores) and process_resident_memory_bytes of the operator.")
-        .with_target(query(f'rate(process_cpu_seconds_total{{{CLUSTER}, job=~"$job"}}[$__rate_interval])', "cpu cores"))
-        .with_target(query(f'process_resident_memory_bytes{{{CLUSTER}, job=~"$job"}}', "resident memory", ref="B"))
+        .description("process_cpu_seconds_total rate (cores) and process_resident_memory_bytes of the operator "
+                     "(only targets that export spx_workqueue_depth: never another exporter's process_* series).")
+        .with_target(query(f'rate(process_cpu_seconds_total{{{CLUSTER}, job=~"$job"}}[$__rate_interval]) {OPERATOR_ONLY}',
+                           "cpu cores"))
+        .with_target(query(f'process_resident_memory_bytes{{{CLUSTER}, job=~"$job"}} {OPERATOR_ONLY}', "resident memory",
+                           ref="B"))
         .override_by_name("resident memory", [model.DynamicConfigValue(id_val="unit", value="bytes"),
                                               model.DynamicConfigValue(id_val="custom.axisPlacement", value="right")])
         .unit("none")
