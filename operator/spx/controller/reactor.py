@@ -33,6 +33,7 @@ from spx.controller import admission
 from spx.controller import conclusion as c
 from spx.controller import conditions as cond
 from spx.controller.kube import ApiError, KubeClient, resource_path
+from spx.controller.leader import LeaderElector
 from spx.controller.manifests import (
     KUEUE_QUEUE_LABEL,
     MANAGED_SELECTOR,
@@ -86,6 +87,8 @@ class Reactor:
     _specs: dict[tuple[str, int], ExperimentSpec | SpecError] = field(default_factory=dict)
     _progress: dict[str, tuple[dt.datetime, str]] = field(default_factory=dict)
     _unwritable: dict[tuple[Key, int], str] = field(default_factory=dict)
+    #: With several replicas (SPX_LEADER_ELECTION): only the Lease holder's workers reconcile.
+    leader: LeaderElector | None = None
 
     def __post_init__(self) -> None:
         self.writes = Writes(self.client, lambda: cond.now_rfc3339(self.clock()))
@@ -95,12 +98,16 @@ class Reactor:
     # Lifecycle ----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.leader is not None:
+            self._tasks.append(asyncio.create_task(self.leader.run(), name="spx-leader-election"))
         for i in range(self.settings.workers):
             self._tasks.append(asyncio.create_task(self._worker(), name=f"spx-reconcile-{i}"))
         self._tasks.append(asyncio.create_task(self._resync_loop(), name="spx-resync"))
 
     async def stop(self) -> None:
         await self.writes.drain()
+        if self.leader is not None:
+            await self.leader.release()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -179,7 +186,13 @@ class Reactor:
 
     async def _worker(self) -> None:
         while True:
+            if self.leader is not None:
+                await self.leader.wait_leading()
             key = await self.queue.get()
+            if self.leader is not None and not self.leader.is_leader:  # deposed while waiting: keep the key
+                self.queue.done(key)
+                self.queue.add(key)
+                continue
             started = time.monotonic()
             try:
                 outcome = await self.reconcile(key)

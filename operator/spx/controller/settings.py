@@ -125,6 +125,21 @@ class OperatorSettings(BaseSettings):
         "inside them, so namespaced RBAC (a Role per namespace) suffices — `spx operator -n` sets it",
         default=())
     log_every_event: bool = _env("SPX_LOG_EVERY_EVENT", "log kopf's per-event handler lines at INFO", default=False)
+    leader_election: bool = _env(
+        "SPX_LEADER_ELECTION",
+        "only the holder of a coordination.k8s.io Lease reconciles (run several replicas); the others watch",
+        default=False)
+    leader_election_namespace: str | None = _env(
+        "SPX_LEADER_ELECTION_NAMESPACE", "namespace of the leader Lease (the chart: the release namespace)",
+        default=None)
+    leader_election_lease: str = _env("SPX_LEADER_ELECTION_LEASE", "name of the leader Lease",
+                                      default="spx-operator-leader")
+    leader_election_identity: str | None = _env(
+        "SPX_LEADER_ELECTION_IDENTITY", "this replica's identity in the Lease (the chart: the pod name); "
+        "empty = hostname-pid", default=None)
+    leader_lease_seconds: float = _env("SPX_LEADER_LEASE_SECONDS",
+                                       "lease duration; renew deadline and retry period are 2/3 and 2/15 of it",
+                                       default=15.0, ge=3)
     extra_env: dict[str, str] = Field(default_factory=dict,
                                       description=f"environment of the bench container [{BENCH_ENV_PREFIX}<NAME>]")
 
@@ -152,6 +167,7 @@ class OperatorSettings(BaseSettings):
         return value
 
     @field_validator("bench_service_account", "bench_shm_size", "kube_server", "kube_token", "kube_namespace",
+                     "leader_election_namespace", "leader_election_identity",
                      mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
