@@ -100,8 +100,9 @@ def test_defaults_render_a_minimal_valid_install(chart: Any) -> None:
     docs = render_docs(chart)
     kinds = sorted(d["kind"] for d in docs)
     # the operator's crd-reader, and the tenant roles aggregated into view and edit/admin
-    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role",
-                     "RoleBinding", "Service", "ServiceAccount"]
+    # + the leader-election Role/RoleBinding (two replicas by default)
+    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "Role",
+                     "RoleBinding", "RoleBinding", "Service", "ServiceAccount"]
     # Nothing that needs prometheus-operator or Grafana by default: `helm install` works on a bare cluster.
     assert not CUSTOM_KINDS & set(kinds)
     _validate_all(docs)
@@ -116,7 +117,7 @@ def test_all_features_render_valid_objects(chart: Any) -> None:
     assert kinds == [
         "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
         "NetworkPolicy", "NetworkPolicy",
-        "NetworkPolicy", "PrometheusRule", "Role", "Role", "RoleBinding", "RoleBinding",
+        "NetworkPolicy", "PrometheusRule", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding",
         "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ]  # fmt: skip
@@ -209,6 +210,12 @@ def _operator_cluster_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in d["metadata"]["labels"])]
 
 
+def _operator_roles(docs: list[dict[str, Any]], kind: str = "Role") -> list[dict[str, Any]]:
+    """The Roles (or RoleBindings) of the watched namespaces: not the leader-election one of the
+    release namespace (test_leader_election_role_is_one_lease)."""
+    return [d for d in by_kind(docs, kind) if not d["metadata"]["name"].endswith("-leader-election")]
+
+
 def _crd_reader(docs: list[dict[str, Any]]) -> None:
     """The one cluster-wide grant of every install: `get` on the operator's own CRD, by name."""
     (reader,) = [d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"].endswith("-crd-reader")]
@@ -218,7 +225,7 @@ def _crd_reader(docs: list[dict[str, Any]]) -> None:
 
 def test_rbac_default_is_namespaced_to_the_release_namespace(chart: Any) -> None:
     docs = render_docs(chart)
-    (role,) = by_kind(docs, "Role")
+    (role,) = _operator_roles(docs)
     assert role["metadata"]["namespace"] == NAMESPACE
     assert _grants(role["rules"]) == EXPECTED_RULES
     _crd_reader(docs)
@@ -229,7 +236,7 @@ def test_rbac_default_is_namespaced_to_the_release_namespace(chart: Any) -> None
 
 def test_rbac_all_namespaces_is_opt_in_and_least_privilege(chart: Any) -> None:
     docs = render_docs(chart, {"watch": {"allNamespaces": True}})
-    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+    assert not _operator_roles(docs) and not _operator_roles(docs, "RoleBinding")
     _crd_reader(docs)
     (role,) = [d for d in _operator_cluster_roles(docs) if not d["metadata"]["name"].endswith("-crd-reader")]
     assert _grants(role["rules"]) == EXPECTED_RULES
@@ -255,8 +262,8 @@ def test_rbac_per_namespace_grants_nothing_else_cluster_wide(chart: Any) -> None
     docs = render_docs(chart, {"watch": {"namespaces": ["team-a", "team-b"]}})
     _crd_reader(docs)
     assert len(_operator_cluster_roles(docs)) == 1 and len(by_kind(docs, "ClusterRoleBinding")) == 1
-    roles = by_kind(docs, "Role")
-    bindings = by_kind(docs, "RoleBinding")
+    roles = _operator_roles(docs)
+    bindings = _operator_roles(docs, "RoleBinding")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for role in roles:
@@ -281,11 +288,34 @@ def test_rbac_can_be_left_to_the_cluster_admin(chart: Any) -> None:
 # --------------------------------------------------------------------------- the Deployment
 
 
-def test_deployment_is_one_hardened_replica(chart: Any) -> None:
+def test_leader_election_role_is_one_lease(chart: Any) -> None:
+    docs = render_docs(chart)
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["spx-spx-operator-leader"],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    ]
+    env = {e["name"]: e for e in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SPX_LEADER_ELECTION"]["value"] == "true"
+    assert env["SPX_LEADER_ELECTION_LEASE"]["value"] == "spx-spx-operator-leader"
+    assert env["SPX_LEADER_ELECTION_IDENTITY"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    single = render_docs(chart, {"replicaCount": 1, "leaderElection": {"enabled": False}})
+    assert not [r for r in by_kind(single, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert one(single, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_two_replicas_without_leader_election_are_refused(chart: Any) -> None:
+    with pytest.raises(Exception, match="leaderElection|const|enabled"):
+        render_docs(chart, {"replicaCount": 2, "leaderElection": {"enabled": False}})
+
+
+def test_deployment_is_a_hardened_replica_set_with_leader_election(chart: Any) -> None:
     deployment = one(render_docs(chart), "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
