@@ -247,6 +247,18 @@ def comparable_values(status: Mapping[str, Any], spec: Mapping[str, Any] | None 
     )
 
 
+#: Seconds after its decision an experiment's own value series stop being exported (0: never);
+#: the operator sets it from SPX_SERIES_RETENTION_SECONDS (:func:`set_series_retention`). Its phase
+#: series (spx_experiment_phase_since_timestamp_seconds) and the phase counts stay while it exists.
+_series_retention_s = 0.0
+
+
+def set_series_retention(seconds: float) -> None:
+    """Stop exporting the value series of experiments decided more than ``seconds`` ago (0: never)."""
+    global _series_retention_s
+    _series_retention_s = max(0.0, float(seconds))
+
+
 def observe_experiment(
     namespace: str,
     name: str,
@@ -291,6 +303,8 @@ def observe_experiment(
     if verdict in VERDICTS:
         for v in VERDICTS:
             wanted.append((VERDICT, (namespace, name, gpu, vllm, v), 1.0 if v == verdict else 0.0))
+    if _series_retention_s > 0 and phase_since is not None and time.time() - phase_since > _series_retention_s:
+        wanted = []  # decided long ago: its series expire (SPX_SERIES_RETENTION_SECONDS)
     with _LOCK:
         previous = _SERIES.get(key)
         if previous != wanted:

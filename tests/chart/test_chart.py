@@ -572,3 +572,15 @@ def test_deployment_args_are_accepted_by_spx_operator(chart: Any, values: dict[s
     kopf = kopf_args(args.namespaces, args.all_namespaces, args.liveness, args.log_format, args.verbose, args.peering)
     assert "-A" not in kopf
     assert "--standalone" in kopf  # one replica, no peering objects needed (and no RBAC for them)
+
+
+def test_retention_grants_delete_only_when_set(chart: Any) -> None:
+    def grants(values: dict[str, Any]) -> set[str]:
+        (role,) = _operator_roles(render_docs(chart, values))
+        return _grants(role["rules"])[("bench.spx.dev", "shardedprojectionexperiments")]
+
+    assert "delete" not in grants({})
+    assert "delete" in grants({"operator": {"finishedRetentionSeconds": 604800}})
+    env = {e["name"]: e.get("value") for e in one(render_docs(chart, {"operator": {"seriesRetentionSeconds": 86400}}),
+                                                   "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SPX_SERIES_RETENTION_SECONDS"] == "86400" and env["SPX_FINISHED_RETENTION_SECONDS"] == "0"

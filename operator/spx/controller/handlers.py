@@ -149,6 +149,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     elif not cfg.crd_check:
         logger.warning("SPX_CRD_CHECK=false: the installed CRD %s is not checked against this operator's schema",
                        crd_check.CRD_NAME)
+    metrics.set_series_retention(cfg.series_retention_s)
     memo["client"] = client
     memo["reactor"] = reactor = Reactor(settings=cfg, client=client, leader=_leader(cfg, client))
     await reactor.start()

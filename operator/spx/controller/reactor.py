@@ -29,7 +29,7 @@ from spx import metrics
 from spx.api.loading import SpecError, validate_spec
 from spx.api.spec import KIND, PLURAL, ExperimentSpec
 from spx.api.status import ExperimentStatus
-from spx.controller import admission
+from spx.controller import admission, retention
 from spx.controller import conclusion as c
 from spx.controller import conditions as cond
 from spx.controller.kube import ApiError, KubeClient, resource_path
@@ -163,12 +163,28 @@ class Reactor:
             # Namespaced RBAC and namespace patterns: the namespaces seen so far, one by one.
             await self._relist(sorted({k[0] for k in self.store.experiments}))
         self.reads.listed.update(self.store.job_by_uid)
+        await self._expire()
         if not self.synced:
             self.synced = True
             logger.info("listed %d experiments and %d Jobs: admission open", len(self.store.experiments),
                         len(self.store.jobs))
         for key in list(self.store.experiments):
             self.queue.add(key)
+
+    async def _expire(self) -> None:
+        """Delete the experiments past ``SPX_FINISHED_RETENTION_SECONDS`` (:mod:`spx.controller.retention`);
+        only the leader does, and a failed delete is retried at the next re-list."""
+        if self.settings.finished_retention_s <= 0 or (self.leader is not None and not self.leader.is_leader):
+            return
+        for namespace, name in retention.due(self.store.experiments.values(), self.clock(),
+                                             self.settings.finished_retention_s):
+            try:
+                await self.client.delete(resource_path(EXPERIMENT_API, PLURAL, namespace, name))
+                logger.info("deleted %s/%s: decided more than %.0f s ago (SPX_FINISHED_RETENTION_SECONDS)",
+                            namespace, name, self.settings.finished_retention_s)
+            except ApiError as err:
+                if not err.not_found:
+                    logger.warning("could not delete the expired experiment %s/%s: %s", namespace, name, err)
 
     async def _resync_loop(self) -> None:
         delay = 0.0

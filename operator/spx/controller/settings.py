@@ -125,6 +125,14 @@ class OperatorSettings(BaseSettings):
         "inside them, so namespaced RBAC (a Role per namespace) suffices — `spx operator -n` sets it",
         default=())
     log_every_event: bool = _env("SPX_LOG_EVERY_EVENT", "log kopf's per-event handler lines at INFO", default=False)
+    finished_retention_s: float = _env(
+        "SPX_FINISHED_RETENTION_SECONDS",
+        "delete experiments decided longer ago than this (their Job, pods, ConfigMap and series go with "
+        "them); 0 = keep them (needs delete on experiments)", default=0.0, ge=0)
+    series_retention_s: float = _env(
+        "SPX_SERIES_RETENTION_SECONDS",
+        "stop exporting the per-experiment series of experiments decided longer ago than this; 0 = keep",
+        default=0.0, ge=0)
     leader_election: bool = _env(
         "SPX_LEADER_ELECTION",
         "only the holder of a coordination.k8s.io Lease reconciles (run several replicas); the others watch",
