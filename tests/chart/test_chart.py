@@ -101,8 +101,9 @@ def test_defaults_render_a_minimal_valid_install(chart: Any) -> None:
     kinds = sorted(d["kind"] for d in docs)
     # the operator's crd-reader, and the tenant roles aggregated into view and edit/admin
     # + the leader-election Role/RoleBinding (two replicas by default)
-    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "Role",
-                     "RoleBinding", "RoleBinding", "Service", "ServiceAccount"]
+    # + the `helm test` pod (templates/tests)
+    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Pod", "Role",
+                     "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"]
     # Nothing that needs prometheus-operator or Grafana by default: `helm install` works on a bare cluster.
     assert not CUSTOM_KINDS & set(kinds)
     _validate_all(docs)
@@ -117,7 +118,7 @@ def test_all_features_render_valid_objects(chart: Any) -> None:
     assert kinds == [
         "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
         "NetworkPolicy", "NetworkPolicy",
-        "NetworkPolicy", "PrometheusRule", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding",
+        "NetworkPolicy", "Pod", "PrometheusRule", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding",
         "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ]  # fmt: skip
@@ -281,7 +282,7 @@ def test_rbac_can_be_left_to_the_cluster_admin(chart: Any) -> None:
     docs = render_docs(
         chart, {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "spx-preexisting"}}
     )
-    assert sorted(d["kind"] for d in docs) == ["Deployment", "Service"]
+    assert sorted(d["kind"] for d in docs) == ["Deployment", "Pod", "Service"]  # (Pod: the `helm test` hook)
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "spx-preexisting"
 
 
@@ -584,3 +585,28 @@ def test_retention_grants_delete_only_when_set(chart: Any) -> None:
     env = {e["name"]: e.get("value") for e in one(render_docs(chart, {"operator": {"seriesRetentionSeconds": 86400}}),
                                                    "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SPX_SERIES_RETENTION_SECONDS"] == "86400" and env["SPX_FINISHED_RETENTION_SECONDS"] == "0"
+
+
+def test_helm_test_asks_the_operator_through_its_service(chart: Any) -> None:
+    docs = render_docs(chart)
+    (pod,) = by_kind(docs, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert "spx-spx-operator-metrics.spx-system.svc:8080/metrics" in container["command"][-1]
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()  # not under the operator's NetworkPolicy
+
+
+def test_require_image_digest_checks_both_images(chart: Any) -> None:
+    strict = {"policy": {"requireImageDigest": True}}
+    with pytest.raises(Exception, match="image.digest is empty"):
+        render_docs(chart, strict)
+    with pytest.raises(Exception, match="bench.image.digest is empty"):
+        render_docs(chart, {**strict, "image": {"digest": "sha256:" + "a" * 64}})
+    docs = render_docs(chart, {**strict, "image": {"digest": "sha256:" + "a" * 64},
+                               "bench": {"image": {"digest": "sha256:" + "b" * 64}}})
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "ghcr.io/spx-dev/spx-operator@sha256:" + "a" * 64
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SPX_BENCH_IMAGE"] == "ghcr.io/spx-dev/spx-bench@sha256:" + "b" * 64

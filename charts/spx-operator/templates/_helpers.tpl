@@ -48,13 +48,23 @@ app.kubernetes.io/part-of: spx
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}
+{{- if .Values.policy.requireImageDigest }}
+{{- fail "policy.requireImageDigest is true but image.digest is empty: pin the operator image too; set image.digest to sha256:<64 hex digits> (scripts/release.sh prints it)" }}
+{{- end }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
 
 {{/* The default bench image for experiments without spec.image. */}}
 {{- define "spx-operator.benchImage" -}}
+{{- if .Values.bench.image.digest }}
+{{- printf "%s@%s" .Values.bench.image.repository .Values.bench.image.digest }}
+{{- else }}
+{{- if .Values.policy.requireImageDigest }}
+{{- fail "policy.requireImageDigest is true but bench.image.digest is empty: the default bench image (the pod that gets the GPUs) must be pinned too; set bench.image.digest to sha256:<64 hex digits> (scripts/release.sh prints it)" }}
+{{- end }}
 {{- printf "%s:%s" .Values.bench.image.repository (default .Chart.AppVersion .Values.bench.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Namespaces the operator watches, as a JSON list: watch.namespaces, else the release namespace;

@@ -179,6 +179,19 @@ def _check_image(image: str, policy: Policy) -> list[Violation]:
     return out
 
 
+def check_bench_image(image: str, policy: Policy) -> list[Violation]:
+    """The rules the operator's *default* bench image (``SPX_BENCH_IMAGE``, for experiments without
+    ``spec.image``) breaks: with ``requireImageDigest`` it must be pinned by ``@sha256:`` digest too
+    (the pod that gets 8 GPUs runs it). The operator refuses to start on a violation."""
+    if not policy.require_image_digest or _PINNED.search(image):
+        return []
+    return [Violation(
+        "policy.requireImageDigest", "SPX_BENCH_IMAGE",
+        f"the default bench image {_excerpt(image)!r} is not pinned by digest; set SPX_BENCH_IMAGE (chart: "
+        "bench.image.digest) to <repository>@sha256:<64 hex digits>",
+    )]
+
+
 def check_policy(spec: Mapping[str, Any], policy: Policy) -> list[Violation]:
     """The rules of ``policy`` that an experiment's ``spec`` (the camelCase wire dict) breaks; [] if none.
 

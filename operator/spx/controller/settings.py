@@ -18,12 +18,12 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
-from spx.api.policy import Policy, policy_from_env
+from spx.api.policy import Policy, check_bench_image, policy_from_env
 from spx.controller.pod_outcome import Timeouts
 
 DEFAULT_BENCH_IMAGE = "ghcr.io/spx-dev/spx-bench:0.1.0"
@@ -203,6 +203,14 @@ class OperatorSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Explicit values first, then the environment, then ``SPX_BENCH_ENV_*``; no dotenv or secret files."""
         return init_settings, env_settings, _BenchEnvSource(settings_cls)
+
+    @model_validator(mode="after")
+    def _bench_image_pinned(self) -> OperatorSettings:
+        """``requireImageDigest`` covers the default bench image too (:func:`spx.api.policy.check_bench_image`)."""
+        problems = check_bench_image(self.bench_image, self.policy)
+        if problems:
+            raise ValueError(str(problems[0]))
+        return self
 
     @property
     def timeouts(self) -> Timeouts:
