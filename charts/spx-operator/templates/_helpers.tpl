@@ -99,3 +99,15 @@ app.kubernetes.io/part-of: spx
 {{- range $pats }}{{- if hasSuffix "*" . }}{{- $pre = append $pre (trimSuffix "*" .) }}{{- else }}{{- $exact = append $exact . }}{{- end }}{{- end }}
 {{- printf "(%s.exists(p, p == %s) || %s.exists(p, %s.startsWith(p)))" (toJson $exact) $x (toJson $pre) $x }}
 {{- end }}
+
+{{/* Fail with a clear message when an optional object needs a CRD that the cluster does not serve:
+(list . "monitoring.coreos.com/v1/ServiceMonitor" "serviceMonitor.enabled"). Only against a live
+cluster (`helm install/upgrade`: the kube-system namespace can be looked up); offline renders
+(`helm template`, `--dry-run=client`) know no cluster's APIs and are not checked. */}}
+{{- define "spx-operator.requireApi" -}}
+{{- $ctx := index . 0 }}{{- $api := index . 1 }}{{- $value := index . 2 }}
+{{- $live := lookup "v1" "Namespace" "" "kube-system" }}
+{{- if and $live (not ($ctx.Capabilities.APIVersions.Has $api)) }}
+{{- fail (printf "%s is true but this cluster does not serve %s (prometheus-operator's CRDs are not installed): install them (e.g. kube-prometheus-stack) or set %s=false" $value $api $value) }}
+{{- end }}
+{{- end }}
