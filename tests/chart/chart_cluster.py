@@ -138,7 +138,10 @@ def run_operator(cluster: Cluster, deployment: dict[str, Any], token: str, workd
     ``token`` (a service account's), its endpoints on free loopback ports; stopped at the end."""
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     server = yaml.safe_load(Path(cluster.kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    # the downward API's metadata.name (the leader-election identity): a stand-in pod name, as no pod exists
+    fields = {"metadata.name": "spx-operator-under-test"}
+    env = {e["name"]: e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+           for e in container["env"]}
     env.update({"SPX_KUBE_SERVER": server, "SPX_KUBE_TOKEN": token, "SPX_KUBE_INSECURE": "1",
                 "SPX_METRICS_PORT": str(_free_port()), "PYTHONUNBUFFERED": "1"})
     liveness = _free_port()
