@@ -219,10 +219,13 @@ class BenchOptions:
 
 def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentSpec, image: str,
                          options: BenchOptions = BenchOptions()) -> dict[str, Any]:
-    """The bench container: command (:func:`bench_args`), env, requests = limits (Guaranteed QoS:
-    ``spec.resources.cpu``/``memory`` and ``nvidia.com/gpu: <TP>`` unless ``kernel.device`` is cpu),
-    termination message at ``/dev/termination-log``, read-only root, no capabilities
-    (:mod:`spx.controller.pod_security`), the experiment, scratch (also ``/tmp``) and ``/dev/shm`` mounts, plus ``serving.modelPvc`` read-only at ``serving.modelMountPath``."""
+    """The bench container: command (:func:`bench_args`), env (the operator's, then ``spec.pod.env``),
+    requests = limits (Guaranteed QoS: cpu/memory/ephemeral-storage of
+    :meth:`~spx.api.spec.ResourcesSpec.reserved`, which follow the device when unset, and
+    ``nvidia.com/gpu: <TP>`` unless ``kernel.device`` is cpu), termination message at
+    ``/dev/termination-log``, read-only root, no capabilities (:mod:`spx.controller.pod_security`),
+    the experiment, scratch (also ``/tmp``) and ``/dev/shm`` mounts, ``serving.modelPvc`` read-only
+    at ``serving.modelMountPath`` and each of ``spec.pod.volumes`` at its ``mountPath``."""
     sized = spec.resources.reserved(spec.kernel.device, options.shm_size)
     reserved: dict[str, str] = {"cpu": str(sized["cpu"]), "memory": str(sized["memory"])}
     if sized["ephemeralStorage"]:
@@ -266,10 +269,12 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
 def build_pod_spec(container: Mapping[str, Any], spec: ExperimentSpec, options: BenchOptions = BenchOptions()) -> dict[str, Any]:
     """The bench pod's spec around ``container``: ``restartPolicy: Never``, no API credentials
     (``automountServiceAccountToken: false``), RuntimeDefault seccomp, the downward-API experiment
-    file, scratch and memory-backed ``/dev/shm`` (NCCL and torch use shared memory), the model PVC;
-    placement: the user's node selector, required Hopper affinity (``nvidia.com/gpu.product`` ∈
-    ``spec.resources.gpuProducts``, compute capability 9.x), tolerations (plus ``nvidia.com/gpu``
-    NoSchedule) and the priority class — GPU parts left out when ``kernel.device`` is cpu."""
+    file, scratch and memory-backed ``/dev/shm`` (NCCL and torch use shared memory; size from
+    ``spec.resources.shmSize`` or the device's default), the model PVC, ``spec.pod.volumes``
+    (:func:`extra_volume`); placement: the user's node selector, the affinity of
+    :func:`build_affinity` (GPU labels required/preferred/none, merged with the user's),
+    tolerations (plus ``nvidia.com/gpu`` NoSchedule), the priority class, ``spec.pod``'s
+    runtimeClassName and schedulerName — GPU parts left out when ``kernel.device`` is cpu."""
     shm: dict[str, Any] = {"medium": "Memory"}
     shm_size = spec.resources.reserved(spec.kernel.device, options.shm_size)["shmSize"]
     if shm_size:
