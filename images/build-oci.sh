@@ -20,6 +20,7 @@ for tool in buildah debootstrap; do
 done
 [ "$(id -u)" = 0 ] || { echo "needs root (debootstrap, buildah's chroot isolation)" >&2; exit 2; }
 WORK=${SPX_OCI_WORK:-$(mktemp -d /tmp/spx-oci.XXXXXX)}
+mkdir -p "$WORK"  # a given SPX_OCI_WORK need not exist yet
 MIRROR=${SPX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 B=(buildah --root "$WORK/storage" --runroot "$WORK/run" --storage-driver vfs)
 export BUILDAH_ISOLATION=chroot

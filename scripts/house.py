@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 #: Layer rank of each package (higher = nearer the user).
-RANK = {"spx.__main__": 7, "spx.cli": 6, "spx.dashboard": 5, "spx.controller": 5, "spx.runner": 4, "spx.bench": 3,
+RANK = {"spx.__main__": 7, "spx.cli": 6, "spx.tools": 5, "spx.controller": 5, "spx.runner": 4, "spx.bench": 3,
         "spx.analysis": 2, "spx.api": 1, "spx.vocabulary": 0}
 #: Top-level modules before issue 21, ranked as the layer they moved into (report/plot/gate → cli,
 #: metrics → controller, vllm_plugin → bench, exit_codes → api).

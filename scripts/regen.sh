@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/spx crd > crds/shardedprojectionexperiments.yaml
 cp crds/shardedprojectionexperiments.yaml charts/spx-operator/crds/shardedprojectionexperiments.yaml
-.venv/bin/python -m spx.dashboard --write charts/spx-operator/dashboards/spx.json
+.venv/bin/python -m spx.tools.dashboard --write charts/spx-operator/dashboards/spx.json
 .venv/bin/python -m spx.cli.documents docs/schemas

@@ -100,8 +100,11 @@ def _validate_all(docs: list[dict[str, Any]]) -> None:
 def test_defaults_render_a_minimal_valid_install(chart: Any) -> None:
     docs = render_docs(chart)
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service",
-                     "ServiceAccount"]
+    # the operator's crd-reader, and the tenant roles aggregated into view and edit/admin
+    # + the leader-election Role/RoleBinding (two replicas by default)
+    # + the `helm test` pod (templates/tests)
+    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Pod", "Role",
+                     "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"]
     # Nothing that needs prometheus-operator or Grafana by default: `helm install` works on a bare cluster.
     assert not CUSTOM_KINDS & set(kinds)
     _validate_all(docs)
@@ -114,8 +117,9 @@ def test_all_features_render_valid_objects(chart: Any) -> None:
     docs = render_docs(chart, ALL_FEATURES)
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == [
-        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "NetworkPolicy", "NetworkPolicy",
-        "NetworkPolicy", "PrometheusRule", "Role", "Role", "RoleBinding", "RoleBinding",
+        "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
+        "NetworkPolicy", "NetworkPolicy",
+        "NetworkPolicy", "Pod", "PrometheusRule", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding",
         "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ]  # fmt: skip
@@ -201,6 +205,19 @@ def _grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
     return grants
 
 
+def _operator_cluster_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ClusterRoles of the operator itself: not the tenant roles aggregated into view/edit/admin
+    (templates/tenant-rbac.yaml, bound by no one in the chart; tests/chart/test_tenant_rbac_cluster.py)."""
+    return [d for d in by_kind(docs, "ClusterRole")
+            if not any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in d["metadata"]["labels"])]
+
+
+def _operator_roles(docs: list[dict[str, Any]], kind: str = "Role") -> list[dict[str, Any]]:
+    """The Roles (or RoleBindings) of the watched namespaces: not the leader-election one of the
+    release namespace (test_leader_election_role_is_one_lease)."""
+    return [d for d in by_kind(docs, kind) if not d["metadata"]["name"].endswith("-leader-election")]
+
+
 def _crd_reader(docs: list[dict[str, Any]]) -> None:
     """The one cluster-wide grant of every install: `get` on the operator's own CRD, by name."""
     (reader,) = [d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"].endswith("-crd-reader")]
@@ -210,20 +227,20 @@ def _crd_reader(docs: list[dict[str, Any]]) -> None:
 
 def test_rbac_default_is_namespaced_to_the_release_namespace(chart: Any) -> None:
     docs = render_docs(chart)
-    (role,) = by_kind(docs, "Role")
+    (role,) = _operator_roles(docs)
     assert role["metadata"]["namespace"] == NAMESPACE
     assert _grants(role["rules"]) == EXPECTED_RULES
     _crd_reader(docs)
-    assert [r["metadata"]["name"] for r in by_kind(docs, "ClusterRole")] == ["spx-spx-operator-crd-reader"]
+    assert [r["metadata"]["name"] for r in _operator_cluster_roles(docs)] == ["spx-spx-operator-crd-reader"]
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert f"--namespace={NAMESPACE}" in args and "--all-namespaces" not in args
 
 
 def test_rbac_all_namespaces_is_opt_in_and_least_privilege(chart: Any) -> None:
     docs = render_docs(chart, {"watch": {"allNamespaces": True}})
-    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+    assert not _operator_roles(docs) and not _operator_roles(docs, "RoleBinding")
     _crd_reader(docs)
-    (role,) = [d for d in by_kind(docs, "ClusterRole") if not d["metadata"]["name"].endswith("-crd-reader")]
+    (role,) = [d for d in _operator_cluster_roles(docs) if not d["metadata"]["name"].endswith("-crd-reader")]
     assert _grants(role["rules"]) == EXPECTED_RULES
     (binding,) = [d for d in by_kind(docs, "ClusterRoleBinding") if d["roleRef"]["name"] == role["metadata"]["name"]]
     sa = one(docs, "ServiceAccount")
@@ -246,9 +263,9 @@ def test_every_rbac_rule_says_why(chart: Any) -> None:
 def test_rbac_per_namespace_grants_nothing_else_cluster_wide(chart: Any) -> None:
     docs = render_docs(chart, {"watch": {"namespaces": ["team-a", "team-b"]}})
     _crd_reader(docs)
-    assert len(by_kind(docs, "ClusterRole")) == 1 and len(by_kind(docs, "ClusterRoleBinding")) == 1
-    roles = by_kind(docs, "Role")
-    bindings = by_kind(docs, "RoleBinding")
+    assert len(_operator_cluster_roles(docs)) == 1 and len(by_kind(docs, "ClusterRoleBinding")) == 1
+    roles = _operator_roles(docs)
+    bindings = _operator_roles(docs, "RoleBinding")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for role in roles:
@@ -266,18 +283,41 @@ def test_rbac_can_be_left_to_the_cluster_admin(chart: Any) -> None:
     docs = render_docs(
         chart, {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "spx-preexisting"}}
     )
-    assert sorted(d["kind"] for d in docs) == ["Deployment", "Service"]
+    assert sorted(d["kind"] for d in docs) == ["Deployment", "Pod", "Service"]  # (Pod: the `helm test` hook)
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "spx-preexisting"
 
 
 # --------------------------------------------------------------------------- the Deployment
 
 
-def test_deployment_is_one_hardened_replica(chart: Any) -> None:
+def test_leader_election_role_is_one_lease(chart: Any) -> None:
+    docs = render_docs(chart)
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["spx-spx-operator-leader"],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    ]
+    env = {e["name"]: e for e in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SPX_LEADER_ELECTION"]["value"] == "true"
+    assert env["SPX_LEADER_ELECTION_LEASE"]["value"] == "spx-spx-operator-leader"
+    assert env["SPX_LEADER_ELECTION_IDENTITY"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    single = render_docs(chart, {"replicaCount": 1, "leaderElection": {"enabled": False}})
+    assert not [r for r in by_kind(single, "Role") if r["metadata"]["name"].endswith("-leader-election")]
+    assert one(single, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_two_replicas_without_leader_election_are_refused(chart: Any) -> None:
+    with pytest.raises(Exception, match="leaderElection|const|enabled"):
+        render_docs(chart, {"replicaCount": 2, "leaderElection": {"enabled": False}})
+
+
+def test_deployment_is_a_hardened_replica_set_with_leader_election(chart: Any) -> None:
     deployment = one(render_docs(chart), "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
@@ -534,3 +574,40 @@ def test_deployment_args_are_accepted_by_spx_operator(chart: Any, values: dict[s
     kopf = kopf_run_options(args)
     assert not kopf["clusterwide"]
     assert kopf["standalone"]  # one replica, no peering objects needed (and no RBAC for them)
+
+
+def test_retention_grants_delete_only_when_set(chart: Any) -> None:
+    def grants(values: dict[str, Any]) -> set[str]:
+        (role,) = _operator_roles(render_docs(chart, values))
+        return _grants(role["rules"])[("bench.spx.dev", "shardedprojectionexperiments")]
+
+    assert "delete" not in grants({})
+    assert "delete" in grants({"operator": {"finishedRetentionSeconds": 604800}})
+    env = {e["name"]: e.get("value") for e in one(render_docs(chart, {"operator": {"seriesRetentionSeconds": 86400}}),
+                                                   "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SPX_SERIES_RETENTION_SECONDS"] == "86400" and env["SPX_FINISHED_RETENTION_SECONDS"] == "0"
+
+
+def test_helm_test_asks_the_operator_through_its_service(chart: Any) -> None:
+    docs = render_docs(chart)
+    (pod,) = by_kind(docs, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert "spx-spx-operator-metrics.spx-system.svc:8080/metrics" in container["command"][-1]
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()  # not under the operator's NetworkPolicy
+
+
+def test_require_image_digest_checks_both_images(chart: Any) -> None:
+    strict = {"policy": {"requireImageDigest": True}}
+    with pytest.raises(Exception, match="image.digest is empty"):
+        render_docs(chart, strict)
+    with pytest.raises(Exception, match="bench.image.digest is empty"):
+        render_docs(chart, {**strict, "image": {"digest": "sha256:" + "a" * 64}})
+    docs = render_docs(chart, {**strict, "image": {"digest": "sha256:" + "a" * 64},
+                               "bench": {"image": {"digest": "sha256:" + "b" * 64}}})
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "ghcr.io/spx-dev/spx-operator@sha256:" + "a" * 64
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SPX_BENCH_IMAGE"] == "ghcr.io/spx-dev/spx-bench@sha256:" + "b" * 64

@@ -68,9 +68,35 @@ def test_dockerfile_passes_hadolint(dockerfile: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def _froms(dockerfile: Path) -> list[str]:
+    """The base of each stage, ``${ARG}`` replaced by the ARG's default (what a local build uses; the
+    release passes the same name pinned by digest), ``AS <stage>`` dropped."""
+    args = dict(rest.split("=", 1) for kw, rest in _instructions(dockerfile) if kw == "ARG" and "=" in rest)
+    out = []
+    for kw, rest in _instructions(dockerfile):
+        if kw == "FROM":
+            ref = rest.split()[0]
+            for name, value in args.items():
+                ref = ref.replace("${" + name + "}", value)
+            out.append(ref)
+    return out
+
+
+@pytest.mark.parametrize("dockerfile", [OPERATOR_DOCKERFILE, BENCH_DOCKERFILE], ids=["operator", "bench"])
+def test_images_carry_oci_labels_and_take_a_pinned_base(dockerfile: Path) -> None:
+    labels = _labels(dockerfile)
+    assert labels["org.opencontainers.image.source"] == "https://github.com/spx-dev/spx"
+    assert labels["org.opencontainers.image.version"] == "${VERSION}"
+    assert labels["org.opencontainers.image.revision"] == "${REVISION}"
+    first = next(rest for kw, rest in _instructions(dockerfile) if kw == "FROM")
+    assert first.startswith("${"), "the base is a build argument so the release pins it by digest"
+    release = (ROOT / "scripts" / "release.sh").read_text()
+    arg = first[2:first.index("}")]
+    assert f'"{arg}=${arg}"' in release and '--build-arg "$base"' in release  # pinned: <tag>@<digest>
+
+
 def test_bench_image_is_vllm_033_plus_spx_bench() -> None:
-    froms = [rest for kw, rest in _instructions(BENCH_DOCKERFILE) if kw == "FROM"]
-    assert froms == ["vllm/vllm-openai:v0.33.0"]
+    assert _froms(BENCH_DOCKERFILE) == ["vllm/vllm-openai:v0.33.0"]
     runs = " ".join(rest for kw, rest in _instructions(BENCH_DOCKERFILE) if kw == "RUN")
     assert '[bench]"' in runs, "the bench image must install spx with the bench extra"
     assert "--constraint" in runs, "vLLM's torch must be kept (install constrained to it)"
@@ -125,7 +151,7 @@ def test_the_bench_image_default_command_is_the_spx_cli() -> None:
 
 
 def test_operator_image_runs_spx_operator_as_non_root_without_bench_deps() -> None:
-    froms = [rest for kw, rest in _instructions(OPERATOR_DOCKERFILE) if kw == "FROM"]
+    froms = _froms(OPERATOR_DOCKERFILE)
     assert all(f.startswith("python:3.11-slim") for f in froms), froms
     user = _last(OPERATOR_DOCKERFILE, "USER")
     assert user.split(":")[0] not in ("0", "root")

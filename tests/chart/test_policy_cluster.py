@@ -23,7 +23,20 @@ POLICY_VALUES: dict[str, Any] = {
     "priorityClasses": ["spx-bench"],
     "tolerations": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}],
     "nodeSelectorKeys": ["kubernetes.io/hostname"],
+    "envNames": ["NCCL_*", "OMP_NUM_THREADS"],
+    "servingExtraArgs": ["--max-model-len", "--enforce-eager"],
+    "servingModels": ["deepseek-ai/*"],
+    "volumeTypes": ["persistentVolumeClaim", "emptyDir"],
+    "volumeClaims": ["models", "datasets-*"],
+    "runtimeClasses": ["nvidia"],
+    "schedulerNames": [],
+    "podLabelKeys": ["cost-center"],
+    "podAnnotationKeys": ["sidecar.istio.io/inject"],
+    "allowAffinity": False,
 }
+SERVING = {"model": "deepseek-ai/DeepSeek-V4.1", "points": []}
+#: a serving spec the CRD accepts: its deadline covers the default arms' model loads
+SERVING_TIMEOUT = 4 * 2400
 WATCHED, UNWATCHED = "policy-team", "policy-other"
 
 #: (id, spec, the rules check_policy must name — the first is the one the API server's message names)
@@ -48,6 +61,35 @@ CASES: list[tuple[str, dict[str, Any], list[str]]] = [
     ("several",
      {"image": "docker.io/x/y:1", "scheduling": {"priorityClassName": "system-cluster-critical"}},
      ["policy.imageRegistries", "policy.priorityClasses"]),
+    # what runs in the pod
+    ("nccl-env", {"pod": {"env": [{"name": "NCCL_IB_HCA", "value": "mlx5"}]}}, []),
+    ("ld-preload", {"pod": {"env": [{"name": "LD_PRELOAD", "value": "/x.so"}]}}, ["policy.envNames"]),
+    ("serving-ld-preload", {"serving": {**SERVING, "env": {"LD_PRELOAD": "/x.so"}}, "timeoutSeconds": SERVING_TIMEOUT},
+     ["policy.envNames"]),
+    ("allowed-args", {"serving": {**SERVING, "extraArgs": ["--max-model-len", "8192", "--enforce-eager"]},
+                      "timeoutSeconds": SERVING_TIMEOUT}, []),
+    ("trust-remote-code", {"serving": {**SERVING, "extraArgs": ["--trust-remote-code"]}, "timeoutSeconds": SERVING_TIMEOUT},
+     ["policy.servingExtraArgs"]),
+    ("arg-with-equals", {"serving": {**SERVING, "extraBenchArgs": ["--tokenizer-mode=custom"]},
+                         "timeoutSeconds": SERVING_TIMEOUT}, ["policy.servingExtraArgs"]),
+    ("other-model", {"serving": {**SERVING, "model": "someone/backdoored"}, "timeoutSeconds": SERVING_TIMEOUT},
+     ["policy.servingModels"]),
+    ("allowed-volumes", {"pod": {"volumes": [{"name": "m", "mountPath": "/m", "persistentVolumeClaim": "datasets-a"},
+                                             {"name": "c", "mountPath": "/c", "emptyDir": {}}]}}, []),
+    ("secret-volume", {"pod": {"volumes": [{"name": "s", "mountPath": "/s", "secret": "creds"}]}}, ["policy.volumeTypes"]),
+    ("other-claim", {"pod": {"volumes": [{"name": "m", "mountPath": "/m", "persistentVolumeClaim": "finance"}]}},
+     ["policy.volumeClaims"]),
+    ("other-model-pvc", {"serving": {**SERVING, "modelPvc": "finance", "modelPath": "/models/ds"}, "timeoutSeconds": SERVING_TIMEOUT},
+     ["policy.volumeClaims"]),
+    ("runtime-class", {"pod": {"runtimeClassName": "nvidia"}}, []),
+    ("other-runtime-class", {"pod": {"runtimeClassName": "kata"}}, ["policy.runtimeClasses"]),
+    ("scheduler", {"pod": {"schedulerName": "volcano"}}, ["policy.schedulerNames"]),
+    ("labels", {"pod": {"labels": {"cost-center": "ml"}, "annotations": {"sidecar.istio.io/inject": "false"}}}, []),
+    ("other-label", {"pod": {"labels": {"team": "x"}}}, ["policy.podLabelKeys"]),
+    ("other-annotation", {"pod": {"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}}},
+     ["policy.podAnnotationKeys"]),
+    ("own-affinity", {"resources": {"affinity": {"podAntiAffinity": {}}}}, ["policy.allowAffinity"]),
+    ("gpu-affinity-modes", {"resources": {"gpuNodeAffinity": "none"}}, []),
 ]
 
 

@@ -27,6 +27,9 @@ RESOURCES = sorted(EXPECTED_RULES) + [
     ("rbac.authorization.k8s.io", "rolebindings"), ("coordination.k8s.io", "leases"), ("apps", "deployments"),
 ]
 RELEASE_NS = "spx-system"
+#: Leader election, in the release namespace only: `create` of a Lease (get/update are granted on the
+#: one Lease by name, so these name-less reviews of get/update are refused; see the test below).
+LEADER_ELECTION = {("coordination.k8s.io", "leases", "create")}
 
 
 def _review(cluster: Cluster, user: str, attrs: list[dict[str, str]]) -> list[bool]:
@@ -85,7 +88,8 @@ def test_namespaced_install_grants_exactly_the_code_s_calls_in_the_watched_names
     answers = _review(cluster, namespaced, [_attrs(*c) for c in cases])
     wrong = []
     for (ns, group, resource, verb), allowed in zip(cases, answers, strict=True):
-        expected = ns == "team-a" and verb in EXPECTED_RULES.get((group, resource), set())
+        expected = (ns == "team-a" and verb in EXPECTED_RULES.get((group, resource), set())) or (
+            ns == RELEASE_NS and (group, resource, verb) in LEADER_ELECTION)
         if allowed != expected:
             wrong.append(f"{verb} {group or 'core'}/{resource} in {ns}: {'allowed' if allowed else 'refused'}")
     assert not wrong, "\n".join(wrong)
@@ -145,3 +149,20 @@ def test_all_namespaces_install_is_cluster_wide_but_never_secrets_or_rbac(cluste
              for (ns, g, r, v), a in zip(cases, answers, strict=True)
              if a != (v in EXPECTED_RULES.get((g, r), set()))]
     assert not wrong, "\n".join(wrong)
+
+
+def test_leader_election_reaches_only_its_own_lease(cluster: Cluster, namespaced: str) -> None:
+    lease = ("coordination.k8s.io", "leases")
+    cases = [
+        (_attrs(RELEASE_NS, *lease, "get", "ns-spx-operator-leader"), True),
+        (_attrs(RELEASE_NS, *lease, "update", "ns-spx-operator-leader"), True),
+        (_attrs(RELEASE_NS, *lease, "create"), True),
+        (_attrs(RELEASE_NS, *lease, "get", "kube-scheduler"), False),
+        (_attrs(RELEASE_NS, *lease, "update", "kube-controller-manager"), False),
+        (_attrs(RELEASE_NS, *lease, "delete", "ns-spx-operator-leader"), False),
+        (_attrs(RELEASE_NS, *lease, "list"), False),
+        (_attrs("kube-system", *lease, "get", "ns-spx-operator-leader"), False),
+        (_attrs("team-a", *lease, "create"), False),
+    ]
+    answers = _review(cluster, namespaced, [a for a, _ in cases])
+    assert answers == [e for _, e in cases], list(zip([a for a, _ in cases], answers, strict=True))

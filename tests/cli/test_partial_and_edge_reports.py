@@ -8,13 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli_support import kernel_result
-
 from spx.analysis.judge import judge
 from spx.api import KernelStatus
 from spx.api.exit_codes import EXIT_OK
 from spx.cli.plot import plot_title
 from spx.cli.tables import crossover_lines
+from spx_testing.factories import kernel_result
 
 SPX = str(Path(sys.executable).with_name("spx"))
 HEAD = "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\n"

@@ -141,19 +141,6 @@ def test_an_edit_to_an_invalid_spec_is_refused_and_the_run_goes_on(cluster: Clus
     assert_transitions_are_real(cluster.history("fixed"))
 
 
-def test_kueue_queue_creates_a_suspended_job(cluster: Cluster) -> None:
-    fault(cluster, "kueued", replay=True, replay_seconds=0.2)
-    cluster.apply("kueued", {**CPU_SPEC, "scheduling": {"queueName": "gpu-queue"}})
-    held = cluster.wait_for(lambda: (o := cluster.exp("kueued")) and (condition(o, "Scheduled") or {}).get("reason") == "Suspended" and o,
-                            120, "Scheduled=False/Suspended")
-    assert held["status"]["phase"] == "Queued" and "gpu-queue" in held["status"]["message"]
-    job = cluster.get("batch/v1", "jobs", "kueued-g1")
-    assert job is not None and job["spec"]["suspend"] is True
-    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
-    cluster.patch("batch/v1", "jobs", "kueued-g1", {"spec": {"suspend": False}})  # Kueue admits it
-    assert cluster.wait_decided("kueued", timeout=120)["status"]["phase"] == "Succeeded"
-
-
 def test_operator_logs_are_json(cluster: Cluster) -> None:
     lines = cluster.operator_logs[-1].read_text().splitlines()
     assert lines

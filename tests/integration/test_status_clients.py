@@ -165,3 +165,22 @@ def test_kstatus_conditions_of_a_running_and_a_failed_run(cluster: Cluster) -> N
     stalled = condition(failed, "Stalled")
     assert stalled is not None and stalled["status"] == "True"
     assert stalled["observedGeneration"] == failed["metadata"]["generation"]
+
+
+def test_printer_columns_show_whole_tokens_and_the_reason(written: Cluster) -> None:
+    """The Crossover column prints whole tokens (the API server's table converter, an "integer" column),
+    not 28.92182662508109; the Reason column shows the Decided condition's reason."""
+    write_status(written, "columns", "Pass", "Pass")
+    written.patch(EXP_API, EXP_PLURAL, "columns", {"status": {"kernel": {
+        "crossoverTokens": 28.92182662508109, "recommendedThresholdTokens": 32}}}, sub="status")
+    env = {**os.environ, "KUBECONFIG": str(written.kubeconfig)}
+    out = subprocess.run([written.cp.kubectl(), "get", "spx", "columns", "-n", written.ns], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    header, row = out.stdout.splitlines()[:2]
+    # columns by position (the GPU cell is empty here, so splitting on blanks would shift them)
+    names = header.split()
+    starts = [header.index(n) for n in names] + [len(row) + 1]
+    cells = {n: row[a:b].strip() for n, a, b in zip(names, starts, starts[1:], strict=False)}
+    assert cells["CROSSOVER"] == "28" and cells["THRESHOLD"] == "32", out.stdout
+    assert cells["REASON"] == "Pass" and "28.92" not in out.stdout, out.stdout

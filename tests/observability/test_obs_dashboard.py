@@ -1,4 +1,4 @@
-"""The Grafana dashboard is code (spx.dashboard, grafana-foundation-sdk): the committed JSON is what
+"""The Grafana dashboard is code (spx.tools.dashboard, grafana-foundation-sdk): the committed JSON is what
 the code generates, every panel the issue asks for is there, and every query reads only metrics the
 operator exports (spx.controller.metrics.REGISTRY)."""
 
@@ -12,7 +12,7 @@ from spx_testing.obslib import DASHBOARD, label_values_selector, metric_names, r
 
 pytest.importorskip("grafana_foundation_sdk", reason="grafana-foundation-sdk (dev dependency) is not installed")
 
-from spx.dashboard import UID, build_dashboard, dashboard_json, panel_queries, variable_queries
+from spx.tools.dashboard import UID, build_dashboard, dashboard_json, panel_queries, variable_queries
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def dashboard() -> dict:
 
 def test_committed_json_is_the_generated_one() -> None:
     assert DASHBOARD.read_text(encoding="utf-8") == dashboard_json(), (
-        f"{DASHBOARD} is out of date: python -m spx.dashboard --write {DASHBOARD.relative_to(DASHBOARD.parents[3])}"
+        f"{DASHBOARD} is out of date: python -m spx.tools.dashboard --write {DASHBOARD.relative_to(DASHBOARD.parents[3])}"
     )
 
 
@@ -94,7 +94,7 @@ def test_the_operator_does_not_import_the_grafana_sdk() -> None:
 
     code = (
         "import sys, spx.cli, spx.controller.metrics, spx.cli.gate;"
-        "import spx.dashboard;"  # importing the module must not import the SDK either
+        "import spx.tools.dashboard;"  # importing the module must not import the SDK either
         "sys.exit(1 if any(m.startswith('grafana_foundation_sdk') for m in sys.modules) else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

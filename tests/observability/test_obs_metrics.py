@@ -96,3 +96,38 @@ def test_serve_binds_the_address_it_is_given() -> None:
     finally:
         server.shutdown()
         thread.join(10)
+
+
+def test_no_created_series() -> None:
+    """prometheus_client's ``*_created`` series are switched off: nothing reads them."""
+    from spx.controller import metrics
+
+    metrics.RECONCILES.labels(handler="test", outcome="ok").inc()
+    text = metrics.generate_latest(metrics.REGISTRY).decode()
+    assert "spx_reconcile_total{" in text
+    assert "_created" not in text
+
+
+def test_series_of_long_decided_experiments_expire() -> None:
+    """SPX_SERIES_RETENTION_SECONDS: a Succeeded experiment's value series go once it was decided longer
+    ago than the retention; its phase series stays (the object still exists)."""
+    import time as _time
+
+    from spx.controller import metrics as m
+
+    status = {"phase": "Succeeded", "verdict": "Pass", "environment": {"gpu": "NVIDIA H200", "device": "cuda"},
+              "kernel": {"crossoverTokens": 900.0, "gemmBackend": "humming", "gatherSource": "measured",
+                         "points": [{"tokens": 1024, "replicatedUs": 40.0, "splitUs": 30.0, "speedup": 1.33}]}}
+    try:
+        m.set_series_retention(3600)
+        m.observe_experiment("ret", "fresh", status, phase_since=_time.time() - 60)
+        m.observe_experiment("ret", "old", status, phase_since=_time.time() - 7200)
+        text = m.generate_latest(m.REGISTRY).decode()
+        assert 'spx_crossover_tokens{' in text and 'experiment="fresh"' in text
+        assert not [line for line in text.splitlines()
+                    if 'experiment="old"' in line and not line.startswith("spx_experiment_phase_since")]
+        assert 'spx_experiment_phase_since_timestamp_seconds{experiment="old"' in text
+    finally:
+        m.set_series_retention(0)
+        m.forget_experiment("ret", "fresh")
+        m.forget_experiment("ret", "old")

@@ -69,3 +69,18 @@ def test_alerts_carry_severity_and_a_summary() -> None:
         if "alert" in rule:
             assert rule["labels"]["severity"] in {"info", "warning", "critical"}, rule["alert"]
             assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
+
+
+def test_runbook_links_resolve_at_the_chart_s_version() -> None:
+    """Every runbook_url is docs/runbooks/<Alert>.md at the tag of the chart's version (v<version>, the
+    tag scripts/release.sh creates), and that file exists in the repository and names the alert."""
+    from obslib import CHART, ROOT
+
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    for rule in _rules():
+        if "alert" not in rule:
+            continue
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"https://github.com/spx-dev/spx/blob/v{version}/docs/runbooks/{rule['alert']}.md", url
+        page = ROOT / url.split(f"/blob/v{version}/", 1)[1]
+        assert page.is_file() and rule["alert"] in page.read_text(), page

@@ -23,7 +23,8 @@ from spx.api.result import KernelResult
 from spx.api.spec import GatherModelSpec
 
 ROOT = Path(__file__).parent.parent.parent
-H20_CSV = (ROOT / "tests" / "data" / "h20_tp8_fused_wqa_wkv.csv").read_text()
+from spx_testing.factories import H20_CSV  # noqa: E402  (the packaged table, the one copy)
+
 DENSE = KernelResult.model_validate(json.loads(
     (ROOT / "examples" / "results" / "h200-1gpu" / "humming-dense" / "result.json").read_text()))
 

@@ -74,7 +74,9 @@ def test_names_follow_the_api_servers_rules():
     )
     assert exp.metadata.name == "h200-vllm-0.34"  # a DNS subdomain, as kubectl apply accepts
     spec = validate_spec({"resources": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}}})
-    assert spec.resources.cpu == "32" and spec.resources.memory == "192Gi"
+    # unset requests follow the experiment (a GPU run here): 32 CPUs, 192Gi
+    assert spec.resources.cpu is None and spec.resources.reserved("auto", "64Gi") == {
+        "cpu": "32", "memory": "192Gi", "shmSize": "64Gi", "ephemeralStorage": None}
 
 
 def test_bf16_weights_need_no_block_alignment():
@@ -143,7 +145,7 @@ def test_crd_schema_is_structural():
     assert status["kernel"]["properties"]["points"]["items"]["properties"]["speedup"]["type"] == "number"
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Phase", "GPU", "Crossover", "Threshold", "Verdict", "Age"
+        "Phase", "GPU", "Crossover", "Threshold", "Verdict", "Reason", "Age"
     ]
     tokens = schema["properties"]["spec"]["properties"]["sweep"]["properties"]["tokens"]
     assert tokens["items"]["minimum"] == 0 and tokens["items"]["exclusiveMinimum"] is True

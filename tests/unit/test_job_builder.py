@@ -116,9 +116,11 @@ def test_gpus_affinity_selector_tolerations_priority() -> None:
 
 def test_cpu_device_asks_for_no_gpu() -> None:
     pod = job(spec(kernel={"device": "cpu"}, parallelism={"tensorParallelSize": 2}))["spec"]["template"]["spec"]
-    reserved = {"cpu": "32", "memory": "192Gi"}
+    reserved = {"cpu": "2", "memory": "4Gi"}  # a CPU smoke run asks for what its 2 gloo ranks need
     assert pod["containers"][0]["resources"] == {"limits": reserved, "requests": reserved}
     assert "affinity" not in pod and "tolerations" not in pod
+    (shm,) = [v for v in pod["volumes"] if v["name"] == "dshm"]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Gi"}
 
 
 def test_cpu_and_memory_from_the_spec_requests_equal_limits() -> None:
@@ -185,6 +187,18 @@ def test_operator_settings_reach_the_pod() -> None:
     {"kernel": {"device": "cpu"}, "parallelism": {"tensorParallelSize": 2}},
     {"scheduling": {"queueName": "q", "priorityClassName": "p"},
      "resources": {"nodeSelector": {"a": "b"}, "tolerations": [{"key": "k", "operator": "Exists"}]}},
+    # every pass-through field of spec.pod and the placement/sizing fields of spec.resources
+    {"scheduling": {"queueName": "q", "workloadPriorityClassName": "high"},
+     "resources": {"gpuNodeAffinity": "preferred", "ephemeralStorage": "50Gi", "shmSize": "32Gi",
+                   "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                       {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}}},
+     "pod": {"runtimeClassName": "nvidia", "schedulerName": "volcano", "labels": {"cost-center": "ml"},
+             "annotations": {"sidecar.istio.io/inject": "false"}, "env": [{"name": "NCCL_IB_HCA", "value": "mlx5"}],
+             "volumes": [{"name": "data", "mountPath": "/data", "persistentVolumeClaim": "datasets"},
+                         {"name": "topo", "mountPath": "/opt/topo", "configMap": "topo", "subPath": "topo.xml"},
+                         {"name": "creds", "mountPath": "/creds", "secret": "creds"},
+                         {"name": "cache", "mountPath": "/cache", "readOnly": False,
+                          "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]}},
 ])
 def test_job_is_a_valid_kubernetes_object(overrides: dict) -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")

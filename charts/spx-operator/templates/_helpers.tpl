@@ -48,13 +48,23 @@ app.kubernetes.io/part-of: spx
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}
+{{- if .Values.policy.requireImageDigest }}
+{{- fail "policy.requireImageDigest is true but image.digest is empty: pin the operator image too; set image.digest to sha256:<64 hex digits> (scripts/release.sh prints it)" }}
+{{- end }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
 
 {{/* The default bench image for experiments without spec.image. */}}
 {{- define "spx-operator.benchImage" -}}
+{{- if .Values.bench.image.digest }}
+{{- printf "%s@%s" .Values.bench.image.repository .Values.bench.image.digest }}
+{{- else }}
+{{- if .Values.policy.requireImageDigest }}
+{{- fail "policy.requireImageDigest is true but bench.image.digest is empty: the default bench image (the pod that gets the GPUs) must be pinned too; set bench.image.digest to sha256:<64 hex digits> (scripts/release.sh prints it)" }}
+{{- end }}
 {{- printf "%s:%s" .Values.bench.image.repository (default .Chart.AppVersion .Values.bench.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Namespaces the operator watches, as a JSON list: watch.namespaces, else the release namespace;
@@ -72,11 +82,32 @@ app.kubernetes.io/part-of: spx
 {{/* The policy as the operator reads it (SPX_POLICY, spx.api.policy.Policy, camelCase JSON). */}}
 {{- define "spx-operator.policyJson" -}}
 {{- $p := .Values.policy }}
-{{- dict "imageRegistries" $p.imageRegistries "imageDigests" $p.imageDigests "requireImageDigest" $p.requireImageDigest "priorityClasses" $p.priorityClasses "tolerations" $p.tolerations "nodeSelectorKeys" $p.nodeSelectorKeys | toJson }}
+{{- $p | toJson }}
 {{- end }}
 
 {{/* host:port of a listen address, IPv6 addresses in brackets: (list ADDRESS PORT). */}}
 {{- define "spx-operator.hostPort" -}}
 {{- $addr := index . 0 }}{{- $port := index . 1 }}
 {{- if contains ":" $addr }}[{{ $addr }}]:{{ $port }}{{ else }}{{ $addr }}:{{ $port }}{{ end }}
+{{- end }}
+
+{{/* CEL: whether string expression X matches an allowlist of spx.api.policy patterns ("*" anything,
+"NCCL_*" a prefix, else exact): (list PATTERNS X). */}}
+{{- define "spx-operator.celMatch" -}}
+{{- $pats := index . 0 }}{{- $x := index . 1 }}
+{{- $exact := list }}{{- $pre := list }}
+{{- range $pats }}{{- if hasSuffix "*" . }}{{- $pre = append $pre (trimSuffix "*" .) }}{{- else }}{{- $exact = append $exact . }}{{- end }}{{- end }}
+{{- printf "(%s.exists(p, p == %s) || %s.exists(p, %s.startsWith(p)))" (toJson $exact) $x (toJson $pre) $x }}
+{{- end }}
+
+{{/* Fail with a clear message when an optional object needs a CRD that the cluster does not serve:
+(list . "monitoring.coreos.com/v1/ServiceMonitor" "serviceMonitor.enabled"). Only against a live
+cluster (`helm install/upgrade`: the kube-system namespace can be looked up); offline renders
+(`helm template`, `--dry-run=client`) know no cluster's APIs and are not checked. */}}
+{{- define "spx-operator.requireApi" -}}
+{{- $ctx := index . 0 }}{{- $api := index . 1 }}{{- $value := index . 2 }}
+{{- $live := lookup "v1" "Namespace" "" "kube-system" }}
+{{- if and $live (not ($ctx.Capabilities.APIVersions.Has $api)) }}
+{{- fail (printf "%s is true but this cluster does not serve %s (prometheus-operator's CRDs are not installed): install them (e.g. kube-prometheus-stack) or set %s=false" $value $api $value) }}
+{{- end }}
 {{- end }}

@@ -140,9 +140,13 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "GPU", "type": "string", "jsonPath": ".status.environment.gpu"},
-    {"name": "Crossover", "type": "number", "jsonPath": ".status.kernel.crossoverTokens"},
+    # whole tokens: the API server's table converter prints an "integer" column's float as int64
+    {"name": "Crossover", "type": "integer", "jsonPath": ".status.kernel.crossoverTokens",
+     "description": "Break-even token count (whole tokens)"},
     {"name": "Threshold", "type": "integer", "jsonPath": ".status.kernel.recommendedThresholdTokens"},
     {"name": "Verdict", "type": "string", "jsonPath": ".status.verdict"},
+    {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Decided")].reason',
+     "description": "Why the experiment ended as it did (the Decided condition's reason)"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

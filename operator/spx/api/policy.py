@@ -21,6 +21,19 @@ Rules, each an allowlist; an entry ``"*"`` allows anything:
   not the user's and is not checked.
 - ``nodeSelectorKeys``: allowed keys of ``spec.resources.nodeSelector``.
 
+What runs in the pod (each a list of patterns: ``"*"`` anything, ``"NCCL_*"`` a prefix, else exact):
+
+- ``envNames``: names of ``spec.pod.env`` and keys of ``spec.serving.env`` (``LD_PRELOAD`` runs code).
+- ``servingExtraArgs``: the flags (``--name``, the part before ``=``) of ``spec.serving.extraArgs`` and
+  ``spec.serving.extraBenchArgs`` (``--trust-remote-code`` runs the model repository's code); a word
+  not starting with ``-`` is the previous flag's value and not checked.
+- ``servingModels``: ``spec.serving.model`` (the weights, and with remote code the code, it loads).
+- ``volumeTypes``: sources of ``spec.pod.volumes`` (persistentVolumeClaim, configMap, secret, emptyDir).
+- ``volumeClaims``: PersistentVolumeClaims of ``spec.pod.volumes`` and ``spec.serving.modelPvc``.
+- ``runtimeClasses`` / ``schedulerNames``: ``spec.pod.runtimeClassName`` / ``spec.pod.schedulerName``.
+- ``podLabelKeys`` / ``podAnnotationKeys``: keys of ``spec.pod.labels`` / ``spec.pod.annotations``.
+- ``allowAffinity``: whether ``spec.resources.affinity`` (the user's own affinity) may be set.
+
 The default :class:`Policy` allows everything (``spx run`` and clusters that opt out); the chart's
 default values are strict (its own registry, no priority class, no toleration).
 """
@@ -36,6 +49,7 @@ from typing import Annotated, Any, Final
 from pydantic import Field, ValidationError, field_validator
 
 from spx.api.base import CamelModel
+from spx.api.pod import VOLUME_TYPES
 
 #: Environment variable of the operator holding the policy as JSON (camelCase).
 ENV_VAR: Final = "SPX_POLICY"
@@ -51,6 +65,21 @@ EXCERPT_CHARS = 80
 def _excerpt(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
+
+
+#: An allowlist entry: ``"*"``, a prefix ending in ``*`` (``NCCL_*``), or an exact value.
+Pattern = Annotated[str, Field(min_length=1, max_length=512)]
+
+
+def matches(value: str, patterns: Sequence[str]) -> bool:
+    """Whether ``value`` matches one of ``patterns`` (``"*"`` any, ``"X*"`` prefix X, else equality)."""
+    return any(value == p or (p.endswith(ANY) and value.startswith(p[:-1])) for p in patterns)
+
+
+def serving_flags(args: Sequence[str]) -> list[str]:
+    """The flags of a vLLM argument list: words starting with ``-``, cut at ``=``
+    (``["--max-model-len", "8192", "--kv-cache-dtype=fp8"]`` → ``["--max-model-len", "--kv-cache-dtype"]``)."""
+    return [str(a).split("=", 1)[0] for a in args if str(a).startswith("-")]
 
 
 class TolerationRule(CamelModel):
@@ -91,6 +120,16 @@ class Policy(CamelModel):
     priority_classes: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(default_factory=lambda: [ANY])
     tolerations: list[TolerationRule] = Field(default_factory=lambda: [TolerationRule(key=ANY)])
     node_selector_keys: list[Annotated[str, Field(min_length=1, max_length=317)]] = Field(default_factory=lambda: [ANY])
+    env_names: list[Pattern] = Field(default_factory=lambda: [ANY])
+    serving_extra_args: list[Pattern] = Field(default_factory=lambda: [ANY])
+    serving_models: list[Pattern] = Field(default_factory=lambda: [ANY])
+    volume_types: list[Pattern] = Field(default_factory=lambda: [ANY])
+    volume_claims: list[Pattern] = Field(default_factory=lambda: [ANY])
+    runtime_classes: list[Pattern] = Field(default_factory=lambda: [ANY])
+    scheduler_names: list[Pattern] = Field(default_factory=lambda: [ANY])
+    pod_label_keys: list[Pattern] = Field(default_factory=lambda: [ANY])
+    pod_annotation_keys: list[Pattern] = Field(default_factory=lambda: [ANY])
+    allow_affinity: bool = True
 
     @field_validator("image_registries")
     @classmethod
@@ -140,12 +179,27 @@ def _check_image(image: str, policy: Policy) -> list[Violation]:
     return out
 
 
+def check_bench_image(image: str, policy: Policy) -> list[Violation]:
+    """The rules the operator's *default* bench image (``SPX_BENCH_IMAGE``, for experiments without
+    ``spec.image``) breaks: with ``requireImageDigest`` it must be pinned by ``@sha256:`` digest too
+    (the pod that gets 8 GPUs runs it). The operator refuses to start on a violation."""
+    if not policy.require_image_digest or _PINNED.search(image):
+        return []
+    return [Violation(
+        "policy.requireImageDigest", "SPX_BENCH_IMAGE",
+        f"the default bench image {_excerpt(image)!r} is not pinned by digest; set SPX_BENCH_IMAGE (chart: "
+        "bench.image.digest) to <repository>@sha256:<64 hex digits>",
+    )]
+
+
 def check_policy(spec: Mapping[str, Any], policy: Policy) -> list[Violation]:
     """The rules of ``policy`` that an experiment's ``spec`` (the camelCase wire dict) breaks; [] if none.
 
-    Reads only ``image``, ``scheduling.priorityClassName``, ``resources.tolerations`` and
-    ``resources.nodeSelector``; other fields are the schema's business (:func:`spx.api.validate_spec`).
-    Violations come in that field order, one per offending toleration or node-selector key.
+    Reads ``image``, ``scheduling.priorityClassName``, ``resources.tolerations``,
+    ``resources.nodeSelector``, then what runs in the pod (:func:`_check_runs`: ``resources.affinity``,
+    ``pod.*``, ``serving.env``/``extraArgs``/``extraBenchArgs``/``model``/``modelPvc``); the rest is the
+    schema's business (:func:`spx.api.validate_spec`). Violations come in that order, one per
+    offending entry.
     """
     out: list[Violation] = []
     image = spec.get("image")
@@ -172,6 +226,63 @@ def check_policy(spec: Mapping[str, Any], policy: Policy) -> list[Violation]:
                 "policy.nodeSelectorKeys", f"spec.resources.nodeSelector[{_excerpt(key)}]",
                 f"nodeSelector key {_excerpt(key)!r} is not allowed (allowed: {_allowed(policy.node_selector_keys)}); remove it",
             ))
+    out += _check_runs(spec, policy)
+    return out
+
+
+def _refuse(rule: str, field: str, what: str, value: str, allowed: Sequence[str]) -> Violation:
+    return Violation(rule, field, f"{what} {_excerpt(value)!r} is not allowed (allowed: {_allowed(allowed)}); remove it "
+                                  "or ask the cluster's admin to allow it")
+
+
+def _check_runs(spec: Mapping[str, Any], policy: Policy) -> list[Violation]:
+    """The rules on what runs in the pod: ``spec.pod``, ``spec.serving``, ``spec.resources.affinity``."""
+    out: list[Violation] = []
+    pod = spec.get("pod") or {}
+    serving = spec.get("serving") or {}
+    if (spec.get("resources") or {}).get("affinity") and not policy.allow_affinity:
+        out.append(Violation("policy.allowAffinity", "spec.resources.affinity",
+                             "spec.resources.affinity is not allowed on this cluster; remove it (use "
+                             "resources.nodeSelector or gpuNodeAffinity)"))
+    for field, value, rule, allowed, what in (
+        ("spec.pod.runtimeClassName", pod.get("runtimeClassName"), "policy.runtimeClasses", policy.runtime_classes,
+         "runtimeClassName"),
+        ("spec.pod.schedulerName", pod.get("schedulerName"), "policy.schedulerNames", policy.scheduler_names,
+         "schedulerName"),
+    ):
+        if value and not matches(str(value), allowed):
+            out.append(_refuse(rule, field, what, str(value), allowed))
+    for key in sorted(pod.get("labels") or {}):
+        if not matches(key, policy.pod_label_keys):
+            out.append(_refuse("policy.podLabelKeys", f"spec.pod.labels[{_excerpt(key)}]", "pod label key", key,
+                               policy.pod_label_keys))
+    for key in sorted(pod.get("annotations") or {}):
+        if not matches(key, policy.pod_annotation_keys):
+            out.append(_refuse("policy.podAnnotationKeys", f"spec.pod.annotations[{_excerpt(key)}]",
+                               "pod annotation key", key, policy.pod_annotation_keys))
+    envs = [(f"spec.pod.env[{i}].name", str(e.get("name"))) for i, e in enumerate(pod.get("env") or [])]
+    envs += [(f"spec.serving.env[{_excerpt(k)}]", k) for k in sorted(serving.get("env") or {})]
+    out += [_refuse("policy.envNames", f, "environment variable", n, policy.env_names)
+            for f, n in envs if not matches(n, policy.env_names)]
+    for i, volume in enumerate(pod.get("volumes") or []):
+        kind = next((t for t in VOLUME_TYPES if volume.get(t) is not None), "")
+        if not matches(kind, policy.volume_types):
+            out.append(_refuse("policy.volumeTypes", f"spec.pod.volumes[{i}]", "volume type", kind, policy.volume_types))
+        claim = volume.get("persistentVolumeClaim")
+        if claim and not matches(str(claim), policy.volume_claims):
+            out.append(_refuse("policy.volumeClaims", f"spec.pod.volumes[{i}].persistentVolumeClaim",
+                               "PersistentVolumeClaim", str(claim), policy.volume_claims))
+    if serving.get("modelPvc") and not matches(str(serving["modelPvc"]), policy.volume_claims):
+        out.append(_refuse("policy.volumeClaims", "spec.serving.modelPvc", "PersistentVolumeClaim",
+                           str(serving["modelPvc"]), policy.volume_claims))
+    if serving.get("model") and not matches(str(serving["model"]), policy.serving_models):
+        out.append(_refuse("policy.servingModels", "spec.serving.model", "model", str(serving["model"]),
+                           policy.serving_models))
+    for field in ("extraArgs", "extraBenchArgs"):
+        for flag in serving_flags(serving.get(field) or []):
+            if not matches(flag, policy.serving_extra_args):
+                out.append(_refuse("policy.servingExtraArgs", f"spec.serving.{field}", "argument", flag,
+                                   policy.serving_extra_args))
     return out
 
 

@@ -9,14 +9,46 @@ otherwise count no running Jobs and exceed the limit.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Final
 
 from spx.controller.manifests import LABEL_GENERATION
 from spx.controller.pod_outcome import job_finished
 from spx.controller.store import Store, deleting, generation, meta
 
 Key = tuple[str, str]  # (namespace, experiment name)
+
+#: Kueue's API group and the LocalQueue resource a queued Job names (``kueue.x-k8s.io/queue-name``).
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+LOCAL_QUEUES: Final = "localqueues"
+#: ``reason`` of the Decided condition when the Job cannot be queued: Kueue's CRDs are not installed,
+#: or the LocalQueue does not exist in the experiment's namespace.
+REASON_NO_KUEUE: Final = "KueueNotInstalled"
+REASON_NO_QUEUE: Final = "LocalQueueNotFound"
+
+
+def queue_refusal(namespace: str, queue: str, served_versions: Sequence[str] | None,
+                  queue_exists: bool | None) -> tuple[str, str] | None:
+    """Why a Job for Kueue LocalQueue ``queue`` cannot wait for admission, as ``(reason, message)``;
+    None when it can (or when the operator could not tell: ``queue_exists`` None, e.g. no RBAC to read).
+
+    ``served_versions``: the versions the API server serves for ``kueue.x-k8s.io`` (None or empty:
+    the group is not served, i.e. Kueue's CRDs are not installed). Without this check a suspended
+    Job would wait ``admissionTimeoutSeconds`` (6 h by default) for an admission that never comes.
+    """
+    if not served_versions:
+        return REASON_NO_KUEUE, (
+            f"spec.scheduling.queueName is {queue!r} but this cluster does not serve Kueue's API ({KUEUE_GROUP}): "
+            "install Kueue, or remove spec.scheduling.queueName to use the operator's own queue"
+        )
+    if queue_exists is False:
+        return REASON_NO_QUEUE, (
+            f"Kueue LocalQueue {queue!r} does not exist in namespace {namespace!r}: create it (kind LocalQueue, "
+            f"{KUEUE_GROUP}) or set spec.scheduling.queueName to one of the namespace's LocalQueues "
+            f"(kubectl get localqueues -n {namespace})"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -51,11 +83,18 @@ def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key],
     return Verdict(queue.index(key) < free, len(active))
 
 
+def suspended(job: Mapping[str, Any]) -> bool:
+    """Whether a Job waits suspended (``spec.suspend: true``): Kueue has not admitted it yet."""
+    return bool((job.get("spec") or {}).get("suspend"))
+
+
 def active(store: Store, reserved: Iterable[Key] = ()) -> set[Key]:
-    """Experiments holding a slot: an unfinished Job of their current generation, or a reservation."""
+    """Experiments holding a slot: an unfinished, unsuspended Job of their current generation, or a
+    reservation. A Job suspended for Kueue (``spec.scheduling.queueName``) holds none: Kueue is the
+    queue then, and the operator's limit counts only the Jobs Kueue admitted (unsuspended)."""
     out = set(reserved)
     for job in store.jobs.values():
-        if job_finished(job) or deleting(job):
+        if job_finished(job) or deleting(job) or suspended(job):
             continue
         key = store.experiment_of_job(job)
         exp = store.experiments.get(key) if key is not None else None

@@ -184,6 +184,9 @@ def _creation_failed(o: Observed, status: ExperimentStatus, jname: str, nows: st
     if c.foreign:
         step = cond.failed("InfraFailed", f"a Job named {jname} exists and is not owned by this experiment",
                            "JobConflict")
+    elif c.reason:  # refused before any Job exists: Kueue or its LocalQueue missing
+        step = cond.failed("InfraFailed", c.message, c.reason,
+                           scheduled=("False", c.reason, f"not scheduled: {c.message}"))
     elif c.code == 403:
         step = cond.failed("InfraFailed", f"the API server refused the Job {jname}: {c.message}", "JobRejected",
                            scheduled=("False", "JobRejected", "not scheduled: the API server refused the Job"))

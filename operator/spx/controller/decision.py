@@ -136,6 +136,9 @@ class JobCreation:
     code: int | None = None
     message: str = ""
     foreign: bool = False
+    #: Set when the operator itself refused before asking the API server (Kueue not installed,
+    #: LocalQueue missing: :func:`spx.controller.admission.queue_refusal`): the Decided reason.
+    reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ the startup handler loads them from the environment.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from typing import Any
 
@@ -17,7 +19,7 @@ import kopf
 
 from spx import __version__
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.controller import crd_check, metrics
+from spx.controller import crd_check, leader, metrics
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.manifests import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
 from spx.controller.reactor import Reactor
@@ -147,14 +149,36 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     elif not cfg.crd_check:
         logger.warning("SPX_CRD_CHECK=false: the installed CRD %s is not checked against this operator's schema",
                        crd_check.CRD_NAME)
+    metrics.set_series_retention(cfg.series_retention_s)
     memo["client"] = client
-    memo["reactor"] = reactor = Reactor(settings=cfg, client=client)
+    memo["reactor"] = reactor = Reactor(settings=cfg, client=client, leader=_leader(cfg, client))
     await reactor.start()
     if cfg.metrics_port:
         memo["metrics_server"] = metrics.serve(cfg.metrics_port, cfg.metrics_bind_address)
     logger.info("spx operator started: max %s concurrent experiments, bench image %s, metrics on %s",
                 cfg.max_concurrent or "unlimited", cfg.bench_image,
                 f"{cfg.metrics_bind_address}:{cfg.metrics_port}" if cfg.metrics_port else "off")
+
+
+def _leader(cfg: OperatorSettings, client: KubeClient) -> leader.LeaderElector | None:
+    """The Lease election of ``SPX_LEADER_ELECTION`` (None: this replica always reconciles)."""
+    if not cfg.leader_election:
+        return None
+    namespace = cfg.leader_election_namespace or cfg.kube_namespace or _own_namespace()
+    identity = cfg.leader_election_identity or f"{socket.gethostname()}-{os.getpid()}"
+    lease = cfg.leader_lease_seconds
+    timing = leader.Timing(lease_s=lease, renew_deadline_s=lease * 2 / 3, retry_s=lease * 2 / 15)
+    logger.info("leader election on Lease %s/%s as %s", namespace, cfg.leader_election_lease, identity)
+    return leader.LeaderElector(client, namespace, cfg.leader_election_lease, identity, timing)
+
+
+def _own_namespace() -> str:
+    """The pod's namespace (its service-account mount), else ``default``."""
+    try:
+        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace", encoding="utf-8") as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
 
 
 def _login_now(cfg: OperatorSettings, settings: kopf.OperatorSettings) -> kopf.ConnectionInfo | None:

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spx.api.pod import VolumeSpec
 from spx.api.spec import API_VERSION, GROUP, KIND, ExperimentSpec
 from spx.controller import pod_security
 
@@ -36,6 +37,8 @@ MANAGED_BY = "spx-operator"
 ANNOTATION_EXPERIMENT = f"{PREFIX}/experiment"
 ANNOTATION_EXPERIMENT_NAME = f"{PREFIX}/experiment-name"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: Kueue's WorkloadPriorityClass label (``kueue.x-k8s.io/priority-class``) on the Job.
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 #: Selector of everything the operator creates (used for server-side filtered watches).
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
@@ -137,20 +140,46 @@ def _uses_gpus(spec: ExperimentSpec) -> bool:
     return spec.kernel.device != "cpu"
 
 
-def _node_affinity(spec: ExperimentSpec) -> dict[str, Any] | None:
-    if not _uses_gpus(spec):
-        return None
-    expressions = [
+def gpu_label_expressions(spec: ExperimentSpec) -> list[dict[str, Any]]:
+    """The GPU Feature Discovery match expressions: ``nvidia.com/gpu.product`` ∈
+    ``spec.resources.gpuProducts`` and ``nvidia.com/gpu.compute.major`` = 9 (Hopper, SM90)."""
+    return [
         {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(spec.resources.gpu_products)},
         {"key": GPU_COMPUTE_MAJOR_LABEL, "operator": "In", "values": [HOPPER_COMPUTE_MAJOR]},
     ]
-    return {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [{"matchExpressions": expressions}],
-            }
-        }
-    }
+
+
+#: Weight of the GPU-label preference with ``gpuNodeAffinity: preferred`` (the largest the API allows).
+PREFERRED_WEIGHT = 100
+
+
+def build_affinity(spec: ExperimentSpec) -> dict[str, Any] | None:
+    """The pod's core/v1 Affinity: the user's ``spec.resources.affinity`` merged with the GPU-label
+    expressions (:func:`gpu_label_expressions`) as ``spec.resources.gpuNodeAffinity`` says.
+
+    - ``required``: every required node selector term (the user's, or one empty term) gets the GPU
+      expressions added (terms are ORed, a term's expressions ANDed, so each stays a GPU node);
+    - ``preferred``: a preferred term of weight 100 with the GPU expressions is appended;
+    - ``none``, or ``kernel.device: cpu``: the user's affinity unchanged.
+
+    ``None`` when the result is empty. The input is never mutated.
+    """
+    affinity: dict[str, Any] = json.loads(json.dumps(spec.resources.affinity or {}))
+    mode = spec.resources.gpu_node_affinity
+    if _uses_gpus(spec) and mode != "none":
+        node = affinity.setdefault("nodeAffinity", {})
+        gpu = gpu_label_expressions(spec)
+        if mode == "required":
+            selector = node.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+            terms = selector.get("nodeSelectorTerms") or [{}]
+            selector["nodeSelectorTerms"] = [
+                {**term, "matchExpressions": [*(term.get("matchExpressions") or []), *gpu]} for term in terms
+            ]
+        else:
+            node.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
+                {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": gpu}}
+            )
+    return affinity or None
 
 
 def _tolerations(spec: ExperimentSpec) -> list[dict[str, Any]]:
@@ -190,11 +219,17 @@ class BenchOptions:
 
 def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentSpec, image: str,
                          options: BenchOptions = BenchOptions()) -> dict[str, Any]:
-    """The bench container: command (:func:`bench_args`), env, requests = limits (Guaranteed QoS:
-    ``spec.resources.cpu``/``memory`` and ``nvidia.com/gpu: <TP>`` unless ``kernel.device`` is cpu),
-    termination message at ``/dev/termination-log``, read-only root, no capabilities
-    (:mod:`spx.controller.pod_security`), the experiment, scratch (also ``/tmp``) and ``/dev/shm`` mounts, plus ``serving.modelPvc`` read-only at ``serving.modelMountPath``."""
-    reserved: dict[str, str] = {"cpu": spec.resources.cpu, "memory": spec.resources.memory}
+    """The bench container: command (:func:`bench_args`), env (the operator's, then ``spec.pod.env``),
+    requests = limits (Guaranteed QoS: cpu/memory/ephemeral-storage of
+    :meth:`~spx.api.spec.ResourcesSpec.reserved`, which follow the device when unset, and
+    ``nvidia.com/gpu: <TP>`` unless ``kernel.device`` is cpu), termination message at
+    ``/dev/termination-log``, read-only root, no capabilities (:mod:`spx.controller.pod_security`),
+    the experiment, scratch (also ``/tmp``) and ``/dev/shm`` mounts, ``serving.modelPvc`` read-only
+    at ``serving.modelMountPath`` and each of ``spec.pod.volumes`` at its ``mountPath``."""
+    sized = spec.resources.reserved(spec.kernel.device, options.shm_size)
+    reserved: dict[str, str] = {"cpu": str(sized["cpu"]), "memory": str(sized["memory"])}
+    if sized["ephemeralStorage"]:
+        reserved["ephemeral-storage"] = sized["ephemeralStorage"]
     if _uses_gpus(spec):
         reserved[GPU_RESOURCE] = str(spec.parallelism.tensor_parallel_size)
     env = [
@@ -205,6 +240,8 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
     ]
     env += pod_security.scratch_env()
     env += [{"name": k, "value": v} for k, v in sorted(options.extra_env.items())]
+    # the experiment's own (spec.pod.env; the operator's names are reserved there, so none repeats)
+    env += [{"name": e.name, "value": e.value} for e in spec.pod.env if e.name not in options.extra_env]
     mounts = [
         {"name": "experiment", "mountPath": EXPERIMENT_MOUNT, "readOnly": True},
         *pod_security.scratch_mounts(),
@@ -212,6 +249,9 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
     ]
     if spec.serving is not None and spec.serving.model_pvc:
         mounts.append({"name": "model", "mountPath": spec.serving.model_mount_path, "readOnly": True})
+    for v in spec.pod.volumes:
+        mounts.append({"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only,
+                       **({"subPath": v.sub_path} if v.sub_path else {})})
     return {
         "name": CONTAINER_NAME,
         "image": image,
@@ -229,13 +269,16 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
 def build_pod_spec(container: Mapping[str, Any], spec: ExperimentSpec, options: BenchOptions = BenchOptions()) -> dict[str, Any]:
     """The bench pod's spec around ``container``: ``restartPolicy: Never``, no API credentials
     (``automountServiceAccountToken: false``), RuntimeDefault seccomp, the downward-API experiment
-    file, scratch and memory-backed ``/dev/shm`` (NCCL and torch use shared memory), the model PVC;
-    placement: the user's node selector, required Hopper affinity (``nvidia.com/gpu.product`` ∈
-    ``spec.resources.gpuProducts``, compute capability 9.x), tolerations (plus ``nvidia.com/gpu``
-    NoSchedule) and the priority class — GPU parts left out when ``kernel.device`` is cpu."""
+    file, scratch and memory-backed ``/dev/shm`` (NCCL and torch use shared memory; size from
+    ``spec.resources.shmSize`` or the device's default), the model PVC, ``spec.pod.volumes``
+    (:func:`extra_volume`); placement: the user's node selector, the affinity of
+    :func:`build_affinity` (GPU labels required/preferred/none, merged with the user's),
+    tolerations (plus ``nvidia.com/gpu`` NoSchedule), the priority class, ``spec.pod``'s
+    runtimeClassName and schedulerName — GPU parts left out when ``kernel.device`` is cpu."""
     shm: dict[str, Any] = {"medium": "Memory"}
-    if options.shm_size:
-        shm["sizeLimit"] = options.shm_size
+    shm_size = spec.resources.reserved(spec.kernel.device, options.shm_size)["shmSize"]
+    if shm_size:
+        shm["sizeLimit"] = shm_size
     volumes: list[dict[str, Any]] = [
         {
             "name": "experiment",
@@ -254,6 +297,7 @@ def build_pod_spec(container: Mapping[str, Any], spec: ExperimentSpec, options: 
     if spec.serving is not None and spec.serving.model_pvc:
         # The weights, read-only: every arm loads the model from here (no download per arm).
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": spec.serving.model_pvc, "readOnly": True}})
+    volumes += [extra_volume(v) for v in spec.pod.volumes]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -267,7 +311,7 @@ def build_pod_spec(container: Mapping[str, Any], spec: ExperimentSpec, options: 
         pod_spec["serviceAccountName"] = options.service_account_name
     if spec.resources.node_selector:
         pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
-    affinity = _node_affinity(spec)
+    affinity = build_affinity(spec)
     if affinity:
         pod_spec["affinity"] = affinity
     tolerations = _tolerations(spec)
@@ -275,7 +319,24 @@ def build_pod_spec(container: Mapping[str, Any], spec: ExperimentSpec, options: 
         pod_spec["tolerations"] = tolerations
     if spec.scheduling.priority_class_name:
         pod_spec["priorityClassName"] = spec.scheduling.priority_class_name
+    if spec.pod.runtime_class_name:
+        pod_spec["runtimeClassName"] = spec.pod.runtime_class_name
+    if spec.pod.scheduler_name:
+        pod_spec["schedulerName"] = spec.pod.scheduler_name
     return pod_spec
+
+
+def extra_volume(volume: VolumeSpec) -> dict[str, Any]:
+    """The core/v1 Volume of one ``spec.pod.volumes`` entry (its one source; PVCs read-only as mounted)."""
+    if volume.persistent_volume_claim:
+        return {"name": volume.name, "persistentVolumeClaim": {"claimName": volume.persistent_volume_claim,
+                                                               "readOnly": volume.read_only}}
+    if volume.config_map:
+        return {"name": volume.name, "configMap": {"name": volume.config_map}}
+    if volume.secret:
+        return {"name": volume.name, "secret": {"secretName": volume.secret}}
+    empty = volume.empty_dir.model_dump(by_alias=True, exclude_none=True) if volume.empty_dir else {}
+    return {"name": volume.name, "emptyDir": {k: v for k, v in empty.items() if v != ""}}
 
 
 def build_job_spec(pod_spec: Mapping[str, Any], pod_metadata: Mapping[str, Any], spec: ExperimentSpec) -> dict[str, Any]:
@@ -326,10 +387,14 @@ def build_job(
     job_labels = dict(labels)
     if spec.scheduling.queue_name:
         job_labels[KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
+    if spec.scheduling.workload_priority_class_name:
+        job_labels[KUEUE_PRIORITY_LABEL] = spec.scheduling.workload_priority_class_name
     annotations = {ANNOTATION_EXPERIMENT_NAME: experiment_name}
     pod_metadata = {
-        "labels": labels,
+        # the experiment's labels and annotations first: the operator's keys are reserved (spx.api.pod)
+        "labels": {**spec.pod.labels, **labels},
         "annotations": {
+            **spec.pod.annotations,
             **annotations,
             ANNOTATION_EXPERIMENT: json.dumps(experiment_document(experiment_name, namespace, spec), sort_keys=True),
         },

@@ -25,12 +25,16 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
     generate_latest,
 )
 
 from spx import vocabulary
 from spx.api.serving import LATENCY_METRICS
 
+# No `*_created` series: one extra series per counter and histogram child that no rule or panel
+# reads (prometheus_client's own switch; PROMETHEUS_DISABLE_CREATED_SERIES does the same).
+disable_created_metrics()
 REGISTRY = CollectorRegistry(auto_describe=True)
 # process_* (CPU seconds, resident memory, open fds, start time), python_gc_*, python_info: the same
 # collectors prometheus_client registers on its default registry, which /metrics does not serve.
@@ -55,25 +59,32 @@ KERNEL_SPEEDUP = _gauge(
     "Replicated latency over split latency per token count (> 1: splitting by token wins).",
     (*EXPERIMENT_LABELS, "tokens", "gpu"),
 )
+#: What makes two crossovers comparable (the crossover-shift alert and the history panels group by
+#: them): the fingerprint (GPU, driver, vLLM), the GEMM backend (Humming and cuBLAS cross over ~10×
+#: apart on the same H200), where the gather time came from (measured or modelled), the execution
+#: mode, the device (cpu = a smoke run, excluded from the alert) and the sweep (``<first>-<last>x<count>``
+#: token counts: the interpolated crossover moves with the grid, 89 vs 216 tokens for the coarse and
+#: dense Humming sweeps of examples/results/h200-1gpu).
+COMPARABLE_LABELS = ("gpu", "driver", "vllm", "gemm_backend", "gather_source", "execution_mode", "device", "sweep")
 CROSSOVER = _gauge(
     "spx_crossover_tokens",
     "Interpolated break-even token count where split starts to win.",
-    (*EXPERIMENT_LABELS, "gpu", "driver", "vllm"),
+    (*EXPERIMENT_LABELS, *COMPARABLE_LABELS),
 )
 RECOMMENDED_THRESHOLD = _gauge(
     "spx_recommended_threshold_tokens",
     "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS from the measured crossover.",
-    (*EXPERIMENT_LABELS, "gpu", "driver", "vllm"),
+    (*EXPERIMENT_LABELS, *COMPARABLE_LABELS),
 )
 HOST_BOUND_CROSSOVER = _gauge(
     "spx_host_bound_crossover_tokens",
     "Interpolated break-even (tokens) when the layer is host-bound (max of host issue time and GPU span per candidate).",
-    (*EXPERIMENT_LABELS, "gpu", "driver", "vllm"),
+    (*EXPERIMENT_LABELS, *COMPARABLE_LABELS),
 )
 HOST_BOUND_THRESHOLD = _gauge(
     "spx_host_bound_recommended_threshold_tokens",
     "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS when the layer is host-bound.",
-    (*EXPERIMENT_LABELS, "gpu", "driver", "vllm"),
+    (*EXPERIMENT_LABELS, *COMPARABLE_LABELS),
 )
 KERNEL_HOST_BOUND_SPEEDUP = _gauge(
     "spx_kernel_host_bound_speedup_ratio",
@@ -220,18 +231,74 @@ def _set_phase_locked(key: tuple[str, str], phase: str | None, now: float) -> No
         EXPERIMENTS.labels(phase).set(_PHASE_COUNTS[phase])
 
 
+def gather_source(kernel: Mapping[str, Any], spec: Mapping[str, Any] | None) -> str:
+    """``measured``, or for a modelled gather ``modelled/<prior>`` (``modelled/explicit`` with
+    ``latencyUs``/``busBandwidthGbps`` set): a modelled crossover is partly the model's output, so
+    runs under different gather models are not comparable (89 vs 940 tokens for the same Humming
+    samples under the H20-calibrated and the datasheet prior)."""
+    source = str(kernel.get("gatherSource") or "")
+    if source != "modelled" or spec is None:
+        return source
+    model = ((spec.get("kernel") or {}).get("gatherModel")) or {}
+    if model.get("latencyUs") is not None or model.get("busBandwidthGbps") is not None:
+        return "modelled/explicit"
+    return f"modelled/{model.get('prior') or 'h20-calibrated'}"
+
+
+def execution_mode(kernel: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -> str:
+    """How the sweep was timed: the spec's ``kernel.execution`` (auto, graph, eager) when given, else
+    from the points' ``execution`` (``graph``, ``eager``, or ``auto`` when both occur); "" when unknown."""
+    requested = ((spec or {}).get("kernel") or {}).get("execution")
+    if requested:
+        return str(requested)
+    modes = {str(p["execution"]) for p in kernel.get("points") or [] if p.get("execution")}
+    return "auto" if len(modes) > 1 else next(iter(modes), "")
+
+
+def comparable_values(status: Mapping[str, Any], spec: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """The :data:`COMPARABLE_LABELS` values of an experiment's ``.status`` (camelCase dict); "" where unknown.
+
+    ``gather_source``: :func:`gather_source` (the gather model from ``spec``, the experiment's
+    camelCase spec, when given); ``execution_mode``: :func:`execution_mode`; ``device``: ``status.environment.device`` (cuda or cpu); ``sweep``:
+    ``<first>-<last>x<count>`` of the measured token counts.
+    """
+    env = status.get("environment") or {}
+    kernel = status.get("kernel") or {}
+    tokens = [int(p["tokens"]) for p in kernel.get("points") or [] if p.get("tokens") is not None]
+    sweep = f"{min(tokens)}-{max(tokens)}x{len(tokens)}" if tokens else ""
+    return (
+        str(env.get("gpu") or ""), str(env.get("driver") or ""), str(env.get("vllm") or ""),
+        str(kernel.get("gemmBackend") or ""), gather_source(kernel, spec),
+        execution_mode(kernel, spec), str(env.get("device") or ""), sweep,
+    )
+
+
+#: Seconds after its decision an experiment's own value series stop being exported (0: never);
+#: the operator sets it from SPX_SERIES_RETENTION_SECONDS (:func:`set_series_retention`). Its phase
+#: series (spx_experiment_phase_since_timestamp_seconds) and the phase counts stay while it exists.
+_series_retention_s = 0.0
+
+
+def set_series_retention(seconds: float) -> None:
+    """Stop exporting the value series of experiments decided more than ``seconds`` ago (0: never)."""
+    global _series_retention_s
+    _series_retention_s = max(0.0, float(seconds))
+
+
 def observe_experiment(
     namespace: str,
     name: str,
     status: Mapping[str, Any] | None,
     phase_since: float | None = None,
     timeout_seconds: float | None = None,
+    spec: Mapping[str, Any] | None = None,
 ) -> None:
     """Export an experiment's status (the camelCase ``.status`` dict) as gauges.
 
     Latency per candidate and token count, speedup per token count, crossover, recommended threshold
-    and the verdict (1 for the current one, 0 for the others) — labelled with the GPU (and driver, on
-    crossover and threshold) and vLLM version from the fingerprint — the serving A/B and GSM8K sections, ``timeout_seconds`` (the spec's
+    and the verdict (1 for the current one, 0 for the others) — labelled with the GPU and vLLM
+    version from the fingerprint, crossover and threshold with all of :data:`COMPARABLE_LABELS`
+    (``spec``, the experiment's camelCase spec, names the gather model) — the serving A/B and GSM8K sections, ``timeout_seconds`` (the spec's
     Job deadline) when given, plus the phase counts. Series the new status no longer has are
     removed; an unchanged status costs a comparison.
     """
@@ -240,7 +307,6 @@ def observe_experiment(
     env = status.get("environment") or {}
     gpu = str(env.get("gpu") or "")
     vllm = str(env.get("vllm") or "")
-    driver = str(env.get("driver") or "")  # part of the fingerprint the crossover-shift alert groups by
     kernel = status.get("kernel") or {}
     wanted: list[tuple[Any, tuple[str, ...], float]] = []
     for p in kernel.get("points") or []:
@@ -254,15 +320,16 @@ def observe_experiment(
         if p.get("replicatedHostBoundUs") and p.get("splitHostBoundUs"):
             wanted.append((KERNEL_HOST_BOUND_SPEEDUP, (namespace, name, tokens, gpu),
                            float(p["replicatedHostBoundUs"]) / float(p["splitHostBoundUs"])))
+    comparable = (namespace, name, *comparable_values(status, spec))
     if kernel.get("crossoverTokens") is not None:
-        wanted.append((CROSSOVER, (namespace, name, gpu, driver, vllm), float(kernel["crossoverTokens"])))
+        wanted.append((CROSSOVER, comparable, float(kernel["crossoverTokens"])))
     if kernel.get("recommendedThresholdTokens") is not None:
-        wanted.append((RECOMMENDED_THRESHOLD, (namespace, name, gpu, driver, vllm), float(kernel["recommendedThresholdTokens"])))
+        wanted.append((RECOMMENDED_THRESHOLD, comparable, float(kernel["recommendedThresholdTokens"])))
     host = kernel.get("hostBound") or {}
     if host.get("crossoverTokens") is not None:
-        wanted.append((HOST_BOUND_CROSSOVER, (namespace, name, gpu, driver, vllm), float(host["crossoverTokens"])))
+        wanted.append((HOST_BOUND_CROSSOVER, comparable, float(host["crossoverTokens"])))
     if host.get("recommendedThresholdTokens") is not None:
-        wanted.append((HOST_BOUND_THRESHOLD, (namespace, name, gpu, driver, vllm), float(host["recommendedThresholdTokens"])))
+        wanted.append((HOST_BOUND_THRESHOLD, comparable, float(host["recommendedThresholdTokens"])))
     wanted += _vllm_series(namespace, name, status)
     if timeout_seconds is not None:
         wanted.append((TIMEOUT, (namespace, name), float(timeout_seconds)))
@@ -270,6 +337,8 @@ def observe_experiment(
     if verdict in VERDICTS:
         for v in VERDICTS:
             wanted.append((VERDICT, (namespace, name, gpu, vllm, v), 1.0 if v == verdict else 0.0))
+    if _series_retention_s > 0 and phase_since is not None and time.time() - phase_since > _series_retention_s:
+        wanted = []  # decided long ago: its series expire (SPX_SERIES_RETENTION_SECONDS)
     with _LOCK:
         previous = _SERIES.get(key)
         if previous != wanted:

@@ -28,11 +28,13 @@ from pydantic import ValidationError
 from spx.api.loading import SpecError, validate_spec
 from spx.api.spec import KIND, PLURAL, ExperimentSpec
 from spx.api.status import ExperimentStatus
-from spx.controller import admission, metrics
+from spx.controller import admission, metrics, retention
 from spx.controller import conclusion as c
 from spx.controller import conditions as cond
 from spx.controller.kube import ApiError, KubeClient, resource_path
+from spx.controller.leader import LeaderElector
 from spx.controller.manifests import (
+    KUEUE_QUEUE_LABEL,
     MANAGED_SELECTOR,
     BenchOptions,
 )
@@ -84,6 +86,8 @@ class Reactor:
     _specs: dict[tuple[str, int], ExperimentSpec | SpecError] = field(default_factory=dict)
     _progress: dict[str, tuple[dt.datetime, str]] = field(default_factory=dict)
     _unwritable: dict[tuple[Key, int], str] = field(default_factory=dict)
+    #: With several replicas (SPX_LEADER_ELECTION): only the Lease holder's workers reconcile.
+    leader: LeaderElector | None = None
 
     def __post_init__(self) -> None:
         self.writes = Writes(self.client, lambda: cond.now_rfc3339(self.clock()))
@@ -93,12 +97,16 @@ class Reactor:
     # Lifecycle ----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.leader is not None:
+            self._tasks.append(asyncio.create_task(self.leader.run(), name="spx-leader-election"))
         for i in range(self.settings.workers):
             self._tasks.append(asyncio.create_task(self._worker(), name=f"spx-reconcile-{i}"))
         self._tasks.append(asyncio.create_task(self._resync_loop(), name="spx-resync"))
 
     async def stop(self) -> None:
         await self.writes.drain()
+        if self.leader is not None:
+            await self.leader.release()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -154,12 +162,28 @@ class Reactor:
             # Namespaced RBAC and namespace patterns: the namespaces seen so far, one by one.
             await self._relist(sorted({k[0] for k in self.store.experiments}))
         self.reads.listed.update(self.store.job_by_uid)
+        await self._expire()
         if not self.synced:
             self.synced = True
             logger.info("listed %d experiments and %d Jobs: admission open", len(self.store.experiments),
                         len(self.store.jobs))
         for key in list(self.store.experiments):
             self.queue.add(key)
+
+    async def _expire(self) -> None:
+        """Delete the experiments past ``SPX_FINISHED_RETENTION_SECONDS`` (:mod:`spx.controller.retention`);
+        only the leader does, and a failed delete is retried at the next re-list."""
+        if self.settings.finished_retention_s <= 0 or (self.leader is not None and not self.leader.is_leader):
+            return
+        for namespace, name in retention.due(self.store.experiments.values(), self.clock(),
+                                             self.settings.finished_retention_s):
+            try:
+                await self.client.delete(resource_path(EXPERIMENT_API, PLURAL, namespace, name))
+                logger.info("deleted %s/%s: decided more than %.0f s ago (SPX_FINISHED_RETENTION_SECONDS)",
+                            namespace, name, self.settings.finished_retention_s)
+            except ApiError as err:
+                if not err.not_found:
+                    logger.warning("could not delete the expired experiment %s/%s: %s", namespace, name, err)
 
     async def _resync_loop(self) -> None:
         delay = 0.0
@@ -177,7 +201,13 @@ class Reactor:
 
     async def _worker(self) -> None:
         while True:
+            if self.leader is not None:
+                await self.leader.wait_leading()
             key = await self.queue.get()
+            if self.leader is not None and not self.leader.is_leader:  # deposed while waiting: keep the key
+                self.queue.done(key)
+                self.queue.add(key)
+                continue
             started = time.monotonic()
             try:
                 outcome = await self.reconcile(key)
@@ -367,6 +397,9 @@ class Reactor:
                 return {}
             return {"job_gone": True}
         if isinstance(need, c.CreateJob):
+            queue = (need.manifest["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+            if queue and (why := await self.reads.queue_refusal(namespace, str(queue))):  # before any Job exists
+                return {"creation": c.JobCreation(reason=why[0], message=why[1])}
             job, refusal = await self.writes.create_job(need.manifest, o.uid)
             if job is None:
                 return {"creation": refusal}
@@ -425,9 +458,11 @@ class Reactor:
                     started = cond.parse_time(d.status.start_time)
                     if started is not None:
                         metrics.observe_duration((o.now - started).total_seconds())
-            metrics.observe_experiment(key[0], key[1], exp.get("status"), _phase_since(exp.get("status")), _timeout(exp))
+            metrics.observe_experiment(key[0], key[1], exp.get("status"), _phase_since(exp.get("status")), _timeout(exp),
+                                       spec=exp.get("spec"))
         elif d.need is None:
-            metrics.observe_experiment(key[0], key[1], exp.get("status"), _phase_since(exp.get("status")), _timeout(exp))
+            metrics.observe_experiment(key[0], key[1], exp.get("status"), _phase_since(exp.get("status")), _timeout(exp),
+                                       spec=exp.get("spec"))
         for action in d.after:
             await self._act(key, o, exp, action)
         if d.slot_freed:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spx.controller import admission
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.manifests import CONTAINER_NAME, LABEL_EXPERIMENT_UID
 from spx.controller.store import Store, meta
@@ -68,3 +69,31 @@ class Reads:
             except (ApiError, TimeoutError, OSError):
                 pass
         return text
+
+    async def queue_refusal(self, namespace: str, queue: str) -> tuple[str, str] | None:
+        """Why a Job cannot wait for Kueue LocalQueue ``queue`` (:func:`~spx.controller.admission.queue_refusal`):
+        asks discovery whether ``kueue.x-k8s.io`` is served, then gets the LocalQueue. An answer the
+        operator may not read (403) or a failed request counts as "cannot tell": no refusal."""
+        try:
+            group = await self.client.get(f"/apis/{admission.KUEUE_GROUP}")
+            versions = [str(v.get("version")) for v in group.get("versions") or []]
+        except ApiError as err:
+            if not err.not_found:
+                logger.info("could not ask whether Kueue is installed: %s", err)
+                return None
+            versions = []
+        if not versions:
+            return admission.queue_refusal(namespace, queue, versions, None)
+        preferred = str((group.get("preferredVersion") or {}).get("version") or versions[0])
+        try:
+            await self.client.get(resource_path(f"{admission.KUEUE_GROUP}/{preferred}", admission.LOCAL_QUEUES,
+                                                namespace, queue))
+            exists: bool | None = True
+        except ApiError as err:
+            exists = False if err.not_found else None
+            if exists is None:
+                logger.info("could not read LocalQueue %s/%s: %s", namespace, queue, err)
+        except (TimeoutError, OSError) as err:
+            logger.info("could not read LocalQueue %s/%s: %s", namespace, queue, err)
+            exists = None
+        return admission.queue_refusal(namespace, queue, versions, exists)

@@ -18,12 +18,12 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
-from spx.api.policy import Policy, policy_from_env
+from spx.api.policy import Policy, check_bench_image, policy_from_env
 from spx.controller.pod_outcome import Timeouts
 
 DEFAULT_BENCH_IMAGE = "ghcr.io/spx-dev/spx-bench:0.1.0"
@@ -125,6 +125,29 @@ class OperatorSettings(BaseSettings):
         "inside them, so namespaced RBAC (a Role per namespace) suffices — `spx operator -n` sets it",
         default=())
     log_every_event: bool = _env("SPX_LOG_EVERY_EVENT", "log kopf's per-event handler lines at INFO", default=False)
+    finished_retention_s: float = _env(
+        "SPX_FINISHED_RETENTION_SECONDS",
+        "delete experiments decided longer ago than this (their Job, pods, ConfigMap and series go with "
+        "them); 0 = keep them (needs delete on experiments)", default=0.0, ge=0)
+    series_retention_s: float = _env(
+        "SPX_SERIES_RETENTION_SECONDS",
+        "stop exporting the per-experiment series of experiments decided longer ago than this; 0 = keep",
+        default=0.0, ge=0)
+    leader_election: bool = _env(
+        "SPX_LEADER_ELECTION",
+        "only the holder of a coordination.k8s.io Lease reconciles (run several replicas); the others watch",
+        default=False)
+    leader_election_namespace: str | None = _env(
+        "SPX_LEADER_ELECTION_NAMESPACE", "namespace of the leader Lease (the chart: the release namespace)",
+        default=None)
+    leader_election_lease: str = _env("SPX_LEADER_ELECTION_LEASE", "name of the leader Lease",
+                                      default="spx-operator-leader")
+    leader_election_identity: str | None = _env(
+        "SPX_LEADER_ELECTION_IDENTITY", "this replica's identity in the Lease (the chart: the pod name); "
+        "empty = hostname-pid", default=None)
+    leader_lease_seconds: float = _env("SPX_LEADER_LEASE_SECONDS",
+                                       "lease duration; renew deadline and retry period are 2/3 and 2/15 of it",
+                                       default=15.0, ge=3)
     extra_env: dict[str, str] = Field(default_factory=dict,
                                       description=f"environment of the bench container [{BENCH_ENV_PREFIX}<NAME>]")
 
@@ -152,6 +175,7 @@ class OperatorSettings(BaseSettings):
         return value
 
     @field_validator("bench_service_account", "bench_shm_size", "kube_server", "kube_token", "kube_namespace",
+                     "leader_election_namespace", "leader_election_identity",
                      mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
@@ -179,6 +203,14 @@ class OperatorSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Explicit values first, then the environment, then ``SPX_BENCH_ENV_*``; no dotenv or secret files."""
         return init_settings, env_settings, _BenchEnvSource(settings_cls)
+
+    @model_validator(mode="after")
+    def _bench_image_pinned(self) -> OperatorSettings:
+        """``requireImageDigest`` covers the default bench image too (:func:`spx.api.policy.check_bench_image`)."""
+        problems = check_bench_image(self.bench_image, self.policy)
+        if problems:
+            raise ValueError(str(problems[0]))
+        return self
 
     @property
     def timeouts(self) -> Timeouts:

@@ -64,7 +64,16 @@ class Cluster:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
     def wait_established(self, crd_name: str) -> None:
-        self.kubectl("wait", "--for=condition=Established", f"crd/{crd_name}", "--timeout=60s")
+        # a CRD just created may have no status.conditions yet, which `kubectl wait` reports as an
+        # error instead of waiting: poll the condition instead
+        deadline = time.monotonic() + 60
+        while True:
+            got = json.loads(self.kubectl("get", f"crd/{crd_name}", "-o", "json").stdout)
+            if any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in (got.get("status") or {}).get("conditions") or []):
+                break
+            assert time.monotonic() < deadline, f"CRD {crd_name} never became Established"
+            time.sleep(0.2)
         # discovery may lag the condition by a moment: wait until kubectl can resolve the resource
         deadline = time.monotonic() + 60
         while self.kubectl("get", crd_name.split(".", 1)[0], "-A", check=False).returncode != 0:
@@ -127,7 +136,10 @@ def run_operator(cluster: Cluster, deployment: dict[str, Any], token: str, workd
     ``token`` (a service account's), its endpoints on free loopback ports; stopped at the end."""
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     server = yaml.safe_load(Path(cluster.kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    # the downward API's metadata.name (the leader-election identity): a stand-in pod name, as no pod exists
+    fields = {"metadata.name": "spx-operator-under-test"}
+    env = {e["name"]: e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+           for e in container["env"]}
     env.update({"SPX_KUBE_SERVER": server, "SPX_KUBE_TOKEN": token, "SPX_KUBE_INSECURE": "1",
                 "SPX_METRICS_PORT": str(_free_port()), "PYTHONUNBUFFERED": "1"})
     liveness = _free_port()

@@ -131,6 +131,7 @@ EXPECTED_RULES: dict[tuple[str, str], set[str]] = {
     ("", "pods"): {"list", "watch"},
     ("", "pods/log"): {"get"},
     ("", "events"): {"create", "list"},
+    ("kueue.x-k8s.io", "localqueues"): {"get"},
 }
 #: Cluster-wide, whatever the install mode: `get` on the operator's own CRD (the start-up check).
 CRD_NAME = "shardedprojectionexperiments.bench.spx.dev"

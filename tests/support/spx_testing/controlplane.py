@@ -49,7 +49,7 @@ HOW_TO_GET = (
 )
 #: The CRD as a user installs it.
 CRD_FILE = Path(__file__).resolve().parents[3] / "crds" / "shardedprojectionexperiments.yaml"
-KCM_CONTROLLERS = "job-controller,garbage-collector-controller,namespace-controller"
+KCM_CONTROLLERS = "job-controller,garbage-collector-controller,namespace-controller,clusterrole-aggregation-controller"
 
 
 def missing_assets(assets: str | None) -> str | None:

@@ -141,3 +141,16 @@ def test_the_reactor_hands_the_settings_policy_to_the_decision_step() -> None:
     assert o is not None and o.policy == s.policy
     assert c.conclude(o).outcome == "policy-violation"
     assert load_settings({}).policy == pol.Policy()  # unset: allow everything (spx run, opted-out clusters)
+
+
+def test_require_image_digest_covers_the_default_bench_image() -> None:
+    """The pod that gets the GPUs most often runs the operator's own bench image: with requireImageDigest
+    the operator refuses to start unless SPX_BENCH_IMAGE is pinned by digest."""
+    from spx.controller.settings import load_settings
+
+    strict = '{"requireImageDigest": true}'
+    with pytest.raises(ValueError, match="policy.requireImageDigest: the default bench image 'ghcr.io/spx-dev/spx-bench:0.1.0'"):
+        load_settings({pol.ENV_VAR: strict, "SPX_BENCH_IMAGE": "ghcr.io/spx-dev/spx-bench:0.1.0"})
+    pinned = "ghcr.io/spx-dev/spx-bench@sha256:" + "c" * 64
+    assert load_settings({pol.ENV_VAR: strict, "SPX_BENCH_IMAGE": pinned}).bench_image == pinned
+    assert load_settings({"SPX_BENCH_IMAGE": "ghcr.io/spx-dev/spx-bench:0.1.0"}).policy.require_image_digest is False

@@ -1,0 +1,421 @@
+"""The dashboard's rows, top to bottom, each one function returning its title and its panels.
+
+One function per panel, each a few builder calls (``parts`` holds the shared pieces); docs/dashboard.md
+explains every panel to users.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from spx.tools.dashboard.parts import (
+    CLUSTER,
+    EXP,
+    GPU,
+    fixed_color,
+    log2_scale,
+    panel,
+    query,
+    thresholds,
+    tokens_in_order,
+    transform,
+    verdict_mapping_options,
+    verdict_value_map,
+)
+
+#: A row: its title and its panel builders, left to right, top to bottom.
+Row = tuple[str, list[Any]]
+
+
+# ---------------------------------------------------------------------------- the selected experiment
+
+
+def verdict_stat() -> Any:
+    from grafana_foundation_sdk.builders import stat
+    from grafana_foundation_sdk.models import common
+
+    return (
+        panel(stat.Panel(), "Verdict", height=5, span=6)
+        .description("The gate verdict of the experiment (spx_verdict == 1): Pass, Fail or Inconclusive.")
+        .with_target(query(f"spx_verdict{{{EXP}}} == 1", "{{verdict}}", instant=True))
+        .text_mode(common.BigValueTextMode.NAME)
+        .color_mode(common.BigValueColorMode.BACKGROUND)
+        .graph_mode(common.BigValueGraphMode.NONE)
+        .mappings(verdict_value_map())
+        .override_by_name("Pass", fixed_color("green"))
+        .override_by_name("Fail", fixed_color("red"))
+        .override_by_name("Inconclusive", fixed_color("orange"))
+        .no_value("not decided")
+    )
+
+
+def token_stat(title: str, description: str, metric: str, **extra: Any) -> Any:
+    """A stat of one token count of the experiment (crossover, recommended threshold)."""
+    from grafana_foundation_sdk.builders import stat
+    from grafana_foundation_sdk.models import common
+
+    p = (
+        panel(stat.Panel(), title, height=5, span=6)
+        .description(description)
+        .with_target(query(f"{metric}{{{EXP}}}", "{{gpu}} · vLLM {{vllm}}", instant=True))
+        .unit("none")
+        .decimals(0)
+        .graph_mode(common.BigValueGraphMode.NONE)
+    )
+    if "no_value" in extra:
+        p = p.no_value(extra["no_value"])
+    if "base_color" in extra:
+        p = p.thresholds(thresholds((None, extra["base_color"])))
+    return p
+
+
+def phase_age_stat() -> Any:
+    from grafana_foundation_sdk.builders import stat
+    from grafana_foundation_sdk.models import common
+
+    return (
+        panel(stat.Panel(), "Time in current phase", height=5, span=6)
+        .description("Seconds since the experiment entered its current phase (the series' phase label).")
+        .with_target(query(f"time() - spx_experiment_phase_since_timestamp_seconds{{{EXP}}}", "{{phase}}", instant=True))
+        .unit("s")
+        .text_mode(common.BigValueTextMode.VALUE_AND_NAME)
+        .graph_mode(common.BigValueGraphMode.NONE)
+    )
+
+
+def latency_bars() -> Any:
+    from grafana_foundation_sdk.builders import barchart
+    from grafana_foundation_sdk.models import common
+
+    return (
+        panel(barchart.Panel(), "Latency vs tokens per candidate", height=10, span=12)
+        .description(
+            "Median time per call (max over ranks) of the replicated and the split candidate at each "
+            "token count. Log scale: the split bar drops below the replicated one at the crossover."
+        )
+        .with_target(query(f"max by (tokens, candidate) (spx_kernel_latency_seconds{{{EXP}}})", "{{candidate}}",
+                           instant=True, fmt="table"))
+        .transformations([
+            transform("groupingToMatrix",
+                      {"columnField": "candidate", "rowField": "tokens", "valueField": "Value", "emptyValue": "null"}),
+            transform("organize", {"renameByName": {"tokens\\candidate": "tokens"}}),
+            *tokens_in_order(),
+        ])
+        .x_field("tokens")
+        .unit("s")  # Grafana scales seconds for display: the bars read in µs
+        .scale_distribution(log2_scale())
+        .axis_label("time per call")
+        .show_value(common.VisibilityMode.NEVER)
+    )
+
+
+def speedup_bars() -> Any:
+    from grafana_foundation_sdk.builders import barchart
+    from grafana_foundation_sdk.builders import common as common_b
+    from grafana_foundation_sdk.builders import dashboard as dash
+    from grafana_foundation_sdk.models import common
+    from grafana_foundation_sdk.models import dashboard as model
+
+    return (
+        panel(barchart.Panel(), "Speedup vs tokens (replicated ÷ split)", height=10, span=12)
+        .description("Above 1 the split candidate wins at that token count; the line marks 1.")
+        .with_target(query(f"max by (tokens) (spx_kernel_speedup_ratio{{{EXP}}})", "speedup", instant=True, fmt="table"))
+        .transformations([
+            transform("organize", {"excludeByName": {"Time": True}, "renameByName": {"Value": "speedup"}}),
+            *tokens_in_order(),
+        ])
+        .x_field("tokens")
+        .unit("x")
+        .decimals(2)
+        .thresholds(thresholds((None, "red"), (1.0, "green")))
+        .thresholds_style(common_b.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.LINE))
+        .color_scheme(dash.FieldColor().mode(model.FieldColorModeId.THRESHOLDS))
+        .show_value(common.VisibilityMode.NEVER)
+    )
+
+
+def experiment_row() -> Row:
+    """The selected experiment: verdict, crossover, recommended threshold, phase age, the two bar charts."""
+    return "Experiment $namespace/$experiment", [
+        verdict_stat(),
+        token_stat("Crossover (tokens)", "Interpolated break-even token count: from here on the split candidate wins.",
+                   "spx_crossover_tokens", no_value="no crossover"),
+        token_stat("Recommended threshold (tokens)",
+                   "The _SHARD_FUSED_WQA_WKV_MIN_TOKENS the measurement recommends (vLLM 0.33 ships 2048).",
+                   "spx_recommended_threshold_tokens", base_color="blue"),
+        phase_age_stat(),
+        latency_bars(),
+        speedup_bars(),
+    ]
+
+
+# ---------------------------------------------------------------------------- serving A/B and GSM8K
+
+
+def serving_change_bars() -> Any:
+    from grafana_foundation_sdk.builders import barchart
+    from grafana_foundation_sdk.builders import common as common_b
+    from grafana_foundation_sdk.models import common
+
+    return (
+        panel(barchart.Panel(), "Serving change vs main per point", height=9, span=16)
+        .description(
+            "spec.serving: (split mean − main mean) / main mean per point (spx_serving_change_ratio). Throughput points "
+            "are better above 0, TTFT/TPOT/ITL/E2EL points below 0; the serving gate bounds throughput "
+            "and TTFT points (docs/serving.md). Empty when the experiment has no serving A/B."
+        )
+        .with_target(query(f"max by (point, metric) (spx_serving_change_ratio{{{EXP}}})", "{{point}}",
+                           instant=True, fmt="table"))
+        .transformations([transform("organize", {"excludeByName": {"Time": True}, "renameByName": {"Value": "change"}})])
+        .x_field("point")
+        .unit("percentunit")
+        .decimals(2)
+        .thresholds(thresholds((None, "blue")))
+        .thresholds_style(common_b.GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.OFF))
+        .show_value(common.VisibilityMode.AUTO)
+        .no_value("no serving A/B")
+    )
+
+
+def accuracy_gauge() -> Any:
+    from grafana_foundation_sdk.builders import bargauge
+    from grafana_foundation_sdk.models import common
+
+    return (
+        panel(bargauge.Panel(), "GSM8K accuracy per variant", height=9, span=8)
+        .description(
+            "spec.accuracy: GSM8K accuracy of the main and the split servers (mean over each variant's "
+            "arms). The accuracy gate bounds main − split (spx_accuracy_drop_ratio)."
+        )
+        .with_target(query(f"max by (variant) (spx_accuracy_ratio{{{EXP}}})", "{{variant}}", instant=True))
+        .unit("percentunit")
+        .decimals(2)
+        .min(0)
+        .max(1)
+        .display_mode(common.BarGaugeDisplayMode.BASIC)
+        .no_value("no GSM8K run")
+    )
+
+
+def serving_row() -> Row:
+    """The serving A/B and GSM8K of the selected experiment."""
+    return "Serving A/B and GSM8K of $namespace/$experiment", [serving_change_bars(), accuracy_gauge()]
+
+
+# ---------------------------------------------------------------------------- history across runs
+
+
+#: What a history line holds: runs that are comparable (spx.controller.metrics.COMPARABLE_LABELS less the
+#: driver and the sweep grid), CPU smoke runs left out.
+HISTORY_BY = "gpu, vllm, gemm_backend, gather_source, execution_mode"
+HISTORY_LEGEND = "{{gpu}} · vLLM {{vllm}} · {{gemm_backend}} · {{gather_source}} gather"
+
+
+def history_series(title: str, description: str, metric: str) -> Any:
+    """One token count per comparable kind of run (GPU, vLLM, GEMM backend, gather source, execution
+    mode) over time, across experiments; CPU smoke runs left out."""
+    from grafana_foundation_sdk.builders import timeseries
+
+    return (
+        panel(timeseries.Panel(), title, height=9, span=12)
+        .description(description)
+        .with_target(query(f'max by ({HISTORY_BY}) ({metric}{{{GPU}, device!="cpu"}})', HISTORY_LEGEND))
+        .unit("none")
+        .decimals(0)
+        .span_nulls(True)
+    )
+
+
+def verdict_table() -> Any:
+    from grafana_foundation_sdk.builders import table
+    from grafana_foundation_sdk.models import dashboard as model
+
+    hidden = {"Time": True, "Value": True, "__name__": True, "job": True, "instance": True}
+    order = {"namespace": 0, "experiment": 1, "gpu": 2, "vllm": 3, "verdict": 4}
+    return (
+        panel(table.Panel(), "Verdicts", height=8, span=24)
+        .description("Current verdict of every experiment in the namespace.")
+        .with_target(query(f'spx_verdict{{{CLUSTER}, namespace="$namespace"}} == 1', instant=True, fmt="table"))
+        .transformations([transform("organize", {"excludeByName": hidden, "indexByName": order})])
+        .override_by_name("verdict", [
+            model.DynamicConfigValue(id_val="mappings", value=[{"type": "value", "options": verdict_mapping_options()}]),
+            model.DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background"}),
+        ])
+    )
+
+
+def history_row() -> Row:
+    """Crossover and recommended threshold per GPU type and vLLM version, and every verdict."""
+    return "Crossover history per GPU type and vLLM version", [
+        history_series("Crossover over time",
+                       "Break-even token count per GPU type, vLLM version, GEMM backend and gather source "
+                       "(measured or modelled), across experiments; CPU smoke runs left out.",
+                       "spx_crossover_tokens"),
+        history_series("Recommended threshold over time",
+                       "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS per GPU type, vLLM version, GEMM backend and "
+                       "gather source; CPU smoke runs left out.",
+                       "spx_recommended_threshold_tokens"),
+        verdict_table(),
+    ]
+
+
+# ---------------------------------------------------------------------------- experiments
+
+
+def phases_series() -> Any:
+    from grafana_foundation_sdk.builders import common as common_b
+    from grafana_foundation_sdk.builders import timeseries
+    from grafana_foundation_sdk.models import common
+
+    return (
+        panel(timeseries.Panel(), "Experiments by phase", height=8, span=8)
+        .description("Number of experiments per phase (spx_experiments).")
+        .with_target(query(f"sum by (phase) (spx_experiments{{{CLUSTER}}})", "{{phase}}"))
+        .unit("none")
+        .decimals(0)
+        .stacking(common_b.StackingConfig().mode(common.StackingMode.NORMAL))
+        .fill_opacity(30)
+    )
+
+
+def duration_buckets() -> Any:
+    from grafana_foundation_sdk.builders import bargauge
+    from grafana_foundation_sdk.models import common
+
+    return (
+        panel(bargauge.Panel(), "Experiment durations", height=8, span=8)
+        .description(
+            "Experiments that reached a terminal phase in the time range, by duration bucket (Job creation → terminal phase)."
+        )
+        .with_target(query(f"sum by (le) (increase(spx_experiment_duration_seconds_bucket{{{CLUSTER}}}[$__range]))",
+                           "{{le}}", instant=True, fmt="heatmap"))
+        .unit("none")
+        .decimals(0)
+        .display_mode(common.BarGaugeDisplayMode.GRADIENT)
+    )
+
+
+def mean_duration_stat() -> Any:
+    from grafana_foundation_sdk.builders import stat
+    from grafana_foundation_sdk.models import common
+
+    total, count = (f"sum(increase(spx_experiment_duration_seconds_{s}{{{CLUSTER}}}[$__range]))" for s in ("sum", "count"))
+    return (
+        panel(stat.Panel(), "Mean experiment duration", height=8, span=8)
+        .description("Mean wall time from Job creation to a terminal phase, over the time range.")
+        .with_target(query(f"{total} / {count}", "mean", instant=True))
+        .unit("s")
+        .graph_mode(common.BigValueGraphMode.NONE)
+    )
+
+
+def experiments_row() -> Row:
+    """Experiments by phase and how long they took."""
+    return "Experiments", [phases_series(), duration_buckets(), mean_duration_stat()]
+
+
+# ---------------------------------------------------------------------------- the operator
+
+
+def since_reconcile_stat() -> Any:
+    from grafana_foundation_sdk.builders import stat
+    from grafana_foundation_sdk.models import common
+
+    return (
+        panel(stat.Panel(), "Since last reconcile", height=6, span=6)
+        .description("Seconds since the operator last completed a reconcile (spx_last_reconcile_timestamp_seconds).")
+        .with_target(query(f"time() - max(spx_last_reconcile_timestamp_seconds{{{CLUSTER}}})", "since last reconcile",
+                           instant=True))
+        .unit("s")
+        .thresholds(thresholds((None, "green"), (900, "orange"), (1800, "red")))
+        .color_mode(common.BigValueColorMode.BACKGROUND)
+        .graph_mode(common.BigValueGraphMode.NONE)
+    )
+
+
+def reconciles_series() -> Any:
+    from grafana_foundation_sdk.builders import timeseries
+
+    return (
+        panel(timeseries.Panel(), "Reconciles by handler and outcome", height=6, span=9)
+        .description("Reconcile handler invocations per second (spx_reconcile_total).")
+        .with_target(query(f"sum by (handler, outcome) (rate(spx_reconcile_total{{{CLUSTER}}}[$__rate_interval]))",
+                           "{{handler}} {{outcome}}"))
+        .unit("ops")
+    )
+
+
+def errors_series() -> Any:
+    from grafana_foundation_sdk.builders import timeseries
+
+    return (
+        panel(timeseries.Panel(), "Reconcile errors", height=6, span=9)
+        .description("Reconcile handler invocations that raised, per second (spx_reconcile_errors_total); 0 when none.")
+        .with_target(query(f"sum(rate(spx_reconcile_errors_total{{{CLUSTER}}}[$__rate_interval])) or vector(0)", "errors"))
+        .unit("ops")
+        .thresholds(thresholds((None, "green"), (1e-9, "red")))
+    )
+
+
+def reconcile_latency_series() -> Any:
+    from grafana_foundation_sdk.builders import timeseries
+
+    def quantile(q: float) -> str:
+        return f"histogram_quantile({q}, sum by (le) (rate(spx_reconcile_duration_seconds_bucket{{{CLUSTER}}}[$__rate_interval])))"
+
+    return (
+        panel(timeseries.Panel(), "Reconcile duration p50 / p99", height=6, span=8)
+        .description("Seconds per reconcile of one experiment (spx_reconcile_duration_seconds), all handlers.")
+        .with_target(query(quantile(0.5), "p50"))
+        .with_target(query(quantile(0.99), "p99", ref="B"))
+        .unit("s")
+    )
+
+
+def queue_series() -> Any:
+    from grafana_foundation_sdk.builders import timeseries
+
+    return (
+        panel(timeseries.Panel(), "Work queue depth", height=6, span=8)
+        .description("Experiments waiting for a reconcile worker (spx_workqueue_depth); grows when the "
+                     "operator cannot keep up.")
+        .with_target(query(f"max(spx_workqueue_depth{{{CLUSTER}}})", "depth"))
+        .unit("none")
+        .decimals(0)
+    )
+
+
+#: Keeps process_* series of the operator's targets only: with $job = All (".*") they would include
+#: Prometheus's own and every other exporter's.
+OPERATOR_ONLY = f'and on (job, instance) spx_workqueue_depth{{{CLUSTER}}}'
+
+
+def process_series() -> Any:
+    from grafana_foundation_sdk.builders import timeseries
+    from grafana_foundation_sdk.models import dashboard as model
+
+    return (
+        panel(timeseries.Panel(), "Operator CPU and memory", height=6, span=8)
+        .description("process_cpu_seconds_total rate (cores) and process_resident_memory_bytes of the operator "
+                     "(only targets that export spx_workqueue_depth: never another exporter's process_* series).")
+        .with_target(query(f'rate(process_cpu_seconds_total{{{CLUSTER}, job=~"$job"}}[$__rate_interval]) {OPERATOR_ONLY}',
+                           "cpu cores"))
+        .with_target(query(f'process_resident_memory_bytes{{{CLUSTER}, job=~"$job"}} {OPERATOR_ONLY}', "resident memory",
+                           ref="B"))
+        .override_by_name("resident memory", [model.DynamicConfigValue(id_val="unit", value="bytes"),
+                                              model.DynamicConfigValue(id_val="custom.axisPlacement", value="right")])
+        .unit("none")
+    )
+
+
+def operator_row() -> Row:
+    """The operator's own health: reconcile age, rate, errors, latency, queue, CPU and memory."""
+    return "Operator health", [
+        since_reconcile_stat(), reconciles_series(), errors_series(), reconcile_latency_series(), queue_series(),
+        process_series(),
+    ]
+
+
+#: The rows, top to bottom.
+ROWS: tuple[Callable[[], Row], ...] = (experiment_row, serving_row, history_row, experiments_row, operator_row)
