@@ -25,7 +25,7 @@ SCHEMA_VERSION_LABEL: Final = "bench.spx.dev/schema-version"
 #: Version of the schema this operator was built for; bump with every change of the generated CRD.
 SCHEMA_VERSION: Final = 3
 #: :func:`fingerprint` of the CRD ``spec`` that :data:`SCHEMA_VERSION` names.
-SCHEMA_FINGERPRINT: Final = "11dc2e00d40b3f3d"
+SCHEMA_FINGERPRINT: Final = "9555ea11ed3ca05c"
 
 
 def fingerprint(crd_spec: Mapping[str, Any]) -> str:
