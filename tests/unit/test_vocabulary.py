@@ -105,11 +105,12 @@ def test_metric_label_values_and_the_gate_cover_the_vocabulary() -> None:
 
 
 def test_the_plugin_and_the_serving_runner_use_the_same_names() -> None:
-    from spx.bench import serving, vllm_plugin
+    from spx.bench import vllm_plugin
+    from spx.serving import ab, commands
 
-    assert vllm_plugin.ENV_THRESHOLD == serving.ENV_THRESHOLD == vocabulary.PLUGIN_ENV_THRESHOLD
-    assert vllm_plugin.LOG_MARKER == serving.PLUGIN_LOG_MARKER == vocabulary.PLUGIN_LOG_MARKER
-    assert vllm_plugin.ENTRY_POINT_NAME == serving.PLUGIN_NAME == vocabulary.PLUGIN_ENTRY_POINT_NAME
+    assert vllm_plugin.ENV_THRESHOLD == commands.ENV_THRESHOLD == vocabulary.PLUGIN_ENV_THRESHOLD
+    assert vllm_plugin.LOG_MARKER == ab.PLUGIN_LOG_MARKER == vocabulary.PLUGIN_LOG_MARKER
+    assert vllm_plugin.ENTRY_POINT_NAME == commands.PLUGIN_NAME == vocabulary.PLUGIN_ENTRY_POINT_NAME
     pyproject = (REPO / "pyproject.toml").read_text()
     assert f'{vocabulary.PLUGIN_ENTRY_POINT_NAME} = "{vllm_plugin.__name__}:register"' in pyproject
     rules = [r["rule"] for node in _nodes(build_crd()) for r in node.get("x-kubernetes-validations", [])

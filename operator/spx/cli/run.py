@@ -31,6 +31,7 @@ from spx.cli.common import (
 )
 from spx.cli.registry import command
 from spx.cli.report import draw_plot, gpu_label, table_title
+from spx.vocabulary import GEMM_BACKENDS, one_of
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -45,7 +46,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="ranks to start (default: visible GPUs, else 2 on CPU; capped at TP; fewer than TP: the gather is modelled)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"),
                    help="override spec.kernel.device; --device cpu runs a GPU-sized spec on CPU anyway (a smoke run)")
-    p.add_argument("--gemm-backend", metavar="B", help="override spec.kernel.gemmBackend (auto, torch-bf16, torch-fp8, vllm)")
+    p.add_argument("--gemm-backend", metavar="B", help=f"override spec.kernel.gemmBackend ({one_of(GEMM_BACKENDS)})")
     p.add_argument("--samples", type=int, metavar="N", help="override spec.kernel.samples")
     p.add_argument("--tokens", metavar="LIST", help="override spec.sweep.tokens, comma-separated (e.g. 6,12,2048)")
     p.add_argument("--summary-file", metavar="PATH",
