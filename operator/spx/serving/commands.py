@@ -20,15 +20,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from spx import vocabulary
 from spx.analysis.serving import arm_threshold
 from spx.api.serving import ServingArmSpec, ServingPointSpec, ServingSpec
 from spx.api.spec import ExperimentSpec
-from spx.vocabulary import ARM_ENV as ENV_ARM  # the arm's name, for the server's own logs
-from spx.vocabulary import PLUGIN_ENTRY_POINT_NAME as PLUGIN_NAME
-from spx.vocabulary import (
-    PLUGIN_ENV_THRESHOLD as ENV_THRESHOLD,  # read by spx.bench.vllm_plugin in every server process
-)
 
+#: Read by the spx vLLM plugin (``spx.bench.vllm_plugin``) in every server process.
+ENV_THRESHOLD = vocabulary.PLUGIN_ENV_THRESHOLD
+#: The arm's name, for the server's own logs.
+ENV_ARM = vocabulary.ARM_ENV
+#: The plugin's entry-point name (``[project.entry-points."vllm.general_plugins"]`` in pyproject.toml).
+PLUGIN_NAME = vocabulary.PLUGIN_ENTRY_POINT_NAME
 _TP_FLAGS = ("--tensor-parallel-size", "-tp")
 
 
