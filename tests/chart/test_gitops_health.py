@@ -15,7 +15,7 @@ import yaml
 from spx.api.status import ExperimentStatus
 from spx.controller import conditions as cond
 
-GITOPS = __import__("chartlib").CHART / "gitops"
+GITOPS = __import__("spx_testing.chartlib", fromlist=["CHART"]).CHART / "gitops"
 NOW = "2026-12-01T00:00:00Z"
 
 

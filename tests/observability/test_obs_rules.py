@@ -74,7 +74,7 @@ def test_alerts_carry_severity_and_a_summary() -> None:
 def test_runbook_links_resolve_at_the_chart_s_version() -> None:
     """Every runbook_url is docs/runbooks/<Alert>.md at the tag of the chart's version (v<version>, the
     tag scripts/release.sh creates), and that file exists in the repository and names the alert."""
-    from obslib import CHART, ROOT
+    from spx_testing.obslib import CHART, ROOT
 
     version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
     for rule in _rules():
