@@ -199,7 +199,8 @@ class ContainerRuntime:
     @staticmethod
     def spec_key(pod: Obj) -> str:
         doc = json.loads(((pod["metadata"].get("annotations") or {}).get(EXPERIMENT_ANNOTATION)) or "{}")
-        return hashlib.sha256(json.dumps(doc.get("spec"), sort_keys=True).encode()).hexdigest()
+        spec = {k: v for k, v in (doc.get("spec") or {}).items() if k != "timeoutSeconds"}  # the same bench run
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
     async def replay(self, run: PodRun, fault: Fault) -> tuple[int, str | None, str]:
         t0 = time.monotonic()

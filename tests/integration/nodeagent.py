@@ -419,7 +419,8 @@ class NodeAgent(ContainerRuntime):
                     return
                 if self._deleting(run):
                     waiter.cancel()
-                    if fault.grace_output and fault.hang_after_points is not None and not run.gone:
+                    if (fault.grace_output and fault.hang_after_points is not None and not run.gone
+                            and self.spec_key(run.obj) in self.recordings):
                         outcome = await self.grace(run)
                     else:
                         await self.kill(run)
