@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from spx.controller.conditions import parse_time
 from spx.controller import objects as obj
+from spx.controller.conditions import parse_time
 from spx.controller.manifests import CONTAINER_NAME
 
 State = Literal["suspended", "pending", "unschedulable", "scheduled", "running", "transition", "succeeded", "failed"]
@@ -324,7 +324,7 @@ def _on_lost_node(pod: Mapping[str, Any], nodes: Mapping[str, bool | None] | Non
     (``nodes``: readiness by node name, as the reactor read it; None where unknown)."""
     if is_node_lost(pod):
         return True
-    node = (pod.get("spec") or {}).get("nodeName")
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
     return bool(node) and nodes is not None and nodes.get(node) is False
 
 
@@ -420,27 +420,27 @@ def observe(
                                f"terminating; waiting for the Job controller", pod=pod, node=node,
                                disruptions=disruptions, recheck_after_s=TERMINATING_SLACK_S)
     if complete:
-        pod = next((p for p in reversed(mine) if _phase(p) == "Succeeded"), last)
-        node = (pod or {}).get("spec", {}).get("nodeName") if pod else None
-        return Observation("succeeded", "JobSucceeded", f"Job {jname} completed", pod=pod, node=node,
+        done = next((p for p in reversed(mine) if _phase(p) == "Succeeded"), last)
+        node = (done or {}).get("spec", {}).get("nodeName") if done else None
+        return Observation("succeeded", "JobSucceeded", f"Job {jname} completed", pod=done, node=node,
                            disruptions=disruptions, exit_code=0)
     if failed:
         reason = failed.get("reason") or ""
         ran = [p for p in mine if _phase(p) == "Failed" and not is_disrupted(p)]
-        pod = ran[-1] if ran else (lost or last)
-        node = (pod or {}).get("spec", {}).get("nodeName") if pod else None
+        ended = ran[-1] if ran else (lost or last)
+        node = (ended or {}).get("spec", {}).get("nodeName") if ended else None
         if reason == "DeadlineExceeded":
-            return _deadline_exceeded(job, jname, mine, pod, node, disruptions, memory, lost)
+            return _deadline_exceeded(job, jname, mine, ended, node, disruptions, memory, lost)
         if lost is not None:
             lnode = (lost.get("spec") or {}).get("nodeName")
             return Observation("failed", "NodeLost", f"node {lnode} of pod {obj.name(lost)} was lost while the bench ran",
                                outcome="InfraFailed", pod=lost, node=lnode, disruptions=disruptions)
-        if pod is None:
+        if ended is None:
             return Observation("failed", "JobFailed",
                                f"Job {jname} failed ({reason or 'no reason'}: {failed.get('message', '')}) and its pod is gone",
                                outcome="InfraFailed", disruptions=disruptions)
-        outcome, why, msg, code = classify_failed_pod(pod)
-        return Observation("failed", why, msg, outcome=outcome, pod=pod, node=node, disruptions=disruptions, exit_code=code)
+        outcome, why, msg, code = classify_failed_pod(ended)
+        return Observation("failed", why, msg, outcome=outcome, pod=ended, node=node, disruptions=disruptions, exit_code=code)
 
     if disruptions > timeouts.max_disruptions:
         return Observation("failed", "Evicted",

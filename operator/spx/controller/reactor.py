@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,15 +27,14 @@ from pydantic import ValidationError
 
 from spx import metrics
 from spx.api.loading import SpecError, validate_spec
-from spx.api.spec import KIND, PLURAL, ExperimentSpec
+from spx.api.spec import KIND, ExperimentSpec
 from spx.api.status import ExperimentStatus
-from spx.controller import admission
+from spx.controller import admission, relist
 from spx.controller import conclusion as c
 from spx.controller import conditions as cond
-from spx.controller.kube import ApiError, KubeClient, resource_path
+from spx.controller.kube import ApiError, KubeClient
 from spx.controller.logs import LogFollowers
 from spx.controller.manifests import (
-    MANAGED_SELECTOR,
     BenchOptions,
     job_name,
 )
@@ -44,7 +43,7 @@ from spx.controller.reads import Reads
 from spx.controller.settings import OperatorSettings
 from spx.controller.store import Key, Store, deleting, generation, meta
 from spx.controller.workqueue import WorkQueue
-from spx.controller.writes import EXPERIMENT_API, Backoff, Conflict, Gone, Rejected, Writes
+from spx.controller.writes import Backoff, Conflict, Gone, Rejected, Writes
 
 logger = logging.getLogger("spx.controller")
 
@@ -128,61 +127,17 @@ class Reactor:
         """Names of the reactor's background tasks that have ended (they never should)."""
         return [t.get_name() for t in self._tasks if t.done()]
 
-    async def _list(self, api_version: str, plural: str, selector: str | None,
-                    namespace: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        params = {"labelSelector": selector} if selector else None
-        doc = await self.client.get(resource_path(api_version, plural, namespace), params=params)
-        kind = {"jobs": "Job", "pods": "Pod"}.get(plural, KIND)
-        items = doc.get("items") or []
-        for item in items:
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
-        return items, (doc.get("metadata") or {}).get("resourceVersion")
-
-    def _scopes(self) -> list[str | None]:
-        """Where to list: each watched namespace (``SPX_WATCH_NAMESPACES`` without glob patterns), else
-        the whole cluster (None)."""
-        names = self.settings.watch_namespaces
-        if names and not any(ch in n for n in names for ch in "*?[!"):
-            return list(names)
-        return [None]
-
-    async def _relist(self, scopes: Sequence[str | None]) -> set[Key]:
-        """List from the API server, correct the store; the experiments whose objects vanished."""
-        affected: set[Key] = set()
-        for kind, api, plural, selector in (("experiment", EXPERIMENT_API, PLURAL, None),
-                                            ("job", "batch/v1", "jobs", MANAGED_SELECTOR),
-                                            ("pod", "v1", "pods", MANAGED_SELECTOR)):
-            for ns in scopes:
-                items, rv = await self._list(api, plural, selector, ns)
-                before = {k: self._owner_key(kind, o) for k, o in self._table(kind).items()}
-                for gone in self.store.reconcile_list(kind, items, rv, namespaces=None if ns is None else [ns]):
-                    logger.info("%s %s/%s is gone from the API server; dropped from the store", kind,
-                                meta(gone).get("namespace"), meta(gone).get("name"))
-                    owner = before.get(Store._key(gone))
-                    if owner is not None:
-                        affected.add(owner)
-        return affected
-
-    def _table(self, kind: str) -> dict[tuple[str, str], dict[str, Any]]:
-        return {"experiment": self.store.experiments, "job": self.store.jobs, "pod": self.store.pods}[kind]
-
-    def _owner_key(self, kind: str, obj: Mapping[str, Any]) -> Key | None:
-        if kind == "experiment":
-            return Store._key(obj)
-        return self.store.experiment_of_job(obj) if kind == "job" else self.store.experiment_of_pod(obj)
-
     async def resync(self, everything: bool = True) -> None:
         """List experiments, then Jobs and pods, from the API server; correct the store; reconcile every
         experiment (``everything``) or those whose objects vanished (after kopf re-listed)."""
-        scopes = self._scopes()
+        scopes = relist.scopes(self.settings.watch_namespaces)
         try:
-            affected = await self._relist(scopes)
+            affected = await relist.relist(self.client, self.store, scopes)
         except ApiError as err:
             if err.code != 403 or scopes != [None]:
                 raise
             # Namespaced RBAC and namespace patterns: the namespaces seen so far, one by one.
-            affected = await self._relist(sorted({k[0] for k in self.store.experiments}))
+            affected = await relist.relist(self.client, self.store, sorted({k[0] for k in self.store.experiments}))
         self.reads.listed.update(self.store.job_by_uid)
         if not self.synced:
             self.synced = True
@@ -470,11 +425,11 @@ class Reactor:
             return {"failed_create": await self.reads.failed_create(namespace, job) if job else ""}
         if isinstance(need, c.ReadResults):
             # (StoreResult re-reads the owner from the API server before the ConfigMap is written.)
-            job = next((j for j in o.jobs if meta(j).get("name") == job_name(key[1], o.generation)), None)
-            if job is not None:  # the stream of the pod that just ended delivers its last lines
-                await self.logs.settle(str(meta(job).get("uid")), LOG_SETTLE_S)
+            this = next((j for j in o.jobs if meta(j).get("name") == job_name(key[1], o.generation)), None)
+            if this is not None:  # the stream of the pod that just ended delivers its last lines
+                await self.logs.settle(str(meta(this).get("uid")), LOG_SETTLE_S)
             log = await self.reads.log(namespace, need.pod) if need.pod else None
-            followed = self.logs.latest(str(meta(job).get("uid"))) if job is not None else None
+            followed = self.logs.latest(str(meta(this).get("uid"))) if this is not None else None
             return {"results": c.Results(log=log, progress_log=followed.text if followed else o.progress_log)}
         if isinstance(need, c.CheckNodes):
             return {"nodes": {name: await self.reads.node_ready(name) for name in need.names}}
