@@ -224,7 +224,7 @@ class NodeAgent(ContainerRuntime):
             if exited:
                 await rsp.write_eof()
                 return rsp
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.2)
 
     # Watching pods -----------------------------------------------------------------------------------------
 
