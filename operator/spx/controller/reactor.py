@@ -94,6 +94,7 @@ class Reactor:
     _rejections: dict[Key, int] = field(default_factory=dict)
     _stalled: set[Key] = field(default_factory=set)
     _relist_timer: asyncio.TimerHandle | None = None
+    _oneshots: set[asyncio.Task[None]] = field(default_factory=set)
     logs: LogFollowers = field(init=False)
 
     def __post_init__(self) -> None:
@@ -112,6 +113,10 @@ class Reactor:
     async def stop(self) -> None:
         await self.writes.drain()
         await self.logs.stop()
+        if self._relist_timer is not None:
+            self._relist_timer.cancel()
+        for task in list(self._oneshots):
+            task.cancel()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -161,9 +166,9 @@ class Reactor:
         self._relist_timer = loop.call_later(RELIST_DEBOUNCE_S, lambda: self._spawn(self._relist_now()))
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.append(task)
-        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+        task = asyncio.get_running_loop().create_task(coro, name="spx-relist")
+        self._oneshots.add(task)
+        task.add_done_callback(self._oneshots.discard)
 
     async def _relist_now(self) -> None:
         self._relist_timer = None
@@ -542,5 +547,6 @@ class Reactor:
 
 def _answers(o: c.Observed) -> dict[str, Any]:
     """The answers already in ``o`` (carried into the next :func:`conclude`)."""
-    return {k: getattr(o, k) for k in ("admission", "creation", "job_gone", "failed_create", "results", "status_rejected")
+    return {k: getattr(o, k) for k in ("admission", "creation", "job_gone", "failed_create", "results", "status_rejected",
+                                      "nodes")
             if getattr(o, k) not in (None, False)}
