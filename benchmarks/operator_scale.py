@@ -176,7 +176,11 @@ def main() -> int:
         cpu_admission = (proc_cpu_seconds(operator.pid) - cpu0[0], harness_cpu_s() - cpu0[1])
 
         def decided() -> int:
-            return sum(1 for o in c.list(EXP_API, EXP_PLURAL) if o["metadata"]["name"].startswith("scale-")
+            try:
+                items = c.list(EXP_API, EXP_PLURAL)
+            except (TimeoutError, OSError):  # an overloaded API server: ask again at the next poll
+                return -1
+            return sum(1 for o in items if o["metadata"]["name"].startswith("scale-")
                        and (condition(o, "Decided") or {}).get("status") == "True")
 
         c.wait_for(lambda: decided() >= len(names), args.timeout, "all experiments Decided", interval=2.0)
