@@ -9,7 +9,12 @@ from the store, call the pure :func:`~spx.controller.conclusion.conclude`, answe
 The API server, not the cache, is the truth: at start-up and every ``SPX_RESYNC_SECONDS`` the
 reactor lists experiments, Jobs and pods itself and corrects the store; admission waits for the first
 of those lists (:mod:`spx.controller.admission`); a Job the status names and the store lacks is
-looked up before it is declared gone; the owner is re-read before a child is written.
+looked up before it is declared gone; the owner is re-read before a child is written. When kopf
+re-lists (after a ``410 Gone`` or a reconnect: it reports no deletions), the reactor re-lists too and
+reconciles at once every experiment whose Job or pod vanished (:mod:`spx.controller.relist`).
+
+Nothing the bench wrote is lost with its pod: the store keeps the last state of deleted pods, and the
+reactor follows the log stream of every running bench pod (:mod:`spx.controller.logs`).
 """
 
 from __future__ import annotations
