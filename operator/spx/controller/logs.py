@@ -57,11 +57,12 @@ def _bounded(text: str, limit: int) -> str:
 
 @dataclass
 class LogFollowers:
-    """The followed logs, by pod uid; ``running(pod_uid)`` says whether the pod still runs (the store)."""
+    """The followed logs, by pod uid; ``running(namespace, pod, pod_uid)`` says whether the pod still runs
+    (the store)."""
 
     client: KubeClient
     limit_bytes: int
-    running: Callable[[str], bool]
+    running: Callable[[str, str, str], bool]
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
     _pods: dict[str, Followed] = field(default_factory=dict)
     _by_job: dict[str, list[str]] = field(default_factory=dict)
@@ -123,7 +124,7 @@ class LogFollowers:
                     logger.info("log stream of pod %s/%s broke: %r", namespace, f.pod, err)
                 except Exception as err:  # aiohttp's payload errors: the stream broke
                     logger.info("log stream of pod %s/%s broke: %r", namespace, f.pod, err)
-                if not self.running(pod_uid) or attempt == MAX_RECONNECTS:
+                if not self.running(namespace, f.pod, pod_uid) or attempt == MAX_RECONNECTS:
                     return
                 await asyncio.sleep(RECONNECT_DELAY_S)
         finally:

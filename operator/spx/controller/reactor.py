@@ -304,12 +304,12 @@ class Reactor:
         if job_uid and not self.logs.following(str(m.get("uid"))):
             self.logs.follow(str(m.get("namespace")), str(m.get("name")), str(m.get("uid")), job_uid)
 
-    def _pod_running(self, pod_uid: str) -> bool:
+    def _pod_running(self, namespace: str, name: str, pod_uid: str) -> bool:
         """The pod is in the store, not being deleted and not ended (its log stream should go on)."""
-        for pod in self.store.pods.values():
-            if str(meta(pod).get("uid")) == pod_uid:
-                return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not deleting(pod)
-        return False
+        pod = self.store.pods.get((namespace, name))
+        if pod is None or str(meta(pod).get("uid")) != pod_uid:
+            return False
+        return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not deleting(pod)
 
     def wake_queued(self) -> None:
         """A slot may have freed up: look at the experiments waiting for one."""
