@@ -25,7 +25,10 @@ import asyncio
 import json
 import os
 import resource
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -97,6 +100,29 @@ async def apply_all(c: Cluster, names: list[str], namespace: str) -> float:
     return time.monotonic() - t0
 
 
+def print_profile(path: Path, top: int = 15) -> None:
+    """The functions with the most own samples (the stack's leaf) and the most total samples (anywhere
+    in the stack) in py-spy's collapsed stacks (``frame;frame;… count`` lines)."""
+    own: dict[str, int] = {}
+    total: dict[str, int] = {}
+    samples = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        samples += n
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for f in set(frames):
+            total[f] = total.get(f, 0) + n
+    print(f"\npy-spy: {samples} samples of the operator (50/s, idle threads excluded)")
+    for title, table in (("own", own), ("total", total)):
+        print(f"-- top {top} by {title} samples")
+        for frame, n in sorted(table.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"{100 * n / max(samples, 1):5.1f}%  {frame[:150]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--experiments", type=int, default=500)
@@ -107,6 +133,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for all to be Decided")
     parser.add_argument("--workers", type=int, default=None, help="SPX_RECONCILE_WORKERS of the operator")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="record the operator with py-spy (PyPI: py-spy) from the apply until all are Decided, "
+                             "as collapsed stacks here; the top functions by own samples are printed")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="spx-scale-"))
@@ -132,6 +161,11 @@ def main() -> int:
             r = resource.getrusage(resource.RUSAGE_SELF)
             return r.ru_utime + r.ru_stime
 
+        spy = None
+        if args.profile:
+            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(operator.pid),
+                                    "-f", "raw", "-o", str(args.profile), "-r", "50", "--nonblocking"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cpu0 = (proc_cpu_seconds(operator.pid), harness_cpu_s())
         t0 = time.monotonic()
         apply_s = asyncio.run(apply_all(c, names, namespace))
@@ -140,11 +174,18 @@ def main() -> int:
         cpu_admission = (proc_cpu_seconds(operator.pid) - cpu0[0], harness_cpu_s() - cpu0[1])
 
         def decided() -> int:
-            return sum(1 for o in c.list(EXP_API, EXP_PLURAL) if o["metadata"]["name"].startswith("scale-")
+            try:
+                items = c.list(EXP_API, EXP_PLURAL)
+            except (TimeoutError, OSError):  # an overloaded API server: ask again at the next poll
+                return -1
+            return sum(1 for o in items if o["metadata"]["name"].startswith("scale-")
                        and (condition(o, "Decided") or {}).get("status") == "True")
 
         c.wait_for(lambda: decided() >= len(names), args.timeout, "all experiments Decided", interval=2.0)
         all_decided_s = time.monotonic() - t0
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            spy.wait(60)
         c.wait_for(lambda: not [o for o in c.list("v1", "pods") if o["status"].get("phase") in ("Pending", "Running")],
                    120, "the last pods to end", interval=1.0)
         rss_after, rss_peak = proc_memory(operator.pid)
@@ -221,6 +262,8 @@ def main() -> int:
         print(f"{label:<{width}}  {value:<{vwidth}}  {verdict}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
+    if args.profile and args.profile.exists():
+        print_profile(args.profile)
     return 0 if ok_admitted and ok_p95 and ok_rss else 1
 
 

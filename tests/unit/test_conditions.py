@@ -135,7 +135,12 @@ TIMEOUTS = Timeouts(schedule_timeout_s=300, image_pull_timeout_s=120, max_disrup
     (mkjob(), [mkpod("p", node="n1", conditions=[true("PodScheduled")])], "scheduled", None, "PodScheduled"),
     (mkjob(), [mkpod("p", "Running", node="n1")], "running", None, "Running"),
     (mkjob(), [mkpod("p", "Succeeded", node="n1", state=terminated(0, "Completed"))], "running", None, "Running"),
-    (mkjob(), [mkpod("p", "Failed", node="n1", state=terminated(137), conditions=[EVICTED])], "pending", None, "Pending"),
+    # evicted: waiting for the replacement, bounded from the disruption (not from the Job's start)
+    (mkjob(), [mkpod("p", "Failed", node="n1", state=terminated(137),
+                     conditions=[true("DisruptionTarget", "EvictionByEvictionAPI", "Eviction API: evicting",
+                                      at="2026-01-01T00:09:30Z")])], "transition", None, "Replacing"),
+    (mkjob(), [mkpod("p", "Failed", node="n1", state=terminated(137), conditions=[EVICTED])],
+     "failed", "InfraFailed", "PodCreateFailed"),
     (mkjob(), [mkpod("p", "Failed", conditions=[EVICTED]), mkpod("q", "Running", created=T1, node="n1")], "running", None, "Running"),
     (mkjob(), [mkpod("p", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                        "message": "0/4 nodes: Insufficient nvidia.com/gpu", "lastTransitionTime": T2}])],

@@ -27,6 +27,7 @@ from spx.controller.decision import (
     Action,
     Admission,
     AskAdmission,
+    CheckNodes,
     ConfirmJobGone,
     CreateJob,
     Decision,
@@ -43,21 +44,16 @@ from spx.controller.decision import (
 )
 from spx.controller.finish import finish, judge
 from spx.controller.manifests import build_job, job_name
-from spx.controller.pod_outcome import Observation, job_ending, job_finished, observe
+from spx.controller.objects import deleting as _deleting
+from spx.controller.objects import meta as _meta
+from spx.controller.objects import pods_of_job
+from spx.controller.pod_outcome import Memory, Observation, job_ending, job_finished, observe
 
 __all__ = [
-    "Action", "Admission", "AskAdmission", "ConfirmJobGone", "CreateJob", "Decision", "DeleteJobs", "Event",
+    "Action", "Admission", "AskAdmission", "CheckNodes", "ConfirmJobGone", "CreateJob", "Decision", "DeleteJobs", "Event",
     "FetchFailedCreate", "JobCreation", "Need", "Observed", "ReadProgress", "ReadResults", "Results", "StoreResult",
     "conclude", "finish", "job_ending", "job_finished", "judge",
 ]
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
-
-
-def _deleting(obj: Mapping[str, Any]) -> bool:
-    return bool(_meta(obj).get("deletionTimestamp"))
-
 
 # The decision ------------------------------------------------------------------------------------------
 
@@ -100,20 +96,25 @@ def conclude(o: Observed) -> Decision:
 
     if job is None:
         return _without_job(o, spec, status, jname, nows, before)
-    pods = [p for p in o.pods if _owned_by(p, job)]
-    scheduled = cond.get_condition(status.conditions, "Scheduled")
-    obs = observe(job, pods, o.now, o.timeouts, failed_create=o.failed_create,
-                  seen_scheduled=scheduled is not None and scheduled.status == "True")
+    pods = pods_of_job(job, o.pods)
+    obs = observe(job, pods, o.now, o.timeouts, failed_create=o.failed_create, gone=pods_of_job(job, o.gone_pods),
+                  memory=_memory(o, status), nodes=o.nodes)
     if obs.reason == "PodCreateFailed" and o.failed_create is None:
         return Decision("asking", before=before, need=FetchFailedCreate(jname))
+    if obs.check_nodes and o.nodes is None:
+        return Decision("asking", before=before, need=CheckNodes(obs.check_nodes))
     d = _follow(o, spec, status, job, obs, nows)
     return replace(d, before=before + d.before)
 
 
-def _owned_by(pod: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
-    uid = _meta(job).get("uid")
-    return any(ref.get("uid") == uid for ref in _meta(pod).get("ownerReferences") or []) or \
-        (_meta(pod).get("labels") or {}).get("job-name") == _meta(job).get("name")
+def _memory(o: Observed, status: ExperimentStatus) -> Memory:
+    """What this generation's status (and the log received while the pod ran) remember of the run."""
+    scheduled = cond.get_condition(status.conditions, "Scheduled") if status.observed_generation == o.generation else None
+    unschedulable = None
+    if scheduled is not None and scheduled.status == "False" and scheduled.reason == "Unschedulable":
+        unschedulable = (scheduled.message or "").split(" is unschedulable: ", 1)[-1] or None
+    return Memory(seen_scheduled=scheduled is not None and scheduled.status == "True",
+                  seen_started=bool(o.progress_log), unschedulable=unschedulable)
 
 
 def _terminal(status: ExperimentStatus, step: cond.Step, nows: str, gen: int, **update: Any) -> ExperimentStatus:
@@ -224,6 +225,11 @@ def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Ma
                             observed_duration=True)
         step = cond.suspended(jname, spec.scheduling.queue_name)
         return Decision("suspended", cond.apply_step(base, step, nows, gen), requeue_after_s=limit - waited + 0.2)
+    if obs.state == "transition":  # pods ending or being replaced: the phase stays as it is
+        if status.phase == "Running" and obs.pod is not None and obs.node:
+            step = cond.running(jname, obs.node, started=True, detail=obs.message)
+            return Decision("transition", cond.apply_step(base, step, nows, gen), requeue_after_s=recheck)
+        return Decision("transition", requeue_after_s=recheck)
     if obs.state == "pending":
         return Decision("pending", cond.apply_step(base, cond.job_pending(jname, obs.message), nows, gen),
                         requeue_after_s=recheck)

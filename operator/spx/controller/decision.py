@@ -58,7 +58,14 @@ class ReadResults:
     pod: str | None
 
 
-Need = AskAdmission | CreateJob | ConfirmJobGone | FetchFailedCreate | ReadResults
+@dataclass(frozen=True)
+class CheckNodes:
+    """Are these nodes (of pods being deleted) Ready? A pod on a lost node is not waited on."""
+
+    names: tuple[str, ...]
+
+
+Need = AskAdmission | CreateJob | ConfirmJobGone | FetchFailedCreate | ReadResults | CheckNodes
 
 
 # Effects the reactor carries out --------------------------------------------------------------------
@@ -81,7 +88,8 @@ class StoreResult:
 
 @dataclass(frozen=True)
 class ReadProgress:
-    """Read the running pod's log now, so its points survive a node loss."""
+    """Make sure the running pod's log is followed (:mod:`spx.controller.logs`), so its points survive
+    the pod."""
 
     pod: str
     pod_uid: str
@@ -144,7 +152,8 @@ class JobCreation:
 @dataclass(frozen=True)
 class Results:
     """The raw outputs of the run's pod (the answer to :class:`ReadResults`): its termination message
-    and its log (None: not available), and the log read while it still ran (``progress_log``)."""
+    and its log (None: not available), and the log received while it still ran (``progress_log``: the
+    operator follows the pod's log stream, so what the bench wrote up to its exit survives the pod)."""
 
     message: str | None = None
     log: str | None = None
@@ -156,7 +165,9 @@ class Observed:
     """The inputs of :func:`conclude` for one experiment (plain data; the reactor fills it in).
 
     ``jobs``: this experiment's Jobs (any generation) from the store; ``pods``: the pods of those
-    Jobs; ``spec``: the validated spec of this generation or the validation error. The answers to
+    Jobs; ``gone_pods``: the last state of those Jobs' pods deleted since (from the watch's DELETED
+    events or a re-list; the operator's memory — an evicted pod, a pod deleted at the deadline);
+    ``nodes``: the answer to :class:`CheckNodes` (node name → Ready, None: unknown); ``spec``: the validated spec of this generation or the validation error. The answers to
     earlier :data:`Need` questions: ``admission``, ``creation``, ``job_gone`` (the API server said
     404 for the status' Job), ``failed_create``, ``results``, ``progress_log`` (the running pod's log
     as last read, and when: ``progress_read_at``), ``status_rejected`` (the API server's 422 message
@@ -173,6 +184,7 @@ class Observed:
     now: dt.datetime
     jobs: Sequence[Mapping[str, Any]] = ()
     pods: Sequence[Mapping[str, Any]] = ()
+    gone_pods: Sequence[Mapping[str, Any]] = ()
     deleting: bool = False
     timeouts: Timeouts = Timeouts()
     bench_image: str = "ghcr.io/spx-dev/spx-bench:0.1.0"
@@ -187,3 +199,4 @@ class Observed:
     progress_log: str | None = None
     progress_read_at: dt.datetime | None = None
     status_rejected: str | None = None
+    nodes: Mapping[str, bool | None] | None = None

@@ -22,13 +22,10 @@ from spx.api.status import Environment, ExperimentStatus, KernelStatus
 from spx.controller import conditions as cond
 from spx.controller.decision import Action, Decision, DeleteJobs, Event, Observed, Results, StoreResult
 from spx.controller.manifests import result_configmap_name
+from spx.controller.objects import meta as _meta
 from spx.controller.pod_outcome import Observation, termination_message
 from spx.controller.result_configmap import build_result_configmap
 from spx.controller.results import Collected, collect, measurement, vllm_statuses
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 def judge(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
@@ -44,13 +41,14 @@ def judge(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accura
 
 
 def _collected(o: Observed, obs: Observation) -> tuple[Collected, str | None, str | None]:
-    """Parse the pod's outputs; a log that is gone falls back to the log read while the pod ran."""
+    """Parse the pod's outputs: the log read at the end, or the one received while the pod ran when the
+    pod is gone or that one is longer (lines written in the grace period of a deleted pod)."""
     r = o.results or Results()
     message = r.message if r.message is not None else (termination_message(obs.pod) if obs.pod else None)
     log = r.log
     progress = r.progress_log if r.progress_log is not None else o.progress_log
-    if log is None and progress is not None:
-        log = progress
+    if progress is not None and (log is None or len(progress) > len(log)):
+        log = progress  # the pod is gone, or the stream received more than the read after the end
     return collect(message, log), message, log
 
 

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -75,6 +75,7 @@ class KubeClient:
         self._session: aiohttp.ClientSession | None = None
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._relogin = relogin
+        self._streams: aiohttp.ClientSession | None = None
 
     def set_credentials(self, info: kopf.ConnectionInfo) -> None:
         old = self._session
@@ -110,6 +111,8 @@ class KubeClient:
     async def close(self) -> None:
         if self._session is not None and not self._session.closed:
             await self._session.close()
+        if self._streams is not None and not self._streams.closed:
+            await self._streams.close()
 
     async def request(
         self,
@@ -175,6 +178,31 @@ class KubeClient:
     async def delete(self, path: str, propagation: str = "Background") -> Any:
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
         return await self.request("DELETE", path, body=body)
+
+    async def stream(self, path: str, params: Mapping[str, str] | None = None) -> AsyncIterator[bytes]:
+        """GET ``path`` and yield the body's chunks as they arrive (a followed pod log). No overall
+        timeout (the stream lasts as long as the container runs); its own connection pool, so long
+        streams never hold the request pool's connections.
+
+        Raises :class:`ApiError` on an HTTP status >= 400 (no re-login: the caller retries).
+        """
+        if self._info is None:
+            await asyncio.wait_for(self._ready.wait(), CREDENTIALS_WAIT_S)
+        info = self._info
+        assert info is not None
+        if self._streams is None or self._streams.closed:
+            ssl_ctx: ssl.SSLContext | bool = info.as_ssl_context() if info.server.startswith("https") else False
+            self._streams = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=0),
+                headers={**info.as_http_headers(), "User-Agent": "spx-operator"},
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.total), trust_env=info.trust_env)
+        url = info.server.rstrip("/") + path + ("?" + urlencode(params) if params else "")
+        async with self._streams.get(url) as rsp:
+            if rsp.status >= 400:
+                raw = await rsp.text()
+                raise ApiError(rsp.status, "", raw[:500], "GET", path)
+            async for chunk in rsp.content.iter_any():
+                yield chunk
 
     async def pod_log(self, namespace: str, name: str, container: str, limit_bytes: int) -> str:
         """The first ``limit_bytes`` bytes of ``container``'s log in pod ``namespace/name``."""

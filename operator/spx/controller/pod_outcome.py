@@ -24,10 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from spx.controller import objects as obj
 from spx.controller.conditions import parse_time
 from spx.controller.manifests import CONTAINER_NAME
 
-State = Literal["suspended", "pending", "unschedulable", "scheduled", "running", "succeeded", "failed"]
+State = Literal["suspended", "pending", "unschedulable", "scheduled", "running", "transition", "succeeded", "failed"]
 Outcome = Literal["BenchmarkFailed", "InfraFailed"]
 
 IMAGE_PULL_FATAL = frozenset({"InvalidImageName", "ErrImageNeverPull"})
@@ -72,6 +73,23 @@ class Observation:
     recheck_after_s: float | None = None
     disruptions: int = 0
     exit_code: int | None = None
+    check_nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What the experiment's status remembers of a run whose pods may be gone: ``seen_scheduled`` (its
+    ``Scheduled`` condition was True: a pod was bound), ``seen_started`` (the bench wrote output while it
+    ran), ``unschedulable`` (the scheduler's last message while the pod could not be placed)."""
+
+    seen_scheduled: bool = False
+    seen_started: bool = False
+    unschedulable: str | None = None
+
+
+#: Seconds past a pod's ``deletionTimestamp`` (its deletion time plus its grace period) the operator
+#: waits for the kubelet to report it terminated before deciding with what it has.
+TERMINATING_SLACK_S = 30.0
 
 
 def _conditions(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -85,10 +103,6 @@ def _cond(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
 def _true(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     c = _cond(obj, type_)
     return c if c is not None and c.get("status") == "True" else None
-
-
-def _created(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
 
 
 def _phase(pod: Mapping[str, Any]) -> str:
@@ -130,38 +144,57 @@ def is_node_lost(pod: Mapping[str, Any]) -> bool:
 
 def _deadline_exceeded(job: Mapping[str, Any], jname: str, mine: Sequence[Mapping[str, Any]],
                        pod: Mapping[str, Any] | None, node: str | None, disruptions: int,
-                       seen_scheduled: bool = False) -> Observation:
-    """``DeadlineExceeded``: the bench was slow only if its pod ran; else say what kept it from running.
+                       memory: Memory, lost: Mapping[str, Any] | None) -> Observation:
+    """``DeadlineExceeded``: say what kept the bench from finishing, first cause first.
 
-    ``seen_scheduled``: the operator saw this run's pod bound to a node earlier (the Job controller
-    deletes the pods of a Job past its deadline, so the pods listed now may not show it).
+    ``mine``: every pod of the Job the operator saw, the deleted ones included (the Job controller
+    deletes the pods of a Job past its deadline before it sets ``Failed``). The first cause: a node
+    lost under a pod (``NodeLost``); no pod ever bound (``NeverScheduled``, with the scheduler's
+    message, from the pod or remembered in the status); bound but the container never started
+    (``NeverStarted``); else the bench ran too long (``DeadlineExceeded``).
     """
     deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
     bound = [p for p in mine if (p.get("spec") or {}).get("nodeName")]
-    if not bound and not seen_scheduled:
-        last = mine[-1] if mine else None
-        sched = _cond(last, "PodScheduled") if last is not None else None
-        why = (sched or {}).get("message") or ("no pod was created" if last is None else "no node was assigned")
-        return Observation("failed", "NeverScheduled",
-                           f"the pod of Job {jname} was never scheduled before activeDeadlineSeconds={deadline} "
-                           f"(spec.timeoutSeconds) passed: {why}", outcome="InfraFailed", pod=last, disruptions=disruptions)
-    lost = next((p for p in reversed(bound) if is_node_lost(p)), None)
+    if lost is None:
+        lost = next((p for p in reversed(bound) if is_node_lost(p)), None)
     if lost is not None:
         lnode = (lost.get("spec") or {}).get("nodeName")
         return Observation("failed", "NodeLost",
-                           f"node {lnode} of pod {(lost.get('metadata') or {}).get('name')} was lost while the bench ran; "
+                           f"node {lnode} of pod {obj.name(lost)} was lost while the bench ran; "
                            f"the Job then hit activeDeadlineSeconds={deadline}", outcome="InfraFailed", pod=lost,
                            node=lnode, disruptions=disruptions)
-    cs = (container_status(bound[-1]) or {}) if bound else {}
-    if bound and not (cs.get("state") or {}).get("running") and not terminated_state(bound[-1]) and not cs.get("lastState"):
+    if not bound and not memory.seen_scheduled:
+        last = mine[-1] if mine else None
+        sched = _cond(last, "PodScheduled") if last is not None else None
+        existed = last is not None or _job_had_pods(job)
+        why = ((sched or {}).get("message") or memory.unschedulable
+               or ("no node was assigned" if existed else "no pod was created"))
+        return Observation("failed", "NeverScheduled",
+                           f"the pod of Job {jname} was never scheduled before activeDeadlineSeconds={deadline} "
+                           f"(spec.timeoutSeconds) passed: {why}", outcome="InfraFailed", pod=last, disruptions=disruptions)
+    last_bound = bound[-1] if bound else None
+    cs = (container_status(last_bound) or {}) if last_bound is not None else {}
+    if (last_bound is not None and not memory.seen_started and not (cs.get("state") or {}).get("running")
+            and not terminated_state(last_bound) and not cs.get("lastState")):
         waiting = ((cs.get("state") or {}).get("waiting") or {})
         return Observation("failed", "NeverStarted",
                            f"the bench container of Job {jname} never started before activeDeadlineSeconds={deadline}: "
                            f"{waiting.get('reason') or 'waiting'} {waiting.get('message') or ''}".rstrip(),
-                           outcome="InfraFailed", pod=bound[-1], node=node, disruptions=disruptions)
+                           outcome="InfraFailed", pod=last_bound, node=node, disruptions=disruptions)
     return Observation("failed", "DeadlineExceeded",
                        f"Job {jname} ran past activeDeadlineSeconds={deadline} (spec.timeoutSeconds) and was stopped",
-                       outcome="InfraFailed", pod=pod, node=node, disruptions=disruptions)
+                       outcome="InfraFailed", pod=pod or last_bound, node=node or (
+                           (last_bound.get("spec") or {}).get("nodeName") if last_bound is not None else None),
+                       disruptions=disruptions)
+
+
+def _job_had_pods(job: Mapping[str, Any]) -> bool:
+    """The Job's own counters say it created a pod (``active``/``failed``/``succeeded``/``terminating``,
+    ``uncountedTerminatedPods``) — what is left when the pods themselves are gone."""
+    st = job.get("status") or {}
+    uncounted = st.get("uncountedTerminatedPods") or {}
+    return any(int(st.get(k) or 0) > 0 for k in ("active", "failed", "succeeded", "terminating")) or \
+        bool(uncounted.get("failed") or uncounted.get("succeeded"))
 
 
 def is_disrupted(pod: Mapping[str, Any]) -> bool:
@@ -236,19 +269,6 @@ def job_ending(job: Mapping[str, Any]) -> bool:
     return False
 
 
-def _job_owned_pods(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    uid = (job.get("metadata") or {}).get("uid")
-    name = (job.get("metadata") or {}).get("name")
-    out = []
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        owners = meta.get("ownerReferences") or []
-        labels = meta.get("labels") or {}
-        if any(o.get("uid") == uid for o in owners) or labels.get("job-name") == name or labels.get("batch.kubernetes.io/job-name") == name:
-            out.append(pod)
-    return sorted(out, key=_created)
-
-
 def waiting_message(job_name: str) -> str:
     """The message while a Job's pod is not bound yet (one text, so status is not rewritten for nothing)."""
     return f"Job {job_name} created, waiting for its pod to be scheduled"
@@ -285,7 +305,7 @@ def _no_pod_yet(job: Mapping[str, Any], jname: str, now: dt.datetime, timeouts: 
         if susp is not None and susp.get("status") == "True":
             return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions,
                                recheck_after_s=max(0.5, timeouts.image_pull_timeout_s))
-        since = (susp or {}).get("lastTransitionTime") or _created(job)
+        since = (susp or {}).get("lastTransitionTime") or obj.created(job)
     elapsed = _elapsed(since, now)
     limit = timeouts.image_pull_timeout_s
     if elapsed is None:
@@ -299,6 +319,31 @@ def _no_pod_yet(job: Mapping[str, Any], jname: str, now: dt.datetime, timeouts: 
                        recheck_after_s=max(0.5, limit - elapsed))
 
 
+def _on_lost_node(pod: Mapping[str, Any], nodes: Mapping[str, bool | None] | None) -> bool:
+    """The pod's node is gone or unreachable: :func:`is_node_lost`, or its ``Ready`` condition is not True
+    (``nodes``: readiness by node name, as the reactor read it; None where unknown)."""
+    if is_node_lost(pod):
+        return True
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    return bool(node) and nodes is not None and nodes.get(node) is False
+
+
+def _overdue(pod: Mapping[str, Any], now: dt.datetime) -> float | None:
+    """Seconds until a pod being deleted is past its grace period plus :data:`TERMINATING_SLACK_S`
+    (<= 0: overdue; None: not being deleted). ``deletionTimestamp`` is the deletion time plus the grace
+    period the kubelet was given."""
+    t = parse_time(obj.meta(pod).get("deletionTimestamp"))
+    return None if t is None else TERMINATING_SLACK_S - (now - t).total_seconds()
+
+
+def _disrupted_since(pod: Mapping[str, Any]) -> str | None:
+    """When the pod was disrupted: its ``DisruptionTarget`` transition, else its deletion or end."""
+    target = _true(pod, "DisruptionTarget") or {}
+    term = terminated_state(pod) or {}
+    return (target.get("lastTransitionTime") or obj.meta(pod).get("deletionTimestamp") or term.get("finishedAt")
+            or obj.created(pod) or None)
+
+
 def observe(
     job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
@@ -306,75 +351,125 @@ def observe(
     timeouts: Timeouts = Timeouts(),
     failed_create: str | None = None,
     seen_scheduled: bool = False,
+    *,
+    gone: Sequence[Mapping[str, Any]] = (),
+    memory: Memory | None = None,
+    nodes: Mapping[str, bool | None] | None = None,
 ) -> Observation:
     """Classify a Job and its pods (any pods may be passed; those of the Job are picked out).
 
+    ``pods``: the pods on the API server now; ``gone``: the last state of pods deleted since (the
+    operator's memory of them: an evicted pod, the pods the Job controller deleted at the deadline).
+    Both count for disruptions, for "was it ever bound" and for the pod to read results from.
     ``failed_create``: the message of the Job's latest ``FailedCreate`` event, if the caller has it
-    (it goes into the ``PodCreateFailed`` message). ``seen_scheduled``: the operator already saw this
-    run's pod bound to a node (its ``Scheduled`` condition is True).
+    (it goes into the ``PodCreateFailed`` message). ``memory``: what the status remembers
+    (``seen_scheduled``: the pod was bound; ``unschedulable``: the scheduler's last message).
+    ``nodes``: readiness of the nodes of pods being deleted (None: not read; then
+    :attr:`Observation.check_nodes` names the nodes to read).
     """
-    mine = _job_owned_pods(job, pods)
+    memory = memory or Memory(seen_scheduled=seen_scheduled)
+    live = obj.pods_of_job(job, pods)
+    live_uids = {obj.uid(p) for p in live}
+    departed = [p for p in obj.pods_of_job(job, gone) if obj.uid(p) not in live_uids]
+    mine = sorted([*live, *departed], key=lambda p: (obj.created(p), obj.name(p)))
     disruptions = sum(1 for p in mine if is_disrupted(p))
     last = mine[-1] if mine else None
-    jname = (job.get("metadata") or {}).get("name", "?")
+    jname = obj.name(job) or "?"
     spec = job.get("spec") or {}
 
     complete = _true(job, "Complete")
     failed = _true(job, "Failed")
     ending = _true(job, "SuccessCriteriaMet") or _true(job, "FailureTarget")
-    if ending and not (complete or failed):
-        # The Job controller decided (Kubernetes ≥ 1.31 sets these first) and is terminating its pods:
-        # decide once the pod has ended, and do not delete the Job during its grace period.
-        alive = [p for p in mine if _phase(p) not in ("Succeeded", "Failed")]
-        if alive:
-            ending_pod = alive[-1]
-            pname = (ending_pod.get("metadata") or {}).get("name", "?")
-            return Observation("running", "Terminating",
-                               f"Job {jname} is ending ({ending.get('type')}: {ending.get('reason') or 'no reason'}); "
-                               f"waiting for pod {pname} to terminate", pod=ending_pod,
-                               node=(ending_pod.get("spec") or {}).get("nodeName"), disruptions=disruptions)
-        if ending.get("type") == "SuccessCriteriaMet":
-            complete = ending
-        else:
-            failed = ending
+    lost: Mapping[str, Any] | None = None
+    alive = [p for p in live if _phase(p) not in ("Succeeded", "Failed")]
+    deleting_alive = [p for p in alive if obj.deleting(p)]
+    if (ending and not (complete or failed)) or (deleting_alive and not (complete or failed)
+                                                  and len(deleting_alive) == len(alive)):
+        # Pods are ending: the Job controller decided (Kubernetes >= 1.31 sets FailureTarget /
+        # SuccessCriteriaMet first) or is deleting them (its deadline, an eviction). Wait for them —
+        # bounded: not past their grace period (plus a slack), not at all on a lost node.
+        unknown = tuple(sorted({str((p.get("spec") or {}).get("nodeName")) for p in alive
+                                if (p.get("spec") or {}).get("nodeName") and not is_node_lost(p)}))
+        lost = next((p for p in reversed(alive) if _on_lost_node(p, nodes)), None)
+        waited = [p for p in alive if not _on_lost_node(p, nodes) and (_overdue(p, now) is None or (_overdue(p, now) or 0.0) > 0)]
+        if waited and nodes is None and unknown:
+            return Observation("transition", "Terminating", f"Job {jname}: reading the readiness of node(s) "
+                               f"{', '.join(unknown)}", disruptions=disruptions, check_nodes=unknown)
+        if waited:
+            pod = waited[-1]
+            left = _overdue(pod, now)
+            what = (f"Job {jname} is ending ({ending.get('type')}: {ending.get('reason') or 'no reason'})" if ending
+                    else f"pod {obj.name(pod)} is being deleted")
+            return Observation("transition", "Terminating",
+                               f"{what}; waiting for pod {obj.name(pod)} to terminate", pod=pod,
+                               node=(pod.get("spec") or {}).get("nodeName"), disruptions=disruptions,
+                               recheck_after_s=max(0.5, left) if left is not None else TERMINATING_SLACK_S)
+        if ending and not (complete or failed):
+            if ending.get("type") == "SuccessCriteriaMet":
+                complete = ending
+            else:
+                failed = ending
+        elif not (complete or failed):
+            # Every pod being deleted is past its bound or on a lost node, and the Job has not ended.
+            pod = lost or deleting_alive[-1]
+            node = (pod.get("spec") or {}).get("nodeName")
+            if lost is not None:
+                return Observation("failed", "NodeLost", f"node {node} of pod {obj.name(pod)} was lost while the bench ran",
+                                   outcome="InfraFailed", pod=pod, node=node, abort=True, disruptions=disruptions)
+            return Observation("transition", "Terminating", f"pod {obj.name(pod)} is past its grace period and still "
+                               f"terminating; waiting for the Job controller", pod=pod, node=node,
+                               disruptions=disruptions, recheck_after_s=TERMINATING_SLACK_S)
     if complete:
-        pod = next((p for p in reversed(mine) if _phase(p) == "Succeeded"), last)
-        node = (pod or {}).get("spec", {}).get("nodeName") if pod else None
-        return Observation("succeeded", "JobSucceeded", f"Job {jname} completed", pod=pod, node=node,
+        done = next((p for p in reversed(mine) if _phase(p) == "Succeeded"), last)
+        node = (done or {}).get("spec", {}).get("nodeName") if done else None
+        return Observation("succeeded", "JobSucceeded", f"Job {jname} completed", pod=done, node=node,
                            disruptions=disruptions, exit_code=0)
     if failed:
         reason = failed.get("reason") or ""
         ran = [p for p in mine if _phase(p) == "Failed" and not is_disrupted(p)]
-        pod = ran[-1] if ran else last
-        node = (pod or {}).get("spec", {}).get("nodeName") if pod else None
+        ended = ran[-1] if ran else (lost or last)
+        node = (ended or {}).get("spec", {}).get("nodeName") if ended else None
         if reason == "DeadlineExceeded":
-            return _deadline_exceeded(job, jname, mine, pod, node, disruptions, seen_scheduled)
-        if pod is None:
+            return _deadline_exceeded(job, jname, mine, ended, node, disruptions, memory, lost)
+        if lost is not None:
+            lnode = (lost.get("spec") or {}).get("nodeName")
+            return Observation("failed", "NodeLost", f"node {lnode} of pod {obj.name(lost)} was lost while the bench ran",
+                               outcome="InfraFailed", pod=lost, node=lnode, disruptions=disruptions)
+        if ended is None:
             return Observation("failed", "JobFailed",
                                f"Job {jname} failed ({reason or 'no reason'}: {failed.get('message', '')}) and its pod is gone",
                                outcome="InfraFailed", disruptions=disruptions)
-        outcome, why, msg, code = classify_failed_pod(pod)
-        return Observation("failed", why, msg, outcome=outcome, pod=pod, node=node, disruptions=disruptions, exit_code=code)
+        outcome, why, msg, code = classify_failed_pod(ended)
+        return Observation("failed", why, msg, outcome=outcome, pod=ended, node=node, disruptions=disruptions, exit_code=code)
 
     if disruptions > timeouts.max_disruptions:
-        pod = last
         return Observation("failed", "Evicted",
                            f"the bench pod was disrupted {disruptions} times (retry budget {timeouts.max_disruptions}); "
                            "giving up on this node pool",
-                           outcome="InfraFailed", pod=pod, abort=True, disruptions=disruptions)
+                           outcome="InfraFailed", pod=last, abort=True, disruptions=disruptions)
     if spec.get("suspend"):
         return Observation("suspended", "Suspended", f"Job {jname} is suspended", disruptions=disruptions)
 
-    current = next((p for p in reversed(mine) if _phase(p) not in ("Failed", "Succeeded")
-                    and not (p.get("metadata") or {}).get("deletionTimestamp")), None)
+    current = next((p for p in reversed(live) if _phase(p) not in ("Failed", "Succeeded") and not obj.deleting(p)), None)
     if current is None:
         if last is not None and is_disrupted(last):
-            return Observation("pending", "Pending", f"Job {jname}: pod disrupted, waiting for its replacement",
-                               disruptions=disruptions)
+            # Waiting for the Job controller's replacement (it backs off ~10 s): counted from the
+            # disruption, not from the Job's start.
+            elapsed = _elapsed(_disrupted_since(last), now) or 0.0
+            limit = timeouts.image_pull_timeout_s
+            if elapsed >= limit:
+                detail = failed_create or job_condition_message(job) or "no FailedCreate event or Job condition says why"
+                return Observation("failed", "PodCreateFailed",
+                                   f"PodCreateFailed: Job {jname} created no pod in {elapsed:.0f}s after pod "
+                                   f"{obj.name(last)} was disrupted (limit {limit:.0f}s): {detail}",
+                                   outcome="InfraFailed", abort=True, disruptions=disruptions)
+            return Observation("transition", "Replacing", f"Job {jname}: pod {obj.name(last)} disrupted "
+                               f"({disruptions} of {timeouts.max_disruptions} allowed), waiting for its replacement",
+                               disruptions=disruptions, recheck_after_s=max(0.5, limit - elapsed))
         if last is not None and _phase(last) in ("Failed", "Succeeded"):
             # The pod ended; the Job controller has not set the Job's condition yet.
             node = (last.get("spec") or {}).get("nodeName")
-            return Observation("running", "Running", f"pod {(last.get('metadata') or {}).get('name')} ended; "
+            return Observation("running", "Running", f"pod {obj.name(last)} ended; "
                                "waiting for the Job's final condition", pod=last, node=node, disruptions=disruptions)
         if last is None:
             return _no_pod_yet(job, jname, now, timeouts, failed_create, disruptions)
@@ -397,7 +492,7 @@ def observe(
         cs = container_status(current) or {}
         waiting = (cs.get("state") or {}).get("waiting") or {}
         wreason = waiting.get("reason")
-        since = (scheduled_cond or {}).get("lastTransitionTime") or _created(current)
+        since = (scheduled_cond or {}).get("lastTransitionTime") or obj.created(current)
         elapsed = _elapsed(since, now) or 0.0
         if wreason in IMAGE_PULL_FATAL:
             return Observation("failed", "ImagePullFailed", f"pod {pname}: {wreason}: {waiting.get('message', '')}".rstrip(": "),

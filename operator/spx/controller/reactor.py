@@ -9,7 +9,12 @@ from the store, call the pure :func:`~spx.controller.conclusion.conclude`, answe
 The API server, not the cache, is the truth: at start-up and every ``SPX_RESYNC_SECONDS`` the
 reactor lists experiments, Jobs and pods itself and corrects the store; admission waits for the first
 of those lists (:mod:`spx.controller.admission`); a Job the status names and the store lacks is
-looked up before it is declared gone; the owner is re-read before a child is written.
+looked up before it is declared gone; the owner is re-read before a child is written. When kopf
+re-lists (after a ``410 Gone`` or a reconnect: it reports no deletions), the reactor re-lists too and
+reconciles at once every experiment whose Job or pod vanished (:mod:`spx.controller.relist`).
+
+Nothing the bench wrote is lost with its pod: the store keeps the last state of deleted pods, and the
+reactor follows the log stream of every running bench pod (:mod:`spx.controller.logs`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,16 +33,18 @@ from pydantic import ValidationError
 from spx.api.loading import SpecError, validate_spec
 from spx.api.spec import KIND, PLURAL, ExperimentSpec
 from spx.api.status import ExperimentStatus
-from spx.controller import admission, metrics, retention
+from spx.controller import admission, metrics, relist, retention
 from spx.controller import conclusion as c
 from spx.controller import conditions as cond
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.leader import LeaderElector
+from spx.controller.logs import LogFollowers
 from spx.controller.manifests import (
     KUEUE_QUEUE_LABEL,
-    MANAGED_SELECTOR,
     BenchOptions,
+    job_name,
 )
+from spx.controller.objects import owner_uid
 from spx.controller.reads import Reads
 from spx.controller.settings import OperatorSettings
 from spx.controller.store import Key, Store, deleting, generation, meta
@@ -49,7 +56,13 @@ logger = logging.getLogger("spx.controller")
 #: Retry delays after an unexpected error (an API failure other than a conflict), seconds.
 ERROR_BACKOFF_S = (0.5, 1, 2, 5, 10, 30, 60)
 #: Questions answered per reconcile before giving up for now (a decision loop is a bug).
-MAX_QUESTIONS = 6
+MAX_QUESTIONS = 7
+#: Delays between re-writes of a status the API server rejected (422), seconds; the last one repeats.
+REJECTED_RETRY_S = (1, 2, 5, 10, 30, 60)
+#: Seconds to wait for a finished pod's log stream to deliver its last lines before deciding.
+LOG_SETTLE_S = 10.0
+#: Seconds after kopf's last re-listed object before the reactor re-lists (410 Gone, watch restart).
+RELIST_DEBOUNCE_S = 0.5
 
 
 def _timeout(exp: Mapping[str, Any]) -> int | None:
@@ -85,7 +98,11 @@ class Reactor:
     _own_writes: set[tuple[str, str, str, str]] = field(default_factory=set)
     _specs: dict[tuple[str, int], ExperimentSpec | SpecError] = field(default_factory=dict)
     _progress: dict[str, tuple[dt.datetime, str]] = field(default_factory=dict)
-    _unwritable: dict[tuple[Key, int], str] = field(default_factory=dict)
+    _rejections: dict[Key, int] = field(default_factory=dict)
+    _stalled: set[Key] = field(default_factory=set)
+    _relist_timer: asyncio.TimerHandle | None = None
+    _oneshots: set[asyncio.Task[None]] = field(default_factory=set)
+    logs: LogFollowers = field(init=False)
     #: With several replicas (SPX_LEADER_ELECTION): only the Lease holder's workers reconcile.
     leader: LeaderElector | None = None
 
@@ -93,6 +110,7 @@ class Reactor:
         self.writes = Writes(self.client, lambda: cond.now_rfc3339(self.clock()))
         self.reads = Reads(self.client, self.store, self.settings.log_limit_bytes)
         self.backoff = Backoff(self.settings.conflict_backoff_s, self.settings.conflict_backoff_max_s)
+        self.logs = LogFollowers(self.client, self.settings.log_limit_bytes, self._pod_running, self.clock)
 
     # Lifecycle ----------------------------------------------------------------------------------------
 
@@ -105,6 +123,11 @@ class Reactor:
 
     async def stop(self) -> None:
         await self.writes.drain()
+        await self.logs.stop()
+        if self._relist_timer is not None:
+            self._relist_timer.cancel()
+        for task in list(self._oneshots):
+            task.cancel()
         if self.leader is not None:
             await self.leader.release()
         for task in self._tasks:
@@ -122,53 +145,59 @@ class Reactor:
         """Names of the reactor's background tasks that have ended (they never should)."""
         return [t.get_name() for t in self._tasks if t.done()]
 
-    async def _list(self, api_version: str, plural: str, selector: str | None,
-                    namespace: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        params = {"labelSelector": selector} if selector else None
-        doc = await self.client.get(resource_path(api_version, plural, namespace), params=params)
-        kind = {"jobs": "Job", "pods": "Pod"}.get(plural, KIND)
-        items = doc.get("items") or []
-        for item in items:
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
-        return items, (doc.get("metadata") or {}).get("resourceVersion")
-
-    def _scopes(self) -> list[str | None]:
-        """Where to list: each watched namespace (``SPX_WATCH_NAMESPACES`` without glob patterns), else
-        the whole cluster (None)."""
-        names = self.settings.watch_namespaces
-        if names and not any(ch in n for n in names for ch in "*?[!"):
-            return list(names)
-        return [None]
-
-    async def _relist(self, scopes: Sequence[str | None]) -> None:
-        for kind, api, plural, selector in (("experiment", EXPERIMENT_API, PLURAL, None),
-                                            ("job", "batch/v1", "jobs", MANAGED_SELECTOR),
-                                            ("pod", "v1", "pods", MANAGED_SELECTOR)):
-            for ns in scopes:
-                items, rv = await self._list(api, plural, selector, ns)
-                for gone in self.store.reconcile_list(kind, items, rv, namespaces=None if ns is None else [ns]):
-                    logger.info("%s %s/%s is gone from the API server; dropped from the store", kind,
-                                meta(gone).get("namespace"), meta(gone).get("name"))
-
-    async def resync(self) -> None:
-        """List experiments, then Jobs and pods, from the API server; correct the store; reconcile all."""
-        scopes = self._scopes()
+    async def resync(self, everything: bool = True) -> None:
+        """List experiments, then Jobs and pods, from the API server; correct the store; reconcile every
+        experiment (``everything``) or those whose objects vanished (after kopf re-listed)."""
+        scopes = relist.scopes(self.settings.watch_namespaces)
         try:
-            await self._relist(scopes)
+            affected = await relist.relist(self.client, self.store, scopes)
         except ApiError as err:
             if err.code != 403 or scopes != [None]:
                 raise
             # Namespaced RBAC and namespace patterns: the namespaces seen so far, one by one.
-            await self._relist(sorted({k[0] for k in self.store.experiments}))
+            affected = await relist.relist(self.client, self.store, sorted({k[0] for k in self.store.experiments}))
         self.reads.listed.update(self.store.job_by_uid)
         await self._expire()
         if not self.synced:
             self.synced = True
             logger.info("listed %d experiments and %d Jobs: admission open", len(self.store.experiments),
                         len(self.store.jobs))
-        for key in list(self.store.experiments):
+        self._unstall()
+        for key in list(self.store.experiments) if everything else sorted(affected):
             self.queue.add(key)
+        if affected:
+            logger.info("re-list: %d experiment(s) whose Job or pod vanished reconciled now", len(affected))
+
+    def _relisted(self, event_type: str | None) -> None:
+        """kopf delivers the objects of a (re-)list with no event type: after a 410 Gone, or any watch
+        restart that lists again, deletions during the gap are not reported — re-list ourselves (once,
+        shortly after the last such object) and reconcile what vanished at once."""
+        if event_type is not None or not self.synced:
+            return
+        loop = asyncio.get_running_loop()
+        if self._relist_timer is not None:
+            self._relist_timer.cancel()
+        self._relist_timer = loop.call_later(RELIST_DEBOUNCE_S, lambda: self._spawn(self._relist_now()))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name="spx-relist")
+        self._oneshots.add(task)
+        task.add_done_callback(self._oneshots.discard)
+
+    async def _relist_now(self) -> None:
+        self._relist_timer = None
+        try:
+            await self.resync(everything=False)
+        except Exception as err:  # the periodic re-list is the backstop
+            metrics.count_error("resync")
+            logger.warning("re-list after a watch restart failed: %s", err)
+
+    def _unstall(self) -> None:
+        """The API server answers again: retry at once the experiments whose reconcile failed on it."""
+        if self._stalled:
+            for key in self._stalled:
+                self.queue.add(key)
+            self._stalled.clear()
 
     async def _expire(self) -> None:
         """Delete the experiments past ``SPX_FINISHED_RETENTION_SECONDS`` (:mod:`spx.controller.retention`);
@@ -222,6 +251,8 @@ class Reactor:
                 self._failures[key] = n + 1
                 delay = ERROR_BACKOFF_S[min(n, len(ERROR_BACKOFF_S) - 1)] * (0.5 + random.random())
                 metrics.count_error("experiment")
+                if not (isinstance(err, ApiError) and 400 <= err.code < 500):
+                    self._stalled.add(key)  # retried at once when the API server answers again
                 logger.warning("reconcile of %s/%s failed (retry in %.1fs): %s", key[0], key[1], delay, err,
                                exc_info=not isinstance(err, ApiError | LookupError))
                 self.queue.add_after(key, delay)
@@ -250,6 +281,8 @@ class Reactor:
 
     def on_experiment(self, event_type: str | None, obj: dict[str, Any]) -> None:
         gone = event_type == "DELETED"
+        self._unstall()
+        self._relisted(event_type)
         self.store.put_experiment(obj, deleted=gone)
         if not gone and self._echo(KIND, obj):
             return
@@ -258,6 +291,7 @@ class Reactor:
         self.queue.add(Store._key(obj), urgent=new_run and not gone)
         if gone:
             for job in self.store.jobs_of(str(m.get("uid"))):  # garbage-collected with it
+                self.logs.forget_job(str(meta(job).get("uid")))
                 for pod in self.store.pods_of(str(meta(job).get("uid"))):
                     self.store.put_pod(pod, deleted=True)
                 self.store.put_job(job, deleted=True)
@@ -265,11 +299,15 @@ class Reactor:
 
     def on_job(self, event_type: str | None, obj: dict[str, Any]) -> None:
         gone = event_type == "DELETED"
+        self._unstall()
+        self._relisted(event_type)
         old = self.store.jobs.get(Store._key(obj))
         self.store.put_job(obj, deleted=gone)
         if not gone and self._echo("Job", obj):
             return
         key = self.store.experiment_of_job(obj)
+        if gone:
+            self.logs.forget_job(str(meta(obj).get("uid")))
         if key is not None:
             self.queue.add(key)
         if gone or (c.job_finished(obj) and (old is None or not c.job_finished(old))):
@@ -277,10 +315,31 @@ class Reactor:
 
     def on_pod(self, event_type: str | None, obj: dict[str, Any]) -> None:
         gone = event_type == "DELETED"
-        self.store.put_pod(obj, deleted=gone)  # (its progress log is kept: the points outlive the pod)
+        self._unstall()
+        self._relisted(event_type)
+        self.store.put_pod(obj, deleted=gone)  # (its last state and its followed log outlive the pod)
         key = self.store.experiment_of_pod(obj)
         if key is not None:
+            if not gone:
+                self._follow_if_running(obj)
             self.queue.add(key)
+
+    def _follow_if_running(self, pod: Mapping[str, Any]) -> None:
+        """Follow the log of a bench pod whose container runs (see :mod:`spx.controller.logs`)."""
+        st = pod.get("status") or {}
+        if st.get("phase") != "Running" or not (pod.get("spec") or {}).get("nodeName"):
+            return
+        m = meta(pod)
+        job_uid = owner_uid(pod, "Job")
+        if job_uid and not self.logs.following(str(m.get("uid"))):
+            self.logs.follow(str(m.get("namespace")), str(m.get("name")), str(m.get("uid")), job_uid)
+
+    def _pod_running(self, namespace: str, name: str, pod_uid: str) -> bool:
+        """The pod is in the store, not being deleted and not ended (its log stream should go on)."""
+        pod = self.store.pods.get((namespace, name))
+        if pod is None or str(meta(pod).get("uid")) != pod_uid:
+            return False
+        return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not deleting(pod)
 
     def wake_queued(self) -> None:
         """A slot may have freed up: look at the experiments waiting for one."""
@@ -333,16 +392,15 @@ class Reactor:
             status = ExperimentStatus()
         jobs = self.store.jobs_of(uid)
         pods = [p for j in jobs for p in self.store.pods_of(str(meta(j).get("uid")))]
-        running = next((p for p in reversed(pods) if (p.get("status") or {}).get("phase") == "Running"), None)
-        progress = self._progress.get(str(meta(running).get("uid"))) if running is not None else None
-        if progress is None:
-            progress = next((self._progress[str(meta(p).get("uid"))] for p in reversed(pods)
-                             if str(meta(p).get("uid")) in self._progress), None)
+        gone = [p for j in jobs for p in self.store.gone_pods_of(str(meta(j).get("uid")))]
+        current = next((j for j in jobs if meta(j).get("name") == job_name(key[1], gen)), None)
+        followed = self.logs.latest(str(meta(current).get("uid"))) if current is not None else None
+        progress = (followed.received_at or self.clock(), followed.text) if followed is not None else None
         s = self.settings
         return c.Observed(
             name=key[1], namespace=key[0], uid=uid, generation=gen,
             spec=self._spec(uid, gen, exp.get("spec"), f"{key[0]}/{key[1]}"), status=status, now=self.clock(),
-            jobs=jobs, pods=pods, deleting=deleting(exp), timeouts=s.timeouts, bench_image=s.bench_image,
+            jobs=jobs, pods=pods, gone_pods=gone, deleting=deleting(exp), timeouts=s.timeouts, bench_image=s.bench_image,
             bench=BenchOptions(command=s.bench_command, service_account_name=s.bench_service_account,
                                shm_size=s.bench_shm_size, image_pull_policy=s.bench_image_pull_policy,
                                extra_env=dict(s.extra_env)),
@@ -358,8 +416,6 @@ class Reactor:
             metrics.forget_experiment(*key)
             self._reserved.discard(key)
             return "deleted"
-        if (key, o.generation) in self._unwritable:
-            return "status-unwritable"
         unlisted = [j for j in o.jobs if str(meta(j).get("uid")) not in self.reads.listed]
         if unlisted:  # the pod watch may not have delivered them yet (restart): list once
             for job in unlisted:
@@ -412,8 +468,14 @@ class Reactor:
             return {"failed_create": await self.reads.failed_create(namespace, job) if job else ""}
         if isinstance(need, c.ReadResults):
             # (StoreResult re-reads the owner from the API server before the ConfigMap is written.)
+            this = next((j for j in o.jobs if meta(j).get("name") == job_name(key[1], o.generation)), None)
+            if this is not None:  # the stream of the pod that just ended delivers its last lines
+                await self.logs.settle(str(meta(this).get("uid")), LOG_SETTLE_S)
             log = await self.reads.log(namespace, need.pod) if need.pod else None
-            return {"results": c.Results(log=log, progress_log=o.progress_log)}
+            followed = self.logs.latest(str(meta(this).get("uid"))) if this is not None else None
+            return {"results": c.Results(log=log, progress_log=followed.text if followed else o.progress_log)}
+        if isinstance(need, c.CheckNodes):
+            return {"nodes": {name: await self.reads.node_ready(name) for name in need.names}}
         raise TypeError(f"unknown need {need!r}")
 
     async def _carry_out(self, key: Key, o: c.Observed, d: c.Decision) -> str | None:
@@ -444,6 +506,7 @@ class Reactor:
                 except Rejected as err:
                     return await self._rejected(key, o, d, err.message)
                 self.backoff.reset(key)
+                self._rejections.pop(key, None)
                 self.store.put_experiment(updated)
                 self._wrote(KIND, updated)
                 old_phase = (exp.get("status") or {}).get("phase")
@@ -452,6 +515,9 @@ class Reactor:
                                 d.status.message or "", extra={"experiment": key[1], "namespace": key[0],
                                                                "phase": d.status.phase})
                 exp = updated
+                if d.status.phase in cond.TERMINAL_PHASES:  # decided: the followed logs are in the status
+                    for job in o.jobs:
+                        self.logs.forget_job(str(meta(job).get("uid")))
                 for type_, reason, message in d.events:
                     self.writes.event_soon(updated, type_, reason, message)
                 if d.observed_duration:
@@ -488,28 +554,39 @@ class Reactor:
                 return "deleted"
             await self.writes.configmap(action.manifest)
         elif isinstance(action, c.ReadProgress):
-            text = await self.reads.log(namespace, action.pod)
-            if text is not None:
-                self._progress[action.pod_uid] = (o.now, text)
-                if len(self._progress) > 10_000:
-                    self._progress.pop(next(iter(self._progress)))
+            pod = self.store.pods.get((namespace, action.pod))
+            if pod is not None:  # the stream is the read: make sure it is followed
+                self._follow_if_running(pod)
         return None
 
     async def _rejected(self, key: Key, o: c.Observed, d: c.Decision, message: str) -> str:
-        """A 422 on a status write: decide once more with the refusal (a minimal, terminal status);
-        if even that is refused, stop writing for this generation (logged, counted)."""
+        """A 422 on a status write: decide once more with the refusal (a minimal, terminal
+        ``InfraFailed``/``StatusRejected`` status). If even that is refused, re-read the experiment from
+        the API server and decide again from it after ``REJECTED_RETRY_S`` (never abandoned)."""
+        metrics.count_error("status")
         if o.status_rejected is None:
-            logger.warning("%s/%s: the API server rejected the status (%s); deciding InfraFailed", key[0], key[1], message)
+            logger.warning("%s/%s (generation %d): the API server rejected the status write: %s; deciding "
+                           "InfraFailed/StatusRejected", key[0], key[1], o.generation, message)
             again = c.conclude(replace(o, status_rejected=message[:512]))
             outcome = await self._carry_out(key, replace(o, status_rejected=message[:512]), again)
             return outcome or again.outcome
-        self._unwritable[(key, o.generation)] = message
-        metrics.count_error("status")
-        logger.error("%s/%s: the API server rejects even the minimal status: %s", key[0], key[1], message)
-        return "status-unwritable"
+        n = self._rejections.get(key, 0)
+        self._rejections[key] = n + 1
+        delay = REJECTED_RETRY_S[min(n, len(REJECTED_RETRY_S) - 1)]
+        logger.error("%s/%s (generation %d): the API server rejects even the minimal status: %s; re-reading the "
+                     "experiment and writing again in %ss (attempt %d)", key[0], key[1], o.generation, message,
+                     delay, n + 1)
+        fresh = await self.writes.experiment(*key)
+        if fresh is None:
+            self.store.put_experiment(self.store.experiments.get(key) or {"metadata": {}}, deleted=True)
+            return "deleted"
+        self.store.put_experiment(fresh)
+        self.queue.add_after(key, delay)
+        return "status-rejected"
 
 
 def _answers(o: c.Observed) -> dict[str, Any]:
     """The answers already in ``o`` (carried into the next :func:`conclude`)."""
-    return {k: getattr(o, k) for k in ("admission", "creation", "job_gone", "failed_create", "results", "status_rejected")
+    return {k: getattr(o, k) for k in ("admission", "creation", "job_gone", "failed_create", "results", "status_rejected",
+                                      "nodes")
             if getattr(o, k) not in (None, False)}

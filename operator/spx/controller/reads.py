@@ -51,6 +51,22 @@ class Reads:
                                               or meta(e).get("creationTimestamp") or ""))
         return f"FailedCreate: {latest.get('message') or latest.get('note') or ''}".rstrip(": ")
 
+    async def node_ready(self, name: str) -> bool | None:
+        """Is node ``name`` Ready (its ``Ready`` condition True)? False when it is not or the Node is gone
+        (404); None when it cannot be read (no RBAC to get nodes, the API server away)."""
+        try:
+            node = await self.client.get(resource_path("v1", "nodes", None, name))
+        except ApiError as err:
+            if err.not_found:
+                return False
+            logger.info("could not read node %s: %s", name, err)
+            return None
+        except (TimeoutError, OSError) as err:
+            logger.info("could not read node %s: %s", name, err)
+            return None
+        ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+        return ready is not None and ready.get("status") == "True"
+
     async def log(self, namespace: str, pod: str) -> str | None:
         """The bench container's log (first ``log_limit_bytes``, plus the last lines where the result is);
         None when it cannot be read (the pod or its node is gone)."""

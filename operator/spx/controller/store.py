@@ -12,12 +12,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from spx.api.spec import KIND
+from spx.controller.objects import deleting, generation, meta, owner_uid
+
+__all__ = ["Key", "Store", "deleting", "generation", "meta", "owner_uid"]
 
 Key = tuple[str, str]  # (namespace, experiment name)
-
-
-def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
+#: Deleted pods remembered per Job (a Job past its disruption budget has at most max_disruptions + 2).
+GONE_PER_JOB = 32
 
 
 def _int(value: Any) -> int | None:
@@ -31,20 +32,13 @@ def _rv(obj: Mapping[str, Any]) -> int | None:
     return _int(meta(obj).get("resourceVersion"))
 
 
-def generation(obj: Mapping[str, Any]) -> int:
-    """``metadata.generation`` (1 when the API server has not set it yet)."""
-    return int(meta(obj).get("generation") or 1)
-
-
-def owner_uid(obj: Mapping[str, Any], kind: str) -> str | None:
-    for ref in meta(obj).get("ownerReferences") or []:
-        if ref.get("kind") == kind and ref.get("controller", True):
-            return str(ref.get("uid"))
-    return None
-
-
-def deleting(obj: Mapping[str, Any]) -> bool:
-    return bool(meta(obj).get("deletionTimestamp"))
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without ``metadata.managedFields`` (server-side apply's bookkeeping: often a third of a
+    pod's size, never read by the operator). A shallow copy: the watch event's own dicts are untouched."""
+    m = obj.get("metadata")
+    if not isinstance(m, dict) or "managedFields" not in m:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in m.items() if k != "managedFields"}}
 
 
 class Store:
@@ -58,6 +52,8 @@ class Store:
         self._pods_by_owner: dict[str, set[tuple[str, str]]] = {}
         self.uid_to_key: dict[str, Key] = {}
         self.job_by_uid: dict[str, tuple[str, str]] = {}
+        #: Job uid → pod uid → the last state of that Job's pods deleted from the API server.
+        self.gone: dict[str, dict[str, dict[str, Any]]] = {}
 
     @staticmethod
     def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -94,6 +90,7 @@ class Store:
         return True
 
     def put_experiment(self, obj: dict[str, Any], deleted: bool = False) -> bool:
+        obj = slim(obj)
         key = self._key(obj)
         old = self.experiments.get(key)
         if deleted:
@@ -111,16 +108,36 @@ class Store:
         return True
 
     def put_job(self, obj: dict[str, Any], deleted: bool = False) -> bool:
+        obj = slim(obj)
         changed = self._put(self.jobs, self._jobs_by_owner, KIND, obj, deleted)
         uid = str(meta(obj).get("uid"))
         if changed and deleted:
             self.job_by_uid.pop(uid, None)
+            self.gone.pop(uid, None)
         elif changed:
             self.job_by_uid[uid] = self._key(obj)
         return changed
 
     def put_pod(self, obj: dict[str, Any], deleted: bool = False) -> bool:
-        return self._put(self.pods, self._pods_by_owner, "Job", obj, deleted)
+        """Put (or remove) a pod. A removed pod's last state is kept in :attr:`gone` (by Job, at most
+        :data:`GONE_PER_JOB` each) while its Job is in the store: evictions, the pods the Job controller
+        deleted at the deadline and their termination messages outlive the pod objects."""
+        obj = slim(obj)
+        old = self.pods.get(self._key(obj))
+        changed = self._put(self.pods, self._pods_by_owner, "Job", obj, deleted)
+        if changed and deleted:
+            last = obj if obj.get("status") else (old or obj)
+            job_uid = owner_uid(last, "Job")
+            if job_uid and job_uid in self.job_by_uid:
+                kept = self.gone.setdefault(job_uid, {})
+                kept[str(meta(last).get("uid"))] = last
+                while len(kept) > GONE_PER_JOB:
+                    kept.pop(next(iter(kept)))
+        return changed
+
+    def gone_pods_of(self, job_uid: str) -> list[dict[str, Any]]:
+        """The last state of the pods of Job ``job_uid`` deleted from the API server (oldest first)."""
+        return list(self.gone.get(job_uid, {}).values())
 
     def jobs_of(self, experiment_uid: str) -> list[dict[str, Any]]:
         return [self.jobs[k] for k in sorted(self._jobs_by_owner.get(experiment_uid, ())) if k in self.jobs]

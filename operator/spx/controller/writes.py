@@ -23,6 +23,7 @@ from spx.api.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from spx.api.status import ExperimentStatus
 from spx.controller.conclusion import JobCreation
 from spx.controller.kube import ApiError, KubeClient, resource_path
+from spx.controller.objects import meta as _meta
 
 logger = logging.getLogger("spx.controller.writes")
 
@@ -85,10 +86,6 @@ class Backoff:
 
     def attempts(self, key: Any) -> int:
         return self._attempts.get(key, 0)
-
-
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return obj.get("metadata") or {}
 
 
 @dataclass

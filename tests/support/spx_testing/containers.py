@@ -53,6 +53,15 @@ class Fault:
     termination_message: str | None = None
     #: Seconds between binding the pod and its container running (image pull, container start).
     start_delay: float = 0.0
+    #: Replay only the first this many point lines, then hang (a rank that never returns) ...
+    hang_after_points: int | None = None
+    #: ... and when the pod is deleted, in its grace period: write the next point line, then 1 s later a
+    #: partial summary to the termination message, and exit 143 (SIGTERM), as the bench does.
+    grace_output: bool = False
+    #: The node is lost this many seconds after the container starts: its kubelet stops (nothing more
+    #: is reported, deletions never finish, logs are unreachable) and the node's ``Ready`` turns
+    #: ``Unknown`` (what the node lifecycle controller writes when heartbeats stop).
+    lose_node_after: float | None = None
 
 
 # A stand-in vLLM node ------------------------------------------------------------------------------
@@ -108,6 +117,9 @@ class PodRun:
     process: asyncio.subprocess.Process | None = None
     task: asyncio.Task[None] | None = None
     node: str | None = None
+    #: The container ended (its log is complete); the node was lost (nothing is served any more).
+    exited: bool = False
+    lost: bool = False
 
 
 
@@ -187,7 +199,8 @@ class ContainerRuntime:
     @staticmethod
     def spec_key(pod: Obj) -> str:
         doc = json.loads(((pod["metadata"].get("annotations") or {}).get(EXPERIMENT_ANNOTATION)) or "{}")
-        return hashlib.sha256(json.dumps(doc.get("spec"), sort_keys=True).encode()).hexdigest()
+        spec = {k: v for k, v in (doc.get("spec") or {}).items() if k != "timeoutSeconds"}  # the same bench run
+        return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
 
     async def replay(self, run: PodRun, fault: Fault) -> tuple[int, str | None, str]:
         t0 = time.monotonic()
@@ -198,6 +211,9 @@ class ContainerRuntime:
                 raise RuntimeError(f"the recorded bench run failed (exit {code}):\n{run.log.read_text()[-2000:]}")
             self.recordings[key] = (run.log.read_text(), message or "")
         log, message = self.recordings[key]
+        if fault.hang_after_points is not None:
+            run.log.write_text(self.log_until_point(log, fault.hang_after_points))
+            await asyncio.Event().wait()  # hangs until cancelled (the pod deleted)
         await asyncio.sleep(max(0.0, fault.replay_seconds - (time.monotonic() - t0)))
         if fault.drop_result_line:
             log = "".join(line for line in log.splitlines(keepends=True) if not line.startswith('{"kind":"result"'))
@@ -205,6 +221,30 @@ class ContainerRuntime:
             message = fault.termination_message
         run.log.write_text(log)
         return 0, message or None, "Completed"
+
+    @staticmethod
+    def log_until_point(log: str, n: int) -> str:
+        """The recorded log up to and including its ``n``-th point line."""
+        out, seen = [], 0
+        for line in log.splitlines(keepends=True):
+            if seen >= n:
+                break
+            out.append(line)
+            seen += line.startswith('{"kind":"point"')
+        return "".join(out)
+
+    async def grace(self, run: PodRun) -> tuple[int, str | None, str]:
+        """SIGTERM to a hung replay (``hang_after_points``): what the bench does in its grace period —
+        the next point line, 1 s later a partial summary (``complete: false``) — then exit 143."""
+        log, message = self.recordings[self.spec_key(run.obj)]
+        n = sum(1 for line in run.log.read_text().splitlines() if line.startswith('{"kind":"point"')) + 1
+        with run.log.open("a") as f:
+            f.write(self.log_until_point(log, n)[len(self.log_until_point(log, n - 1)):])
+        await asyncio.sleep(1.0)
+        doc = json.loads(message)
+        doc["points"] = (doc.get("points") or [])[:n]
+        doc.update(complete=False, error=f"terminated by SIGTERM after {n} point(s)")
+        return 143, json.dumps(doc, separators=(",", ":"))[:TERMINATION_LIMIT], "Error"
 
     async def kill(self, run: PodRun) -> None:
         proc = run.process

@@ -190,8 +190,14 @@ class NodeAgent(ContainerRuntime):
     async def _container_logs(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
         ns, name = request.match_info["ns"], request.match_info["pod"]
         run = self.pods.get(name)
+        if run is not None and run.lost:
+            assert request.transport is not None
+            request.transport.close()  # the node is gone: no answer
+            raise asyncio.CancelledError
         if ns != self.namespace or run is None or not run.log.exists():
             return aiohttp.web.Response(status=404, text=f"no log for {ns}/{name}")
+        if request.query.get("follow") in ("true", "1"):
+            return await self._follow_log(request, run)
         data = run.log.read_bytes()
         if "tailLines" in request.query:
             lines = data.splitlines(keepends=True)
@@ -199,6 +205,27 @@ class NodeAgent(ContainerRuntime):
         if "limitBytes" in request.query:
             data = data[: int(request.query["limitBytes"])]
         return aiohttp.web.Response(body=data, content_type="text/plain")
+
+    async def _follow_log(self, request: aiohttp.web.Request, run: PodRun) -> aiohttp.web.StreamResponse:
+        """``follow=true``: the log so far, then what the container appends, until it exits (as the
+        kubelet streams it); the connection is dropped if the node is lost."""
+        rsp = aiohttp.web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await rsp.prepare(request)
+        sent = 0
+        while True:
+            if run.lost:
+                assert request.transport is not None
+                request.transport.close()
+                return rsp
+            exited = run.exited
+            data = run.log.read_bytes()
+            if len(data) > sent:
+                await rsp.write(data[sent:])
+                sent = len(data)
+            if exited:
+                await rsp.write_eof()
+                return rsp
+            await asyncio.sleep(0.2)
 
     # Watching pods -----------------------------------------------------------------------------------------
 
@@ -313,6 +340,9 @@ class NodeAgent(ContainerRuntime):
             "apiVersion": "v1", "kind": "Binding", "metadata": {"name": run.name},
             "target": {"apiVersion": "v1", "kind": "Node", "name": run.node}})
         await self._run_bound(run, fault)
+        if run.lost:
+            run.node = None  # the node is gone: nothing more happens here, and nothing is scheduled on it
+            return
         self._release(run)  # a terminal pod holds no resources
         if not run.gone:
             await self._finish_delete_when_asked(run)
@@ -382,14 +412,24 @@ class NodeAgent(ContainerRuntime):
         evict_at = None
         if self.evictions.get(exp, 0) < fault.evict:
             evict_at = time.monotonic() + fault.evict_after
+        lose_at = None if fault.lose_node_after is None else time.monotonic() + fault.lose_node_after
         try:
             while True:
+                if lose_at is not None and time.monotonic() >= lose_at:
+                    await self._lose_node(run)
+                    return
                 if self._deleting(run):
                     waiter.cancel()
-                    await self.kill(run)
-                    await self._terminate(run, (137, None, "Error"), started)
+                    if (fault.grace_output and fault.hang_after_points is not None and not run.gone
+                            and self.spec_key(run.obj) in self.recordings):
+                        outcome = await self.grace(run)
+                    else:
+                        await self.kill(run)
+                        outcome = (137, None, "Error")
+                    await self._terminate(run, outcome, started)
                     return
-                timeout = None if evict_at is None else max(0.0, evict_at - time.monotonic())
+                deadlines = [t for t in (evict_at, lose_at) if t is not None]
+                timeout = None if not deadlines else max(0.0, min(deadlines) - time.monotonic())
                 changed = asyncio.create_task(self._wait_change(run))
                 done, _ = await asyncio.wait({waiter, changed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
                 changed.cancel()
@@ -406,8 +446,20 @@ class NodeAgent(ContainerRuntime):
             if not waiter.done():
                 waiter.cancel()
 
+    async def _lose_node(self, run: PodRun) -> None:
+        """The node of ``run`` is lost: its kubelet stops (the process dies with it, nothing more is
+        written about the pod) and its ``Ready`` condition turns ``Unknown``."""
+        run.lost = True
+        await self.kill(run)
+        now = now_rfc3339()
+        await self._req("PATCH", f"/api/v1/nodes/{run.node}/status", {"status": {"conditions": [
+            {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+             "message": "Kubelet stopped posting node status.", "lastHeartbeatTime": now,
+             "lastTransitionTime": now}]}}, SMP)
+
     async def _terminate(self, run: PodRun, outcome: tuple[int, str | None, str] | None, started: str | None) -> None:
         """Write the container's end and the terminal phase (``outcome`` None: the container never ran)."""
+        run.exited = True
         finished = now_rfc3339()
         container = run.obj["spec"]["containers"][0]
         code, message, reason = outcome or (137, None, "ContainerStatusUnknown")

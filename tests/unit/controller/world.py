@@ -127,6 +127,8 @@ class ApiServer:
     log: str | None = None
     message: str | None = None
     refusal: c.JobCreation | None = None
+    #: What a read of a node's ``Ready`` condition answers (None: the node cannot be read).
+    node_ready: bool | None = True
     asked: list[c.Need] = field(default_factory=list)
 
     def answer(self, need: c.Need, o: c.Observed) -> dict[str, Any]:
@@ -143,6 +145,8 @@ class ApiServer:
             return {} if self.job_exists else {"job_gone": True}
         if isinstance(need, c.FetchFailedCreate):
             return {"failed_create": ""}
+        if isinstance(need, c.CheckNodes):
+            return {"nodes": dict.fromkeys(need.names, self.node_ready)}
         if isinstance(need, c.ReadResults):
             return {"results": c.Results(message=self.message, log=self.log)}
         raise AssertionError(need)
