@@ -76,7 +76,7 @@ CASES: list[tuple[str, dict[str, Any], bool, str]] = [
         "device": "cpu", "timer": "cupti", "gather": "nccl", "gemmBackend": "torch-fp8"}}, False,
      "spec.kernel.timer: cupti and cuda-events time CUDA kernels"),
     ("cpu-nccl-tp2", {"parallelism": {"tensorParallelSize": 2}, "kernel": {"device": "cpu", "gather": "nccl"}}, False,
-     "spec.kernel.gather: nccl and vllm gather between CUDA GPUs"),
+     "spec.kernel.gather: nccl gathers between CUDA GPUs"),
     ("cpu-nccl-default-tp", {"kernel": {"device": "cpu", "gather": "nccl"}}, False, "spec.kernel.gather: nccl"),
     ("cpu-nccl-tp1", {"parallelism": {"tensorParallelSize": 1}, "kernel": {"device": "cpu", "gather": "nccl"}}, True, ""),
     ("cuda-host", {"kernel": {"device": "cuda", "timer": "host"}}, False, "spec.kernel.timer: host is for CPU smoke runs"),

@@ -62,10 +62,11 @@ COMBINATIONS: tuple[Combination, ...] = (
     Combination((_CPU, Condition("kernel.timer", ("cupti", "cuda-events"))),
                 "spec.kernel.timer: cupti and cuda-events time CUDA kernels, but spec.kernel.device is cpu: "
                 "use timer host or auto"),
-    Combination((_CPU, Condition("kernel.gather", ("nccl", "vllm")),
+    # vLLM's sp_all_gather runs over gloo on CPU (tests/real_vllm/test_run_vllm_backend.py): only NCCL needs CUDA
+    Combination((_CPU, Condition("kernel.gather", ("nccl",)),
                  Condition("parallelism.tensorParallelSize", (1,), negate=True)),
-                "spec.kernel.gather: nccl and vllm gather between CUDA GPUs, but spec.kernel.device is cpu: "
-                "use gather gloo, modelled or auto"),
+                "spec.kernel.gather: nccl gathers between CUDA GPUs, but spec.kernel.device is cpu: "
+                "use gather gloo, vllm, modelled or auto"),
     Combination((_CPU, Condition("kernel.gemmBackend", ("humming", "marlin", "torch-fp8"))),
                 "spec.kernel.gemmBackend: humming, marlin and torch-fp8 are CUDA kernels, but spec.kernel.device "
                 "is cpu: use gemmBackend torch-bf16 or auto"),

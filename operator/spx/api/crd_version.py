@@ -25,7 +25,7 @@ SCHEMA_VERSION_LABEL: Final = "bench.spx.dev/schema-version"
 #: Version of the schema this operator was built for; bump with every change of the generated CRD.
 SCHEMA_VERSION: Final = 3
 #: :func:`fingerprint` of the CRD ``spec`` that :data:`SCHEMA_VERSION` names.
-SCHEMA_FINGERPRINT: Final = "9555ea11ed3ca05c"
+SCHEMA_FINGERPRINT: Final = "314f2f6ac6005da3"
 
 
 def fingerprint(crd_spec: Mapping[str, Any]) -> str:
