@@ -14,6 +14,7 @@ from spx.api.combinations import COMBINATIONS, cel_rules, combination_problems
 from spx.api.crd import build_crd
 from spx.api.exit_codes import EXIT_USAGE
 from spx.api.loading import SpecError, validate_spec
+from spx.api.spec import ExperimentSpec
 
 HEAD = "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\nmetadata: {name: combo}\n"
 #: The issue's example: device cpu with cupti, nccl and torch-fp8 on an MXFP8 weight.
@@ -71,15 +72,15 @@ def test_the_crd_carries_every_rule_with_the_same_message() -> None:
     spec_rules = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
         "x-kubernetes-validations"]
     messages = [r["message"] for r in spec_rules]
-    for rule, combination in zip(cel_rules(), COMBINATIONS, strict=True):
+    for rule, combination in zip(cel_rules(ExperimentSpec), COMBINATIONS, strict=True):
         assert rule in spec_rules and rule["message"] == combination.message
     assert len(set(messages)) == len(messages)
 
 
 def test_cel_rules_read_absent_fields_as_the_models_defaults() -> None:
-    rule = cel_rules()[0]["rule"]  # cpu + cupti/cuda-events
+    rule = cel_rules(ExperimentSpec)[0]["rule"]  # cpu + cupti/cuda-events
     assert "(has(self.kernel) && has(self.kernel.device)) ? self.kernel.device : 'auto'" in rule
-    tp = next(r["rule"] for r in cel_rules() if "tensorParallelSize" in r["rule"])
+    tp = next(r["rule"] for r in cel_rules(ExperimentSpec) if "tensorParallelSize" in r["rule"])
     assert "? self.parallelism.tensorParallelSize : 8)" in tp
 
 

@@ -21,11 +21,12 @@ is the runner's check on the machine itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from spx.api.spec import ExperimentSpec
+if TYPE_CHECKING:  # the spec's validator imports this module: no import back at run time
+    from spx.api.spec import ExperimentSpec
 
 MXFP8 = "mxfp8-block32-ue8m0"  # (spx.bench.gemm.MXFP8: the same weight format literal)
 FP8_BLOCK128 = "fp8-block128-ue8m0"
@@ -86,9 +87,8 @@ COMBINATIONS: tuple[Combination, ...] = (
 )
 
 
-def _field_path(path: str) -> tuple[list[str], Any]:
-    """``kernel.device`` → (python attribute names, the model's default)."""
-    model: type[BaseModel] = ExperimentSpec
+def _field_path(path: str, model: type[BaseModel]) -> tuple[list[str], Any]:
+    """``kernel.device`` of ``model`` (the spec model) → (python attribute names, the model's default)."""
     attrs: list[str] = []
     default: Any = None
     parts = path.split(".")
@@ -106,7 +106,7 @@ def _field_path(path: str) -> tuple[list[str], Any]:
 
 def _value(spec: ExperimentSpec, path: str) -> Any:
     obj: Any = spec
-    for attr in _field_path(path)[0]:
+    for attr in _field_path(path, type(spec))[0]:
         obj = getattr(obj, attr)
     return obj
 
@@ -125,25 +125,26 @@ def _cel_literal(value: str | int) -> str:
     return f"'{value}'" if isinstance(value, str) else str(value)
 
 
-def _cel_value(path: str) -> str:
+def _cel_value(path: str, model: type[BaseModel]) -> str:
     """The CEL expression of ``self.<path>`` on ``spec``, the model's default where a part is absent."""
     parts = path.split(".")
     guards = " && ".join(f"has(self.{'.'.join(parts[: i + 1])})" for i in range(len(parts)))
-    return f"(({guards}) ? self.{path} : {_cel_literal(_field_path(path)[1])})"
+    return f"(({guards}) ? self.{path} : {_cel_literal(_field_path(path, model)[1])})"
 
 
-def cel_rule(combination: Combination) -> dict[str, str]:
-    """``{"rule", "message"}`` of ``combination`` for ``x-kubernetes-validations`` on ``spec`` (true: allowed)."""
+def cel_rule(combination: Combination, model: type[BaseModel]) -> dict[str, str]:
+    """``{"rule", "message"}`` of ``combination`` for ``x-kubernetes-validations`` on ``spec`` (true: allowed);
+    ``model`` is the spec model (:class:`~spx.api.spec.ExperimentSpec`), whose defaults stand for absent fields."""
     terms = []
     for c in combination.when:
-        member = f"{_cel_value(c.path)} in [{', '.join(_cel_literal(v) for v in c.values)}]"
+        member = f"{_cel_value(c.path, model)} in [{', '.join(_cel_literal(v) for v in c.values)}]"
         terms.append(f"!({member})" if c.negate else member)
     return {"rule": "!(" + " && ".join(terms) + ")", "message": combination.message}
 
 
-def cel_rules() -> list[dict[str, str]]:
-    """:func:`cel_rule` of every :data:`COMBINATIONS` entry, in order."""
-    return [cel_rule(c) for c in COMBINATIONS]
+def cel_rules(model: type[BaseModel]) -> list[dict[str, str]]:
+    """:func:`cel_rule` of every :data:`COMBINATIONS` entry on ``model`` (the spec model), in order."""
+    return [cel_rule(c, model) for c in COMBINATIONS]
 
 
 class CombinationError(ValueError):

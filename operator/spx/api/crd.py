@@ -74,7 +74,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "with spec.serving, timeoutSeconds must be at least the number of serving arms × "
             "serving.startupTimeoutSeconds (every arm's model load must fit the Job deadline)",
         },
-        *cel_rules(),  # ExperimentSpec._runs_somewhere: spx.api.combinations, the same messages
+        *cel_rules(ExperimentSpec),  # ExperimentSpec._runs_somewhere: spx.api.combinations, the same messages
     ],
     "spec.sweep": [
         {   # SweepSpec._sorted_positive_unique
