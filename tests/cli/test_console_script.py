@@ -18,19 +18,11 @@ from pathlib import Path
 import pytest
 
 from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from spx_testing.specs import EXPERIMENT_HEAD, TINY_CPU_YAML
 
 REPO = Path(__file__).resolve().parents[2]
 TP8 = REPO / "examples" / "deepseek-v41-tp8.yaml"
-HEAD = "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\n"
-TINY = HEAD + """\
-metadata: {name: tiny}
-spec:
-  projection: {hiddenSize: 256, outputSizes: [128]}
-  parallelism: {tensorParallelSize: 2}
-  sweep: {tokens: [8, 32]}
-  kernel: {device: cpu, timer: host, gather: gloo, samples: 5, warmup: 1, cudaGraphs: false, l2Flush: false}
-  timeoutSeconds: 300
-"""
+HEAD, TINY = EXPERIMENT_HEAD, TINY_CPU_YAML
 #: Bounded messages: a whole error output stays under this many characters.
 BOUNDED = 2000
 

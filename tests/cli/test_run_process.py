@@ -17,19 +17,11 @@ from pathlib import Path
 import pytest
 
 from spx.api.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from spx_testing.specs import EXPERIMENT_HEAD, TINY_CPU_YAML
 
 REPO = Path(__file__).resolve().parents[2]
 SPX = str(Path(sys.executable).with_name("spx"))
-HEAD = "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\n"
-TINY = HEAD + """\
-metadata: {name: tiny}
-spec:
-  projection: {hiddenSize: 256, outputSizes: [128]}
-  parallelism: {tensorParallelSize: 2}
-  sweep: {tokens: [8, 32]}
-  kernel: {device: cpu, timer: host, gather: gloo, samples: 5, warmup: 1, cudaGraphs: false, l2Flush: false}
-  timeoutSeconds: 300
-"""
+HEAD, TINY = EXPERIMENT_HEAD, TINY_CPU_YAML
 #: Many samples at several sizes: still running long after its ranks have started.
 #: A sweep too large for any host's memory: refused after --out is locked, before any rank starts.
 HUGE = TINY.replace("hiddenSize: 256, outputSizes: [128]", "hiddenSize: 5120, outputSizes: [1280, 512]").replace(

@@ -14,3 +14,16 @@ CPU_SPEC: dict[str, Any] = {
     "gate": {"thresholdTokens": 2048},
     "timeoutSeconds": 3600,
 }
+
+#: The YAML head of every experiment file.
+EXPERIMENT_HEAD = "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\n"
+#: A tiny CPU experiment file (2 gloo ranks, two token counts): the CLI process tests' run.
+TINY_CPU_YAML = EXPERIMENT_HEAD + """\
+metadata: {name: tiny}
+spec:
+  projection: {hiddenSize: 256, outputSizes: [128]}
+  parallelism: {tensorParallelSize: 2}
+  sweep: {tokens: [8, 32]}
+  kernel: {device: cpu, timer: host, gather: gloo, samples: 5, warmup: 1, cudaGraphs: false, l2Flush: false}
+  timeoutSeconds: 300
+"""
