@@ -62,7 +62,10 @@ def test_host_bound_crossover_threshold_and_speedup_are_exported() -> None:
                          "hostBound": {"crossoverTokens": 9434.2, "recommendedThresholdTokens": 16384},
                          "points": [{"tokens": 2048, "replicatedUs": 64.0, "splitUs": 44.2, "speedup": 1.45,
                                      "replicatedHostBoundUs": 255.1, "splitHostBoundUs": 307.9}]}}
-    labels = {"namespace": "ml", "experiment": "bounds", "gpu": "NVIDIA H200", "driver": "580", "vllm": ""}
+    # crossover and threshold series carry every label that makes two crossovers comparable
+    labels = dict(zip(("namespace", "experiment", *metrics.COMPARABLE_LABELS),
+                      ("ml", "bounds", *metrics.comparable_values(status)), strict=True))
+    assert labels["gpu"] == "NVIDIA H200" and labels["driver"] == "580" and labels["sweep"] == "2048-2048x1"
     try:
         metrics.observe_experiment("ml", "bounds", status)
         assert _sample("spx_recommended_threshold_tokens", **labels) == 256

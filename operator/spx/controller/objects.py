@@ -16,6 +16,8 @@ from typing import Any
 
 #: Labels the Job controller puts on its pods, newest first (``batch.kubernetes.io/job-name`` since 1.27).
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+#: Kubernetes pod phases in which the pod's containers have ended (the pod API; not spx's own phases).
+POD_ENDED_PHASES = ("Succeeded", "Failed")
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

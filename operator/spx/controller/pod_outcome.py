@@ -381,7 +381,7 @@ def observe(
     failed = _true(job, "Failed")
     ending = _true(job, "SuccessCriteriaMet") or _true(job, "FailureTarget")
     lost: Mapping[str, Any] | None = None
-    alive = [p for p in live if _phase(p) not in ("Succeeded", "Failed")]
+    alive = [p for p in live if _phase(p) not in obj.POD_ENDED_PHASES]
     deleting_alive = [p for p in alive if obj.deleting(p)]
     if (ending and not (complete or failed)) or (deleting_alive and not (complete or failed)
                                                   and len(deleting_alive) == len(alive)):
@@ -450,7 +450,7 @@ def observe(
     if spec.get("suspend"):
         return Observation("suspended", "Suspended", f"Job {jname} is suspended", disruptions=disruptions)
 
-    current = next((p for p in reversed(live) if _phase(p) not in ("Failed", "Succeeded") and not obj.deleting(p)), None)
+    current = next((p for p in reversed(live) if _phase(p) not in obj.POD_ENDED_PHASES and not obj.deleting(p)), None)
     if current is None:
         if last is not None and is_disrupted(last):
             # Waiting for the Job controller's replacement (it backs off ~10 s): counted from the
@@ -466,7 +466,7 @@ def observe(
             return Observation("transition", "Replacing", f"Job {jname}: pod {obj.name(last)} disrupted "
                                f"({disruptions} of {timeouts.max_disruptions} allowed), waiting for its replacement",
                                disruptions=disruptions, recheck_after_s=max(0.5, limit - elapsed))
-        if last is not None and _phase(last) in ("Failed", "Succeeded"):
+        if last is not None and _phase(last) in obj.POD_ENDED_PHASES:
             # The pod ended; the Job controller has not set the Job's condition yet.
             node = (last.get("spec") or {}).get("nodeName")
             return Observation("running", "Running", f"pod {obj.name(last)} ended; "

@@ -44,7 +44,7 @@ from spx.controller.manifests import (
     BenchOptions,
     job_name,
 )
-from spx.controller.objects import owner_uid
+from spx.controller.objects import POD_ENDED_PHASES, owner_uid
 from spx.controller.reads import Reads
 from spx.controller.settings import OperatorSettings
 from spx.controller.store import Key, Store, deleting, generation, meta
@@ -339,7 +339,7 @@ class Reactor:
         pod = self.store.pods.get((namespace, name))
         if pod is None or str(meta(pod).get("uid")) != pod_uid:
             return False
-        return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") and not deleting(pod)
+        return (pod.get("status") or {}).get("phase") not in POD_ENDED_PHASES and not deleting(pod)
 
     def wake_queued(self) -> None:
         """A slot may have freed up: look at the experiments waiting for one."""

@@ -1,5 +1,5 @@
 """The decision step over the cross-product of its factors (the shape of kopf's
-``tests/causation/test_detection.py`` matrices): the stored phase × the Job's state × the pod's state
+causation matrix tests of ``detect_changing_cause``): the stored phase × the Job's state × the pod's state
 (live, or only remembered after its deletion) × whether the bench left a result × whether the
 operator's time limits have passed.
 
