@@ -34,3 +34,12 @@ def test_plot_and_report_show_both_bounds(tmp_path) -> None:
     assert any(line.startswith("host-bound crossover") and "16,384" in line for line in lines)
     assert "vLLM CUDA-graph capture limit: 512 tokens (eager above)" in lines
     assert "the verdict rests on: both" in lines
+
+
+def test_an_all_eager_run_shows_no_capture_limit() -> None:
+    """A CPU smoke run times every point eagerly: vLLM's CUDA-graph limit says nothing about it."""
+    points = [_point(t, 20 * t / 256, 18 * t / 256, 10, 12).model_copy(update={"execution": "eager"})
+              for t in (256, 512, 2048)]
+    kernel = evaluate(points, GateSpec(), "measured", 8, device="cpu").kernel.model_copy(
+        update={"max_cudagraph_capture_size": 512})
+    assert not any("capture limit" in line for line in crossover_lines(kernel, 2048))

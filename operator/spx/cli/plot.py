@@ -95,7 +95,7 @@ def plot_crossover(
         if host is not None and host.crossover_tokens is not None:
             ax.axvline(host.crossover_tokens, color="tab:red", linestyle=":",
                        label=f"host-bound break-even ≈ {host.crossover_tokens:,.0f} tokens")
-        if kernel.max_cudagraph_capture_size is not None:
+        if kernel.max_cudagraph_capture_size is not None and any(p.execution == "graph" for p in pts):
             ax.axvline(kernel.max_cudagraph_capture_size, color="black", linestyle="--", alpha=0.5,
                        label=f"vLLM CUDA-graph limit {kernel.max_cudagraph_capture_size:,} (eager above)")
         if kernel.crossover_tokens is not None:

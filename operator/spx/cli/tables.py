@@ -188,7 +188,8 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
                      f"recommended threshold {rec}; verdict alone {host.verdict or '-'}")
     if kernel.verdict_bound is not None:
         lines.append(f"the verdict rests on: {kernel.verdict_bound}")
-    if kernel.max_cudagraph_capture_size is not None:
+    if kernel.max_cudagraph_capture_size is not None and any(p.execution == "graph" for p in kernel.points):
+        # only where graphs were timed: a CPU smoke run (all eager) has no capture limit to show
         lines.append(f"vLLM CUDA-graph capture limit: {kernel.max_cudagraph_capture_size:,} tokens (eager above)")
     if gate_threshold_tokens is not None:
         lines.append(f"gate threshold (deployed/proposed): {gate_threshold_tokens:,} tokens")
