@@ -18,19 +18,9 @@ BUDGET=${1:-480}; [ $# -gt 0 ] && shift
 if [ $# -gt 0 ]; then BACKENDS=("$@"); else BACKENDS=(humming torch-bf16); fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 W="$OUT/work"; mkdir -p "$W"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD/operator
-else
-  export PYTHONPATH=$PWD/operator
-fi
-{
-  date -u +%FT%TZ
-  nvidia-smi --query-gpu=name,driver_version,clocks.current.sm,clocks.current.memory,temperature.gpu,power.draw --format=csv
-  python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
-  python3 -m pip list 2>/dev/null | grep -i -E "^(humming|pydantic|torch |triton)"
-  lscpu | grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|CPU max MHz|CPU MHz|Hypervisor)"
-} > "$W/env.log" 2>&1
+source benchmarks/gpu_env.sh
+gpu_env_setup || exit 1
+gpu_env_log > "$W/env.log" 2>&1
 cat "$W/env.log"
 SPEC=examples/deepseek-v41-tp8.yaml
 TOKENS=${SPX_TOKENS:-6,12,24,48,96,192,384,512,768,1024,1536,2048,3072,4096,6144,8192,16384}

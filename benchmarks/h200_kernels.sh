@@ -20,18 +20,9 @@ OUT=${1:?usage: h200_kernels.sh OUT_DIR [BACKEND ...]}; shift
 if [ $# -gt 0 ]; then BACKENDS=("$@"); else BACKENDS=(humming torch-bf16); fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mkdir -p "$OUT/work"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD/operator
-else
-  export PYTHONPATH=$PWD/operator
-fi
-{
-  date -u +%FT%TZ
-  nvidia-smi --query-gpu=name,driver_version,clocks.current.sm,clocks.current.memory,temperature.gpu,power.draw --format=csv
-  python3 -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)'
-  python3 -m pip list 2>/dev/null | grep -i -E "^(humming|pydantic|torch |triton)"
-} > "$OUT/work/env.log" 2>&1
+source benchmarks/gpu_env.sh
+gpu_env_setup || exit 1
+gpu_env_log > "$OUT/work/env.log" 2>&1
 cat "$OUT/work/env.log"
 
 if [[ " ${BACKENDS[*]} " == *" marlin "* && -z "${SPX_MARLIN_LIB:-}" ]]; then
