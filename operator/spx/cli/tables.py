@@ -185,7 +185,7 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
                  if host.crossover_tokens is not None else "none in the measured range")
         rec = f"{host.recommended_threshold_tokens:,} tokens" if host.recommended_threshold_tokens is not None else "none"
         lines.append(f"host-bound crossover (max of host issue time and GPU span): {cross}; "
-                     f"recommended threshold {rec}; verdict alone {host.verdict or '-'}")
+                     f"recommended threshold {rec}; verdict on this bound alone: {host.verdict or '-'}")
     if kernel.verdict_bound is not None:
         lines.append(f"the verdict rests on: {kernel.verdict_bound}")
     if kernel.max_cudagraph_capture_size is not None and any(p.execution == "graph" for p in kernel.points):
