@@ -1,20 +1,34 @@
 """The refinement planner of the adaptive sweep (``sweep.refine``): points so far → next token counts.
 
 Pure and deterministic, so every rank of a run that sees the same points plans the same counts. Per
-round it looks at several speed-up *curves* over the measured counts (:mod:`spx.analysis.band`): the
-point estimate, the two ends of each point's own interval (the effective-time bounds: samples and
-the gather prior's fit) and, for a modelled gather, the two ends over every gather prior. For each
-curve with a crossover whose bracket (its last losing and first winning measured counts,
-:func:`spx.analysis.crossover.break_even_tokens`) is wider than ``±bracket_rel`` of its break-even
-and than the floor, it proposes the counts at ``break-even · (1 ∓ bracket_rel)`` (a secant step:
-when the interpolation is right the next bracket is narrow enough), or the bracket's geometric middle
-when those fall on its ends. When the point estimate wins at every measured count, it probes half
-the smallest count (the break-even may lie below it).
+round it looks at one or several speed-up *curves* over the measured counts (:mod:`spx.analysis.band`):
+the point estimate and, with ``bounds``, the two ends of each point's own interval (samples and the
+gather prior's fit) and the two ends over every gather prior. The crossover of a curve is top-down
+(:func:`spx.analysis.crossover.break_even_tokens`): its bracket is the measured count just below the
+*winning run* (the first count from which the curve wins at every larger measured count) and that
+run's first count. So a loss anywhere inside the winning run moves the crossover up, and the planner
+checks the run before it narrows the bracket. Per curve, in this order:
+
+1. **Verify the winning run.** A gap between two adjacent measured counts ``a < b`` of the run is
+   *open* when ``b / a > 1.5`` (:data:`VERIFY_MAX_RATIO`: the widest step of the committed dense H200
+   sweep, 256 → 384 and 512 → 768) and the pessimistic bound at ``a`` or ``b`` is below 1 (a loss in
+   between is not excluded: on H200 Humming's tile choice makes the split lose at 192 tokens between
+   winning 128 and 512). One probe per open gap: its geometric middle on a grid of 4 counts per
+   octave (:func:`grid_count`). The pessimistic bound is ``speedupLow`` for the point estimate and the
+   own interval's ends, ``speedupLowAnyPrior`` for the any-prior ends; the pessimistic curves
+   themselves (whose winners are > 1 by definition) never open a gap.
+2. **Narrow the bracket**, only when no gap of the run is open: when the bracket (last losing, first
+   winning measured count) is wider than ``±bracket_rel`` of its break-even and than the floor, one
+   probe at the interpolated break-even rounded to a multiple of TP and clamped into the bracket's
+   middle half (so whatever the measurement says, the next bracket is at most ¾ as wide: a secant
+   step that cannot stall at one end, as regula falsi does on a curved speed-up).
+3. **Probe below the smallest count**, only when no gap is open and the point estimate wins at every
+   measured count (the break-even may lie below it): half the smallest count.
 
 Token counts: any integer M is a batch vLLM can see; the split pads M up to a multiple of TP
 (``sp_shard``), so a count that is not a multiple of TP times padding rows that no unpadded batch of
-that size has. Proposals are multiples of TP (rows per rank exactly M / TP), rounded *into* the
-bracket, and the floor defaults to TP (counts closer than that share rows per rank).
+that size has. Proposals are multiples of TP (rows per rank exactly M / TP) strictly inside their gap,
+and the floor defaults to TP (counts closer than that share rows per rank).
 """
 
 from __future__ import annotations
@@ -23,18 +37,28 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spx.analysis.band import Bound, curve
-from spx.analysis.crossover import DEFAULT_BRACKET_REL, break_even_tokens, sorted_points
+from spx.analysis.band import Bound, bound, curve
+from spx.analysis.crossover import DEFAULT_BRACKET_REL, break_even_tokens, first_winning_tokens, sorted_points
 from spx.api.status import KernelPoint
 
-#: (curve name, which end of the interval) in the order their proposals are kept.
-CURVES: tuple[tuple[str, Bound], ...] = (
-    ("point estimate", "value"),
-    ("pessimistic bound", "low"),
-    ("optimistic bound", "high"),
-    ("any-prior pessimistic bound", "low-any"),
-    ("any-prior optimistic bound", "high-any"),
+#: (curve name, which end of the interval, the pessimistic end that verifies its winning run), in the
+#: order their proposals are kept.
+CURVES: tuple[tuple[str, Bound, Bound], ...] = (
+    ("point estimate", "value", "low"),
+    ("pessimistic bound", "low", "low"),
+    ("optimistic bound", "high", "low"),
+    ("any-prior pessimistic bound", "low-any", "low-any"),
+    ("any-prior optimistic bound", "high-any", "low-any"),
 )
+
+#: A gap of the winning run wider than this ratio (b / a) is verified when an end's pessimistic bound is
+#: below 1: the widest step of the dense H200 sweep (32 … 1024; 256 → 384 and 512 → 768), whose points
+#: found every dip there is (examples/results/h200-1gpu-adaptive/dense).
+VERIFY_MAX_RATIO = 1.5
+
+#: Grid counts per octave of a verification probe: multiples of 2^(floor(log2 m) − 2) (… 64, 80, 96,
+#: 112, 128, 160, 192, 224, 256 …), as GEMM tile steps in M are powers of two.
+GRID_PER_OCTAVE = 4
 
 
 @dataclass(frozen=True)
@@ -58,11 +82,66 @@ class RefinePlan:
         return not self.points
 
 
-def _inside(lo: int, hi: int, x: float, tp: int, toward: str) -> int | None:
-    """A multiple of ``tp`` strictly between ``lo`` and ``hi``, nearest ``x`` rounded ``toward`` up/down."""
-    m = math.ceil(x / tp) * tp if toward == "up" else math.floor(x / tp) * tp
-    m = min(max(m, (lo // tp + 1) * tp), math.ceil(hi / tp) * tp - tp)
-    return m if lo < m < hi else None
+def _inside(lo: int, hi: int, x: float, tp: int) -> int | None:
+    """The multiple of ``tp`` strictly between ``lo`` and ``hi`` nearest ``x`` (ties: the larger)."""
+    first, last = (lo // tp + 1) * tp, math.ceil(hi / tp) * tp - tp
+    if first > last:
+        return None
+    return min(max(math.floor(x / tp + 0.5) * tp, first), last)
+
+
+def grid_count(lo: int, hi: int, tp: int) -> int | None:
+    """The "nice" count strictly between ``lo`` and ``hi`` nearest (in log) their geometric middle.
+
+    Nice: with ``m = sqrt(lo · hi)``, a multiple of ``lcm(2 ** max(floor(log2 m) − 2, 0), tp)`` (4 counts
+    per octave, :data:`GRID_PER_OCTAVE`, and a multiple of TP). When no grid count lies strictly inside
+    (small counts, or a TP that is not a power of two), the multiple of ``tp`` nearest ``m``; ``None``
+    when there is none (the gap is below TP's resolution). Tokens are ints ≥ 1, ``lo < hi``.
+    """
+    m = math.sqrt(lo * hi)
+    step = math.lcm(2 ** max(math.floor(math.log2(m)) - int(math.log2(GRID_PER_OCTAVE)), 0), tp)
+    cands = [k * step for k in (math.floor(m / step), math.ceil(m / step)) if lo < k * step < hi]
+    if cands:
+        return min(cands, key=lambda c: (abs(math.log(c / m)), -c))
+    return _inside(lo, hi, m, tp)
+
+
+def _verify(ordered: Sequence[KernelPoint], wins: Sequence[KernelPoint], pessimistic: Bound, tp: int,
+            notes: list[str]) -> list[tuple[int, str]]:
+    """One probe per open gap of the winning run ``wins`` (module docstring, rule 1)."""
+    by_tokens = {p.tokens: p for p in ordered}
+    probes = []
+    for a, b in zip(wins, wins[1:], strict=False):
+        if b.tokens / a.tokens <= VERIFY_MAX_RATIO:
+            continue
+        lows = [(p.tokens, bound(by_tokens[p.tokens], pessimistic)) for p in (a, b)]
+        below = [(t, v) for t, v in lows if v < 1.0]
+        if not below:
+            continue
+        m = grid_count(a.tokens, b.tokens, tp)
+        if m is None:
+            notes.append(f"{a.tokens:,}–{b.tokens:,} has no multiple of TP{tp} inside (the floor)")
+            continue
+        kind = "any-prior pessimistic bound" if pessimistic == "low-any" else "pessimistic bound"
+        ends = " and ".join(f"{t:,}'s {kind} {v:.2f} < 1" for t, v in below)
+        probes.append((m, f"verify the winning run: {a.tokens:,}–{b.tokens:,} (×{b.tokens / a.tokens:.1f}) has no "
+                          f"measured count and {ends}; measure at {m:,} (= {m // tp} rows per rank × TP{tp})"))
+    return probes
+
+
+def _narrow(lo: int, hi: int, t: float, tp: int, bracket_rel: float) -> tuple[int, str] | None:
+    """The one probe that narrows the bracket ``lo``–``hi`` around the break-even ``t`` (rule 2)."""
+    w = hi - lo
+    mid_lo, mid_hi = math.ceil((lo + w / 4) / tp) * tp, math.floor((hi - w / 4) / tp) * tp
+    if mid_lo <= mid_hi:
+        m: int | None = min(max(math.floor(t / tp + 0.5) * tp, mid_lo), mid_hi)
+    else:  # the middle half holds no multiple of TP: the nearest one strictly inside
+        m = _inside(lo, hi, t, tp)
+    if m is None:
+        return None
+    half = 100 * w / 2 / t
+    return m, (f"narrow the bracket: break-even ≈ {t:,.0f} tokens bracketed only by {lo:,}–{hi:,} (±{half:.0f} % > "
+               f"±{100 * bracket_rel:.0f} %); measure at {m:,} (= {m // tp} rows per rank × TP{tp})")
 
 
 def plan_refinement(
@@ -74,19 +153,22 @@ def plan_refinement(
     max_new: int = 4,
     bounds: bool = True,
 ) -> RefinePlan:
-    """Next token counts for an adaptive sweep (method: module docstring).
+    """Next token counts for an adaptive sweep (rules: module docstring).
 
     Args:
-        points: the points measured so far (intervals where known, :func:`spx.analysis.band.with_intervals`).
+        points: the points measured so far (intervals where known, :func:`spx.analysis.band.with_intervals`;
+            a point without them counts as a zero-width interval).
         tp: the TP size (≥ 1): proposals are multiples of it.
         bracket_rel: a bracket within ``±bracket_rel`` of its break-even is narrow enough (0.10: ±10 %).
         floor_tokens: a bracket no wider than this is narrow enough (default ``tp``; e.g. the GEMM's
             tile step in M).
-        max_new: at most this many counts per round (point-estimate proposals first).
-        bounds: also bracket the crossings of the interval ends (``False``: the point estimate only).
+        max_new: at most this many counts per round (the point estimate's proposals first, then each
+            curve's in :data:`CURVES` order).
+        bounds: also the ends of the intervals (``False``: the point estimate only).
 
     Returns:
-        :class:`RefinePlan`: proposals never repeat a measured count and carry their reason.
+        :class:`RefinePlan`: proposals never repeat a measured count and carry their reason (the rule
+        and the curve; a count two curves ask for carries both reasons).
 
     Raises:
         ValueError: ``tp < 1``, ``bracket_rel <= 0``, ``floor_tokens < 1``, ``max_new < 1`` or a
@@ -100,41 +182,43 @@ def plan_refinement(
         return RefinePlan((), "no points measured: nothing to refine")
     floor = floor_tokens if floor_tokens is not None else tp
     measured = {p.tokens for p in ordered}
-    proposals: dict[int, list[str]] = {}
+    # count → reason → the curves that give it (a count several curves ask for is measured once)
+    verify: dict[int, dict[str, list[str]]] = {}
+    narrow: dict[int, dict[str, list[str]]] = {}
     notes: list[str] = []
-    for name, which in CURVES if bounds else CURVES[:1]:
-        be = break_even_tokens(curve(ordered, which))
-        if be is None:
+    for name, which, pessimistic in CURVES if bounds else CURVES[:1]:
+        pts = curve(ordered, which)
+        first = first_winning_tokens(pts)
+        be = break_even_tokens(pts)
+        if first is None or be is None:
             notes.append(f"{name}: no crossover in the measured range")
             continue
+        gap_notes: list[str] = []
+        for m, reason in _verify(ordered, [p for p in pts if p.tokens >= first], pessimistic, tp, gap_notes):
+            verify.setdefault(m, {}).setdefault(reason, []).append(name)
+        notes.extend(f"{name}: {n}" for n in gap_notes)
         if be.lower_tokens is None:
             smallest = be.upper_tokens
             probe = max(tp, (smallest // 2) // tp * tp)
             if which == "value" and smallest > floor and probe < smallest:
-                proposals.setdefault(probe, []).append(
-                    f"{name}: the split wins at every measured count; probe below the smallest ({smallest:,})")
+                narrow.setdefault(probe, {}).setdefault(
+                    f"the split wins at every measured count; probe below the smallest ({smallest:,})", []).append(name)
             else:
                 notes.append(f"{name}: wins from the smallest measured count {smallest:,}")
             continue
         lo, hi, t = be.lower_tokens, be.upper_tokens, be.tokens
+        pick = _narrow(lo, hi, t, tp, bracket_rel)
         if hi - lo <= max(2 * bracket_rel * t, float(floor)):
             notes.append(f"{name}: bracketed by {lo:,}–{hi:,} tokens around ≈ {t:,.0f}")
-            continue
-        picks = {m for m in (_inside(lo, hi, t * (1 - bracket_rel), tp, "up"),
-                             _inside(lo, hi, t * (1 + bracket_rel), tp, "down")) if m is not None}
-        if not picks:
-            mid = _inside(lo, hi, math.sqrt(lo * hi), tp, "up")
-            if mid is None:
-                notes.append(f"{name}: {lo:,}–{hi:,} has no multiple of TP{tp} inside (the floor)")
-                continue
-            picks = {mid}
-        half = 100 * (hi - lo) / 2 / t
-        for m in sorted(picks):
-            if m not in measured:
-                proposals.setdefault(m, []).append(
-                    f"{name}: break-even ≈ {t:,.0f} tokens bracketed only by {lo:,}–{hi:,} (±{half:.0f} % > "
-                    f"±{100 * bracket_rel:.0f} %); measure at {m:,} (= {m // tp} rows per rank × TP{tp})")
+        elif pick is None:
+            notes.append(f"{name}: {lo:,}–{hi:,} has no multiple of TP{tp} inside (the floor)")
+        else:
+            narrow.setdefault(pick[0], {}).setdefault(pick[1], []).append(name)
+    # every curve's winning run is verified before any bracket is narrowed: a probe inside a run's gap
+    # placed by another curve's narrowing would split that gap off-grid and could step over a dip
+    proposals = {m: rs for m, rs in (verify or narrow).items() if m not in measured}
     chosen = list(proposals.items())[:max_new]
-    planned = tuple(PlannedPoint(m, "; ".join(rs)[:500]) for m, rs in sorted(chosen))
+    planned = tuple(PlannedPoint(m, "; ".join(f"{', '.join(names)}: {r}" for r, names in rs.items())[:500])
+                    for m, rs in sorted(chosen))
     why = "; ".join(notes) if not planned else f"{len(planned)} count(s) to refine"
     return RefinePlan(planned, why[:1000])
