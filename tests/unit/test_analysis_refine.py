@@ -33,7 +33,7 @@ def test_coarse_h200_sweep_verifies_its_winning_run_first() -> None:
     plan = plan_refinement(points_from_result(coarse), 8, bounds=False)
     assert [p.tokens for p in plan.points] == [192, 640]  # √(96·384) = 192; √(384·1024) ≈ 627 → 640 (step 128)
     assert plan.points[0].reason.startswith(
-        "point estimate: verify the winning run: 96–384 (×4.0) has no measured count and 96's pessimistic bound 0.89 < 1")
+        "point estimate: verify the winning run: 96–384 (×4.0) has no measured count and 96's pessimistic bound 0.890 < 1")
     assert "measure at 192 (= 24 rows per rank × TP8)" in plan.points[0].reason
 
 
@@ -93,6 +93,13 @@ def test_narrow_table(pairs: list[tuple[int, float]], tp: int, floor: int | None
     assert plan.done == (not planned)
     if why is not None:
         assert why in plan.why
+
+
+def test_verify_reason_truncates_the_bound() -> None:
+    """0.9996 is below 1 and must not read as 1.00 (the reason is truncated to 3 decimals, not rounded)."""
+    (p,) = plan_refinement(with_low([(120, 0.99, 0.9), (128, 1.1, 0.9996), (512, 1.2, 1.1)]), 8, bounds=False).points
+    assert p.reason == ("point estimate: verify the winning run: 128–512 (×4.0) has no measured count and 128's "
+                        "pessimistic bound 0.999 < 1; measure at 256 (= 32 rows per rank × TP8)")
 
 
 def test_narrowing_reason_names_the_rule_and_the_bracket() -> None:

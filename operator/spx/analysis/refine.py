@@ -123,7 +123,8 @@ def _verify(ordered: Sequence[KernelPoint], wins: Sequence[KernelPoint], pessimi
             notes.append(f"{a.tokens:,}–{b.tokens:,} has no multiple of TP{tp} inside (the floor)")
             continue
         kind = "any-prior pessimistic bound" if pessimistic == "low-any" else "pessimistic bound"
-        ends = " and ".join(f"{t:,}'s {kind} {v:.2f} < 1" for t, v in below)
+        # truncated, not rounded, to 3 decimals: a bound of 0.996 must not read "1.00 < 1"
+        ends = " and ".join(f"{t:,}'s {kind} {math.floor(v * 1000) / 1000:.3f} < 1" for t, v in below)
         probes.append((m, f"verify the winning run: {a.tokens:,}–{b.tokens:,} (×{b.tokens / a.tokens:.1f}) has no "
                           f"measured count and {ends}; measure at {m:,} (= {m // tp} rows per rank × TP{tp})"))
     return probes
