@@ -1,7 +1,7 @@
 """Oracle regression: the planner replayed on the committed dense H200 sweep finds the dense sweep's bracket.
 
 The "measurement" of a count is the dense sweep's point (tests/data/h200_humming_dense_speedups.csv,
-copied from examples/results/h200-1gpu-adaptive/dense/status.json: speed-up and its four interval ends).
+copied from examples/results/h200-1gpu-adaptive/before/dense/status.json: speed-up and its four interval ends).
 A count the dense sweep does not hold (the planner may ask for e.g. 216) is a stand-in: every value is
 interpolated log-log (log value linear in log tokens) between the two measured neighbours, the same
 model the break-even's interpolation assumes. The loop mirrors :func:`spx.bench.adaptive.adaptive_sweep`

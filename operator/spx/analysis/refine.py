@@ -7,22 +7,25 @@ gather prior's fit) and the two ends over every gather prior. The crossover of a
 (:func:`spx.analysis.crossover.break_even_tokens`): its bracket is the measured count just below the
 *winning run* (the first count from which the curve wins at every larger measured count) and that
 run's first count. So a loss anywhere inside the winning run moves the crossover up, and the planner
-checks the run before it narrows the bracket. Per curve, in this order:
+checks the run before it narrows the bracket. In this order, rules 2 and 3 only when no curve has an
+open gap (a narrowing probe of one curve inside another's gap would split it off the grid and can step
+over a dip):
 
 1. **Verify the winning run.** A gap between two adjacent measured counts ``a < b`` of the run is
    *open* when ``b / a > 1.5`` (:data:`VERIFY_MAX_RATIO`: the widest step of the committed dense H200
    sweep, 256 → 384 and 512 → 768) and the pessimistic bound at ``a`` or ``b`` is below 1 (a loss in
-   between is not excluded: on H200 Humming's tile choice makes the split lose at 192 tokens between
-   winning 128 and 512). One probe per open gap: its geometric middle on a grid of 4 counts per
+   between is not excluded: on H200 the split loses at 192 tokens between winning 128 and 512, where
+   Humming runs the replicated GEMM as two 96-row blocks instead of one 160-row block at 160 tokens
+   and gets 15 % faster). One probe per open gap: its geometric middle on a grid of 4 counts per
    octave (:func:`grid_count`). The pessimistic bound is ``speedupLow`` for the point estimate and the
    own interval's ends, ``speedupLowAnyPrior`` for the any-prior ends; the pessimistic curves
    themselves (whose winners are > 1 by definition) never open a gap.
-2. **Narrow the bracket**, only when no gap of the run is open: when the bracket (last losing, first
+2. **Narrow the bracket**: when the bracket (last losing, first
    winning measured count) is wider than ``±bracket_rel`` of its break-even and than the floor, one
    probe at the interpolated break-even rounded to a multiple of TP and clamped into the bracket's
    middle half (so whatever the measurement says, the next bracket is at most ¾ as wide: a secant
    step that cannot stall at one end, as regula falsi does on a curved speed-up).
-3. **Probe below the smallest count**, only when no gap is open and the point estimate wins at every
+3. **Probe below the smallest count**, when the point estimate wins at every
    measured count (the break-even may lie below it): half the smallest count.
 
 Token counts: any integer M is a batch vLLM can see; the split pads M up to a multiple of TP
@@ -52,8 +55,9 @@ CURVES: tuple[tuple[str, Bound, Bound], ...] = (
 )
 
 #: A gap of the winning run wider than this ratio (b / a) is verified when an end's pessimistic bound is
-#: below 1: the widest step of the dense H200 sweep (32 … 1024; 256 → 384 and 512 → 768), whose points
-#: found every dip there is (examples/results/h200-1gpu-adaptive/dense).
+#: below 1: the widest step of the dense H200 sweep (32 … 1024; 256 → 384 and 512 → 768), the sweep that
+#: found the split's loss at 192 tokens (examples/results/h200-1gpu-adaptive/before/dense). A dip
+#: narrower than this step can still hide between two counts; no finite sweep rules that out.
 VERIFY_MAX_RATIO = 1.5
 
 #: Grid counts per octave of a verification probe: multiples of 2^(floor(log2 m) − 2) (… 64, 80, 96,
