@@ -55,6 +55,8 @@ def test_coarse_h200_sweep_verifies_its_winning_run_first() -> None:
         ([(8, 0.99, 0.9), (9, 1.1, 0.95), (14, 1.2, 0.95)], 8, [], "9–14 has no multiple of TP8 inside"),
         # verify before narrowing: 32–128 is not narrowed while 128–512 is open
         ([(32, 0.73, 0.62), (128, 1.14, 0.99), (512, 1.15, 1.04)], 8, [256], None),
+        # the split wins everywhere but 64–256 may hide a loss: verified before probing below 64
+        ([(64, 1.1, 0.9), (256, 1.3, 1.1)], 8, [128], None),
         # one open gap per round each: 128–256 and 256–512
         ([(32, 0.73, 0.62), (128, 1.14, 0.99), (256, 1.04, 0.92), (512, 1.15, 1.04)], 8, [192, 384], None),
     ],
