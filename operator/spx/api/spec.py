@@ -3,6 +3,13 @@
 The same model validates a file given to ``spx run`` and the object the operator reconciles, so an
 invalid experiment is rejected before anything reaches a GPU. Field defaults describe the motivating
 case: DeepSeek-V4.1's ``fused_wqa_wkv`` projection (hidden 5120 → 1280 + 512) at TP8 on Hopper.
+
+This module holds the resource's identity (group, version, kind), :class:`ExperimentSpec` with the rules
+that span sections, and :class:`Experiment`; each section's model is in the module of its name:
+:mod:`spx.api.projection` (with ``parallelism``), :mod:`spx.api.sweep` (with ``sweep.refine``),
+:mod:`spx.api.kernel` (its ``gatherModel`` in :mod:`spx.api.gather_model`), :mod:`spx.api.gate`,
+:mod:`spx.api.resources`, :mod:`spx.api.scheduling`, :mod:`spx.api.serving`, :mod:`spx.api.accuracy`,
+:mod:`spx.api.stage`, :mod:`spx.api.pod`; Kubernetes name syntax in :mod:`spx.api.k8s_patterns`.
 """
 
 from __future__ import annotations
