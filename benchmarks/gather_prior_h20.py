@@ -31,7 +31,7 @@ from spx.analysis.gather_prior import (
     rounding_sensitivity,
 )
 from spx.analysis.reference import parse_kernel_table
-from spx.api.spec import H20_GATHER_PRIOR, GatherModelSpec
+from spx.api.gather_model import H20_GATHER_PRIOR, GatherModelSpec
 
 TP = 8
 
@@ -79,7 +79,7 @@ def main() -> int:
         print(f"  {r:6}: latency {f.latency_us:6.2f} ± {sens[r][0]:.2f} µs, busBW {f.bus_bandwidth_gbps:6.1f} ± "
               f"{sens[r][1]:.1f} GB/s | {f.points} points ({', '.join(map(str, rf.tokens))}), {rf.method}; "
               f"rms residual {rms:.2f} µs, worst {max(map(abs, f.residuals_us)):.2f} µs ({f.max_rel_residual:.0%})")
-        print(f"          spx.api.spec.H20_GATHER_PRIOR[{r!r}] = {H20_GATHER_PRIOR[r]}")
+        print(f"          spx.api.gather_model.H20_GATHER_PRIOR[{r!r}] = {H20_GATHER_PRIOR[r]}")
 
     print("\nalternatives considered (not the prior)")
     lin = fit_h20_gather_prior(points, TP, "linear").parameters()

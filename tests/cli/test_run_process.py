@@ -33,9 +33,51 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SPX_FAULT_INJECT")}
 
 
+#: Ranks of TINY/SLOW: tensorParallelSize 2 on CPU starts 2 gloo ranks (``spx.runner.sizing.default_nproc``).
+RANKS = 2
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether ``pid`` ignores SIGINT now (the ``SigIgn`` mask of ``/proc/<pid>/status``, Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    raise AssertionError(f"/proc/{pid}/status has no SigIgn line")
+
+
+def _spawned_ranks(pid: int) -> list[int]:
+    """Children of ``pid`` that are multiprocessing ``spawn`` processes past their ``exec`` (the ranks:
+    ``python -c 'from multiprocessing.spawn import spawn_main; …'``), from ``/proc`` (Linux)."""
+    ranks = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])  # field 4, after "(comm)"
+            if ppid == pid and b"spawn_main" in (entry / "cmdline").read_bytes():
+                ranks.append(int(entry.name))
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+    return ranks
+
+
+def _ranks_started(pid: int) -> bool:
+    """Every rank of ``pid`` is spawned and ``pid`` handles SIGINT again: it ignores SIGINT for each
+    ``fork``/``exec`` of a rank (``spx.runner.launch.ranks_ignore_terminal_interrupt``), so a Ctrl-C
+    sent in that window is dropped; after the last rank's spawn nothing ignores it any more."""
+    try:
+        return len(_spawned_ranks(pid)) >= RANKS and not _ignores_sigint(pid)
+    except OSError:  # pid has ended
+        return False
+
+
 def test_ctrl_c_while_the_ranks_start_prints_no_traceback(tmp_path: Path) -> None:
-    """SIGINT to the whole process group (what a terminal's Ctrl-C does) as the ranks are spawned, while
-    they are still importing torch: exit 130, the partial handling, and no traceback."""
+    """SIGINT to the whole process group (what a terminal's Ctrl-C does) once the ranks are spawned, while
+    they are still importing torch: exit 130, the partial handling, and no traceback.
+
+    It waits for the ranks' processes and for ``spx run`` to handle SIGINT again (:func:`_ranks_started`),
+    not for a rank's log file (a rank opens it once it has imported torch, too late for this test), and
+    not at a fixed delay: a SIGINT that lands inside a spawn's ``fork``/``exec`` is dropped by design."""
     pytest.importorskip("torch")
     spec = tmp_path / "slow.yaml"
     spec.write_text(SLOW)
@@ -51,12 +93,10 @@ def test_ctrl_c_while_the_ranks_start_prints_no_traceback(tmp_path: Path) -> Non
                 break
         else:
             pytest.fail("spx run ended before it started its ranks: " + "".join(seen))
-        # the launcher names the ranks' log files just before it spawns them: wait for that event
-        log = out / "logs" / "rank1.stderr.log"
         deadline = time.monotonic() + 120
-        while not log.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert log.exists(), "the ranks were never started"
+        while not _ranks_started(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling for an event (the ranks' processes), bounded by the deadline
+        assert _ranks_started(proc.pid), "the ranks were never started: " + "".join(seen)
         os.killpg(proc.pid, signal.SIGINT)  # the ranks are importing torch in multiprocessing/spawn.py now
         out_text, rest = proc.communicate(timeout=180)
     finally:

@@ -20,8 +20,8 @@ import yaml
 
 from spx.analysis.judge import judge
 from spx.analysis.remodel import remodel_gather
+from spx.api.gather_model import GatherModelSpec
 from spx.api.result import KernelResult
-from spx.api.spec import GatherModelSpec
 from spx.controller import metrics
 from spx_testing.obslib import ROOT, RULES, require_binary
 

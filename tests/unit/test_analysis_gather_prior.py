@@ -24,7 +24,8 @@ from spx.analysis.gather_prior import (
 )
 from spx.analysis.predict import predict_from_table
 from spx.analysis.reference import parse_kernel_table
-from spx.api.spec import CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, H20_GATHER_PRIOR, ExperimentSpec, GatherModelSpec
+from spx.api.gather_model import CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, H20_GATHER_PRIOR, GatherModelSpec
+from spx.api.spec import ExperimentSpec
 from spx.cli import EXIT_OK, main
 from spx_testing.factories import H20_CSV
 

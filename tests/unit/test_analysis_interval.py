@@ -19,8 +19,8 @@ from spx.analysis.interval import (
     regime_fit_stats,
 )
 from spx.analysis.reference import parse_kernel_table
+from spx.api.gather_model import GatherModelSpec
 from spx.api.result import KernelResult
-from spx.api.spec import GatherModelSpec
 
 ROOT = Path(__file__).parent.parent.parent
 from spx_testing.factories import H20_CSV  # noqa: E402  (the packaged table, the one copy)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spx.analysis.reference import parse_kernel_table
-from spx.api.spec import SEED_TOKENS
+from spx.api.sweep import SEED_TOKENS
 from spx_testing.factories import H20_CSV
 
 HEADER = "tokens,rows_per_rank,replicated_us,split_allgather_us,speedup\n"

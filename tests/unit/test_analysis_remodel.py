@@ -9,8 +9,8 @@ import pytest
 
 from spx.analysis.judge import judge
 from spx.analysis.remodel import remodel_gather
+from spx.api.gather_model import GatherModelSpec
 from spx.api.result import KernelResult
-from spx.api.spec import GatherModelSpec
 
 RUN = Path(__file__).resolve().parents[2] / "examples" / "results" / "h200-1gpu" / "humming" / "result.json"
 

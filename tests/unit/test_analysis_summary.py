@@ -8,8 +8,9 @@ import pytest
 
 import spx.analysis
 from spx.analysis import evaluate, judge, parse_kernel_table, points_from_result
+from spx.api.gate import GateSpec
 from spx.api.result import KernelResult, PointResult
-from spx.api.spec import ExperimentSpec, GateSpec
+from spx.api.spec import ExperimentSpec
 from spx.api.status import KernelPoint, KernelStatus
 from spx_testing import factories
 from spx_testing.factories import H20_CSV

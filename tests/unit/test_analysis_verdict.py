@@ -9,7 +9,7 @@ import pytest
 from spx.analysis.crossover import find_crossover
 from spx.analysis.threshold import recommended_threshold_tokens
 from spx.analysis.verdict import GateOutcome, gate_verdict
-from spx.api.spec import GateSpec
+from spx.api.gate import GateSpec
 from spx.api.status import GatherSource, KernelPoint
 from spx_testing.factories import kernel_point
 

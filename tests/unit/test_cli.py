@@ -11,18 +11,16 @@ import pytest
 from spx.analysis import judge
 from spx.api import (
     SUMMARY_MAX_BYTES,
-    CandidateStats,
     Environment,
     ExperimentSpec,
     ExperimentStatus,
     KernelResult,
-    PointResult,
     ResultSummary,
 )
 from spx.api.wire import build_summary
 from spx.cli import COMMANDS, EXIT_OK, EXIT_USAGE, apply_overrides, main, parse_tokens
 from spx.runner.experiment import build_status
-from spx_testing.factories import H20_TABLE
+from spx_testing.factories import H20_TABLE, kernel_result
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
@@ -193,29 +191,10 @@ def test_predict_bad_table_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
 # ---------------------------------------------------------------- report, status, summary (synthetic result)
 
 
-def _stats(median: float, spread: float = 0.02) -> CandidateStats:
-    samples = [median * (1 - spread), median, median * (1 + spread)]
-    return CandidateStats(samples_us=samples, median_us=median, q1_us=samples[0], q3_us=samples[2],
-                          iqr_pct=2 * spread * 100)
-
-
 def _result(tokens: list[int], *, complete: bool = True, error: str | None = None,
             env: Environment | None = None) -> KernelResult:
-    spec = ExperimentSpec.model_validate({"sweep": {"tokens": tokens}})
-    points = []
-    for t in tokens:
-        rep = 10 + t * 0.2
-        split = 25 + t * 0.04
-        points.append(PointResult(
-            tokens=t, padded_tokens=-(-t // 8) * 8, rows_per_rank=-(-t // 8), replicated=_stats(rep),
-            split=_stats(split), shard_gemm_us=split - 15, gather_us=15.0, gather_source="measured",
-            max_abs_error=0.0,
-        ))
-    return KernelResult(
-        spec=spec, environment=env or Environment(gpu="NVIDIA H200", gpu_count=8, device="cuda"), world_size=8,
-        gemm_backend="torch-fp8", gather_backend="nccl", gather_source="measured", timer="cupti", device="cuda",
-        cuda_graphs=True, points=points, complete=complete, error=error,
-    )
+    """The shared synthetic sweep at TP8, with the split's breakdown (15 µs all-gather)."""
+    return kernel_result(tuple(tokens), complete=complete, error=error, environment=env, gather_us=15.0)
 
 
 def test_report_reanalyses_a_result_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,8 +10,8 @@ import pytest
 from spx.analysis import judge
 from spx.analysis.predict import predict_remodelled
 from spx.analysis.remodel import remodel_gather
+from spx.api.gather_model import GatherModelSpec
 from spx.api.result import KernelResult
-from spx.api.spec import GatherModelSpec
 from spx.cli import EXIT_OK, main
 
 REPO = Path(__file__).resolve().parents[2]

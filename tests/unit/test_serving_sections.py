@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from spx.analysis import combine_verdict, points_from_result
-from spx.api import SUMMARY_MAX_BYTES, Environment, ExperimentSpec, KernelResult, PointResult, ResultSummary
+from spx.api import SUMMARY_MAX_BYTES, Environment, ExperimentSpec, KernelResult, ResultSummary
 from spx.api.accuracy import AccuracyStatus
 from spx.api.crd import CEL_RULES, build_crd
 from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatus, ServingStatus
@@ -20,6 +20,7 @@ from spx.controller import manifests as k8s
 from spx.controller import metrics
 from spx.controller import result_configmap as rcm
 from spx.controller.results import collect, read_vllm_log, vllm_statuses
+from spx_testing import factories
 
 SERVING = {"model": "deepseek-ai/DeepSeek-V4.1"}
 
@@ -112,20 +113,10 @@ def test_serving_and_accuracy_gates_feed_the_verdict(
 # The bounded summary --------------------------------------------------------------------------------------
 
 
-def _stats(median: float) -> dict[str, Any]:
-    return {"samplesUs": [median] * 5, "medianUs": median, "q1Us": median * 0.99, "q3Us": median * 1.01, "iqrPct": 2.0}
-
-
 def kernel_result(tokens: list[int]) -> KernelResult:
-    points = [PointResult.model_validate({
-        "tokens": t, "paddedTokens": -(-t // 8) * 8, "rowsPerRank": -(-t // 8), "replicated": _stats(10 + t * 0.2),
-        "split": _stats(25 + t * 0.04), "gatherSource": "measured", "maxAbsError": 0.0}) for t in tokens]
-    return KernelResult(
-        spec=ExperimentSpec.model_validate({"sweep": {"tokens": tokens}}),
-        environment=Environment(gpu="NVIDIA H200", gpu_count=8, driver="580.1", vllm="0.33.0", device="cuda"),
-        world_size=8, gemm_backend="torch-fp8", gather_backend="nccl", gather_source="measured", timer="cupti",
-        device="cuda", cuda_graphs=True, points=points,
-    )
+    """The shared synthetic TP8 sweep, with a driver and vLLM version in its fingerprint."""
+    env = Environment(gpu="NVIDIA H200", gpu_count=8, driver="580.1", vllm="0.33.0", device="cuda")
+    return factories.kernel_result(tuple(tokens), environment=env)
 
 
 def big_serving_status() -> ServingStatus:

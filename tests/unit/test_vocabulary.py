@@ -14,7 +14,7 @@ import pytest
 from spx import vocabulary
 from spx.api import conditions
 from spx.api.crd import build_crd
-from spx.api.spec import KernelSpec
+from spx.api.kernel import KernelSpec
 from spx.api.status import Condition, ExperimentStatus
 from spx.vocabulary import (
     DECIDED_REASONS,

@@ -6,7 +6,7 @@ import pytest
 
 from spx.api import ExperimentSpec, SpecError, validate_spec
 from spx.api.crd import CEL_RULES
-from spx.api.spec import WEIGHT_FORMAT_BLOCK, weight_block
+from spx.api.projection import WEIGHT_FORMAT_BLOCK, weight_block
 
 
 def problems(spec: dict) -> list[str]:

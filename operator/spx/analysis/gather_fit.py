@@ -1,6 +1,6 @@
 """Fit the all-gather model ``t(M) = latency + (TP − 1)/TP · bytes(M) / bus_bandwidth`` to measurements.
 
-Used to replace :class:`spx.api.spec.GatherModelSpec`'s priors with a fit (issue "Measure the
+Used to replace :class:`spx.api.gather_model.GatherModelSpec`'s priors with a fit (issue "Measure the
 crossover on 8× H200"; the H20-calibrated prior of :mod:`spx.analysis.gather_prior`): ordinary least
 squares of time (µs) on ``x = (TP − 1)/TP · bytes`` gives the intercept (latency, µs) and the slope
 (µs per byte = 1e6 / bus bandwidth in B/s), the nccl-tests ``busbw`` convention (NVIDIA/nccl-tests

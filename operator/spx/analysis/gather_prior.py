@@ -12,7 +12,7 @@ already measures the gather:
   reading the weight (6 and 12 tokens differ by 4 %). Rows that are table counts (1024, 2048) are
   exact.
 - ``gather(M) = split_total(M) − shard_GEMM(r)``; regime by the padded shard's bytes
-  ``r · N · dtype_bytes`` (:meth:`spx.api.spec.GatherModelSpec.regime`).
+  ``r · N · dtype_bytes`` (:meth:`spx.api.gather_model.GatherModelSpec.regime`).
 - each regime is fitted to ``latency + (TP−1)/TP · bytes / busBW``
   (:func:`spx.analysis.gather_fit.fit_gather_model`, least squares); a regime with one size only gets
   its bandwidth fitted with the other regime's latency (:func:`~spx.analysis.gather_fit.fit_gather_bandwidth`).
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from spx.analysis.crossover import Interpolation, median_point, sorted_points
 from spx.analysis.gather_fit import GatherFit, fit_gather_bandwidth, fit_gather_model
 from spx.analysis.threshold import next_multiple
-from spx.api.spec import CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, GatherModelSpec, GatherRegime
+from spx.api.gather_model import CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, GatherModelSpec, GatherRegime
 from spx.api.status import KernelPoint
 
 #: ``fused_wqa_wkv``'s output width (q_a 1280 + kv 512) and bf16 bytes: the seed table's gather shape.
@@ -171,7 +171,7 @@ class GatherPriorFit:
         return self.regimes[d.regime].fit.predicted_us(d.total_bytes, self.tensor_parallel_size)
 
     def parameters(self) -> dict[GatherRegime, tuple[float, float]]:
-        """``{regime: (latency µs, bus bandwidth GB/s)}``, the form of :data:`spx.api.spec.H20_GATHER_PRIOR`."""
+        """``{regime: (latency µs, bus bandwidth GB/s)}``, the form of :data:`spx.api.gather_model.H20_GATHER_PRIOR`."""
         return {r: (f.fit.latency_us, f.fit.bus_bandwidth_gbps) for r, f in self.regimes.items()}
 
 

@@ -33,8 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spx.analysis.gather_prior import GatherPriorFit
+from spx.api.gather_model import GatherModelSpec, GatherRegime
 from spx.api.result import PointResult
-from spx.api.spec import ExperimentSpec, GatherModelSpec, GatherRegime
+from spx.api.spec import ExperimentSpec
 
 #: Two-sided 95 % normal quantile (the prior's standard errors are turned into a 95 % band with it).
 Z95 = 1.959963984540054

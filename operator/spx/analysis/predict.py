@@ -51,8 +51,9 @@ from spx.analysis.remodel import remodel_gather
 from spx.analysis.summary import points_from_result
 from spx.analysis.threshold import recommended_threshold_tokens
 from spx.api.base import CamelModel
+from spx.api.gate import VLLM_DEFAULT_THRESHOLD_TOKENS, ThresholdRounding
+from spx.api.gather_model import GatherModelSpec
 from spx.api.result import KernelResult
-from spx.api.spec import VLLM_DEFAULT_THRESHOLD_TOKENS, GatherModelSpec, ThresholdRounding
 from spx.api.status import CrossoverConfidence, CrossoverUncertainty, KernelPoint
 
 #: (GEMM rows, H100/H200 speedup over H20) anchors of the seed author's scaling.
@@ -84,7 +85,7 @@ class PredictedRow(CamelModel):
     """One token count of the what-if, with the intermediate quantities (times in µs, factors ×).
 
     ``h20_gather_us`` is the gather derived from the H20 table; ``gather_us`` the one the prediction
-    used (the same, or a :class:`~spx.api.spec.GatherModelSpec`'s).
+    used (the same, or a :class:`~spx.api.gather_model.GatherModelSpec`'s).
     """
 
     model_config = CamelModel.model_config | {"frozen": True}
@@ -138,7 +139,7 @@ def predict_rows(
         gather_model: ``None`` (the seed author's method): each point's gather is the one derived
             from the H20 table (:func:`spx.analysis.gather_prior.derive_gather`). Otherwise the gather
             is this model's at the padded ``[M_pad, 1792]`` bf16 output (e.g. the H20-calibrated or
-            the datasheet prior of :class:`~spx.api.spec.GatherModelSpec`).
+            the datasheet prior of :class:`~spx.api.gather_model.GatherModelSpec`).
 
     Raises:
         ValueError: on no points, a repeated token count, ``tp < 1``, a ``rows_per_rank`` that does not

@@ -3,15 +3,15 @@
 With fewer GPUs than TP the bench measures the shard GEMM and adds a modelled all-gather to every
 split sample (``split = shard GEMM + gather``, :mod:`spx.bench.kernel`). The shard GEMM samples are
 the measurement; the gather is arithmetic. So a result can be judged under another prior (e.g. the
-H20-calibrated one against the datasheet one, :class:`spx.api.spec.GatherModelSpec`) by subtracting
+H20-calibrated one against the datasheet one, :class:`spx.api.gather_model.GatherModelSpec`) by subtracting
 each point's recorded ``gatherUs`` from its split samples and adding the new model's. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from spx.analysis.stats import candidate_stats
+from spx.api.gather_model import GatherModelSpec
 from spx.api.result import KernelResult
-from spx.api.spec import GatherModelSpec
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 

@@ -16,8 +16,8 @@ from spx.analysis.crossover import decided_from_quartiles, find_crossover, sorte
 from spx.analysis.interval import point_interval
 from spx.analysis.threshold import recommended_threshold_tokens
 from spx.analysis.verdict import gate_verdict
+from spx.api.gate import GateSpec
 from spx.api.result import KernelResult, PointResult
-from spx.api.spec import GateSpec
 from spx.api.status import BoundCrossover, GatherSource, KernelPoint, KernelStatus, Verdict
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from spx.api.spec import ThresholdRounding
+from spx.api.gate import ThresholdRounding
 
 
 def next_power_of_two(n: int) -> int:

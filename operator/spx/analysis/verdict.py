@@ -1,4 +1,4 @@
-"""Gate verdict (Pass | Fail | Inconclusive) of a kernel sweep against a :class:`~spx.api.spec.GateSpec`.
+"""Gate verdict (Pass | Fail | Inconclusive) of a kernel sweep against a :class:`~spx.api.gate.GateSpec`.
 
 Rules, in order of precedence:
 
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from spx.analysis.crossover import Crossover, find_crossover, sorted_points, speedup_range, split_wins
-from spx.api.spec import GateSpec
+from spx.api.gate import GateSpec
 from spx.api.status import GatherSource, KernelPoint, Verdict
 
 

@@ -13,6 +13,9 @@ from spx.api.conditions import (
     WAITING_REASONS,
     kstatus_conditions,
 )
+from spx.api.gate import GateSpec
+from spx.api.gather_model import GatherModelSpec
+from spx.api.kernel import KernelSpec
 from spx.api.loading import (
     SpecError,
     describe_validation_error,
@@ -20,6 +23,7 @@ from spx.api.loading import (
     parse_experiment,
     validate_spec,
 )
+from spx.api.projection import ProjectionSpec
 from spx.api.result import (
     RESULT_SCHEMA_VERSION,
     SUMMARY_MAX_BYTES,
@@ -28,19 +32,7 @@ from spx.api.result import (
     PointResult,
     ResultSummary,
 )
-from spx.api.spec import (
-    API_VERSION,
-    GROUP,
-    KIND,
-    PLURAL,
-    VERSION,
-    Experiment,
-    ExperimentSpec,
-    GateSpec,
-    GatherModelSpec,
-    KernelSpec,
-    ProjectionSpec,
-)
+from spx.api.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION, Experiment, ExperimentSpec
 from spx.api.status import Condition, Environment, ExperimentStatus, KernelPoint, KernelStatus
 
 __all__ = [

@@ -17,19 +17,10 @@ from typing import Any
 
 from spx.api.combinations import cel_rules
 from spx.api.crd_version import SCHEMA_VERSION, SCHEMA_VERSION_LABEL
+from spx.api.k8s_patterns import LABEL_KEY
+from spx.api.projection import WEIGHT_FORMAT_BLOCK, ProjectionSpec
 from spx.api.serving import RESERVED_MOUNT_PATHS, ServingSpec, default_arms
-from spx.api.spec import (
-    GROUP,
-    KIND,
-    LABEL_KEY,
-    PLURAL,
-    SHORT_NAMES,
-    SINGULAR,
-    VERSION,
-    WEIGHT_FORMAT_BLOCK,
-    ExperimentSpec,
-    ProjectionSpec,
-)
+from spx.api.spec import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION, ExperimentSpec
 from spx.api.status import ExperimentStatus
 from spx.vocabulary import RESERVED_SERVER_ENV
 

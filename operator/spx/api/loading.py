@@ -22,16 +22,8 @@ from pydantic import ValidationError
 
 from spx.api.base import dump_model as dump_model  # re-exported: the one implementation is in base
 from spx.api.combinations import CombinationError
-from spx.api.spec import (
-    API_VERSION,
-    DNS_SUBDOMAIN,
-    KIND,
-    LABEL_KEY,
-    LABEL_VALUE,
-    QUANTITY,
-    Experiment,
-    ExperimentSpec,
-)
+from spx.api.k8s_patterns import DNS_SUBDOMAIN, LABEL_KEY, LABEL_VALUE, QUANTITY
+from spx.api.spec import API_VERSION, KIND, Experiment, ExperimentSpec
 
 #: What each pattern of the models means, for error messages.
 PATTERN_HELP = {

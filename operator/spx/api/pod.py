@@ -21,6 +21,7 @@ from typing import Annotated, Final, Literal
 from pydantic import Field, field_validator, model_validator
 
 from spx.api.base import CamelModel
+from spx.api.k8s_patterns import DNS_LABEL, DNS_SUBDOMAIN, LABEL_VALUE, QUANTITY, LabelKey
 
 #: Label/annotation key prefixes the operator and the Job controller own.
 RESERVED_PREFIXES: Final = ("bench.spx.dev/", "batch.kubernetes.io/")
@@ -41,17 +42,11 @@ RESERVED_VOLUMES: Final = frozenset({"experiment", "scratch", "dshm", "model"})
 #: Mount paths the operator uses; an extra volume may not be mounted at or above/below them.
 RESERVED_PATHS: Final = ("/etc/spx", "/var/run/spx", "/dev/shm", "/tmp", "/dev/termination-log")
 
-#: Kubernetes label value (apimachinery ``IsValidLabelValue``).
-_LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-#: Qualified name (``IsQualifiedName``): optional DNS-subdomain prefix + "/" + name.
-_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 #: Environment variable names as the API server accepts them (``IsEnvVarName``).
 _ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 
-Key = Annotated[str, Field(min_length=1, max_length=253 + 1 + 63, pattern=_KEY)]
+#: A label or annotation key (:data:`spx.api.k8s_patterns.LabelKey`).
+Key = LabelKey
 VolumeType = Literal["persistentVolumeClaim", "configMap", "secret", "emptyDir"]
 #: The volume sources :class:`VolumeSpec` offers, in the order a message lists them.
 VOLUME_TYPES: Final[tuple[VolumeType, ...]] = ("persistentVolumeClaim", "configMap", "secret", "emptyDir")
@@ -91,7 +86,7 @@ class EmptyDirSource(CamelModel):
 
     medium: Literal["", "Memory"] = ""
     """Storage medium: "" (the node's disk) or Memory (tmpfs, counts against resources.memory)."""
-    size_limit: str | None = Field(default=None, pattern=_QUANTITY, max_length=32)
+    size_limit: str | None = Field(default=None, pattern=QUANTITY, max_length=32)
     """Size limit (a quantity, e.g. 20Gi)."""
 
 
@@ -102,7 +97,7 @@ class VolumeSpec(CamelModel):
     ``secret`` (a Secret name) or ``emptyDir``. Only an emptyDir may be writable (``readOnly: false``).
     """
 
-    name: str = Field(min_length=1, max_length=63, pattern=_DNS_LABEL)
+    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
     """Volume name (a DNS label; experiment, scratch, dshm and model are the operator's)."""
     mount_path: str = Field(min_length=2, max_length=1024, pattern=r"^/[^:]*$")
     """Absolute mount path in the bench container (not /etc/spx, /var/run/spx, /dev/shm, /tmp or /dev/termination-log, nor above or below them)."""
@@ -110,11 +105,11 @@ class VolumeSpec(CamelModel):
     """Mount read-only (default); only an emptyDir may be writable."""
     sub_path: str | None = Field(default=None, min_length=1, max_length=1024, pattern=r"^[^/](.*[^/])?$")
     """Relative path inside the volume to mount instead of its root (no leading or trailing '/')."""
-    persistent_volume_claim: str | None = Field(default=None, min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN)
+    persistent_volume_claim: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     """Name of a PersistentVolumeClaim in the experiment's namespace."""
-    config_map: str | None = Field(default=None, min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN)
+    config_map: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     """Name of a ConfigMap in the experiment's namespace."""
-    secret: str | None = Field(default=None, min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN)
+    secret: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     """Name of a Secret in the experiment's namespace."""
     empty_dir: EmptyDirSource | None = None
     """A scratch emptyDir."""
@@ -174,11 +169,11 @@ class PodSpec(CamelModel):
     ``podAnnotationKeys``, ``envNames``, ``volumeTypes``, ``volumeClaims``.
     """
 
-    runtime_class_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN)
+    runtime_class_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     """RuntimeClass of the pod (e.g. nvidia where the default runtime has no GPU hook)."""
-    scheduler_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=_DNS_SUBDOMAIN)
+    scheduler_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     """Scheduler of the pod (unset: the cluster's default-scheduler)."""
-    labels: dict[Key, Annotated[str, Field(max_length=63, pattern=_LABEL_VALUE)]] = Field(default_factory=dict, max_length=64)
+    labels: dict[Key, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] = Field(default_factory=dict, max_length=64)
     """Extra pod labels (cost centre, team); bench.spx.dev/*, batch.kubernetes.io/* and the operator's app.kubernetes.io/* keys are reserved."""
     annotations: dict[Key, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict, max_length=64)
     """Extra pod annotations (e.g. sidecar.istio.io/inject: "false"); bench.spx.dev/* and batch.kubernetes.io/* are reserved."""

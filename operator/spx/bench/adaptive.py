@@ -17,7 +17,8 @@ from spx.analysis.interval import point_interval
 from spx.analysis.refine import plan_refinement
 from spx.analysis.summary import point_from_result
 from spx.api.result import PointResult
-from spx.api.spec import ExperimentSpec, RefineSpec
+from spx.api.spec import ExperimentSpec
+from spx.api.sweep import RefineSpec
 
 #: Measures the given counts on every rank; returns the points on rank 0 and ``None`` on the others.
 Measure = Callable[[list[int]], "list[PointResult] | None"]

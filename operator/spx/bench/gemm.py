@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spx.api.spec import ExperimentSpec, weight_block
+from spx.api.projection import weight_block
+from spx.api.spec import ExperimentSpec
 from spx.bench.projection import DTYPES, Projection, activation_dtype
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Block-scaled FP8 weights as DeepSeek checkpoints store them, and the activation quantisation of W8A8.
 
-Formats (``spec.projection.weightFormat``, block edges in :data:`spx.api.spec.WEIGHT_FORMAT_BLOCK`):
+Formats (``spec.projection.weightFormat``, block edges in :data:`spx.api.projection.WEIGHT_FORMAT_BLOCK`):
 
 - ``mxfp8-block32-ue8m0``: FP8 e4m3 values, one UE8M0 (power-of-two) scale per **32×32** block: how the
   DeepSeek-V4.1 checkpoint stores ``fused_wqa_wkv`` (vLLM 0.33 ``DeepseekV4FP8Config``,

@@ -48,7 +48,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from spx.analysis.crossover import Interpolation
     from spx.analysis.predict import Prediction, predict_from_table, predict_remodelled, predict_with_measured
     from spx.api import KernelStatus
-    from spx.api.spec import GatherModelSpec
+    from spx.api.gather_model import GatherModelSpec
     from spx.cli.tables import crossover_lines, kernel_table, prediction_table, uncertainty_lines
 
     if args.csv:

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from spx.api import KernelStatus
+from spx.api import KernelPoint, KernelStatus
 from spx.vocabulary import Verdict
 
 if TYPE_CHECKING:
@@ -59,47 +59,86 @@ def fmt_interval(low: float | None, high: float | None) -> str:
     return "—" if low is None or high is None else f"{low:.3f}–{high:.3f}"
 
 
+def _host_adds_nothing(p: KernelPoint) -> bool:
+    """Whether ``p``'s host-bound figures print as its GPU-bound ones (both times and the speedup): the
+    host issue time stayed within the GPU span, or the timer was the host (a CPU smoke run)."""
+    rep, split = p.replicated_host_bound_us, p.split_host_bound_us
+    if not rep or not split:
+        return True
+    return (fmt_us(rep) == fmt_us(p.replicated_us) and fmt_us(split) == fmt_us(p.split_us)
+            and f"{rep / split:.2f}" == f"{p.speedup:.2f}")
+
+
+def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
+    """``(column headers, caption notes)`` of :func:`kernel_table` for ``kernel``'s points.
+
+    A column that would repeat another is left out and said once in a note instead: the host columns
+    (``mode``, host issue medians, ``host-bound ×``) only when some point's host-bound figures differ
+    from its GPU-bound ones; ``mode`` also when the points were timed in different modes; the
+    intervals only when known, ``any prior`` only when one of its ends differs from the 95 % interval's.
+    """
+    points = kernel.points
+    host = any(p.replicated_host_bound_us for p in points)
+    host_differs = host and not all(_host_adds_nothing(p) for p in points)
+    modes = sorted({p.execution for p in points if p.execution})
+    show_mode = host_differs or len(modes) > 1
+    intervals = any(p.speedup_low is not None for p in points)
+    any_prior = any(p.speedup_low_any_prior is not None
+                    and (p.speedup_low_any_prior, p.speedup_high_any_prior) != (p.speedup_low, p.speedup_high)
+                    for p in points)
+    names = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup",
+             *(["95 % interval"] if intervals else []), *(["any prior"] if any_prior else []), "spread %", "max error",
+             *(["mode"] if show_mode else []),
+             *(["host rep µs", "host split µs", "host-bound ×"] if host_differs else [])]
+    notes = []
+    if modes and not show_mode:
+        notes.append(f"every point timed {modes[0]}")
+    if host and not host_differs:
+        notes.append("host-bound = GPU-bound at every point (max of host issue time and GPU span)")
+    return names, ["; ".join(notes)] if notes else []
+
+
 def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str | None = None) -> Table:
     """One row per token count: tokens, rows/rank, replicated µs, split µs, gather µs, speedup,
     its 95 % interval and the interval over every gather prior (when known), spread % (the larger
-    candidate IQR/median), max abs error; with host times also the mode (graph or eager), the host
-    issue medians and the host-bound speedup. A speedup is green when the split wins, red when it
-    loses, dim when the two candidates' IQRs overlap or its interval contains 1.0; a count an adaptive
-    sweep added is marked ``+``."""
+    candidate IQR/median), max abs error; when some point's host-bound figures differ from its
+    GPU-bound ones also the mode (graph or eager), the host issue medians and the host-bound speedup
+    (otherwise one caption line says so; :func:`kernel_columns`). A speedup is green when the split
+    wins, red when it loses, dim when the two candidates' IQRs overlap or its interval contains 1.0; a
+    count an adaptive sweep added is marked ``+``."""
+    names, notes = kernel_columns(kernel)
+    caption = "\n".join([*([caption] if caption else []), *notes]) or None
     table = Table(title=_esc(title), caption=_esc(caption), caption_justify="left", header_style="bold")
-    host = any(p.replicated_host_bound_us for p in kernel.points)
-    intervals = any(p.speedup_low is not None for p in kernel.points)
-    any_prior = any(p.speedup_low_any_prior not in (None, p.speedup_low) for p in kernel.points)
-    names = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup",
-             *(["95 % interval"] if intervals else []), *(["any prior"] if any_prior else []), "spread %", "max error"]
-    if host:
-        names += ["mode", "host rep µs", "host split µs", "host-bound ×"]
     for name in names:
         table.add_column(name, justify="right")
     for p in kernel.points:
-        extra: list[str | Text] = []
-        if host:
-            hb = (p.replicated_host_bound_us / p.split_host_bound_us
-                  if p.replicated_host_bound_us and p.split_host_bound_us else None)
-            extra = [p.execution or "-", fmt_us(p.replicated_host_us), fmt_us(p.split_host_us),
-                     Text(f"{hb:.2f}×", style="green" if hb > 1 else "red") if hb else "-"]
-        style = "green" if p.speedup > 1 else "red"
-        if not p.decided or (p.speedup_low is not None and p.speedup_low <= 1.0 <= (p.speedup_high or 0.0)):
-            style = "dim " + style
-        table.add_row(
-            f"{'+' if p.added_because else ''}{p.tokens:,}",
-            f"{p.rows_per_rank:,}",
-            fmt_us(p.replicated_us),
-            fmt_us(p.split_us),
-            fmt_us(p.gather_us),
-            Text(f"{p.speedup:.2f}×", style=style),
-            *([fmt_interval(p.speedup_low, p.speedup_high)] if intervals else []),
-            *([fmt_interval(p.speedup_low_any_prior, p.speedup_high_any_prior)] if any_prior else []),
-            f"{p.iqr_pct:.1f}",
-            fmt_error(p.max_abs_error),
-            *extra,
-        )
+        hb = (p.replicated_host_bound_us / p.split_host_bound_us
+              if p.replicated_host_bound_us and p.split_host_bound_us else None)
+        cells: dict[str, str | Text] = {
+            "tokens": f"{'+' if p.added_because else ''}{p.tokens:,}",
+            "rows/rank": f"{p.rows_per_rank:,}",
+            "replicated µs": fmt_us(p.replicated_us),
+            "split µs": fmt_us(p.split_us),
+            "gather µs": fmt_us(p.gather_us),
+            "speedup": Text(f"{p.speedup:.2f}×", style=_speedup_style(p)),
+            "95 % interval": fmt_interval(p.speedup_low, p.speedup_high),
+            "any prior": fmt_interval(p.speedup_low_any_prior, p.speedup_high_any_prior),
+            "spread %": f"{p.iqr_pct:.1f}",
+            "max error": fmt_error(p.max_abs_error),
+            "mode": p.execution or "-",
+            "host rep µs": fmt_us(p.replicated_host_us),
+            "host split µs": fmt_us(p.split_host_us),
+            "host-bound ×": Text(f"{hb:.2f}×", style="green" if hb > 1 else "red") if hb else "-",
+        }
+        table.add_row(*(cells[name] for name in names))
     return table
+
+
+def _speedup_style(p: KernelPoint) -> str:
+    style = "green" if p.speedup > 1 else "red"
+    if not p.decided or (p.speedup_low is not None and p.speedup_low <= 1.0 <= (p.speedup_high or 0.0)):
+        style = "dim " + style
+    return style
 
 
 def _edge(value: float | None, is_open: bool, below: bool) -> str:

@@ -221,7 +221,7 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
                          options: BenchOptions = BenchOptions()) -> dict[str, Any]:
     """The bench container: command (:func:`bench_args`), env (the operator's, then ``spec.pod.env``),
     requests = limits (Guaranteed QoS: cpu/memory/ephemeral-storage of
-    :meth:`~spx.api.spec.ResourcesSpec.reserved`, which follow the device when unset, and
+    :meth:`~spx.api.resources.ResourcesSpec.reserved`, which follow the device when unset, and
     ``nvidia.com/gpu: <TP>`` unless ``kernel.device`` is cpu), termination message at
     ``/dev/termination-log``, read-only root, no capabilities (:mod:`spx.controller.pod_security`),
     the experiment, scratch (also ``/tmp``) and ``/dev/shm`` mounts, ``serving.modelPvc`` read-only

@@ -51,14 +51,23 @@ def point_result(tokens: int, replicated: Sequence[float], split: Sequence[float
 
 
 def kernel_result(tokens: tuple[int, ...] = (6, 48, 384, 2048, 4096), tp: int = 8, complete: bool = True,
-                  error: str | None = None) -> KernelResult:
-    """A result whose split loses below ~100 tokens and wins above (replicated 10 + 0.2·M µs, split 25 + 0.04·M)."""
+                  error: str | None = None, *, environment: Environment | None = None,
+                  gather_us: float | None = None) -> KernelResult:
+    """A result whose split loses below ~100 tokens and wins above (replicated 10 + 0.2·M µs, split 25 + 0.04·M).
+
+    ``environment``: the run's fingerprint (default: 8× H200, CUDA). ``gather_us``: give every point the
+    split's breakdown, a ``gather_us`` all-gather and a ``split − gather_us`` shard GEMM (default: none).
+    """
     spec = ExperimentSpec.model_validate({"sweep": {"tokens": list(tokens)}, "parallelism": {"tensorParallelSize": tp}})
-    points = [point_result(t, [(10 + t * 0.2) * f for f in (0.99, 0.995, 1.0, 1.005, 1.01)],
-                           [(25 + t * 0.04) * f for f in (0.99, 0.995, 1.0, 1.005, 1.01)], tp=tp, max_abs_error=0.0)
-              for t in tokens]
+    points = []
+    for t in tokens:
+        split = 25 + t * 0.04
+        breakdown = {} if gather_us is None else {"shard_gemm_us": split - gather_us, "gather_us": gather_us}
+        points.append(point_result(t, [(10 + t * 0.2) * f for f in (0.99, 0.995, 1.0, 1.005, 1.01)],
+                                   [split * f for f in (0.99, 0.995, 1.0, 1.005, 1.01)], tp=tp, max_abs_error=0.0,
+                                   **breakdown))
     return KernelResult(
-        spec=spec, environment=Environment(gpu="NVIDIA H200", gpu_count=tp, device="cuda"), world_size=tp,
-        gemm_backend="torch-fp8", gather_backend="nccl", gather_source="measured", timer="cupti", device="cuda",
-        cuda_graphs=True, points=points, complete=complete, error=error,
+        spec=spec, environment=environment or Environment(gpu="NVIDIA H200", gpu_count=tp, device="cuda"),
+        world_size=tp, gemm_backend="torch-fp8", gather_backend="nccl", gather_source="measured", timer="cupti",
+        device="cuda", cuda_graphs=True, points=points, complete=complete, error=error,
     )

@@ -17,7 +17,7 @@ import pytest
 from spx.api.conditions import DECIDED_REASONS, VERDICT_REASONS
 from spx.api.loading import SpecError
 from spx.api.policy import Policy
-from spx.api.spec import DEFAULT_ADMISSION_TIMEOUT_SECONDS
+from spx.api.scheduling import DEFAULT_ADMISSION_TIMEOUT_SECONDS
 from spx.controller import conclusion as c
 from spx.controller.manifests import job_name
 

@@ -9,12 +9,14 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from spx.analysis.summary import point_from_result
 from spx.api import wire
 from spx.api.loading import validate_spec
 from spx.api.result import KernelResult, PointResult, ResultSummary
-from spx.api.status import Environment, ExperimentStatus, KernelPoint
+from spx.api.status import Environment, ExperimentStatus
 from spx.controller import conclusion as c
 from spx.controller.manifests import job_name
+from spx_testing.factories import point_result
 from spx_testing.specs import CPU_SPEC  # the one small CPU spec of the operator tests
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -72,17 +74,11 @@ def pod(phase: str, node: str | None = "gpu-1", *, running: bool = False, exit_c
 
 
 def _point(m: int, tp: int = 2) -> PointResult:
-    padded = -(-m // tp) * tp
+    """A CPU-sized measured point (replicated 4 + 0.02·M µs, split 9 + 0.02·M/TP + 0.001·M, 5 µs gather)."""
     rep, split = 4.0 + 0.02 * m, 9.0 + 0.02 * m / tp + 0.001 * m
-
-    def stats(med: float) -> dict[str, Any]:
-        return {"samplesUs": [med] * 5, "medianUs": med, "q1Us": med * 0.99, "q3Us": med * 1.01, "iqrPct": 2.0}
-
-    return PointResult.model_validate({
-        "tokens": m, "paddedTokens": padded, "rowsPerRank": padded // tp, "replicated": stats(rep),
-        "split": stats(split), "shardGemmUs": split - 5.0, "gatherUs": 5.0, "gatherSource": "measured",
-        "maxAbsError": 0.0, "maxAbsReference": 1.0,
-    })
+    spread = (0.99, 0.995, 1.0, 1.005, 1.01)
+    return point_result(m, [rep * f for f in spread], [split * f for f in spread], tp=tp, max_abs_error=0.0,
+                        shard_gemm_us=split - 5.0, gather_us=5.0, max_abs_reference=1.0)
 
 
 def bench_outputs(tokens: tuple[int, ...] = (8, 128, 2048), result: bool = True) -> tuple[str, str]:
@@ -94,11 +90,9 @@ def bench_outputs(tokens: tuple[int, ...] = (8, 128, 2048), result: bool = True)
                       device="cpu", cuda_graphs=False, points=points)
     if result:
         lines.append(wire.line("result", kr.to_wire()))
-    kpoints = [KernelPoint(tokens=p.tokens, rows_per_rank=p.rows_per_rank, replicated_us=p.replicated.median_us,
-                           split_us=p.split.median_us, speedup=p.replicated.median_us / p.split.median_us)
-               for p in points]
-    summary = ResultSummary(points=kpoints, environment=kr.environment, world_size=2, gemm_backend="torch-bf16",
-                            gather_source="measured", timer="host")
+    # one summary point per measured point, as the bench converts them (repeated counts kept)
+    summary = ResultSummary(points=[point_from_result(p) for p in points], environment=kr.environment,
+                            world_size=2, gemm_backend="torch-bf16", gather_source="measured", timer="host")
     return "".join(lines), wire.dumps(summary.to_wire())
 
 

@@ -1,0 +1,58 @@
+"""``spec.sweep``: the token counts M to measure and the opt-in adaptive sweep (``sweep.refine``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from spx.api.base import CamelModel
+
+#: The seed PR's token sweep (docs/seed.md; ``operator/spx/data/h20_tp8_fused_wqa_wkv.csv``).
+SEED_TOKENS = [6, 12, 24, 48, 96, 384, 1024, 2048, 4096, 8192, 16384]
+
+
+class RefineSpec(CamelModel):
+    """The adaptive sweep (opt-in): after the listed counts, add counts where the crossover is not bracketed.
+
+    Planner: ``spx.analysis.refine`` (counts are multiples of TP, each recorded with why it was added);
+    it stops when every speedup curve's bracket is within ``±bracketRelative`` of its break-even or no
+    wider than ``floorTokens``, or after ``maxAddedPoints`` / ``maxRounds``.
+    """
+
+    bracket_relative: float = Field(default=0.10, gt=0.0, le=1.0)
+    """The bracket is narrow enough within ± this fraction of the break-even (0.10: ±10 %)."""
+    floor_tokens: int | None = Field(default=None, ge=1, le=1 << 20)
+    """A bracket no wider than this many tokens is narrow enough (default: the TP size; e.g. the GEMM's tile step)."""
+    max_added_points: int = Field(default=8, ge=1, le=48)
+    """At most this many counts are added to the listed ones."""
+    max_rounds: int = Field(default=4, ge=1, le=16)
+    """At most this many planning rounds."""
+    points_per_round: int = Field(default=2, ge=1, le=8)
+    """At most this many counts measured per round."""
+    bounds: bool = True
+    """Also bracket where the ends of the speedup's intervals (samples, gather prior) and the gather priors cross 1.0, not only the point estimate."""
+
+
+class SweepSpec(CamelModel):
+    """Token counts (M, tokens in the batch) to measure, strictly increasing."""
+
+    tokens: list[Annotated[int, Field(gt=0, le=1 << 24)]] = Field(
+        default_factory=lambda: list(SEED_TOKENS), min_length=1, max_length=64
+    )
+    """Token counts M to measure, strictly increasing, each at most 16,777,216."""
+    refine: RefineSpec | None = None
+    """Opt-in adaptive sweep: after these counts, add counts around the crossover until it is bracketed."""
+
+    @field_validator("tokens")
+    @classmethod
+    def _sorted_positive_unique(cls, v: list[int]) -> list[int]:
+        bad = [t for t in v if t <= 0]
+        if bad:
+            raise ValueError(f"token counts must be > 0, got {bad}")
+        dupes = sorted({t for t in v if v.count(t) > 1})
+        if dupes:
+            raise ValueError(f"token counts must be unique, {dupes} repeat; list each count once")
+        if v != sorted(v):
+            raise ValueError(f"token counts must be in increasing order, got {v}; use {sorted(v)}")
+        return v

@@ -1,0 +1,89 @@
+"""Which columns the kernel table shows (:func:`spx.cli.tables.kernel_columns`): a column that would
+repeat another is left out and said once in the caption instead."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from spx.api import KernelPoint, KernelStatus
+from spx.cli.tables import kernel_columns, kernel_table
+from spx_testing.factories import kernel_point
+
+BASE = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup", "spread %", "max error"]
+HOST = ["host rep µs", "host split µs", "host-bound ×"]
+SAME_HOST = "host-bound = GPU-bound at every point (max of host issue time and GPU span)"
+
+
+def timed(tokens: int, speedup: float, mode: str | None = "eager", host_factor: float | None = 1.0,
+          interval: tuple[float, float] | None = None, any_prior: tuple[float, float] | None = None,
+          split_us: float = 100.0) -> KernelPoint:
+    """A point (split ``split_us``, replicated ``speedup·split_us``) whose host-bound times are ``host_factor`` × its GPU-bound ones
+    (``None``: no host figures, as in the H20 table); ``interval``/``any_prior``: speedup intervals."""
+    p = kernel_point(tokens, speedup)
+    p = p.model_copy(update={"split_us": split_us, "replicated_us": speedup * split_us, "gather_us": split_us / 5})
+    update: dict[str, object] = {"execution": mode}
+    if host_factor is not None:
+        update |= {"replicated_host_us": p.replicated_us * host_factor, "split_host_us": p.split_us * host_factor,
+                   "replicated_host_bound_us": p.replicated_us * host_factor,
+                   "split_host_bound_us": p.split_us * host_factor}
+    if interval:
+        update |= {"speedup_low": interval[0], "speedup_high": interval[1]}
+    if any_prior:
+        update |= {"speedup_low_any_prior": any_prior[0], "speedup_high_any_prior": any_prior[1]}
+    return p.model_copy(update=update)
+
+
+def kernel(*points: KernelPoint) -> KernelStatus:
+    return KernelStatus(points=list(points))
+
+
+@pytest.mark.parametrize(("points", "columns", "notes"), [
+    pytest.param([timed(8, 0.5), timed(2048, 1.9)], BASE,
+                 [f"every point timed eager; {SAME_HOST}"], id="cpu-smoke-all-eager-host-equals-gpu"),
+    pytest.param([timed(8, 0.5, "graph"), timed(2048, 1.9, "eager")], [*BASE, "mode"], [SAME_HOST],
+                 id="mixed-modes-keep-mode"),
+    # the replicated candidate is host-bound at 8 tokens: 2× its GPU span
+    pytest.param([timed(8, 0.5, "graph").model_copy(update={"replicated_host_bound_us": 100.0}),
+                  timed(2048, 1.9, "graph")], [*BASE, "mode", *HOST], [], id="host-bound-differs-at-one-point"),
+    pytest.param([timed(8, 0.5, "graph", host_factor=1.00001), timed(2048, 1.9, "graph")], BASE,
+                 [f"every point timed graph; {SAME_HOST}"], id="differs-below-the-printed-precision"),
+    pytest.param([timed(8, 0.5, None, None), timed(2048, 1.9, None, None)], BASE, [], id="no-host-figures"),
+    pytest.param([timed(8, 0.5, None, None, (0.4, 0.6)), timed(2048, 1.9, None, None, (1.7, 2.1))],
+                 [*BASE[:6], "95 % interval", *BASE[6:]], [], id="interval"),
+    pytest.param([timed(8, 0.5, None, None, (0.4, 0.6), (0.3, 0.7))],
+                 [*BASE[:6], "95 % interval", "any prior", *BASE[6:]], [], id="interval-and-any-prior"),
+    pytest.param([timed(8, 0.5, None, None, (0.4, 0.6), (0.4, 0.7))],
+                 [*BASE[:6], "95 % interval", "any prior", *BASE[6:]], [], id="any-prior-differs-at-the-top-only"),
+    pytest.param([timed(8, 0.5, None, None, (0.4, 0.6), (0.4, 0.6))],
+                 [*BASE[:6], "95 % interval", *BASE[6:]], [], id="any-prior-equal-to-the-interval-is-dropped"),
+])
+def test_columns(points: list[KernelPoint], columns: list[str], notes: list[str]) -> None:
+    assert kernel_columns(kernel(*points)) == (columns, notes)
+
+
+def test_the_table_has_those_columns_and_the_note_under_the_callers_caption() -> None:
+    table = kernel_table(kernel(timed(8, 0.5), timed(2048, 1.9)), caption="CPU smoke run")
+    assert [str(c.header) for c in table.columns] == BASE
+    assert table.caption == f"CPU smoke run\nevery point timed eager; {SAME_HOST}"
+    assert [str(c) for c in table.columns[5].cells] == ["0.50×", "1.90×"]
+
+
+def test_host_columns_show_the_host_figures() -> None:
+    slow = timed(8, 0.5, "graph").model_copy(update={"replicated_host_us": 100.0, "replicated_host_bound_us": 100.0})
+    table = kernel_table(kernel(slow))
+    cells = {str(c.header): [str(x) for x in c.cells] for c in table.columns}
+    assert cells["mode"] == ["graph"]
+    assert cells["host rep µs"] == ["100.0"] and cells["host split µs"] == ["100.0"]
+    assert cells["host-bound ×"] == ["1.00×"]  # 100 µs / 100 µs, where the GPU-bound speedup is 0.50×
+
+
+def test_a_cpu_smoke_sweep_fits_in_120_columns() -> None:
+    """The quickstart's shape (5 counts up to 2,048 tokens, CPU times in the 100,000s of µs, intervals)."""
+    points = [timed(t, s, interval=(s * 0.7, s * 1.6), split_us=204_710.0 * t / 2048).model_copy(
+        update={"iqr_pct": 96.7}) for t, s in [(8, 0.33), (32, 0.97), (128, 1.44), (512, 1.48), (2048, 1.91)]]
+    out = io.StringIO()
+    Console(file=out, width=200).print(kernel_table(kernel(*points), title="quickstart-cpu: TP2 on CPU"))
+    assert max(len(line.rstrip()) for line in out.getvalue().splitlines()) <= 120
