@@ -13,8 +13,8 @@
 # in a private storage, so the bench Dockerfile's FROM resolves to it with --pull-never.
 #
 # pip inside the builds uses this machine's pip configuration (`pip config list`: index URLs,
-# find-links, constraints; local file:// indexes and folders are bind-mounted read-only at the same
-# paths) and this machine's pip cache (bind-mounted, so the vllm stage's downloads are reused). Mounts
+# find-links, constraints; the folders of local file:// indexes and find-links are bind-mounted
+# read-only at the same paths) and this machine's pip cache (bind-mounted, so the vllm stage's downloads are reused). Mounts
 # are not part of the images.
 #
 # Checks, in the built image as its USER, with its ENTRYPOINT, scratch at /var/run/spx as the Job
@@ -35,9 +35,18 @@ WORK=${SPX_OCI_WORK:-$(mktemp -d /tmp/spx-oci-bench.XXXXXX)}
 mkdir -p "$WORK"
 MIRROR=${SPX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PY=${PYTHON:-python3}
-B=(buildah --root "$WORK/storage" --runroot "$WORK/run" --storage-driver vfs)
+# overlay where the kernel has it (no copy of the ~3 GB vLLM tree per layer and container), else vfs
+DRIVER=${SPX_OCI_STORAGE_DRIVER:-$(grep -qw overlay /proc/filesystems && echo overlay || echo vfs)}
+B=(buildah --root "$WORK/storage" --runroot "$WORK/run" --storage-driver "$DRIVER")
 export BUILDAH_ISOLATION=chroot
-cleanup() { if [ "${SPX_OCI_KEEP:-0}" != 1 ]; then "${B[@]}" rm -a >/dev/null 2>&1 || true; rm -rf "$WORK"; fi; }
+cleanup() {
+  if [ "${SPX_OCI_KEEP:-0}" != 1 ]; then
+    "${B[@]}" rm -a >/dev/null 2>&1 || true
+    "${B[@]}" rmi -a -f >/dev/null 2>&1 || true
+    umount "$WORK/storage/overlay" 2>/dev/null || true  # containers/storage's private bind mount, if still there
+    rm -rf "$WORK"
+  fi
+}
 trap cleanup EXIT
 t0=$(date +%s)
 step() { local now; now=$(date +%s); echo "   $1 in $((now - t0)) s"; t0=$now; }
@@ -61,6 +70,8 @@ paths = set()
 for key in ("index-url", "extra-index-url", "find-links", "constraint", "requirement", "cert"):
     for item in conf.get(key, "").split():
         path = urlparse(item).path if item.startswith("file:") else item
+        if key.endswith("index-url"):  # a local index's pages link to its files beside it (../../files/...)
+            path = os.path.dirname(path.rstrip("/"))
         if path.startswith("/") and os.path.exists(path):
             paths.add(os.path.realpath(path))
 with open(sys.argv[1], "w") as f:
@@ -75,14 +86,14 @@ cache=$("$PY" -m pip cache dir 2>/dev/null || true)
 if [ -n "$cache" ]; then mkdir -p "$cache"; mounts+=(-v "$cache:/root/.cache/pip"); fi
 
 echo "== stand-in base: images/bench/vllm-standin.Containerfile (the real vllm==0.33.0 on CPU; the vLLM image cannot be pulled here)"
-"${B[@]}" bud --isolation chroot --pull-never --layers=false "${mounts[@]}" -f images/bench/vllm-standin.Containerfile \
+"${B[@]}" bud --isolation chroot --pull-never --layers=false --format docker "${mounts[@]}" -f images/bench/vllm-standin.Containerfile \
   -t localhost/vllm-openai-standin:v0.33.0 . >"$WORK/standin.log" 2>&1 || { tail -40 "$WORK/standin.log" >&2; exit 1; }
 grep -E '^setup_vllm.sh:' "$WORK/standin.log" || true
 "${B[@]}" tag localhost/vllm-openai-standin:v0.33.0 docker.io/vllm/vllm-openai:v0.33.0
 step "stand-in base built"
 
-echo "== build images/bench/Dockerfile on it (buildah, chroot isolation, vfs, --pull-never)"
-"${B[@]}" bud --isolation chroot --pull-never --layers=false "${mounts[@]}" -f images/bench/Dockerfile \
+echo "== build images/bench/Dockerfile on it (buildah, chroot isolation, $DRIVER storage, --pull-never)"
+"${B[@]}" bud --isolation chroot --pull-never --layers=false --format docker "${mounts[@]}" -f images/bench/Dockerfile \
   --build-arg REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
   -t localhost/spx-bench:test . >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log" >&2; exit 1; }
 step "bench image built"
@@ -97,7 +108,7 @@ chown "$user" "$WORK/scratch"
 ctr=$("${B[@]}" from localhost/spx-bench:test)
 run=("${B[@]}" run --user "$user" --env VLLM_TARGET_DEVICE=cpu --env HF_HUB_OFFLINE=1
      -v "$WORK/scratch:/var/run/spx" -v "$PWD/examples/deepseek-v41-tp8.yaml:/etc/spx/experiment.yaml:ro" "$ctr" --)
-"${run[@]}" python3 -c 'import importlib.metadata as m; print("   versions: " + ", ".join(f"{p} {m.version(p)}" for p in ("vllm", "torch", "numpy", "spx")))'
+"${run[@]}" python3 -c 'import importlib.metadata as m; print("   versions: " + ", ".join(f"{p} {m.version(p)}" for p in ("vllm", "torch", "numpy", "spx-operator")))'
 "${run[@]}" "${entrypoint[@]}" validate /etc/spx/experiment.yaml
 "${run[@]}" python3 - <<'EOF'
 import importlib, os

@@ -40,7 +40,7 @@ def test_bench_image_builds_on_vllm_0_33_and_the_plugin_loads_inside() -> None:
     out = proc.stdout + proc.stderr
     print(out)  # the per-step times (pytest -s, or the failure report)
     assert proc.returncode == 0, out[-6000:]
-    versions = re.search(r"versions: vllm (\S+), torch (\S+), numpy (\S+), spx (\S+)", out)
+    versions = re.search(r"versions: vllm (\S+), torch (\S+), numpy (\S+), spx-operator (\S+)", out)
     assert versions is not None, out[-6000:]
     assert versions.group(1) == "0.33.0", out[-6000:]
     assert versions.group(2).startswith("2.13.0"), out[-6000:]  # the base's torch, kept by the spx layer
