@@ -5,9 +5,10 @@ The base is a STAND-IN for vllm/vllm-openai:v0.33.0, which (~10 GB, CUDA) cannot
 debootstrap base the operator build makes (images/oci-base.sh) + the real vllm==0.33.0 installed on CPU by
 scripts/setup_vllm.sh, in the real image's layout (images/bench/vllm-standin.Containerfile says what differs).
 
-Marked ``vllm``: it runs in scripts/test.sh's vllm stage, after setup_vllm.sh has filled pip's cache with
-the same wheels. There (``SPX_REQUIRE_VLLM=1``) missing buildah/debootstrap fail it; elsewhere they skip
-it. It skips, saying so, when not root (as tests/chart/test_image_build.py does). ~N min on 2 cores.
+Marked ``vllm``: it runs in scripts/test.sh's vllm stage (after the main stage's operator build has left
+the debootstrap base in SPX_OCI_CACHE). There (``SPX_REQUIRE_VLLM=1``) missing buildah/debootstrap fail
+it; elsewhere they skip it. It skips, saying so, when not root (as tests/chart/test_image_build.py does)
+or with SPX_SKIP_IMAGE_BUILD set. A broken build fails it with the build log's tail. ~9 min on 2 cores.
 """
 
 from __future__ import annotations
