@@ -3,8 +3,8 @@
 #
 #   bash images/build-oci.sh            # needs root, buildah and debootstrap (Debian: apt-get install buildah debootstrap)
 #
-# - base: Debian bookworm made by debootstrap (minbase + python3.11, python3-venv, python-is-python3,
-#   ca-certificates), imported into buildah and tagged docker.io/library/python:3.11-slim-bookworm in
+# - base: Debian bookworm made by debootstrap (oci-base.sh: minbase + python3.11, python3-venv, python-is-python3,
+#   ca-certificates; kept in SPX_OCI_CACHE for build-bench-oci.sh), imported into buildah and tagged docker.io/library/python:3.11-slim-bookworm in
 #   a private storage, so images/operator/Dockerfile builds unchanged with --pull-never. It stands in
 #   for the official python image (Python from Debian's packages in /usr/bin, not /usr/local), which
 #   cannot be pulled here;
@@ -28,18 +28,9 @@ cleanup() { if [ "${SPX_OCI_KEEP:-0}" != 1 ]; then "${B[@]}" rm -a >/dev/null 2>
 trap cleanup EXIT
 t0=$(date +%s)
 
-echo "== base: debootstrap bookworm (minbase + python3.11) into $WORK/rootfs"
-debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates \
-  bookworm "$WORK/rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 || { tail -20 "$WORK/debootstrap.log" >&2; exit 1; }
-# the host's CA bundle: pip in the build must trust what the host trusts (e.g. a TLS-inspecting proxy)
-cp /etc/ssl/certs/ca-certificates.crt "$WORK/rootfs/etc/ssl/certs/ca-certificates.crt"
-rm -rf "$WORK/rootfs/var/cache/apt/archives/"*.deb "$WORK/rootfs/var/lib/apt/lists/"*
-ctr=$("${B[@]}" from scratch)
-cp -a "$WORK/rootfs/." "$("${B[@]}" mount "$ctr")/"
-"${B[@]}" umount "$ctr" >/dev/null
-"${B[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 \
-  --cmd '["python3"]' "$ctr"
-"${B[@]}" commit -q --rm "$ctr" localhost/spx-base:bookworm >/dev/null
+# shellcheck source=images/oci-base.sh
+source images/oci-base.sh
+oci_base
 "${B[@]}" tag localhost/spx-base:bookworm docker.io/library/python:3.11-slim-bookworm
 t1=$(date +%s)
 echo "   base ready in $((t1 - t0)) s"

@@ -14,8 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=${SPX_VLLM_VERSION:-0.33.0}
-PY=.venv/bin/python
-[ -x "$PY" ] || { echo "setup_vllm.sh: run scripts/setup.sh first (no .venv)" >&2; exit 1; }
+# SPX_VLLM_PYTHON: another Python to install into (images/build-bench-oci.sh: the stand-in vLLM image's system Python)
+PY=${SPX_VLLM_PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || { echo "setup_vllm.sh: run scripts/setup.sh first (no $PY)" >&2; exit 1; }
 if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm') != sys.argv[1])" "$VERSION" 2>/dev/null; then
   echo "vllm $VERSION already installed"
   exit 0

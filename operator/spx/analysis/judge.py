@@ -111,8 +111,8 @@ def cap_partial(kernel: KernelStatus) -> tuple[KernelStatus, list[str]]:
     if bracketed:
         return kernel, []
     capped = kernel.model_copy(update={
-        "crossover_tokens": None, "recommended_threshold_tokens": None, "crossover_confidence": "none",
-        "uncertainty": None,
+        "crossover_tokens": None, "crossover_tokens_rounded": None, "recommended_threshold_tokens": None,
+        "crossover_confidence": "none", "uncertainty": None,
     })
     return capped, [
         f"{PARTIAL}: no crossover and no threshold are recommended: the split wins from the smallest of the "

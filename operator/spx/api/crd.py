@@ -131,9 +131,9 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "GPU", "type": "string", "jsonPath": ".status.environment.gpu"},
-    # whole tokens: the API server's table converter prints an "integer" column's float as int64
-    {"name": "Crossover", "type": "integer", "jsonPath": ".status.kernel.crossoverTokens",
-     "description": "Break-even token count (whole tokens)"},
+    # whole tokens, rounded (KernelStatus.crossover_tokens_rounded): an "integer" column would truncate the float
+    {"name": "Crossover", "type": "integer", "jsonPath": ".status.kernel.crossoverTokensRounded",
+     "description": "Break-even token count, rounded to whole tokens"},
     {"name": "Threshold", "type": "integer", "jsonPath": ".status.kernel.recommendedThresholdTokens"},
     {"name": "Verdict", "type": "string", "jsonPath": ".status.verdict"},
     {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Decided")].reason',

@@ -6,9 +6,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
@@ -240,6 +241,8 @@ class KernelStatus(CamelModel):
     """One summary per measured token count, in sweep order."""
     crossover_tokens: float | None = None
     """Token count where the split starts to beat replicated (interpolated); unset: no crossover measured."""
+    crossover_tokens_rounded: int | None = None
+    """crossoverTokens rounded to whole tokens, half up (28.92 → 29): derived from it whenever the status is built or read (a value written here is replaced), for the Crossover printer column (an API server column can only truncate)."""
     first_winning_tokens: int | None = None
     """Smallest measured token count from which the split wins at every larger one."""
     crossover_confidence: CrossoverConfidence = "none"
@@ -262,6 +265,13 @@ class KernelStatus(CamelModel):
     """vLLM's CUDA-graph capture limit the sweep used: points above it were timed eagerly (execution auto)."""
     uncertainty: CrossoverUncertainty | None = None
     """The crossover as an interval, the indifference band, the stake and the interval rule's threshold."""
+
+    @model_validator(mode="after")
+    def _round_crossover(self) -> Self:
+        """Set ``crossover_tokens_rounded`` from ``crossover_tokens`` (floor(x + 0.5); unset when unset or not finite)."""
+        x = self.crossover_tokens
+        self.crossover_tokens_rounded = math.floor(x + 0.5) if x is not None and math.isfinite(x) else None
+        return self
 
 
 class ExperimentStatus(CamelModel):
