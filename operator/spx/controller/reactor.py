@@ -430,6 +430,11 @@ class Reactor:
                 if d.need is None:
                     return d.outcome
                 answers = await self._answer(key, o, d.need)
+                if isinstance(d.need, c.CreateJob) and not answers:
+                    # Created: admission ends here. The status (Pending, naming the Job) is written by a
+                    # normal-priority reconcile, after the other new experiments got their Jobs.
+                    self.queue.add(key)
+                    return "job-created"
                 fresh = self.observed(key, **{**_answers(o), **answers})
                 if fresh is None:
                     return "deleted"
