@@ -44,6 +44,7 @@ from spx.controller.manifests import (
     BenchOptions,
     job_name,
 )
+from spx.controller.memory import Trimmer
 from spx.controller.objects import POD_ENDED_PHASES, owner_uid
 from spx.controller.reads import Reads
 from spx.controller.settings import OperatorSettings
@@ -103,6 +104,8 @@ class Reactor:
     _relist_timer: asyncio.TimerHandle | None = None
     _oneshots: set[asyncio.Task[None]] = field(default_factory=set)
     logs: LogFollowers = field(init=False)
+    #: Returns the heap a burst freed to the OS once the queue drains (:mod:`spx.controller.memory`).
+    trimmer: Trimmer = field(default_factory=Trimmer)
     #: With several replicas (SPX_LEADER_ELECTION): only the Lease holder's workers reconcile.
     leader: LeaderElector | None = None
 
@@ -139,6 +142,7 @@ class Reactor:
                 pass
         self._tasks.clear()
         self.queue.close()
+        self.trimmer.close()
         await self.client.close()
 
     def dead_tasks(self) -> list[str]:
@@ -259,6 +263,8 @@ class Reactor:
             finally:
                 self.last_reconcile = time.time()
                 self.queue.done(key)
+                if not len(self.queue):
+                    self.trimmer.idle()
 
     # Events from kopf ---------------------------------------------------------------------------------
 
@@ -430,6 +436,11 @@ class Reactor:
                 if d.need is None:
                     return d.outcome
                 answers = await self._answer(key, o, d.need)
+                if isinstance(d.need, c.CreateJob) and not answers:
+                    # Created: admission ends here. The status (Pending, naming the Job) is written by a
+                    # normal-priority reconcile, after the other new experiments got their Jobs.
+                    self.queue.add(key)
+                    return "job-created"
                 fresh = self.observed(key, **{**_answers(o), **answers})
                 if fresh is None:
                     return "deleted"

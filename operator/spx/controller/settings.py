@@ -79,7 +79,7 @@ class OperatorSettings(BaseSettings):
                            "(spx.controller.crd_check); false only for development API servers without the CRD",
                            default=True)
     workers: int = _env("SPX_RECONCILE_WORKERS", "concurrent reconciles (never the same experiment twice at once)",
-                        default=16, ge=1)
+                        default=64, ge=1)
     resync_s: float = _env("SPX_RESYNC_SECONDS",
                            "seconds between re-lists of experiments, Jobs and pods from the API server "
                            "(the store is corrected against them, then every experiment is reconciled)",

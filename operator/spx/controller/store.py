@@ -32,13 +32,32 @@ def _rv(obj: Mapping[str, Any]) -> int | None:
     return _int(meta(obj).get("resourceVersion"))
 
 
-def slim(obj: dict[str, Any]) -> dict[str, Any]:
+#: ``spec`` fields dropped from stored Jobs and pods: the bulk of those objects (the pod template,
+#: the containers with their env and command, the volumes) and never read by the operator, which
+#: reads a Job's ``activeDeadlineSeconds`` and ``suspend`` and a pod's ``nodeName``.
+DROPPED_SPEC: dict[str, frozenset[str]] = {
+    "Job": frozenset({"template"}),
+    "Pod": frozenset({"containers", "initContainers", "ephemeralContainers", "volumes"}),
+}
+
+
+def slim(obj: dict[str, Any], kind: str | None = None) -> dict[str, Any]:
     """``obj`` without ``metadata.managedFields`` (server-side apply's bookkeeping: often a third of a
-    pod's size, never read by the operator). A shallow copy: the watch event's own dicts are untouched."""
+    pod's size, never read by the operator) and, for a Job or pod (``kind``), without the ``spec``
+    fields of :data:`DROPPED_SPEC`. A shallow copy: the watch event's own dicts are untouched."""
     m = obj.get("metadata")
-    if not isinstance(m, dict) or "managedFields" not in m:
+    spec = obj.get("spec")
+    drop = DROPPED_SPEC.get(kind or "", frozenset())
+    slim_meta = isinstance(m, dict) and "managedFields" in m
+    slim_spec = isinstance(spec, dict) and not drop.isdisjoint(spec)
+    if not slim_meta and not slim_spec:
         return obj
-    return {**obj, "metadata": {k: v for k, v in m.items() if k != "managedFields"}}
+    out = dict(obj)
+    if slim_meta:
+        out["metadata"] = {k: v for k, v in m.items() if k != "managedFields"}  # type: ignore[union-attr]
+    if slim_spec:
+        out["spec"] = {k: v for k, v in spec.items() if k not in drop}  # type: ignore[union-attr]
+    return out
 
 
 class Store:
@@ -108,7 +127,7 @@ class Store:
         return True
 
     def put_job(self, obj: dict[str, Any], deleted: bool = False) -> bool:
-        obj = slim(obj)
+        obj = slim(obj, "Job")
         changed = self._put(self.jobs, self._jobs_by_owner, KIND, obj, deleted)
         uid = str(meta(obj).get("uid"))
         if changed and deleted:
@@ -122,7 +141,7 @@ class Store:
         """Put (or remove) a pod. A removed pod's last state is kept in :attr:`gone` (by Job, at most
         :data:`GONE_PER_JOB` each) while its Job is in the store: evictions, the pods the Job controller
         deleted at the deadline and their termination messages outlive the pod objects."""
-        obj = slim(obj)
+        obj = slim(obj, "Pod")
         old = self.pods.get(self._key(obj))
         changed = self._put(self.pods, self._pods_by_owner, "Job", obj, deleted)
         if changed and deleted:

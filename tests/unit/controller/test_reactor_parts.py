@@ -47,6 +47,25 @@ def test_fm1_a_relist_drops_jobs_deleted_while_the_watch_was_down() -> None:
     assert store.jobs[("ml", "kept")]["metadata"]["resourceVersion"] == "7"
 
 
+def test_the_store_keeps_jobs_and_pods_without_what_the_operator_never_reads() -> None:
+    store = Store()
+    job = {**_job("j", 3), "spec": {"activeDeadlineSeconds": 60, "suspend": False,
+                                    "template": {"spec": {"containers": [{"name": "bench", "env": [{"name": "X"}]}]}}},
+           "status": {"active": 1}}
+    job["metadata"]["managedFields"] = [{"manager": "kube-controller-manager"}]
+    pod = {"metadata": {"namespace": "ml", "name": "j-abc", "uid": "p1", "resourceVersion": "4",
+                        "ownerReferences": [{"kind": "Job", "uid": "j-uid"}]},
+           "spec": {"nodeName": "gpu-1", "containers": [{"name": "bench"}], "volumes": [{"name": "shm"}]},
+           "status": {"phase": "Running"}}
+    store.put_job(job)
+    store.put_pod(pod)
+    assert store.jobs[("ml", "j")]["spec"] == {"activeDeadlineSeconds": 60, "suspend": False}
+    assert "managedFields" not in store.jobs[("ml", "j")]["metadata"] and store.jobs[("ml", "j")]["status"] == {"active": 1}
+    assert store.pods[("ml", "j-abc")]["spec"] == {"nodeName": "gpu-1"}
+    assert store.pods_of("j-uid")[0]["status"] == {"phase": "Running"}
+    assert job["spec"]["template"] and pod["spec"]["containers"] and job["metadata"]["managedFields"]  # the events' own dicts
+
+
 def test_merge_patch_removes_what_the_new_status_drops() -> None:
     old = {"phase": "Running", "kernel": {"points": [1], "gemmBackend": "x"}, "jobName": "j"}
     new = {"phase": "Pending", "kernel": {"points": [1]}, "message": "m"}
