@@ -57,16 +57,30 @@ async def ideal_controller(c: Any, namespace: str, expected: int, ready: asyncio
                     raise RuntimeError(f"Job of {meta['name']}: {rsp.status} {(await rsp.text())[:300]}")
             done += 1
 
-        tasks: list[asyncio.Task[None]] = []
-        async with session.get(base, params={"watch": "1", "allowWatchBookmarks": "false"}) as rsp:
-            ready.set()
-            async for line in rsp.content:
-                event = json.loads(line)
-                if event.get("type") == "ADDED" and event["object"]["metadata"]["name"].startswith("scale-"):
-                    tasks.append(asyncio.ensure_future(create(event["object"])))
-                if len(tasks) >= expected:
-                    break
-        await asyncio.gather(*tasks)
+        tasks: dict[str, asyncio.Task[None]] = {}
+
+        def seen(obj: dict[str, Any]) -> None:
+            name = obj["metadata"]["name"]
+            if name.startswith("scale-") and name not in tasks:
+                tasks[name] = asyncio.ensure_future(create(obj))
+
+        # list-then-watch, as every controller does: the API server closes a watch whose reader falls
+        # behind in a burst, so each ended watch is followed by a list (nothing is missed) and a new watch.
+        while len(tasks) < expected:
+            async with session.get(base) as rsp:
+                listed = await rsp.json()
+            for obj in listed["items"]:
+                seen(obj)
+            params = {"watch": "1", "resourceVersion": listed["metadata"]["resourceVersion"]}
+            async with session.get(base, params=params) as rsp:
+                ready.set()
+                async for line in rsp.content:
+                    event = json.loads(line)
+                    if event.get("type") == "ADDED":
+                        seen(event["object"])
+                    if len(tasks) >= expected:
+                        break
+        await asyncio.gather(*tasks.values())
     assert done == expected, (done, expected)
 
 
