@@ -39,7 +39,7 @@ __all__ = ["EXP_API", "EXP_PLURAL", "SPEC", "Cluster", "ControlPlane", "FaultPro
 SPEC: dict[str, Any] = CPU_SPEC
 
 
-def start_control_plane(workdir: Path) -> ControlPlane:
+def start_control_plane(workdir: Path, audit_log: Path | None = None) -> ControlPlane:
     """Start the control plane under ``workdir`` and install the CRD; SIGTERM then raises SystemExit, so
     that the caller's ``finally`` stops the operator and the control plane (no orphaned processes).
 
@@ -49,7 +49,14 @@ def start_control_plane(workdir: Path) -> ControlPlane:
     why = missing_assets(os.environ.get("KUBEBUILDER_ASSETS"))
     if why:
         raise SystemExit(f"no Kubernetes control plane: {why}; {HOW_TO_GET}")
-    cp = ControlPlane(Path(os.environ["KUBEBUILDER_ASSETS"]), workdir / "control-plane")
+    args: list[str] = []
+    if audit_log is not None:  # every request at Metadata level: who, what, and when (µs) it was received and answered
+        policy = workdir / "audit-policy.yaml"
+        policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+                          "rules:\n- level: Metadata\n")
+        args = [f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}", "--audit-log-format=json",
+                "--audit-log-mode=batch"]
+    cp = ControlPlane(Path(os.environ["KUBEBUILDER_ASSETS"]), workdir / "control-plane", apiserver_args=args)
 
     def on_term(signum: int, frame: Any) -> None:  # `timeout`: unwind, so that the callers' finally stops it all
         raise SystemExit(128 + signum)

@@ -328,7 +328,7 @@ def test_work_queue_dedupes_prioritises_and_never_runs_a_key_twice_at_once() -> 
     from spx.controller.workqueue import WorkQueue
 
     async def scenario() -> list[tuple[str, str]]:
-        q = WorkQueue()
+        q = WorkQueue(hold_s=0)  # (holding follow-up work back: tests/unit/controller/test_workqueue_hold.py)
         q.add(("ns", "old"))
         q.add(("ns", "old"))  # deduplicated
         q.add(("ns", "new"), urgent=True)

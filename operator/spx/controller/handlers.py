@@ -28,6 +28,8 @@ from spx.controller.settings import OperatorSettings, load_settings
 logger = logging.getLogger("spx.controller")
 
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
+#: Connections of the API client beyond one per reconcile worker (Events, re-lists, the Lease).
+EXTRA_CONNECTIONS = 8
 
 
 class NoEssenceDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
@@ -130,7 +132,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if not cfg.log_every_event:  # kopf logs "Handler … succeeded." per watch event at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
-    client = KubeClient(cfg.request_timeout_s, relogin=lambda: _relogin(memo, settings))
+    # one connection per reconcile worker, plus Events, re-lists and the Lease renewal
+    client = KubeClient(cfg.request_timeout_s, relogin=lambda: _relogin(memo, settings),
+                        max_connections=cfg.workers + EXTRA_CONNECTIONS)
     # kopf logs in only after the start-up handlers: log in here for the CRD check.
     info = memo.get("login_info") or _login_now(cfg, settings)
     if info is not None:

@@ -67,9 +67,16 @@ def resource_path(api_version: str, plural: str, namespace: str | None, name: st
 
 
 class KubeClient:
-    """Async client bound to one ``kopf.ConnectionInfo`` (renewed through ``relogin`` on HTTP 401)."""
+    """Async client bound to one ``kopf.ConnectionInfo`` (renewed through ``relogin`` on HTTP 401).
 
-    def __init__(self, request_timeout_s: float = 60.0, relogin: Callable[[], Awaitable[kopf.ConnectionInfo | None]] | None = None) -> None:
+    ``max_connections`` bounds the keep-alive pool of ordinary requests (log streams have their own
+    pool): the reactor sizes it to its workers plus a few for Events, re-lists and the Lease, so that
+    ``SPX_RECONCILE_WORKERS`` above the old fixed 64 is not silently capped by the pool.
+    """
+
+    def __init__(self, request_timeout_s: float = 60.0, relogin: Callable[[], Awaitable[kopf.ConnectionInfo | None]] | None = None,
+                 max_connections: int = 64) -> None:
+        self._max_connections = max_connections
         self._info: kopf.ConnectionInfo | None = None
         self._ready = asyncio.Event()
         self._session: aiohttp.ClientSession | None = None
@@ -98,7 +105,7 @@ class KubeClient:
             ssl_ctx: ssl.SSLContext | bool = False
             if info.server.startswith("https"):
                 ssl_ctx = info.as_ssl_context()
-            connector = aiohttp.TCPConnector(ssl=ssl_ctx, limit=64)
+            connector = aiohttp.TCPConnector(ssl=ssl_ctx, limit=self._max_connections)
             self._session = aiohttp.ClientSession(
                 base_url=None,
                 connector=connector,

@@ -80,6 +80,11 @@ class OperatorSettings(BaseSettings):
                            default=True)
     workers: int = _env("SPX_RECONCILE_WORKERS", "concurrent reconciles (never the same experiment twice at once)",
                         default=64, ge=1)
+    admission_hold_s: float = _env("SPX_ADMISSION_HOLD_SECONDS",
+                                   "while new experiments are getting their Jobs (a burst of applies), follow-up work "
+                                   "(status writes, log reads) waits at most this long; 0 = never held "
+                                   "(spx.controller.workqueue)",
+                                   default=5.0, ge=0)
     resync_s: float = _env("SPX_RESYNC_SECONDS",
                            "seconds between re-lists of experiments, Jobs and pods from the API server "
                            "(the store is corrected against them, then every experiment is reconciled)",
@@ -182,7 +187,7 @@ class OperatorSettings(BaseSettings):
         return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("max_concurrent", "schedule_timeout_s", "image_pull_timeout_s", "max_disruptions", "metrics_port",
-                     "workers", "resync_s", "log_limit_bytes", "progress_log_interval_s", "watch_server_timeout_s",
+                     "workers", "admission_hold_s", "resync_s", "log_limit_bytes", "progress_log_interval_s", "watch_server_timeout_s",
                      "watch_client_timeout_s", "watch_inactivity_timeout_s", "request_timeout_s",
                      "conflict_backoff_s", "conflict_backoff_max_s", "bench_image", "bench_image_pull_policy",
                      "kube_insecure", "log_every_event", "metrics_bind_address", "crd_check", mode="before")

@@ -161,7 +161,7 @@ def test_the_work_queue_reports_its_depth_on_every_put_and_get() -> None:
 
     async def scenario() -> list[int]:
         depths: list[int] = []
-        q = WorkQueue(on_depth=depths.append)
+        q = WorkQueue(on_depth=depths.append, hold_s=0)
         q.add(A)
         q.add(B)
         q.add(A)  # already queued: no put
