@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from spx.controller.job_status import job_finished
-from spx.controller.manifests import LABEL_GENERATION
+from spx.controller.naming import LABEL_GENERATION
 from spx.controller.store import Store, deleting, generation, meta
 
 Key = tuple[str, str]  # (namespace, experiment name)

@@ -44,7 +44,8 @@ from spx.controller.decision import (
 )
 from spx.controller.finish import finish, judge
 from spx.controller.job_status import job_ending, job_finished
-from spx.controller.manifests import build_job, job_name
+from spx.controller.manifests import build_job
+from spx.controller.naming import job_name
 from spx.controller.objects import deleting as _deleting
 from spx.controller.objects import meta as _meta
 from spx.controller.objects import pods_of_job
