@@ -1,19 +1,16 @@
-"""spx.controller.manifests: the bench Job and the result ConfigMap are pure, deterministic manifests."""
+"""spx.controller.manifests: the bench Job is a pure, deterministic manifest (its names: test_naming; its
+placement: test_placement; the pod's pass-through of spec.pod/resources: test_manifests_pod)."""
 
 from __future__ import annotations
 
-import json
-import re
-
 import pytest
 
-from spx.api import ExperimentSpec, KernelResult, load_experiment, validate_spec
+from spx.api import ExperimentSpec, load_experiment, validate_spec
 from spx.controller import manifests as k8s
-from spx.controller import result_configmap as rcm
+from spx.controller import naming
 
 UID = "0b7e3c1e-5f0a-4c4e-9a55-1d2f3e4a5b6c"
 KUBE_VERSION = "1.30"  # oldest Kubernetes the chart supports
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def spec(**overrides: object) -> ExperimentSpec:
@@ -23,43 +20,6 @@ def spec(**overrides: object) -> ExperimentSpec:
 def job(s: ExperimentSpec | None = None, **kw: object) -> dict:
     return k8s.build_job("ds-v41-h200", "bench", UID, 3, s or spec(), "registry.example/spx-bench:1",
                          k8s.BenchOptions(**kw))  # type: ignore[arg-type]
-
-
-# Names -----------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("name", "generation", "expected"),
-    [
-        ("ds-v41-h200", 1, "ds-v41-h200-g1"),
-        ("ds-v41-h200", 12, "ds-v41-h200-g12"),
-        ("a", 7, "a-g7"),
-    ],
-)
-def test_job_name_is_name_and_generation(name: str, generation: int, expected: str) -> None:
-    assert k8s.job_name(name, generation) == expected
-
-
-@pytest.mark.parametrize("name", ["x" * 63, "a" * 200, "my.dotted.experiment", "a" * 57 + "-tail", "ends-with-dash-" + "b" * 60])
-@pytest.mark.parametrize("generation", [1, 123456789])
-def test_job_name_is_a_bounded_dns_label(name: str, generation: int) -> None:
-    out = k8s.job_name(name, generation)
-    assert len(out) <= 63
-    assert DNS_LABEL.match(out), out
-    assert out.endswith(f"-g{generation}")
-    assert k8s.job_name(name, generation) == out  # deterministic
-
-
-def test_long_names_do_not_collide() -> None:
-    a, b = "x" * 100 + "a", "x" * 100 + "b"
-    assert k8s.job_name(a, 1) != k8s.job_name(b, 1)
-    assert k8s.job_name("a.b", 1) != k8s.job_name("a-b", 1)
-
-
-def test_label_value_of_long_names_is_bounded() -> None:
-    assert k8s.experiment_label_value("short") == "short"
-    long = k8s.experiment_label_value("y" * 200)
-    assert len(long) <= 63 and long != k8s.experiment_label_value("y" * 199)
 
 
 # The Job ----------------------------------------------------------------------------------------------
@@ -75,10 +35,10 @@ def test_job_has_owner_labels_and_deterministic_content() -> None:
         "uid": UID, "controller": True, "blockOwnerDeletion": True,
     }]
     for labels in (meta["labels"], j["spec"]["template"]["metadata"]["labels"]):
-        assert labels[k8s.LABEL_EXPERIMENT] == "ds-v41-h200"
-        assert labels[k8s.LABEL_EXPERIMENT_UID] == UID
-        assert labels[k8s.LABEL_GENERATION] == "3"
-        assert labels[k8s.LABEL_MANAGED_BY] == k8s.MANAGED_BY
+        assert labels[naming.LABEL_EXPERIMENT] == "ds-v41-h200"
+        assert labels[naming.LABEL_EXPERIMENT_UID] == UID
+        assert labels[naming.LABEL_GENERATION] == "3"
+        assert labels[naming.LABEL_MANAGED_BY] == naming.MANAGED_BY
 
 
 def test_job_runs_one_pod_no_retries_except_disruptions_and_a_deadline() -> None:
@@ -88,7 +48,7 @@ def test_job_runs_one_pod_no_retries_except_disruptions_and_a_deadline() -> None
     assert js["activeDeadlineSeconds"] == 5400
     rules = js["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["containerName"] == k8s.CONTAINER_NAME
+    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["containerName"] == naming.CONTAINER_NAME
     assert js["template"]["spec"]["restartPolicy"] == "Never"  # required by podFailurePolicy
     assert "suspend" not in js
 
@@ -158,17 +118,17 @@ def test_experiment_reaches_the_pod_through_the_downward_api() -> None:
     tmpl = j["spec"]["template"]
     vol = next(v for v in tmpl["spec"]["volumes"] if v["name"] == "experiment")
     field = vol["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"]
-    assert field == f"metadata.annotations['{k8s.ANNOTATION_EXPERIMENT}']"
-    doc = tmpl["metadata"]["annotations"][k8s.ANNOTATION_EXPERIMENT]
+    assert field == f"metadata.annotations['{naming.ANNOTATION_EXPERIMENT}']"
+    doc = tmpl["metadata"]["annotations"][naming.ANNOTATION_EXPERIMENT]
     exp = load_experiment(doc)  # what `spx run /etc/spx/experiment.json` reads
     assert exp.spec == s and exp.metadata.name == "ds-v41-h200"
 
 
 def test_kueue_queue_label_and_suspended_job() -> None:
     j = job(spec(scheduling={"queueName": "gpu-queue"}))
-    assert j["metadata"]["labels"][k8s.KUEUE_QUEUE_LABEL] == "gpu-queue"
+    assert j["metadata"]["labels"][naming.KUEUE_QUEUE_LABEL] == "gpu-queue"
     assert j["spec"]["suspend"] is True
-    assert k8s.KUEUE_QUEUE_LABEL not in j["spec"]["template"]["metadata"]["labels"]
+    assert naming.KUEUE_QUEUE_LABEL not in j["spec"]["template"]["metadata"]["labels"]
 
 
 def test_operator_settings_reach_the_pod() -> None:
@@ -203,56 +163,6 @@ def test_operator_settings_reach_the_pod() -> None:
 def test_job_is_a_valid_kubernetes_object(overrides: dict) -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     kubernetes_validate.validate(job(spec(**overrides)), KUBE_VERSION, strict=True)
-
-
-# The result ConfigMap ---------------------------------------------------------------------------------------
-
-
-def _result(samples: int = 5, tokens: tuple[int, ...] = (8, 128)) -> dict:
-    def cand(v: float) -> dict:
-        return {"samplesUs": [v] * samples, "medianUs": v, "q1Us": v, "q3Us": v, "iqrPct": 0.0}
-
-    doc = {
-        "spec": spec(sweep={"tokens": list(tokens)}).to_wire(), "worldSize": 2, "gemmBackend": "torch-bf16",
-        "gatherBackend": "gloo", "gatherSource": "measured", "timer": "host", "device": "cpu", "cudaGraphs": False,
-        "points": [{"tokens": t, "paddedTokens": t, "rowsPerRank": t // 2, "replicated": cand(10.0), "split": cand(8.0),
-                    "gatherSource": "measured", "maxAbsError": 0.0} for t in tokens],
-    }
-    return KernelResult.model_validate(doc).to_wire()
-
-
-def test_configmap_keeps_everything_and_is_owned() -> None:
-    result = _result()
-    cm = rcm.build_result_configmap("exp", "ns", UID, 2, result=result, termination_message='{"x":1}',
-                                    log="line 1\nline 2\n", problems=["termination message: bad"], pod_name="exp-g2-abcde")
-    assert cm["metadata"]["name"] == "exp-g2-result"
-    assert cm["metadata"]["ownerReferences"][0]["uid"] == UID
-    assert json.loads(cm["data"]["result.json"]) == result
-    assert cm["data"]["summary.json"] == '{"x":1}'
-    assert cm["data"]["pod.log"] == "line 1\nline 2\n"
-    assert cm["data"]["problems.txt"] == "termination message: bad\n"
-    assert rcm.read_result_configmap(cm) == result
-
-
-def test_configmap_compresses_then_slims_big_results_and_cuts_logs() -> None:
-    big = _result(samples=10_000, tokens=tuple(range(8, 8 * 41, 8)))
-    cm = rcm.build_result_configmap("exp", "ns", UID, 1, result=big, log="x" * 3_000_000)
-    size = sum(len(v.encode()) for v in cm["data"].values()) + sum(len(v) for v in cm.get("binaryData", {}).values())
-    assert size <= 1_000_000
-    stored = rcm.read_result_configmap(cm)
-    assert stored is not None and [p["tokens"] for p in stored["points"]] == [p["tokens"] for p in big["points"]]
-    if stored["points"][0]["replicated"]["samplesUs"] == []:  # did not fit even compressed
-        assert "samplesUs" in cm["data"]["problems.txt"]
-    else:
-        assert "result.json.gz" in cm["binaryData"]
-    assert "bytes of the log left out" in cm["data"]["pod.log"]
-
-
-def test_configmap_without_a_result_keeps_the_raw_outputs() -> None:
-    cm = rcm.build_result_configmap("exp", "ns", UID, 1, termination_message="Traceback…", log="boom\n",
-                                    problems=["pod log: no result line"])
-    assert rcm.read_result_configmap(cm) is None
-    assert cm["data"]["summary.json"] == "Traceback…" and cm["data"]["pod.log"] == "boom\n"
 
 
 # spec.serving.modelMountPath -------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from spx.api.k8s_patterns import DNS_LABEL, DNS_SUBDOMAIN, LABEL_VALUE, QUANTITY
 
 #: Label/annotation key prefixes the operator and the Job controller own.
 RESERVED_PREFIXES: Final = ("bench.spx.dev/", "batch.kubernetes.io/")
-#: Pod label keys the operator or the Job controller set (:func:`spx.controller.manifests.link_labels`).
+#: Pod label keys the operator or the Job controller set (:func:`spx.controller.naming.link_labels`).
 RESERVED_LABEL_KEYS: Final = frozenset({
     "app.kubernetes.io/name", "app.kubernetes.io/component", "app.kubernetes.io/part-of",
     "app.kubernetes.io/managed-by", "job-name", "controller-uid",

@@ -8,9 +8,12 @@ By concern:
   mirror, corrected by re-lists from the API server), :mod:`~spx.controller.workqueue`, backoff;
 - :mod:`~spx.controller.admission` — the concurrency limit (pure);
 - :mod:`~spx.controller.writes` — the API writes (409 backs off with jitter, 422 is terminal); :mod:`~spx.controller.reads` the reads;
-- :mod:`~spx.controller.manifests`, :mod:`~spx.controller.result_configmap` — pure builders;
-- :mod:`~spx.controller.pod_outcome`, :mod:`~spx.controller.results`, :mod:`~spx.controller.conditions`
-  — pure readings of pods, outputs and statuses;
+- :mod:`~spx.controller.manifests` (over :mod:`~spx.controller.naming`, :mod:`~spx.controller.placement`),
+  :mod:`~spx.controller.result_configmap` — pure builders;
+- :mod:`~spx.controller.pod_outcome` (over :mod:`~spx.controller.job_status`, :mod:`~spx.controller.pod_startup`,
+  :mod:`~spx.controller.pod_disruption`, :mod:`~spx.controller.pod_exit`; its types in
+  :mod:`~spx.controller.observation`), :mod:`~spx.controller.results`, :mod:`~spx.controller.conditions`
+  — pure readings of Jobs, pods, outputs and statuses;
 - :mod:`~spx.controller.settings` — every ``SPX_*`` setting (pydantic-settings);
 - :mod:`~spx.controller.handlers` — kopf handlers, one line each.
 

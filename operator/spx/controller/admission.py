@@ -13,8 +13,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from spx.controller.manifests import LABEL_GENERATION
-from spx.controller.pod_outcome import job_finished
+from spx.controller.job_status import job_finished
+from spx.controller.naming import LABEL_GENERATION
 from spx.controller.store import Store, deleting, generation, meta
 
 Key = tuple[str, str]  # (namespace, experiment name)

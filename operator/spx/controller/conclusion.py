@@ -43,11 +43,14 @@ from spx.controller.decision import (
     StoreResult,
 )
 from spx.controller.finish import finish, judge
-from spx.controller.manifests import build_job, job_name
+from spx.controller.job_status import job_ending, job_finished
+from spx.controller.manifests import build_job
+from spx.controller.naming import job_name
 from spx.controller.objects import deleting as _deleting
 from spx.controller.objects import meta as _meta
 from spx.controller.objects import pods_of_job
-from spx.controller.pod_outcome import Memory, Observation, job_ending, job_finished, observe
+from spx.controller.observation import Memory, Observation
+from spx.controller.pod_outcome import observe
 
 __all__ = [
     "Action", "Admission", "AskAdmission", "CheckNodes", "ConfirmJobGone", "CreateJob", "Decision", "DeleteJobs", "Event",

@@ -57,6 +57,12 @@ def parse_time(value: str | None) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
+def seconds_since(value: str | None, now: dt.datetime) -> float | None:
+    """Seconds from the Kubernetes timestamp ``value`` (:func:`parse_time`) to ``now``; None if absent/invalid."""
+    t = parse_time(value)
+    return None if t is None else (now - t).total_seconds()
+
+
 def _clip(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
 

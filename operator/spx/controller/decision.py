@@ -17,7 +17,7 @@ from spx.api.policy import Policy
 from spx.api.spec import ExperimentSpec
 from spx.api.status import ExperimentStatus
 from spx.controller.manifests import BenchOptions
-from spx.controller.pod_outcome import Timeouts
+from spx.controller.observation import Timeouts
 
 Manifest = dict[str, Any]
 

@@ -21,9 +21,10 @@ from spx.api.spec import ExperimentSpec
 from spx.api.status import Environment, ExperimentStatus, KernelStatus
 from spx.controller import conditions as cond
 from spx.controller.decision import Action, Decision, DeleteJobs, Event, Observed, Results, StoreResult
-from spx.controller.manifests import result_configmap_name
+from spx.controller.naming import result_configmap_name
 from spx.controller.objects import meta as _meta
-from spx.controller.pod_outcome import Observation, termination_message
+from spx.controller.observation import Observation
+from spx.controller.pod_exit import termination_message
 from spx.controller.result_configmap import build_result_configmap
 from spx.controller.results import Collected, collect, measurement, vllm_statuses
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spx.controller.kube import ApiError, KubeClient, resource_path
-from spx.controller.manifests import CONTAINER_NAME
+from spx.controller.naming import CONTAINER_NAME
 
 logger = logging.getLogger("spx.controller.logs")
 

@@ -1,10 +1,12 @@
-"""Pure builders of the bench Job and the result ConfigMap (dask-kubernetes' ``build_*_spec()`` style).
+"""Pure builders of the bench Job (dask-kubernetes' ``build_*_spec()`` style).
 
 Nothing here talks to an API server; the controller's writes (:mod:`spx.controller.writes`) send
 these manifests. The Job is built in layers, each a pure function of its inputs:
 :func:`build_container_spec` (the bench container) → :func:`build_pod_spec` (volumes, placement,
 security) → :func:`build_job_spec` (deadline, failure policy, Kueue suspension) → :func:`build_job`
-(metadata, owner reference).
+(metadata, owner reference). Its names, labels and owner reference come from
+:mod:`spx.controller.naming`, its placement (GPU node affinity, tolerations) from
+:mod:`spx.controller.placement`; the result ConfigMap is built by :mod:`spx.controller.result_configmap`.
 Everything is a deterministic function of its inputs, so a restarted operator rebuilds exactly the
 same Job and an existing one is recognised by name (and owner uid).
 
@@ -16,114 +18,35 @@ termination message (a bounded :class:`~spx.api.ResultSummary`) and its log (JSO
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from spx.api.pod import VolumeSpec
-from spx.api.spec import API_VERSION, GROUP, KIND, ExperimentSpec
+from spx.api.spec import API_VERSION, KIND, ExperimentSpec
 from spx.controller import pod_security
+from spx.controller.naming import (
+    ANNOTATION_EXPERIMENT,
+    ANNOTATION_EXPERIMENT_NAME,
+    CONTAINER_NAME,
+    KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL,
+    LABEL_MANAGED_BY,  # noqa: F401  (with the next two: spx.controller.handlers imports them from here)
+    MANAGED_BY,  # noqa: F401
+    MANAGED_SELECTOR,  # noqa: F401
+    job_name,
+    link_labels,
+    owner_reference,
+)
+from spx.controller.placement import GPU_RESOURCE, build_affinity, build_tolerations, uses_gpus
 
-#: Prefix of every label/annotation key the operator owns (also kopf's finalizer/annotation prefix).
-PREFIX = GROUP
-LABEL_EXPERIMENT = f"{PREFIX}/experiment"
-LABEL_EXPERIMENT_UID = f"{PREFIX}/experiment-uid"
-LABEL_GENERATION = f"{PREFIX}/generation"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY = "spx-operator"
-ANNOTATION_EXPERIMENT = f"{PREFIX}/experiment"
-ANNOTATION_EXPERIMENT_NAME = f"{PREFIX}/experiment-name"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-#: Kueue's WorkloadPriorityClass label (``kueue.x-k8s.io/priority-class``) on the Job.
-KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-#: Selector of everything the operator creates (used for server-side filtered watches).
-MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-
-CONTAINER_NAME = "bench"
 EXPERIMENT_MOUNT = "/etc/spx"
 EXPERIMENT_FILE = f"{EXPERIMENT_MOUNT}/experiment.json"
 SCRATCH_MOUNT = pod_security.SCRATCH_MOUNT
 OUT_DIR = f"{SCRATCH_MOUNT}/out"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-#: GPU feature discovery's compute-capability label; Hopper is 9.x (SM90).
-GPU_COMPUTE_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
-HOPPER_COMPUTE_MAJOR = "9"
 DEFAULT_BENCH_COMMAND: tuple[str, ...] = ("spx", "run")
-
-#: Kubernetes names: a Job name must be a DNS label (≤ 63) because it becomes the pods' ``job-name``
-#: label value; label values are ≤ 63 characters too.
-MAX_NAME = 63
-
-_NOT_DNS = re.compile(r"[^a-z0-9-]+")
-
-
-def _digest(text: str, n: int = 8) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:n]
-
-
-def _dns_label(text: str) -> str:
-    """Lower-case, ``[a-z0-9-]`` only, no leading/trailing dash."""
-    return _NOT_DNS.sub("-", text.lower()).strip("-")
-
-
-def _bounded(base: str, suffix: str, full: str) -> str:
-    """``base + suffix`` if it fits a DNS label, else ``base[:k] + '-' + hash(full) + suffix``."""
-    base = _dns_label(base) or "x"
-    if len(base) + len(suffix) <= MAX_NAME and base == full:
-        return base + suffix
-    head = base[: MAX_NAME - len(suffix) - 9].rstrip("-") or "x"
-    return f"{head}-{_digest(full)}{suffix}"
-
-
-def job_name(experiment_name: str, generation: int) -> str:
-    """Deterministic Job name of one run: ``<experiment>-g<generation>``, a DNS label ≤ 63 characters.
-
-    Long (or non-DNS-label) experiment names are truncated and suffixed with a hash of the full
-    name, so different experiments never share a Job name and the same one always gets the same.
-    """
-    return _bounded(experiment_name, f"-g{int(generation)}", experiment_name)
-
-
-def result_configmap_name(experiment_name: str, generation: int) -> str:
-    """Name of the ConfigMap holding the result of one run: ``<job name>-result``."""
-    return f"{job_name(experiment_name, generation)}-result"
-
-
-def experiment_label_value(experiment_name: str) -> str:
-    """The ``bench.spx.dev/experiment`` label value: the name, or a bounded hash form if > 63 chars."""
-    if len(experiment_name) <= MAX_NAME and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", experiment_name):
-        return experiment_name
-    return _bounded(experiment_name, "", experiment_name + "\0")
-
-
-def owner_reference(experiment_name: str, uid: str) -> dict[str, Any]:
-    """Controller owner reference to the experiment (garbage collection removes the child with it)."""
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": experiment_name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def link_labels(experiment_name: str, uid: str, generation: int) -> dict[str, str]:
-    """Labels put on every child (Job, pod, ConfigMap): which experiment, which incarnation, which run."""
-    return {
-        "app.kubernetes.io/name": "spx-bench",
-        "app.kubernetes.io/component": "kernel-bench",
-        "app.kubernetes.io/part-of": "spx",
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_EXPERIMENT: experiment_label_value(experiment_name),
-        LABEL_EXPERIMENT_UID: uid,
-        LABEL_GENERATION: str(int(generation)),
-    }
 
 
 def experiment_document(experiment_name: str, namespace: str, spec: ExperimentSpec) -> dict[str, Any]:
@@ -134,60 +57,6 @@ def experiment_document(experiment_name: str, namespace: str, spec: ExperimentSp
         "metadata": {"name": experiment_name, "namespace": namespace},
         "spec": spec.to_wire(),
     }
-
-
-def _uses_gpus(spec: ExperimentSpec) -> bool:
-    return spec.kernel.device != "cpu"
-
-
-def gpu_label_expressions(spec: ExperimentSpec) -> list[dict[str, Any]]:
-    """The GPU Feature Discovery match expressions: ``nvidia.com/gpu.product`` ∈
-    ``spec.resources.gpuProducts`` and ``nvidia.com/gpu.compute.major`` = 9 (Hopper, SM90)."""
-    return [
-        {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(spec.resources.gpu_products)},
-        {"key": GPU_COMPUTE_MAJOR_LABEL, "operator": "In", "values": [HOPPER_COMPUTE_MAJOR]},
-    ]
-
-
-#: Weight of the GPU-label preference with ``gpuNodeAffinity: preferred`` (the largest the API allows).
-PREFERRED_WEIGHT = 100
-
-
-def build_affinity(spec: ExperimentSpec) -> dict[str, Any] | None:
-    """The pod's core/v1 Affinity: the user's ``spec.resources.affinity`` merged with the GPU-label
-    expressions (:func:`gpu_label_expressions`) as ``spec.resources.gpuNodeAffinity`` says.
-
-    - ``required``: every required node selector term (the user's, or one empty term) gets the GPU
-      expressions added (terms are ORed, a term's expressions ANDed, so each stays a GPU node);
-    - ``preferred``: a preferred term of weight 100 with the GPU expressions is appended;
-    - ``none``, or ``kernel.device: cpu``: the user's affinity unchanged.
-
-    ``None`` when the result is empty. The input is never mutated.
-    """
-    affinity: dict[str, Any] = json.loads(json.dumps(spec.resources.affinity or {}))
-    mode = spec.resources.gpu_node_affinity
-    if _uses_gpus(spec) and mode != "none":
-        node = affinity.setdefault("nodeAffinity", {})
-        gpu = gpu_label_expressions(spec)
-        if mode == "required":
-            selector = node.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-            terms = selector.get("nodeSelectorTerms") or [{}]
-            selector["nodeSelectorTerms"] = [
-                {**term, "matchExpressions": [*(term.get("matchExpressions") or []), *gpu]} for term in terms
-            ]
-        else:
-            node.setdefault("preferredDuringSchedulingIgnoredDuringExecution", []).append(
-                {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": gpu}}
-            )
-    return affinity or None
-
-
-def _tolerations(spec: ExperimentSpec) -> list[dict[str, Any]]:
-    tolerations = [dict(t) for t in spec.resources.tolerations]
-    if _uses_gpus(spec) and not any(t.get("key") == GPU_RESOURCE for t in tolerations):
-        # GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule (GPU operator / cloud defaults).
-        tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
-    return tolerations
 
 
 def bench_args(command: Sequence[str] = DEFAULT_BENCH_COMMAND, serving: bool = False) -> list[str]:
@@ -230,7 +99,7 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
     reserved: dict[str, str] = {"cpu": str(sized["cpu"]), "memory": str(sized["memory"])}
     if sized["ephemeralStorage"]:
         reserved["ephemeral-storage"] = sized["ephemeralStorage"]
-    if _uses_gpus(spec):
+    if uses_gpus(spec):
         reserved[GPU_RESOURCE] = str(spec.parallelism.tensor_parallel_size)
     env = [
         {"name": "SPX_EXPERIMENT_NAME", "value": experiment_name},
@@ -314,7 +183,7 @@ def build_pod_spec(container: Mapping[str, Any], spec: ExperimentSpec, options: 
     affinity = build_affinity(spec)
     if affinity:
         pod_spec["affinity"] = affinity
-    tolerations = _tolerations(spec)
+    tolerations = build_tolerations(spec)
     if tolerations:
         pod_spec["tolerations"] = tolerations
     if spec.scheduling.priority_class_name:

@@ -1,8 +1,10 @@
-"""Metadata and ownership of Kubernetes objects as the API server returns them (plain dicts). Pure.
+"""Metadata, ownership and status conditions of Kubernetes objects as the API server returns them
+(plain dicts). Pure.
 
-The one place the controller reads ``metadata`` and decides "this pod belongs to this Job" — the
-decision step (:mod:`spx.controller.conclusion`, :mod:`spx.controller.pod_outcome`), the store and the
-reactor all use it, as kopf keeps its accessors in one module (``kopf/_cogs/structs/bodies.py``).
+The one place the controller reads ``metadata`` and ``status.conditions`` and decides "this pod
+belongs to this Job" — the decision step (:mod:`spx.controller.conclusion`, :mod:`spx.controller.pod_outcome`
+and the pod readings under it), the store and the reactor all use it, as kopf keeps its accessors
+in one module (``kopf/_cogs/structs/bodies.py``).
 
 Ownership of a pod by a Job follows the Job controller (``pkg/controller/job/job_controller.go``):
 the controller owner reference (the Job's uid), else the ``batch.kubernetes.io/job-name`` label
@@ -87,3 +89,24 @@ def pod_of_job(pod: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
 def pods_of_job(job: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The pods of ``job`` among ``pods``, oldest first (by ``creationTimestamp``, then name)."""
     return sorted((p for p in pods if pod_of_job(p, job)), key=lambda p: (created(p), name(p)))
+
+
+def conditions(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``status.conditions`` (empty when absent)."""
+    return list((obj.get("status") or {}).get("conditions") or [])
+
+
+def condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    """The first condition of type ``type_`` (None when absent)."""
+    return next((c for c in conditions(obj) if c.get("type") == type_), None)
+
+
+def true_condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    """The condition of type ``type_`` when its ``status`` is ``"True"``, else None."""
+    c = condition(obj, type_)
+    return c if c is not None and c.get("status") == "True" else None
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
+    """The pod's ``status.phase`` (``Pending`` before the API server has set one)."""
+    return str((pod.get("status") or {}).get("phase") or "Pending")

@@ -1,7 +1,11 @@
 """Classify the state of a bench Job and its pods: still going, succeeded, or failed — and whose fault.
 
 Pure: takes the Job and pod manifests as the API server returns them, the current time and the
-operator's timeouts. The decision step (:mod:`spx.controller.conclusion`) acts on the :class:`Observation`.
+operator's timeouts (:class:`~spx.controller.observation.Timeouts`). The decision step
+(:mod:`spx.controller.conclusion`) acts on the :class:`~spx.controller.observation.Observation`.
+:func:`observe` orders the readings: the Job's own status (:mod:`spx.controller.job_status`), pods
+being deleted or taken away (:mod:`spx.controller.pod_disruption`), the pod getting to run
+(:mod:`spx.controller.pod_startup`), how its container ended (:mod:`spx.controller.pod_exit`).
 
 How each failure class is told apart:
 
@@ -19,127 +23,46 @@ How each failure class is told apart:
 from __future__ import annotations
 
 import datetime as dt
-import signal
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from spx.controller import objects as obj
-from spx.controller.conditions import parse_time
-from spx.controller.manifests import CONTAINER_NAME
-
-State = Literal["suspended", "pending", "unschedulable", "scheduled", "running", "transition", "succeeded", "failed"]
-Outcome = Literal["BenchmarkFailed", "InfraFailed"]
-
-IMAGE_PULL_FATAL = frozenset({"InvalidImageName", "ErrImageNeverPull"})
-IMAGE_PULL_RETRYING = frozenset({"ErrImagePull", "ImagePullBackOff", "RegistryUnavailable", "SignatureValidationFailed"})
-CONTAINER_CREATE_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "PreCreateHookError", "PostStartHookError"})
-#: ``status.reason`` values of pods the node (not the bench) failed.
-NODE_POD_REASONS = frozenset({"Evicted", "Preempting", "Shutdown", "NodeShutdown", "Terminated", "NodeLost", "UnexpectedAdmissionError", "NodeAffinity", "OutOfcpu", "OutOfmemory", "OutOfpods"})
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """Limits on a run's pod problems (the defaults of :class:`~spx.controller.settings.OperatorSettings`).
-
-    ``schedule_timeout_s``: seconds a pod may stay Unschedulable; ``image_pull_timeout_s``: seconds of
-    image-pull / container-creation errors; ``max_disruptions``: evictions retried before InfraFailed.
-    """
-
-    schedule_timeout_s: float = 900.0
-    image_pull_timeout_s: float = 300.0
-    max_disruptions: int = 3
+from spx.controller.job_status import job_had_pods
+from spx.controller.observation import Memory, Observation, Outcome, Timeouts
+from spx.controller.pod_disruption import (
+    TERMINATING_SLACK_S,
+    awaiting_replacement,
+    grace_left_s,
+    is_disrupted,
+    is_node_lost,
+    on_lost_node,
+)
+from spx.controller.pod_exit import container_status, describe_exit, terminated_state
+from spx.controller.pod_startup import IMAGE_PULL_FATAL, IMAGE_PULL_RETRYING, no_pod_yet, pending_pod, waiting_message
 
 
-@dataclass(frozen=True)
-class Observation:
-    """Where a run stands.
-
-    ``state``: ``suspended`` (Kueue), ``pending`` (no pod bound yet), ``unschedulable`` (still within
-    the timeout), ``scheduled`` (bound, container not running), ``running``, ``succeeded`` (Job
-    Complete), ``failed``. For ``failed``, ``outcome`` says whose fault and ``reason`` is the
-    ``Completed`` condition's reason. ``pod`` is the pod to read results from (the last one that
-    ran), ``abort`` whether the operator must delete the Job itself (it gave up on a Job that
-    Kubernetes would keep trying), ``recheck_after_s`` when a timeout could fire next.
-    """
-
-    state: State
-    reason: str
-    message: str
-    outcome: Outcome | None = None
-    pod: Mapping[str, Any] | None = None
-    node: str | None = None
-    abort: bool = False
-    recheck_after_s: float | None = None
-    disruptions: int = 0
-    exit_code: int | None = None
-    check_nodes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Memory:
-    """What the experiment's status remembers of a run whose pods may be gone: ``seen_scheduled`` (its
-    ``Scheduled`` condition was True: a pod was bound), ``seen_started`` (the bench wrote output while it
-    ran), ``unschedulable`` (the scheduler's last message while the pod could not be placed)."""
-
-    seen_scheduled: bool = False
-    seen_started: bool = False
-    unschedulable: str | None = None
-
-
-#: Seconds past a pod's ``deletionTimestamp`` (its deletion time plus its grace period) the operator
-#: waits for the kubelet to report it terminated before deciding with what it has.
-TERMINATING_SLACK_S = 30.0
-
-
-def _conditions(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list((obj.get("status") or {}).get("conditions") or [])
-
-
-def _cond(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    return next((c for c in _conditions(obj) if c.get("type") == type_), None)
-
-
-def _true(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    c = _cond(obj, type_)
-    return c if c is not None and c.get("status") == "True" else None
-
-
-def _phase(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def container_status(pod: Mapping[str, Any], name: str = CONTAINER_NAME) -> Mapping[str, Any] | None:
-    """The status of container ``name`` (else the first container's); None before the kubelet reports any."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return next((s for s in statuses if s.get("name") == name), statuses[0] if statuses else None)
-
-
-def terminated_state(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The bench container's ``terminated`` state (current, else the last one); None if it never ended."""
-    cs = container_status(pod)
-    if cs is None:
-        return None
-    return (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-
-
-def termination_message(pod: Mapping[str, Any]) -> str | None:
-    """The bench container's termination message (``/dev/termination-log``); None if it never ended."""
+def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int | None]:
+    """(outcome, reason, message, exit code) of a pod in phase Failed."""
+    status = pod.get("status") or {}
+    name = (pod.get("metadata") or {}).get("name", "?")
+    if is_node_lost(pod):
+        node = (pod.get("spec") or {}).get("nodeName") or "?"
+        return "InfraFailed", "NodeLost", f"node {node} of pod {name} was lost while the bench ran", None
+    if is_disrupted(pod):
+        cond = obj.true_condition(pod, "DisruptionTarget") or {}
+        why = cond.get("message") or status.get("message") or cond.get("reason") or status.get("reason") or "disrupted"
+        return "InfraFailed", "Evicted", f"pod {name} was disrupted: {why}", None
     term = terminated_state(pod)
-    return term.get("message") if term else None
-
-
-#: ``DisruptionTarget`` reasons of a pod whose node went away (taint manager, pod GC of orphans).
-NODE_LOST_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
-
-
-def is_node_lost(pod: Mapping[str, Any]) -> bool:
-    """The pod's node went away under it: phase ``Unknown``, reason ``NodeLost``, or a
-    ``DisruptionTarget`` set by the taint manager / pod GC (``k8s.io/kubernetes/pkg/controller/podgc``)."""
-    if _phase(pod) == "Unknown" or (pod.get("status") or {}).get("reason") == "NodeLost":
-        return True
-    target = _true(pod, "DisruptionTarget")
-    return target is not None and target.get("reason") in NODE_LOST_DISRUPTIONS
+    if term is not None:
+        code = int(term.get("exitCode", -1))
+        reason = "OOMKilled" if term.get("reason") == "OOMKilled" else ("InvalidInput" if code in (2, 3) else "BenchmarkCrashed")  # 3: spx.api.exit_codes.EXIT_USAGE; 2: older images
+        return "BenchmarkFailed", reason, f"pod {name}: {describe_exit(term)}", code
+    cs = container_status(pod) or {}
+    waiting = (cs.get("state") or {}).get("waiting") or {}
+    if waiting.get("reason") in IMAGE_PULL_FATAL | IMAGE_PULL_RETRYING:
+        return "InfraFailed", "ImagePullFailed", f"pod {name}: {waiting.get('reason')}: {waiting.get('message', '')}".rstrip(": "), None
+    why = status.get("message") or status.get("reason") or "the pod failed before its container ran"
+    return "InfraFailed", "PodFailed", f"pod {name}: {why}", None
 
 
 def _deadline_exceeded(job: Mapping[str, Any], jname: str, mine: Sequence[Mapping[str, Any]],
@@ -165,8 +88,8 @@ def _deadline_exceeded(job: Mapping[str, Any], jname: str, mine: Sequence[Mappin
                            node=lnode, disruptions=disruptions)
     if not bound and not memory.seen_scheduled:
         last = mine[-1] if mine else None
-        sched = _cond(last, "PodScheduled") if last is not None else None
-        existed = last is not None or _job_had_pods(job)
+        sched = obj.condition(last, "PodScheduled") if last is not None else None
+        existed = last is not None or job_had_pods(job)
         why = ((sched or {}).get("message") or memory.unschedulable
                or ("no node was assigned" if existed else "no pod was created"))
         return Observation("failed", "NeverScheduled",
@@ -186,162 +109,6 @@ def _deadline_exceeded(job: Mapping[str, Any], jname: str, mine: Sequence[Mappin
                        outcome="InfraFailed", pod=pod or last_bound, node=node or (
                            (last_bound.get("spec") or {}).get("nodeName") if last_bound is not None else None),
                        disruptions=disruptions)
-
-
-def _job_had_pods(job: Mapping[str, Any]) -> bool:
-    """The Job's own counters say it created a pod (``active``/``failed``/``succeeded``/``terminating``,
-    ``uncountedTerminatedPods``) — what is left when the pods themselves are gone."""
-    st = job.get("status") or {}
-    uncounted = st.get("uncountedTerminatedPods") or {}
-    return any(int(st.get(k) or 0) > 0 for k in ("active", "failed", "succeeded", "terminating")) or \
-        bool(uncounted.get("failed") or uncounted.get("succeeded"))
-
-
-def is_disrupted(pod: Mapping[str, Any]) -> bool:
-    """The pod was taken away by the cluster (eviction, preemption, drain, node pressure)."""
-    if _true(pod, "DisruptionTarget"):
-        return True
-    return _phase(pod) == "Failed" and (pod.get("status") or {}).get("reason") in NODE_POD_REASONS
-
-
-def _signal_name(code: int) -> str | None:
-    if code > 128:
-        try:
-            return signal.Signals(code - 128).name
-        except ValueError:
-            return None
-    return None
-
-
-def describe_exit(term: Mapping[str, Any]) -> str:
-    """One line on how the container ended: exit code, the signal of codes > 128, the kubelet's reason."""
-    code = int(term.get("exitCode", -1))
-    reason = term.get("reason") or ""
-    sig = _signal_name(code)
-    meaning = {1: "the benchmark failed", 2: "the benchmark rejected its input"}.get(code, "")
-    parts = [f"exit code {code}"]
-    if sig:
-        parts.append(sig)
-    if reason and reason not in ("Error", "Completed"):
-        parts.append(reason)
-    text = f"container {CONTAINER_NAME} ended with " + ", ".join(parts)
-    return f"{text} ({meaning})" if meaning else text
-
-
-def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int | None]:
-    """(outcome, reason, message, exit code) of a pod in phase Failed."""
-    status = pod.get("status") or {}
-    name = (pod.get("metadata") or {}).get("name", "?")
-    if is_node_lost(pod):
-        node = (pod.get("spec") or {}).get("nodeName") or "?"
-        return "InfraFailed", "NodeLost", f"node {node} of pod {name} was lost while the bench ran", None
-    if is_disrupted(pod):
-        cond = _true(pod, "DisruptionTarget") or {}
-        why = cond.get("message") or status.get("message") or cond.get("reason") or status.get("reason") or "disrupted"
-        return "InfraFailed", "Evicted", f"pod {name} was disrupted: {why}", None
-    term = terminated_state(pod)
-    if term is not None:
-        code = int(term.get("exitCode", -1))
-        reason = "OOMKilled" if term.get("reason") == "OOMKilled" else ("InvalidInput" if code in (2, 3) else "BenchmarkCrashed")  # 3: spx.api.exit_codes.EXIT_USAGE; 2: older images
-        return "BenchmarkFailed", reason, f"pod {name}: {describe_exit(term)}", code
-    cs = container_status(pod) or {}
-    waiting = (cs.get("state") or {}).get("waiting") or {}
-    if waiting.get("reason") in IMAGE_PULL_FATAL | IMAGE_PULL_RETRYING:
-        return "InfraFailed", "ImagePullFailed", f"pod {name}: {waiting.get('reason')}: {waiting.get('message', '')}".rstrip(": "), None
-    why = status.get("message") or status.get("reason") or "the pod failed before its container ran"
-    return "InfraFailed", "PodFailed", f"pod {name}: {why}", None
-
-
-def job_finished(job: Mapping[str, Any]) -> bool:
-    """The Job has its final ``Complete`` or ``Failed`` condition (the Job controller is done with it)."""
-    for c in (job.get("status") or {}).get("conditions") or []:
-        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
-            return True
-    return False
-
-
-def job_ending(job: Mapping[str, Any]) -> bool:
-    """``FailureTarget``/``SuccessCriteriaMet`` is set: the Job controller is terminating its pods
-    (their grace period) and will set the final condition — do not delete it meanwhile."""
-    for c in (job.get("status") or {}).get("conditions") or []:
-        if c.get("type") in ("FailureTarget", "SuccessCriteriaMet") and c.get("status") == "True":
-            return True
-    return False
-
-
-def waiting_message(job_name: str) -> str:
-    """The message while a Job's pod is not bound yet (one text, so status is not rewritten for nothing)."""
-    return f"Job {job_name} created, waiting for its pod to be scheduled"
-
-
-def _elapsed(since: str | None, now: dt.datetime) -> float | None:
-    t = parse_time(since)
-    return None if t is None else (now - t).total_seconds()
-
-
-def job_condition_message(job: Mapping[str, Any]) -> str | None:
-    """The message of the Job's latest condition that has one (e.g. a pod-creation problem)."""
-    with_msg = [c for c in _conditions(job) if c.get("message") and c.get("type") != "Suspended"]
-    if not with_msg:
-        return None
-    latest = max(with_msg, key=lambda c: str(c.get("lastTransitionTime") or ""))
-    return f"{latest.get('reason') or latest.get('type')}: {latest.get('message')}"
-
-
-def _no_pod_yet(job: Mapping[str, Any], jname: str, now: dt.datetime, timeouts: Timeouts,
-                failed_create: str | None, disruptions: int) -> Observation:
-    """An unsuspended Job without any pod: waiting, or ``PodCreateFailed`` once that lasted too long.
-
-    The Job controller could not create the pod (ResourceQuota, LimitRange, Pod Security admission,
-    an admission webhook …): it retries forever and posts ``FailedCreate`` events. Past
-    ``image_pull_timeout_s`` (the limit on pod start-up problems) the run is ``InfraFailed``.
-    """
-    status = job.get("status") or {}
-    since = status.get("startTime")
-    if not since:
-        # The Job controller sets startTime on its first sync of an unsuspended Job. Before that, a
-        # Job that was suspended (Kueue) counts from its resumption, not from its creation.
-        susp = _cond(job, "Suspended")
-        if susp is not None and susp.get("status") == "True":
-            return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions,
-                               recheck_after_s=max(0.5, timeouts.image_pull_timeout_s))
-        since = (susp or {}).get("lastTransitionTime") or obj.created(job)
-    elapsed = _elapsed(since, now)
-    limit = timeouts.image_pull_timeout_s
-    if elapsed is None:
-        return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions)
-    if elapsed >= limit:
-        detail = failed_create or job_condition_message(job) or "no FailedCreate event or Job condition says why"
-        return Observation("failed", "PodCreateFailed",
-                           f"PodCreateFailed: Job {jname} created no pod in {elapsed:.0f}s (limit {limit:.0f}s): {detail}",
-                           outcome="InfraFailed", abort=True, disruptions=disruptions)
-    return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions,
-                       recheck_after_s=max(0.5, limit - elapsed))
-
-
-def _on_lost_node(pod: Mapping[str, Any], nodes: Mapping[str, bool | None] | None) -> bool:
-    """The pod's node is gone or unreachable: :func:`is_node_lost`, or its ``Ready`` condition is not True
-    (``nodes``: readiness by node name, as the reactor read it; None where unknown)."""
-    if is_node_lost(pod):
-        return True
-    node = str((pod.get("spec") or {}).get("nodeName") or "")
-    return bool(node) and nodes is not None and nodes.get(node) is False
-
-
-def _overdue(pod: Mapping[str, Any], now: dt.datetime) -> float | None:
-    """Seconds until a pod being deleted is past its grace period plus :data:`TERMINATING_SLACK_S`
-    (<= 0: overdue; None: not being deleted). ``deletionTimestamp`` is the deletion time plus the grace
-    period the kubelet was given."""
-    t = parse_time(obj.meta(pod).get("deletionTimestamp"))
-    return None if t is None else TERMINATING_SLACK_S - (now - t).total_seconds()
-
-
-def _disrupted_since(pod: Mapping[str, Any]) -> str | None:
-    """When the pod was disrupted: its ``DisruptionTarget`` transition, else its deletion or end."""
-    target = _true(pod, "DisruptionTarget") or {}
-    term = terminated_state(pod) or {}
-    return (target.get("lastTransitionTime") or obj.meta(pod).get("deletionTimestamp") or term.get("finishedAt")
-            or obj.created(pod) or None)
 
 
 def observe(
@@ -377,11 +144,11 @@ def observe(
     jname = obj.name(job) or "?"
     spec = job.get("spec") or {}
 
-    complete = _true(job, "Complete")
-    failed = _true(job, "Failed")
-    ending = _true(job, "SuccessCriteriaMet") or _true(job, "FailureTarget")
+    complete = obj.true_condition(job, "Complete")
+    failed = obj.true_condition(job, "Failed")
+    ending = obj.true_condition(job, "SuccessCriteriaMet") or obj.true_condition(job, "FailureTarget")
     lost: Mapping[str, Any] | None = None
-    alive = [p for p in live if _phase(p) not in obj.POD_ENDED_PHASES]
+    alive = [p for p in live if obj.pod_phase(p) not in obj.POD_ENDED_PHASES]
     deleting_alive = [p for p in alive if obj.deleting(p)]
     if (ending and not (complete or failed)) or (deleting_alive and not (complete or failed)
                                                   and len(deleting_alive) == len(alive)):
@@ -390,14 +157,14 @@ def observe(
         # bounded: not past their grace period (plus a slack), not at all on a lost node.
         unknown = tuple(sorted({str((p.get("spec") or {}).get("nodeName")) for p in alive
                                 if (p.get("spec") or {}).get("nodeName") and not is_node_lost(p)}))
-        lost = next((p for p in reversed(alive) if _on_lost_node(p, nodes)), None)
-        waited = [p for p in alive if not _on_lost_node(p, nodes) and (_overdue(p, now) is None or (_overdue(p, now) or 0.0) > 0)]
+        lost = next((p for p in reversed(alive) if on_lost_node(p, nodes)), None)
+        waited = [p for p in alive if not on_lost_node(p, nodes) and (grace_left_s(p, now) is None or (grace_left_s(p, now) or 0.0) > 0)]
         if waited and nodes is None and unknown:
             return Observation("transition", "Terminating", f"Job {jname}: reading the readiness of node(s) "
                                f"{', '.join(unknown)}", disruptions=disruptions, check_nodes=unknown)
         if waited:
             pod = waited[-1]
-            left = _overdue(pod, now)
+            left = grace_left_s(pod, now)
             what = (f"Job {jname} is ending ({ending.get('type')}: {ending.get('reason') or 'no reason'})" if ending
                     else f"pod {obj.name(pod)} is being deleted")
             return Observation("transition", "Terminating",
@@ -420,13 +187,13 @@ def observe(
                                f"terminating; waiting for the Job controller", pod=pod, node=node,
                                disruptions=disruptions, recheck_after_s=TERMINATING_SLACK_S)
     if complete:
-        done = next((p for p in reversed(mine) if _phase(p) == "Succeeded"), last)
+        done = next((p for p in reversed(mine) if obj.pod_phase(p) == "Succeeded"), last)
         node = (done or {}).get("spec", {}).get("nodeName") if done else None
         return Observation("succeeded", "JobSucceeded", f"Job {jname} completed", pod=done, node=node,
                            disruptions=disruptions, exit_code=0)
     if failed:
         reason = failed.get("reason") or ""
-        ran = [p for p in mine if _phase(p) == "Failed" and not is_disrupted(p)]
+        ran = [p for p in mine if obj.pod_phase(p) == "Failed" and not is_disrupted(p)]
         ended = ran[-1] if ran else (lost or last)
         node = (ended or {}).get("spec", {}).get("nodeName") if ended else None
         if reason == "DeadlineExceeded":
@@ -450,65 +217,21 @@ def observe(
     if spec.get("suspend"):
         return Observation("suspended", "Suspended", f"Job {jname} is suspended", disruptions=disruptions)
 
-    current = next((p for p in reversed(live) if _phase(p) not in obj.POD_ENDED_PHASES and not obj.deleting(p)), None)
+    current = next((p for p in reversed(live) if obj.pod_phase(p) not in obj.POD_ENDED_PHASES and not obj.deleting(p)), None)
     if current is None:
         if last is not None and is_disrupted(last):
-            # Waiting for the Job controller's replacement (it backs off ~10 s): counted from the
-            # disruption, not from the Job's start.
-            elapsed = _elapsed(_disrupted_since(last), now) or 0.0
-            limit = timeouts.image_pull_timeout_s
-            if elapsed >= limit:
-                detail = failed_create or job_condition_message(job) or "no FailedCreate event or Job condition says why"
-                return Observation("failed", "PodCreateFailed",
-                                   f"PodCreateFailed: Job {jname} created no pod in {elapsed:.0f}s after pod "
-                                   f"{obj.name(last)} was disrupted (limit {limit:.0f}s): {detail}",
-                                   outcome="InfraFailed", abort=True, disruptions=disruptions)
-            return Observation("transition", "Replacing", f"Job {jname}: pod {obj.name(last)} disrupted "
-                               f"({disruptions} of {timeouts.max_disruptions} allowed), waiting for its replacement",
-                               disruptions=disruptions, recheck_after_s=max(0.5, limit - elapsed))
-        if last is not None and _phase(last) in obj.POD_ENDED_PHASES:
+            return awaiting_replacement(job, jname, last, now, timeouts, failed_create, disruptions)
+        if last is not None and obj.pod_phase(last) in obj.POD_ENDED_PHASES:
             # The pod ended; the Job controller has not set the Job's condition yet.
             node = (last.get("spec") or {}).get("nodeName")
             return Observation("running", "Running", f"pod {obj.name(last)} ended; "
                                "waiting for the Job's final condition", pod=last, node=node, disruptions=disruptions)
         if last is None:
-            return _no_pod_yet(job, jname, now, timeouts, failed_create, disruptions)
+            return no_pod_yet(job, jname, now, timeouts, failed_create, disruptions)
         return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions)
 
+    if obj.pod_phase(current) == "Pending":
+        return pending_pod(current, jname, now, timeouts, disruptions)
     pname = (current.get("metadata") or {}).get("name", "?")
     node = (current.get("spec") or {}).get("nodeName")
-    scheduled_cond = _cond(current, "PodScheduled")
-    if _phase(current) == "Pending":
-        if scheduled_cond is not None and scheduled_cond.get("status") == "False" and scheduled_cond.get("reason") == "Unschedulable":
-            elapsed = _elapsed(scheduled_cond.get("lastTransitionTime"), now) or 0.0
-            detail = scheduled_cond.get("message") or "no node fits"
-            if elapsed >= timeouts.schedule_timeout_s:
-                return Observation("failed", "Unschedulable",
-                                   f"pod {pname} stayed unschedulable for {elapsed:.0f}s "
-                                   f"(limit {timeouts.schedule_timeout_s:.0f}s): {detail}",
-                                   outcome="InfraFailed", pod=current, abort=True, disruptions=disruptions)
-            return Observation("unschedulable", "Unschedulable", detail,
-                               recheck_after_s=max(0.5, timeouts.schedule_timeout_s - elapsed), disruptions=disruptions)
-        cs = container_status(current) or {}
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        wreason = waiting.get("reason")
-        since = (scheduled_cond or {}).get("lastTransitionTime") or obj.created(current)
-        elapsed = _elapsed(since, now) or 0.0
-        if wreason in IMAGE_PULL_FATAL:
-            return Observation("failed", "ImagePullFailed", f"pod {pname}: {wreason}: {waiting.get('message', '')}".rstrip(": "),
-                               outcome="InfraFailed", pod=current, node=node, abort=True, disruptions=disruptions)
-        if wreason in IMAGE_PULL_RETRYING | CONTAINER_CREATE_ERRORS:
-            kind = "ImagePullFailed" if wreason in IMAGE_PULL_RETRYING else "ContainerCreateFailed"
-            if elapsed >= timeouts.image_pull_timeout_s:
-                return Observation("failed", kind,
-                                   f"pod {pname}: {wreason} for {elapsed:.0f}s (limit {timeouts.image_pull_timeout_s:.0f}s): "
-                                   f"{waiting.get('message', '')}".rstrip(": "),
-                                   outcome="InfraFailed", pod=current, node=node, abort=True, disruptions=disruptions)
-            return Observation("scheduled", wreason, f"pod {pname}: {wreason}: {waiting.get('message', '')}".rstrip(": "),
-                               node=node, recheck_after_s=max(0.5, timeouts.image_pull_timeout_s - elapsed),
-                               disruptions=disruptions)
-        if node or (scheduled_cond is not None and scheduled_cond.get("status") == "True"):
-            return Observation("scheduled", "PodScheduled", f"pod {pname} is bound to {node or 'a node'}", node=node,
-                               disruptions=disruptions)
-        return Observation("pending", "Pending", waiting_message(jname), disruptions=disruptions)
     return Observation("running", "Running", f"pod {pname} is running", pod=current, node=node, disruptions=disruptions)

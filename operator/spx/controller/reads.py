@@ -9,7 +9,7 @@ from typing import Any
 
 from spx.controller import admission
 from spx.controller.kube import ApiError, KubeClient, resource_path
-from spx.controller.manifests import CONTAINER_NAME, LABEL_EXPERIMENT_UID
+from spx.controller.naming import CONTAINER_NAME, LABEL_EXPERIMENT_UID
 from spx.controller.store import Store, meta
 
 logger = logging.getLogger("spx.controller.reads")

@@ -14,7 +14,7 @@ from typing import Any
 
 from spx.api.spec import KIND, PLURAL
 from spx.controller.kube import KubeClient, resource_path
-from spx.controller.manifests import MANAGED_SELECTOR
+from spx.controller.naming import MANAGED_SELECTOR
 from spx.controller.store import Key, Store, meta
 from spx.controller.writes import EXPERIMENT_API
 

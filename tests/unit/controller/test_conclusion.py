@@ -19,7 +19,7 @@ from spx.api.loading import SpecError
 from spx.api.policy import Policy
 from spx.api.scheduling import DEFAULT_ADMISSION_TIMEOUT_SECONDS
 from spx.controller import conclusion as c
-from spx.controller.manifests import job_name
+from spx.controller.naming import job_name
 
 from .world import (
     JOB,

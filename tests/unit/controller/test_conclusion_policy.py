@@ -16,7 +16,7 @@ from spx.api import policy as pol
 from spx.api.loading import validate_spec
 from spx.api.spec import ExperimentSpec
 from spx.controller import conclusion as c
-from spx.controller.manifests import job_name
+from spx.controller.naming import job_name
 
 from .world import JOB, SPEC, T0, ApiServer, condition, drive, job, observed, pod, running_status
 

@@ -15,7 +15,7 @@ from spx.api.loading import validate_spec
 from spx.api.result import KernelResult, PointResult, ResultSummary
 from spx.api.status import Environment, ExperimentStatus
 from spx.controller import conclusion as c
-from spx.controller.manifests import job_name
+from spx.controller.naming import job_name
 from spx_testing.factories import point_result
 from spx_testing.specs import CPU_SPEC  # the one small CPU spec of the operator tests
 

@@ -1,6 +1,6 @@
-"""spx.controller.manifests placement and pass-through: GPU-label affinity required / preferred / none
-merged with the user's own affinity, spec.pod fields copied into the pod, requests that follow the
-experiment; and the spec's refusals of what would collide with the operator's own pod fields."""
+"""spx.controller.manifests, the bench pod: spec.pod fields copied into it, requests that follow the
+experiment; and the spec's refusals of what would collide with the operator's own pod fields (the
+pod's placement: test_placement)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,9 @@ import pytest
 from spx.api import ExperimentSpec, validate_spec
 from spx.api.loading import SpecError
 from spx.controller import manifests as k8s
+from spx.controller import placement
 
 UID = "0b7e3c1e-5f0a-4c4e-9a55-1d2f3e4a5b6c"
-GPU_EXPRS = [
-    {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]},
-    {"key": "nvidia.com/gpu.compute.major", "operator": "In", "values": ["9"]},
-]
-ZONE = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}
-POOL = {"key": "pool", "operator": "In", "values": ["a100-spare"]}
-ANTI = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-    {"weight": 10, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
-                                       "labelSelector": {"matchLabels": {"app": "x"}}}}]}}
 
 
 def spec(**overrides: Any) -> ExperimentSpec:
@@ -34,39 +26,13 @@ def pod_of(s: ExperimentSpec, **options: Any) -> dict[str, Any]:
     return job["spec"]["template"]
 
 
-def required(*terms: dict[str, Any]) -> dict[str, Any]:
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
-
-
-#: (id, resources overrides, kernel device, expected affinity)
-AFFINITY_CASES: list[tuple[str, dict[str, Any], str, dict[str, Any] | None]] = [
-    ("required-default", {}, "auto", required({"matchExpressions": GPU_EXPRS})),
-    ("preferred", {"gpuNodeAffinity": "preferred"}, "cuda",
-     {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-         {"weight": 100, "preference": {"matchExpressions": GPU_EXPRS}}]}}),
-    ("none", {"gpuNodeAffinity": "none"}, "cuda", None),
-    ("cpu-never-targets-gpus", {"gpuNodeAffinity": "required"}, "cpu", None),
-    ("own-terms-each-get-gpu", {"affinity": required({"matchExpressions": [ZONE]}, {"matchExpressions": [POOL]})},
-     "cuda", required({"matchExpressions": [ZONE, *GPU_EXPRS]}, {"matchExpressions": [POOL, *GPU_EXPRS]})),
-    ("own-terms-untouched-with-none",
-     {"gpuNodeAffinity": "none", "affinity": required({"matchExpressions": [POOL]})}, "cuda",
-     required({"matchExpressions": [POOL]})),
-    ("own-preferred-kept-with-preferred",
-     {"gpuNodeAffinity": "preferred", "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-         {"weight": 5, "preference": {"matchExpressions": [ZONE]}}]}}}, "cuda",
-     {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-         {"weight": 5, "preference": {"matchExpressions": [ZONE]}},
-         {"weight": 100, "preference": {"matchExpressions": GPU_EXPRS}}]}}),
-    ("pod-anti-affinity-beside-gpu", {"affinity": ANTI}, "cuda", {**ANTI, **required({"matchExpressions": GPU_EXPRS})}),
-]
-
-
-@pytest.mark.parametrize(("case", "resources", "device", "expected"), AFFINITY_CASES, ids=[c[0] for c in AFFINITY_CASES])
-def test_affinity(case: str, resources: dict[str, Any], device: str, expected: dict[str, Any] | None) -> None:
-    s = spec(resources={"gpuProducts": ["NVIDIA-H200"], **resources}, kernel={"device": device})
-    before = s.model_dump()
-    assert pod_of(s)["spec"].get("affinity") == expected
-    assert s.model_dump() == before  # the spec's own affinity is not mutated
+@pytest.mark.parametrize("overrides", [{}, {"resources": {"gpuNodeAffinity": "preferred"}},
+                                       {"resources": {"gpuNodeAffinity": "none"}}, {"kernel": {"device": "cpu"}}])
+def test_the_pod_is_placed_as_placement_says(overrides: dict[str, Any]) -> None:
+    s = spec(**overrides)
+    pod = pod_of(s)["spec"]
+    assert pod.get("affinity") == placement.build_affinity(s)
+    assert pod.get("tolerations", []) == placement.build_tolerations(s)
 
 
 #: (id, kernel device, resources overrides, operator shm, expected limits, expected shm sizeLimit)
