@@ -4,8 +4,11 @@ By concern:
 
 - :mod:`~spx.controller.conclusion` (over :mod:`~spx.controller.decision`, :mod:`~spx.controller.finish`) — the pure decision step: (spec, status, observed Job/pods,
   collected results, now) → (new status, events, actions); table-tested.
-- :mod:`~spx.controller.reactor` — carries decisions out: :mod:`~spx.controller.store` (the
-  mirror, corrected by re-lists from the API server), :mod:`~spx.controller.workqueue`, backoff;
+- :mod:`~spx.controller.reactor` — watch events in, reconcile workers out, re-lists:
+  :mod:`~spx.controller.store` (the mirror, corrected by re-lists from the API server),
+  :mod:`~spx.controller.workqueue` (new experiments first; follow-up work held back while Jobs are created);
+- :mod:`~spx.controller.reconciler` — one experiment's reconcile: observe, decide, answer the
+  decision's questions, carry out its effects (backoff on 409, ``StatusRejected`` on 422);
 - :mod:`~spx.controller.admission` — the concurrency limit (pure);
 - :mod:`~spx.controller.writes` — the API writes (409 backs off with jitter, 422 is terminal); :mod:`~spx.controller.reads` the reads;
 - :mod:`~spx.controller.manifests` (over :mod:`~spx.controller.naming`, :mod:`~spx.controller.placement`),

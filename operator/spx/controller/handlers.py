@@ -21,7 +21,7 @@ from spx import __version__
 from spx.api.spec import GROUP, PLURAL, VERSION
 from spx.controller import crd_check, leader, metrics
 from spx.controller.kube import ApiError, KubeClient, resource_path
-from spx.controller.manifests import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
+from spx.controller.naming import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
 from spx.controller.reactor import Reactor
 from spx.controller.settings import OperatorSettings, load_settings
 

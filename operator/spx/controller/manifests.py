@@ -32,9 +32,6 @@ from spx.controller.naming import (
     CONTAINER_NAME,
     KUEUE_PRIORITY_LABEL,
     KUEUE_QUEUE_LABEL,
-    LABEL_MANAGED_BY,  # noqa: F401  (with the next two: spx.controller.handlers imports them from here)
-    MANAGED_BY,  # noqa: F401
-    MANAGED_SELECTOR,  # noqa: F401
     job_name,
     link_labels,
     owner_reference,

@@ -26,7 +26,8 @@ from spx.controller import admission, metrics
 from spx.controller import conclusion as c
 from spx.controller import conditions as cond
 from spx.controller.logs import LogFollowers
-from spx.controller.manifests import KUEUE_QUEUE_LABEL, BenchOptions, job_name
+from spx.controller.manifests import BenchOptions
+from spx.controller.naming import KUEUE_QUEUE_LABEL, job_name
 from spx.controller.reads import Reads
 from spx.controller.settings import OperatorSettings
 from spx.controller.store import Key, Store, deleting, generation, meta
