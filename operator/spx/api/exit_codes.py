@@ -13,6 +13,8 @@ code  name                meaning
                           hold (memory) or that is GPU-sized on a CPU without ``--device cpu``
 4     ``EXIT_UNREACHABLE``  the cluster could not be reached or refused access (no kubeconfig, connection refused,
                           TLS, 401/403, API server errors)
+78    ``EXIT_CONFIG``     ``spx operator``: refuses to start, the installed CRD is not the one it was built for
+                          (``EX_CONFIG`` of BSD ``sysexits.h``; the message names the command that fixes it)
 130   ``EXIT_INTERRUPTED``  interrupted (SIGINT, Ctrl-C); 128 + 2, the shell's convention
 ====  ==================  =====================================================================================
 
@@ -27,6 +29,7 @@ EXIT_FAIL = 1
 EXIT_UNDECIDED = 2
 EXIT_USAGE = 3
 EXIT_UNREACHABLE = 4
+EXIT_CONFIG = 78
 EXIT_INTERRUPTED = 130
 
 #: ``(code, name, meaning)`` rows, as documented (``spx --help`` and docs/cli.md print them).
@@ -38,6 +41,7 @@ TABLE: tuple[tuple[int, str, str], ...] = (
     (EXIT_USAGE, "usage", "bad option or input: invalid/unreadable file, no such experiment, --out in use, "
      "a run this machine cannot hold"),
     (EXIT_UNREACHABLE, "unreachable", "the cluster could not be reached or refused access"),
+    (EXIT_CONFIG, "config", "spx operator: the installed CRD is not the one it was built for (the message names the fix)"),
     (EXIT_INTERRUPTED, "interrupted", "interrupted (Ctrl-C)"),
 )
 
@@ -51,7 +55,7 @@ COMMAND_CODES: dict[str, tuple[int, ...]] = {
     "gate": (EXIT_OK, EXIT_FAIL, EXIT_UNDECIDED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED),
     "crd": (EXIT_OK, EXIT_USAGE),
     "serving": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED),
-    "operator": (EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED),
+    "operator": (EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CONFIG, EXIT_INTERRUPTED),
     "completion": (EXIT_OK, EXIT_USAGE),
 }
 

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from spx.api.crd_version import SCHEMA_VERSION, SCHEMA_VERSION_LABEL
+from spx.api.exit_codes import EXIT_CONFIG
 from spx.api.spec import GROUP, PLURAL, VERSION
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
-#: Exit status of ``spx operator`` when the check fails (EX_CONFIG of sysexits.h).
-EXIT_CODE = 78
+#: Exit status of ``spx operator`` when the check fails (EX_CONFIG of sysexits.h; spx.api.exit_codes).
+EXIT_CODE = EXIT_CONFIG
 
 
 def fix_command(operator_version: str) -> str:
