@@ -32,13 +32,9 @@
 # of which setup_vllm.sh 3 min, bench layer 1.1 min, checks 35 s); debootstrap adds 1-4 min when not cached.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in buildah debootstrap; do
-  command -v "$tool" >/dev/null || { echo "$tool is not installed (Debian: apt-get install buildah debootstrap)" >&2; exit 2; }
-done
-[ "$(id -u)" = 0 ] || { echo "needs root (debootstrap, buildah's chroot isolation)" >&2; exit 2; }
-WORK=${SPX_OCI_WORK:-$(mktemp -d /tmp/spx-oci-bench.XXXXXX)}
-mkdir -p "$WORK"
-MIRROR=${SPX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# shellcheck source=images/oci-base.sh
+source images/oci-base.sh
+oci_preamble spx-oci-bench  # buildah, debootstrap and root checked; WORK (made) and MIRROR set
 PY=${PYTHON:-python3}
 # overlay where the kernel has it (no copy of the ~3 GB vLLM tree per layer and container), else vfs
 DRIVER=${SPX_OCI_STORAGE_DRIVER:-$(grep -qw overlay /proc/filesystems && echo overlay || echo vfs)}
@@ -56,8 +52,6 @@ trap cleanup EXIT
 t0=$(date +%s)
 step() { local now; now=$(date +%s); echo "   $1 in $((now - t0)) s"; t0=$now; }
 
-# shellcheck source=images/oci-base.sh
-source images/oci-base.sh
 oci_base
 step "base ready"
 
