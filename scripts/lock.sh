@@ -30,7 +30,9 @@
 # tests/unit/test_image_locks.py fails when a lock no longer covers pyproject.toml's dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VLLM=vllm==0.33.0  # the package of images/bench/Dockerfile's VLLM_BASE (vllm/vllm-openai:v0.33.0)
+# the vllm package of the bench image's base: the version of images/bench/Dockerfile's VLLM_BASE tag (v0.33.0)
+VLLM=vllm==$(sed -n 's|^ARG VLLM_BASE=vllm/vllm-openai:v\([0-9][0-9.]*\)$|\1|p' images/bench/Dockerfile)
+[ "$VLLM" != vllm== ] || { echo "lock.sh: no 'ARG VLLM_BASE=vllm/vllm-openai:v<version>' in images/bench/Dockerfile" >&2; exit 2; }
 which=${1:-all}
 case $which in all | operator | bench) ;; *) echo "usage: scripts/lock.sh [operator|bench]" >&2; exit 2 ;; esac
 work=$(mktemp -d)
