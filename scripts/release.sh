@@ -52,7 +52,7 @@ PY
 # the Python dependencies come from the committed locks (scripts/lock.sh); the bench one must have been
 # resolved with the vllm of the base released on (the bench build's `pip check` then tests it against it)
 VLLM_VERSION=${VLLM_BASE_TAG##*:v}
-grep -qF -- "--extra bench with vllm==$VLLM_VERSION," images/bench/requirements.lock \
+grep -qF -- "[bench] together with vllm==$VLLM_VERSION," images/bench/requirements.lock \
   || { echo "images/bench/requirements.lock was not resolved with vllm==$VLLM_VERSION: run scripts/lock.sh and commit" >&2; exit 2; }
 REVISION=$(git rev-parse HEAD)
 mkdir -p "$OUT"

@@ -129,4 +129,4 @@ def test_the_bench_image_installs_its_lock_hash_checked_and_pip_checks() -> None
     # the lock was resolved with the vllm the base holds (scripts/lock.sh reads the base's tag)
     base = re.search(r"^ARG VLLM_BASE=vllm/vllm-openai:v(\S+)$", dockerfile, re.M)
     assert base is not None and base[1] == "0.33.0"
-    assert f"--extra bench with vllm=={base[1]}," in BENCH_LOCK.read_text(), "run scripts/lock.sh bench"
+    assert f"[bench] together with vllm=={base[1]}," in BENCH_LOCK.read_text(), "run scripts/lock.sh bench"
