@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate both images' lock files, pinned with hashes, resolved by pip-tools (dev: pip install pip-tools):
+# Regenerate both images' lock files, pinned with hashes (operator: pip-tools' pip-compile, a dev dependency; bench: pip):
 #
 #   scripts/lock.sh            # both: images/operator/requirements.lock and images/bench/requirements.lock
 #   scripts/lock.sh operator   # or only one of them
@@ -9,14 +9,16 @@
 #   no extras). The image installs it with `pip install --require-hashes`, then spx itself with --no-deps.
 #
 # images/bench/requirements.lock: ONLY what spx[bench] adds to the vllm/vllm-openai:v0.33.0 base. How:
-#   1. pip-compile resolves spx's base + `bench` dependencies TOGETHER with vllm==0.33.0 (the package the
-#      base image holds; its metadata comes from the index, the ~400 MB wheel is not downloaded), so
-#      every pin is one vLLM 0.33.0's own requirements accept;
-#   2. every package of vllm==0.33.0's closure is dropped: found by walking pip-compile's `# via`
-#      annotations down from vllm (torch, numpy, pydantic, aiohttp, ... and torch's CUDA packages). The
+#   1. pip's resolver (`pip install --dry-run --report`, metadata only via PEP 658) resolves spx's base +
+#      `bench` dependencies TOGETHER with vllm==0.33.0 (the version of the Dockerfile's VLLM_BASE tag), so
+#      every pin is one vLLM 0.33.0's own requirements accept. (pip-compile was tried first: it spent over
+#      10 minutes on vLLM's tree of CUDA wheels without finishing on a 2-core machine; pip takes ~2 min);
+#   2. every package of vllm==0.33.0's closure is dropped: walked down the report's Requires-Dist
+#      (markers evaluated) from vllm (torch, numpy, pydantic, aiohttp, ... and torch's CUDA packages). The
 #      base brings those and they stay the base's: the spx layer must not replace vLLM's CUDA torch or
 #      anything vLLM was built and tested with. What is left is needed by spx alone (kopf, kubernetes,
-#      matplotlib and their own dependencies);
+#      matplotlib and their own dependencies), each pinned with the sha256 of EVERY file of that version
+#      (PyPI's JSON API), so the lock installs on the real image's Python 3.12 as on 3.11;
 #   3. the lock's header lists the base's packages the spx layer relies on (spx's own requirements and
 #      those of the locked packages that vllm's closure satisfies), with the version this resolution
 #      saw. The base image's own versions may differ (it was resolved the day vLLM built it), so
@@ -26,7 +28,7 @@
 #   them differ, the bench lock's header says so, and tests/unit/test_image_locks.py accepts only that.
 # Resolution uses this Python (3.11, as the operator image and the CI stand-in vLLM base; the real vLLM
 # image has 3.12): a pin's hashes cover every wheel of that version, so the lock installs on either.
-# Resolving vllm==0.33.0's metadata takes a few minutes on 2 cores (the operator lock about 30 s).
+# The bench lock takes ~3 min on 2 cores (needs network to the index and PyPI's JSON API), the operator one ~30 s.
 # tests/unit/test_image_locks.py fails when a lock no longer covers pyproject.toml's dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
