@@ -21,6 +21,7 @@
 #
 # Checks, in the built image as its USER, with its ENTRYPOINT, scratch at /var/run/spx as the Job
 # mounts it (spx.controller.pod_security) and VLLM_TARGET_DEVICE=cpu (no GPU here):
+#   the installed version of every package images/bench/requirements.lock pins (printed; the test compares);
 #   spx validate examples/deepseek-v41-tp8.yaml (mounted at /etc/spx/experiment.yaml; the check is its
 #   "valid" line and exit status, the normalised document it prints goes to $WORK/validate.out);
 #   vllm.plugins.load_general_plugins() sets vllm.models.deepseek_v41.attention._SHARD_FUSED_WQA_WKV_MIN_TOKENS
@@ -32,13 +33,9 @@
 # of which setup_vllm.sh 3 min, bench layer 1.1 min, checks 35 s); debootstrap adds 1-4 min when not cached.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in buildah debootstrap; do
-  command -v "$tool" >/dev/null || { echo "$tool is not installed (Debian: apt-get install buildah debootstrap)" >&2; exit 2; }
-done
-[ "$(id -u)" = 0 ] || { echo "needs root (debootstrap, buildah's chroot isolation)" >&2; exit 2; }
-WORK=${SPX_OCI_WORK:-$(mktemp -d /tmp/spx-oci-bench.XXXXXX)}
-mkdir -p "$WORK"
-MIRROR=${SPX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# shellcheck source=images/oci-base.sh
+source images/oci-base.sh
+oci_preamble spx-oci-bench  # buildah, debootstrap and root checked; WORK (made) and MIRROR set
 PY=${PYTHON:-python3}
 # overlay where the kernel has it (no copy of the ~3 GB vLLM tree per layer and container), else vfs
 DRIVER=${SPX_OCI_STORAGE_DRIVER:-$(grep -qw overlay /proc/filesystems && echo overlay || echo vfs)}
@@ -56,8 +53,6 @@ trap cleanup EXIT
 t0=$(date +%s)
 step() { local now; now=$(date +%s); echo "   $1 in $((now - t0)) s"; t0=$now; }
 
-# shellcheck source=images/oci-base.sh
-source images/oci-base.sh
 oci_base
 step "base ready"
 
@@ -112,8 +107,16 @@ mkdir -p "$WORK/scratch"
 chown "$user" "$WORK/scratch"
 ctr=$("${B[@]}" from localhost/spx-bench:test)
 run=("${B[@]}" run --user "$user" --env VLLM_TARGET_DEVICE=cpu --env HF_HUB_OFFLINE=1
-     -v "$WORK/scratch:/var/run/spx" -v "$PWD/examples/deepseek-v41-tp8.yaml:/etc/spx/experiment.yaml:ro" "$ctr" --)
+     -v "$WORK/scratch:/var/run/spx" -v "$PWD/examples/deepseek-v41-tp8.yaml:/etc/spx/experiment.yaml:ro"
+     -v "$PWD/images/bench/requirements.lock:/etc/spx/requirements.lock:ro" "$ctr" --)
 "${run[@]}" python3 -c 'import importlib.metadata as m; print("   versions: " + ", ".join(f"{p} {m.version(p)}" for p in ("vllm", "torch", "numpy", "spx-operator")))'
+# what is installed of each package images/bench/requirements.lock pins (the test compares it with the lock)
+"${run[@]}" python3 - <<'EOF'
+import importlib.metadata as m, re
+
+names = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", open("/etc/spx/requirements.lock").read(), re.M)
+print("   installed of the lock: " + " ".join(f"{n}=={m.version(n)}" for n in names))
+EOF
 "${run[@]}" "${entrypoint[@]}" validate /etc/spx/experiment.yaml >"$WORK/validate.out"
 "${run[@]}" python3 - <<'EOF'
 import importlib, os

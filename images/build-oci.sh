@@ -15,21 +15,15 @@
 # the image (the pip install of the operator's dependencies from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in buildah debootstrap; do
-  command -v "$tool" >/dev/null || { echo "$tool is not installed (Debian: apt-get install buildah debootstrap)" >&2; exit 2; }
-done
-[ "$(id -u)" = 0 ] || { echo "needs root (debootstrap, buildah's chroot isolation)" >&2; exit 2; }
-WORK=${SPX_OCI_WORK:-$(mktemp -d /tmp/spx-oci.XXXXXX)}
-mkdir -p "$WORK"  # a given SPX_OCI_WORK need not exist yet
-MIRROR=${SPX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# shellcheck source=images/oci-base.sh
+source images/oci-base.sh
+oci_preamble spx-oci  # buildah, debootstrap and root checked; WORK (made) and MIRROR set
 B=(buildah --root "$WORK/storage" --runroot "$WORK/run" --storage-driver vfs)
 export BUILDAH_ISOLATION=chroot
 cleanup() { if [ "${SPX_OCI_KEEP:-0}" != 1 ]; then "${B[@]}" rm -a >/dev/null 2>&1 || true; rm -rf "$WORK"; fi; }
 trap cleanup EXIT
 t0=$(date +%s)
 
-# shellcheck source=images/oci-base.sh
-source images/oci-base.sh
 oci_base
 "${B[@]}" tag localhost/spx-base:bookworm docker.io/library/python:3.11-slim-bookworm
 t1=$(date +%s)

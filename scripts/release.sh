@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Release spx VERSION: one version for the Python package, the chart (version and appVersion), both
-# images and the runbook links; base images pinned by digest; OCI labels, SBOM and provenance; the
-# bench image's spx layer checked inside it (`spx validate` and the vLLM plugin load); the chart
-# packaged with both image digests. Run by .github/workflows/release.yml on a tag v<VERSION>, or by hand:
+# images and the runbook links; base images pinned by digest, Python dependencies by the committed lock
+# files (scripts/lock.sh: images/operator/requirements.lock, images/bench/requirements.lock); OCI labels,
+# SBOM and provenance; the bench image's spx layer checked inside it (`spx validate` and the vLLM
+# plugin load); the chart packaged with both image digests. Run by .github/workflows/release.yml on a
+# tag v<VERSION>, or by hand:
 #
 #   scripts/release.sh 0.2.0 --bump      # set VERSION everywhere, commit nothing (review, commit, tag)
 #   scripts/release.sh 0.2.0             # build, check and push (REGISTRY=ghcr.io/spx-dev, PUSH=1)
@@ -47,6 +49,11 @@ bad = {k: x for k, x in found.items() if x != v}
 sys.exit(f"not at {v}: {bad}; run scripts/release.sh {v} --bump and commit" if bad else 0)
 PY
 [ -z "$(git status --porcelain)" ] || { echo "the work tree is not clean: commit first" >&2; exit 2; }
+# the Python dependencies come from the committed locks (scripts/lock.sh); the bench one must have been
+# resolved with the vllm of the base released on (the bench build's `pip check` then tests it against it)
+VLLM_VERSION=${VLLM_BASE_TAG##*:v}
+grep -qF -- "[bench] together with vllm==$VLLM_VERSION," images/bench/requirements.lock \
+  || { echo "images/bench/requirements.lock was not resolved with vllm==$VLLM_VERSION: run scripts/lock.sh and commit" >&2; exit 2; }
 REVISION=$(git rev-parse HEAD)
 mkdir -p "$OUT"
 

@@ -8,7 +8,8 @@ scripts/setup_vllm.sh, in the real image's layout (images/bench/vllm-standin.Con
 Marked ``vllm``: it runs in scripts/test.sh's vllm stage (after the main stage's operator build has left
 the debootstrap base in SPX_OCI_CACHE). There (``SPX_REQUIRE_VLLM=1``) missing buildah/debootstrap fail
 it; elsewhere they skip it. It skips, saying so, when not root (as tests/chart/test_image_build.py does)
-or with SPX_SKIP_IMAGE_BUILD set. A broken build fails it with the build log's tail. ~9 min on 2 cores.
+or with SPX_SKIP_IMAGE_BUILD set. A broken build fails it with the build log's tail (a lock that breaks
+a requirement of the base fails the Dockerfile's `pip check`). ~9 min on 2 cores.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def test_bench_image_builds_on_vllm_0_33_and_the_plugin_loads_inside() -> None:
     assert versions is not None, out[-6000:]
     assert versions.group(1) == "0.33.0", out[-6000:]
     assert versions.group(2).startswith("2.13.0"), out[-6000:]  # the base's torch, kept by the spx layer
+    # every package images/bench/requirements.lock pins is installed at the lock's version (hash-checked)
+    installed = re.search(r"installed of the lock: (.*)", out)
+    assert installed is not None, out[-6000:]
+    pins = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*==\S+) \\$", (ROOT / "images" / "bench" / "requirements.lock").read_text(), re.M)
+    assert len(pins) >= 10 and installed.group(1).split() == pins, (installed.group(1), pins)
     assert "ENTRYPOINT spx, USER 10001:10001" in out, out[-6000:]
     assert "/etc/spx/experiment.yaml: valid" in out, out[-6000:]
     assert "'spx_shard_threshold': 'spx.bench.vllm_plugin:register'" in out, out[-6000:]
