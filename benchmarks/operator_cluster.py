@@ -42,6 +42,9 @@ SPEC: dict[str, Any] = CPU_SPEC
 def start_control_plane(workdir: Path, audit_log: Path | None = None) -> ControlPlane:
     """Start the control plane under ``workdir`` and install the CRD; SIGTERM then raises SystemExit, so
     that the caller's ``finally`` stops the operator and the control plane (no orphaned processes).
+    With ``audit_log``, kube-apiserver writes every request there (audit policy level Metadata, JSON
+    lines, batched: complete once the API server has stopped) — who, what, and when it was received and
+    answered, in µs (``benchmarks/operator_scale.py`` reads create → Job from it).
 
     Raises:
         SystemExit: ``KUBEBUILDER_ASSETS`` is unset or lacks a binary (the message says how to get them).

@@ -24,7 +24,8 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
 from spx.api.policy import Policy, check_bench_image, policy_from_env
-from spx.controller.pod_outcome import Timeouts
+from spx.controller.observation import Timeouts
+from spx.controller.workqueue import HOLD_S
 
 DEFAULT_BENCH_IMAGE = "ghcr.io/spx-dev/spx-bench:0.1.0"
 BENCH_ENV_PREFIX = "SPX_BENCH_ENV_"
@@ -84,7 +85,7 @@ class OperatorSettings(BaseSettings):
                                    "while new experiments are getting their Jobs (a burst of applies), follow-up work "
                                    "(status writes, log reads) waits at most this long; 0 = never held "
                                    "(spx.controller.workqueue)",
-                                   default=5.0, ge=0)
+                                   default=HOLD_S, ge=0)
     resync_s: float = _env("SPX_RESYNC_SECONDS",
                            "seconds between re-lists of experiments, Jobs and pods from the API server "
                            "(the store is corrected against them, then every experiment is reconciled)",

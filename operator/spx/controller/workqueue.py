@@ -28,11 +28,9 @@ class WorkQueue:
     after every put and get (the reactor sets ``spx_workqueue_depth`` with it).
     """
 
-    def __init__(self, on_depth: Callable[[int], None] | None = None, hold_s: float = HOLD_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, on_depth: Callable[[int], None] | None = None, hold_s: float = HOLD_S) -> None:
         self._on_depth = on_depth
         self._hold_s = hold_s
-        self._clock = clock
         self._urgent_active: set[Key] = set()
         self._hold_since: float | None = None
         self._held: collections.deque[asyncio.Future[None]] = collections.deque()  # workers holding back
@@ -116,7 +114,7 @@ class WorkQueue:
         holding began less than ``hold_s`` ago."""
         if not self._urgent_active or self._hold_s <= 0:
             return 0.0
-        now = self._clock()
+        now = time.monotonic()
         if self._hold_since is None:
             self._hold_since = now
         return max(0.0, self._hold_since + self._hold_s - now)
