@@ -19,7 +19,11 @@ is printed too: it runs late under a burst (this process also runs the node agen
 until every experiment is ``Decided``, the CPU seconds of every process until all Jobs exist, and the
 operator's resident memory after they all finish (``VmRSS``; peak ``VmHWM``). Targets: all admitted,
 p95 < 2 s, RSS < 200 MiB. The control plane, the node agent and this client share the machine's cores with the
-operator: on a small machine the figures are the whole system's, not the operator's alone.
+operator: on a small machine the figures are the whole system's, not the operator's alone. So that runs on
+different machines or days can be compared, the report names the CPU, the load average at the start and the
+CPU seconds that anything else on the machine (another job, a profiler) and the hypervisor (steal) took
+while the Jobs were created; a run with those well above 0 is not comparable. Half the machine:
+``taskset -c 0 .venv/bin/python benchmarks/operator_scale.py`` (every process inherits the one core).
 """
 
 from __future__ import annotations
@@ -71,6 +75,28 @@ def proc_cpu_seconds(pid: int) -> float:
     """user + system CPU seconds of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine since boot, from ``/proc/stat``'s ``cpu`` line
+    (busy: user + nice + system + irq + softirq; steal: time the hypervisor gave to other guests)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq) / tick, steal / tick
+
+
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` ("?" where it has none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -207,6 +233,8 @@ def main() -> int:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cpu0 = (proc_cpu_seconds(operator.pid), harness_cpu_s())
         cp_cpu0 = {name: proc_cpu_seconds(p.pid) for name, p in cp.procs.items()}
+        load_at_start = os.getloadavg()[0]
+        machine0 = machine_cpu_seconds()
         t0 = time.monotonic()
         apply_s = asyncio.run(apply_all(c, names, namespace, args.apply_connections))
         c.wait_for(lambda: len(c.jobs_created("scale-")) >= len(names), args.timeout, f"{len(names)} Jobs", interval=0.5)
@@ -217,6 +245,10 @@ def main() -> int:
             spy = None
         cpu_admission = (proc_cpu_seconds(operator.pid) - cpu0[0], harness_cpu_s() - cpu0[1])
         cp_cpu_admission = {name: proc_cpu_seconds(p.pid) - cp_cpu0[name] for name, p in cp.procs.items()}
+        machine1 = machine_cpu_seconds()
+        # what the rest of the machine used meanwhile (another job, a profiler): the run is only comparable when ~0
+        other_admission = machine1[0] - machine0[0] - sum(cpu_admission) - sum(cp_cpu_admission.values())
+        steal_admission = machine1[1] - machine0[1]
 
         def decided() -> int:
             try:
@@ -295,6 +327,10 @@ def main() -> int:
         "admission_cpu_harness_s": round(cpu_admission[1], 2),
         "admission_cpu_control_plane_s": {k: round(v, 2) for k, v in cp_cpu_admission.items()},
         "cpus": len(os.sched_getaffinity(0)),
+        "cpu_model": cpu_model(),
+        "load_average_at_start": round(load_at_start, 2),
+        "admission_cpu_other_s": round(max(0.0, other_admission), 2),
+        "admission_cpu_steal_s": round(steal_admission, 2),
     }
     ok_admitted = figures["admitted"] == len(names) and jobs_total == len(names)
     ok_p95 = figures["create_to_job_p95_s"] < TARGET_P95_S
@@ -325,6 +361,9 @@ def main() -> int:
         ("CPU until all Jobs existed", f"operator {cpu_admission[0]:.2f} s / harness {cpu_admission[1]:.2f} s "
                                        f"in {admitted_s:.2f} s", ""),
         ("  … control plane", ", ".join(f"{k} {v:.2f} s" for k, v in cp_cpu_admission.items()), ""),
+        ("  … anything else on the machine", f"{figures['admission_cpu_other_s']:.2f} s (steal "
+                                             f"{figures['admission_cpu_steal_s']:.2f} s; ~0 for a comparable run)", ""),
+        ("machine", f"{figures['cpu_model']}, {figures['cpus']} CPUs, load average at start {load_at_start:.2f}", ""),
     ]
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
