@@ -5,7 +5,8 @@
 
 Prints one row per token count (and candidate), the relative difference in percent, and whether every
 GPU median at >= --min-tokens is within --gpu-pct and every host median within --host-pct. Exit 0
-when they are, 1 when not.
+when they are, 1 when not, 3 when the files cannot be compared. CPU runs (``device: cpu``, the smoke
+run) are printed but not judged: their timings say nothing about a GPU's reproducibility (exit 0).
 """
 
 from __future__ import annotations
@@ -41,7 +42,13 @@ def main() -> int:
     ap.add_argument("--gpu-pct", type=float, default=3.0)
     ap.add_argument("--host-pct", type=float, default=15.0)
     args = ap.parse_args()
-    a, b = _rows(json.loads(args.a.read_text())), _rows(json.loads(args.b.read_text()))
+    try:
+        docs = [json.loads(p.read_text()) for p in (args.a, args.b)]
+        a, b = _rows(docs[0]), _rows(docs[1])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(f"compare_runs: cannot read a result.json or stage.json from {args.a} and {args.b}: {err!r}", file=sys.stderr)
+        return 3
+    cpu = [str(p) for p, d in zip((args.a, args.b), docs, strict=True) if d.get("device") == "cpu"]
     worst_gpu = worst_host = 0.0
     print(f"{'kind':<16}{'tokens':>7} {'candidate':<11}{'gpu A':>9}{'gpu B':>9}{'Δ%':>7}{'host A':>9}{'host B':>9}{'Δ%':>7}")
     for key in sorted(set(a) & set(b), key=lambda k: (k[0], k[1], k[2])):
@@ -54,6 +61,9 @@ def main() -> int:
         pct = lambda v: f"{v:+7.1f}" if v is not None else f"{'-':>7}"  # noqa: E731
         print(f"{key[0]:<16}{key[1]:>7} {key[2]:<11}{fmt(ga)}{fmt(gb)}{pct(dg)}{fmt(ha)}{fmt(hb)}{pct(dh)}")
     ok = worst_gpu <= args.gpu_pct and worst_host <= args.host_pct
+    if cpu:
+        print(f"CPU run(s) {', '.join(cpu)}: timings say nothing about GPUs; not judged against the GPU limits")
+        return 0
     print(f"at >= {args.min_tokens} tokens: largest GPU difference {worst_gpu:.1f} % (limit {args.gpu_pct:g} %), "
           f"largest host difference {worst_host:.1f} % (limit {args.host_pct:g} %): {'reproduces' if ok else 'DOES NOT reproduce'}")
     return 0 if ok else 1
