@@ -2,11 +2,14 @@
 # The main job on its embedded default: set up what `spx run` needs (no apt, no root), then run the
 # kernel benchmark. With NVIDIA GPUs: the DeepSeek-V4.1 TP8 experiment; without: the CPU smoke run
 # (2 gloo ranks). Extra arguments go to `spx run`.
+# The CPU smoke run replaces spx-out on every call (its timings are not worth keeping); a GPU run never
+# replaces an earlier one: spx refuses an spx-out that holds a run and says so — pass `--out DIR` for
+# a new directory or `--overwrite` to replace it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --quickstart
 if command -v nvidia-smi >/dev/null 2>&1 && .venv/bin/python -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  exec .venv/bin/spx run examples/deepseek-v41-tp8.yaml --out spx-out --overwrite "$@"
+  exec .venv/bin/spx run examples/deepseek-v41-tp8.yaml --out spx-out "$@"
 else
   exec .venv/bin/spx run examples/quickstart.yaml --out spx-out --overwrite "$@"
 fi

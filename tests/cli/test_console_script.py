@@ -326,6 +326,16 @@ def test_spx_runs_is_ignored_by_git() -> None:
 # 10. Set-up scripts -------------------------------------------------------------------------------------------
 
 
+def test_quickstart_never_replaces_a_gpu_run() -> None:
+    """Only the CPU smoke run is replaced on a re-run; the GPU run refuses an spx-out holding a run."""
+    runs = [ln for ln in (REPO / "scripts" / "quickstart.sh").read_text().splitlines() if "spx run" in ln
+            and not ln.lstrip().startswith("#")]
+    gpu = [ln for ln in runs if "deepseek-v41-tp8.yaml" in ln]
+    cpu = [ln for ln in runs if "quickstart.yaml" in ln]
+    assert len(gpu) == 1 and "--overwrite" not in gpu[0]
+    assert len(cpu) == 1 and "--overwrite" in cpu[0]
+
+
 def test_quickstart_installs_only_what_it_needs() -> None:
     quick = (REPO / "scripts" / "quickstart.sh").read_text()
     assert "setup.sh --quickstart" in quick and "apt-get" not in quick
