@@ -301,7 +301,7 @@ def test_run_with_impossible_nproc_exits_2(tmp_path: Path, capsys: pytest.Captur
         (VALID.replace("tensorParallelSize: 2", "tensor_parallel_size: 2"), "spec.parallelism.tensor_parallel_size: unknown field"),
         (VALID.replace("kernel: {device: cpu}", 'kernel: {device: cpu, samples: "10"}'), "spec.kernel.samples"),
         (VALID.replace("tensorParallelSize: 2", "tensorParallelSize: true"), "spec.parallelism.tensorParallelSize"),
-        ("apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\nmetadata: {name: t}\n", "spec: Field required"),
+        ("apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\nmetadata: {name: t}\n", "spec: required: add it"),
     ],
 )
 def test_strict_camel_case_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, fragment: str) -> None:
