@@ -68,9 +68,26 @@ def test_oversized_document_is_refused_before_parsing() -> None:
 
 
 def test_yaml_syntax_errors_and_several_documents() -> None:
-    assert problems(HEAD + "spec: [\n")[0].startswith("(YAML):")
+    assert problems(HEAD + "spec: [\n")[0].startswith("(YAML) f.yaml, line 5, column 1:")
     assert problems(HEAD + "spec: {}\n---\n" + HEAD + "spec: {}\n") == [
         "(file): expected exactly one YAML document, found 2"]
+
+
+@pytest.mark.parametrize(("text", "source", "line"), [
+    ("a: [\n", "bad.yaml", "(YAML) bad.yaml, line 2, column 1: did not find expected node content (while parsing a "
+     "flow node started at line 2, column 1); fix the YAML syntax there"),
+    ("a: 1\n  b: 2\n", "<stdin>", "(YAML) <stdin>, line 2, column 4: mapping values are not allowed in this context; "
+     "fix the YAML syntax there"),
+    ('a: "open\n', "dir/exp.yaml", "(YAML) dir/exp.yaml, line 2, column 1: found unexpected end of stream (while "
+     "scanning a quoted scalar started at line 1, column 4); fix the YAML syntax there"),
+    ("a: *nowhere\n", "x.yaml", "(YAML) x.yaml, line 1, column 4: found undefined alias; fix the YAML syntax there"),
+    ("a: \x07\n", "x.yaml", "(YAML) x.yaml: unacceptable character #x0007: control characters are not allowed\n"
+     '  in "x.yaml", position 3'),
+])
+def test_yaml_syntax_errors_name_the_file_line_and_column(text: str, source: str, line: str) -> None:
+    with pytest.raises(SpecError) as err:
+        load_yaml_document(text, source)
+    assert err.value.problems == [line] and "<unicode string>" not in str(err.value)
 
 
 def test_many_problems_are_capped() -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -308,6 +310,20 @@ def test_strict_camel_case_input(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["validate", str(write(tmp_path, text))]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert fragment in err and "[bold" not in err  # markup rendered, not printed
+
+
+@pytest.mark.parametrize("stdin", [False, True], ids=["file", "stdin"])
+def test_yaml_syntax_errors_name_the_file_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, stdin: bool
+) -> None:
+    path = write(tmp_path, "a: [\n", "bad.yaml")
+    if stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(path.read_bytes())))
+    assert main(["validate", "-" if stdin else str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    name = "<stdin>" if stdin else str(path)
+    assert f"(YAML) {name}, line 2, column 1: did not find expected node content" in err, err
+    assert "<unicode string>" not in err
 
 
 def test_binary_junk_is_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

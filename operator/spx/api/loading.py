@@ -14,6 +14,7 @@ YAML is loaded defensively, since an experiment file may come from anyone who ca
 
 from __future__ import annotations
 
+import io
 import re
 from typing import Any
 
@@ -319,6 +320,20 @@ def _check_node(root: yaml.Node) -> list[str]:
     return problems
 
 
+def _syntax_problem(err: yaml.YAMLError, source: str) -> str:
+    """One line on a YAML syntax error: the file as the user named it, line and column, what is wrong there."""
+    mark = getattr(err, "problem_mark", None)
+    if not isinstance(err, yaml.MarkedYAMLError) or mark is None:
+        return f"(YAML) {source}: {clip(str(err))}"
+    context = ""
+    if err.context:
+        where = err.context_mark
+        context = f" ({err.context}" + (
+            f" started at line {where.line + 1}, column {where.column + 1}" if where is not None else "") + ")"
+    return (f"(YAML) {source}, line {mark.line + 1}, column {mark.column + 1}: {clip(err.problem or 'syntax error', 300)}"
+            f"{context}; fix the YAML syntax there")
+
+
 def load_yaml_document(text: str, source: str = "experiment") -> Any:
     """The single YAML document in ``text`` as Python data, loaded defensively (module docstring).
 
@@ -333,7 +348,9 @@ def load_yaml_document(text: str, source: str = "experiment") -> Any:
              "(a real one is a few KiB): is this the right file? List at most 64 token counts"],
             source,
         )
-    loader = _Loader(text)
+    stream = io.StringIO(text)
+    stream.name = source  # the name PyYAML's marks give (else "<unicode string>")
+    loader = _Loader(stream)
     try:
         nodes = []
         while loader.check_node():
@@ -347,7 +364,7 @@ def load_yaml_document(text: str, source: str = "experiment") -> Any:
             raise SpecError(problems, source)
         return loader.construct_document(nodes[0])
     except yaml.YAMLError as err:
-        raise SpecError([f"(YAML): {clip(str(err))}"], source) from None
+        raise SpecError([_syntax_problem(err, source)], source) from None
     except RecursionError:
         raise SpecError(["(YAML): the document nests too deeply"], source) from None
     finally:
