@@ -16,6 +16,9 @@ code  name                meaning
 78    ``EXIT_CONFIG``     ``spx operator``: refuses to start, the installed CRD is not the one it was built for
                           (``EX_CONFIG`` of BSD ``sysexits.h``; the message names the command that fixes it)
 130   ``EXIT_INTERRUPTED``  interrupted (SIGINT, Ctrl-C); 128 + 2, the shell's convention
+141   ``EXIT_PIPE``       stdout was closed by its reader (``spx crd | head -1``): the output stops quietly, as a
+                          tool killed by SIGPIPE (128 + 13); ``spx run`` and ``spx serving`` instead finish the
+                          run (its results are files) and exit with its code
 ====  ==================  =====================================================================================
 
 Before this table, ``spx`` used 2 for usage errors as well; a pipeline that must tell "Inconclusive" from "you
@@ -31,6 +34,7 @@ EXIT_USAGE = 3
 EXIT_UNREACHABLE = 4
 EXIT_CONFIG = 78
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141
 
 #: ``(code, name, meaning)`` rows, as documented (``spx --help`` and docs/cli.md print them).
 TABLE: tuple[tuple[int, str, str], ...] = (
@@ -43,20 +47,21 @@ TABLE: tuple[tuple[int, str, str], ...] = (
     (EXIT_UNREACHABLE, "unreachable", "the cluster could not be reached or refused access"),
     (EXIT_CONFIG, "config", "spx operator: the installed CRD is not the one it was built for (the message names the fix)"),
     (EXIT_INTERRUPTED, "interrupted", "interrupted (Ctrl-C)"),
+    (EXIT_PIPE, "pipe", "stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"),
 )
 
 
 #: The codes each ``spx`` command exits with: its ``--help`` and docs/cli.md list them from here.
 COMMAND_CODES: dict[str, tuple[int, ...]] = {
     "run": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED),
-    "validate": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED),
-    "report": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED),
-    "predict": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED),
-    "gate": (EXIT_OK, EXIT_FAIL, EXIT_UNDECIDED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED),
-    "crd": (EXIT_OK, EXIT_USAGE),
+    "validate": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE),
+    "report": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE),
+    "predict": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE),
+    "gate": (EXIT_OK, EXIT_FAIL, EXIT_UNDECIDED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED, EXIT_PIPE),
+    "crd": (EXIT_OK, EXIT_USAGE, EXIT_PIPE),
     "serving": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED),
     "operator": (EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CONFIG, EXIT_INTERRUPTED),
-    "completion": (EXIT_OK, EXIT_USAGE),
+    "completion": (EXIT_OK, EXIT_USAGE, EXIT_PIPE),
 }
 
 

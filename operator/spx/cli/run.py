@@ -76,7 +76,8 @@ def check_writable(path: str) -> None:
         raise UsageError(f"--summary-file {path} is not writable: {exc.strerror or exc}") from None
 
 
-@command("run", "Run an experiment's kernel benchmark on this host (one process per rank).", _run_args)
+@command("run", "Run an experiment's kernel benchmark on this host (one process per rank).", _run_args,
+         outlives_stdout=True)
 def cmd_run(args: argparse.Namespace) -> int:
     exp = read_experiment(args.file)
     tokens = parse_tokens(args.tokens) if args.tokens is not None else None
