@@ -294,6 +294,22 @@ def test_run_with_impossible_nproc_exits_2(tmp_path: Path, capsys: pytest.Captur
     assert not out.exists()
 
 
+def test_an_explicit_gloo_gather_with_fewer_ranks_than_tp_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gather: gloo` asks for a measured gather: one rank of a TP2 spec would model it, so the run is
+    refused before any rank starts, naming both fields and the fix."""
+    pytest.importorskip("torch")
+    out = tmp_path / "out"
+    spec = write(tmp_path, VALID.replace("kernel: {device: cpu}", "kernel: {device: cpu, timer: host, gather: gloo}"))
+    assert main(["run", str(spec), "--out", str(out), "--nproc", "1"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    for part in ("spec.kernel.gather: gloo", "spec.parallelism.tensorParallelSize=2", "--nproc 2",
+                 "gather: auto or modelled"):
+        assert part in err, err
+    assert not out.exists()  # refused before anything was written
+
+
 # ---------------------------------------------------------------- input a user gets wrong
 
 
