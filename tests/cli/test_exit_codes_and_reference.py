@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spx.api.exit_codes import COMMAND_CODES, EXIT_OK, EXIT_PIPE, EXIT_USAGE, TABLE
+from spx.api.exit_codes import COMMAND_CODES, COMMAND_MEANINGS, EXIT_OK, EXIT_PIPE, EXIT_USAGE, TABLE
 from spx.cli import build_parser
 from spx.cli.reference import render, synopsis
 
@@ -68,6 +68,44 @@ def test_every_command_has_its_codes_in_the_table_and_its_help() -> None:
         epilog = parser.epilog or ""
         listed = {int(line.split()[0]) for line in epilog.splitlines()[1:]}
         assert listed == set(COMMAND_CODES[cmd]), (cmd, epilog)
+
+
+@pytest.mark.parametrize(("cmd", "rows"), [
+    ("validate", ["0  the file is a valid experiment (printed normalised)",
+                  "3  the file is invalid or unreadable (every problem is listed)", "130  interrupted (Ctrl-C)",
+                  "141  stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"]),
+    ("crd", ["0  the CRD was printed", "3  bad option",
+             "141  stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"]),
+    ("completion", ["0  the completion script was printed", "3  bad option (a shell it does not know)",
+                    "141  stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"]),
+    ("gate", ["0  the experiment decided Pass", "1  the experiment decided Fail",
+              "2  Inconclusive, not decided yet, or decided without a verdict",
+              "3  bad option or input: no such experiment or status.json",
+              "4  the cluster could not be reached or refused access", "130  interrupted (Ctrl-C)",
+              "141  stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"]),
+    ("operator", ["0  the operator stopped", "3  bad option", "4  the cluster could not be reached or refused access",
+                  "78  the installed CRD is not the one it was built for (the message names the fix)",
+                  "130  interrupted (Ctrl-C)"]),
+])
+def test_each_help_lists_only_its_own_codes_in_its_own_words(
+    cmd: str, rows: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spx.cli import main
+
+    assert main([cmd, "--help"]) == EXIT_OK
+    text = capsys.readouterr().out
+    listed = [line.strip() for line in text.split("\nexit codes:\n", 1)[1].splitlines()]
+    assert listed == rows
+
+
+def test_no_help_speaks_of_another_commands_codes() -> None:
+    """Every subcommand's epilog is about that command: none names another ``spx`` command."""
+    parsers = subparsers()
+    for cmd, parser in parsers.items():
+        epilog = parser.epilog or ""
+        for other in parsers:
+            assert other == cmd or f"spx {other}" not in epilog, (cmd, epilog)
+        assert set(COMMAND_MEANINGS.get(cmd, {})) <= set(COMMAND_CODES[cmd])
 
 
 # docs/cli.md -------------------------------------------------------------------------------------------------
