@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import enum
+
 import pytest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from spx.api import SpecError, load_experiment
-from spx.api.loading import MAX_DOCUMENT_BYTES, MAX_EXPANDED_NODES, MAX_PROBLEMS, excerpt, load_yaml_document
+from spx.api.loading import (
+    MAX_DOCUMENT_BYTES,
+    MAX_EXPANDED_NODES,
+    MAX_PROBLEMS,
+    describe_validation_error,
+    excerpt,
+    load_yaml_document,
+)
 
 HEAD = "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\nmetadata: {name: t}\n"
 
@@ -58,9 +68,26 @@ def test_oversized_document_is_refused_before_parsing() -> None:
 
 
 def test_yaml_syntax_errors_and_several_documents() -> None:
-    assert problems(HEAD + "spec: [\n")[0].startswith("(YAML):")
+    assert problems(HEAD + "spec: [\n")[0].startswith("(YAML) f.yaml, line 5, column 1:")
     assert problems(HEAD + "spec: {}\n---\n" + HEAD + "spec: {}\n") == [
         "(file): expected exactly one YAML document, found 2"]
+
+
+@pytest.mark.parametrize(("text", "source", "line"), [
+    ("a: [\n", "bad.yaml", "(YAML) bad.yaml, line 2, column 1: did not find expected node content (while parsing a "
+     "flow node started at line 2, column 1); fix the YAML syntax there"),
+    ("a: 1\n  b: 2\n", "<stdin>", "(YAML) <stdin>, line 2, column 4: mapping values are not allowed in this context; "
+     "fix the YAML syntax there"),
+    ('a: "open\n', "dir/exp.yaml", "(YAML) dir/exp.yaml, line 2, column 1: found unexpected end of stream (while "
+     "scanning a quoted scalar started at line 1, column 4); fix the YAML syntax there"),
+    ("a: *nowhere\n", "x.yaml", "(YAML) x.yaml, line 1, column 4: found undefined alias; fix the YAML syntax there"),
+    ("a: \x07\n", "x.yaml", "(YAML) x.yaml: unacceptable character #x0007: control characters are not allowed\n"
+     '  in "x.yaml", position 3'),
+])
+def test_yaml_syntax_errors_name_the_file_line_and_column(text: str, source: str, line: str) -> None:
+    with pytest.raises(SpecError) as err:
+        load_yaml_document(text, source)
+    assert err.value.problems == [line] and "<unicode string>" not in str(err.value)
 
 
 def test_many_problems_are_capped() -> None:
@@ -89,3 +116,76 @@ def test_non_finite_serving_bounds_are_refused() -> None:
 def test_metadata_is_validated_like_the_api_server(meta: str, field: str) -> None:
     text = "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\n" + f"metadata: {meta}\nspec: {{}}\n"
     assert any(p.startswith(field) for p in problems(text))
+
+
+# Every pydantic error type an experiment file can reach says what is expected and how to fix it -----------
+
+
+@pytest.mark.parametrize(("spec", "line"), [
+    ("{sweep: {tokens: 0}}",  # list_type, with the field's own example
+     "spec.sweep.tokens: must be a list of token counts, e.g. [512, 2048], not a number; put even one value in "
+     "brackets: [0] (got 0)"),
+    ("{serving: {model: m, extraArgs: --enforce-eager}}",
+     'spec.serving.extraArgs: must be a list of strings, e.g. ["--max-model-len", "8192"], not a string; put even '
+     "one value in brackets: [--enforce-eager] (got '--enforce-eager')"),
+    ("{sweep: {tokens: [0, 8]}}",  # greater_than
+     "spec.sweep.tokens[0]: must be greater than 0: use a larger value, e.g. 1 (got 0)"),
+    ("{sweep: {refine: {bracketRelative: 0}}}",  # greater_than, a float bound
+     "spec.sweep.refine.bracketRelative: must be greater than 0.0: use a larger value (got 0)"),
+    ("{kernel: {samples: 1}}",  # greater_than_equal
+     "spec.kernel.samples: must be at least 5: raise it to 5 or more (got 1)"),
+    ("{kernel: {samples: 100000}}",  # less_than_equal
+     "spec.kernel.samples: must be at most 10000: lower it to 10000 or less (got 100000)"),
+    ("{kernel: 5}",  # model_type
+     "spec.kernel: must be a mapping of key: value fields (indented lines, or {key: value}), not a number (got 5)"),
+    ("{resources: {nodeSelector: gpu}}",  # dict_type
+     "spec.resources.nodeSelector: must be a mapping of key: value fields (indented lines, or {key: value}), "
+     "not a string (got 'gpu')"),
+    ("{serving: {model: 7}}",  # string_type
+     'spec.serving.model: must be a string, not a number: quote it, e.g. "7" (got 7)'),
+    ("{kernel: {l2Flush: 'false'}}",  # bool_type
+     "spec.kernel.l2Flush: must be true or false (unquoted: quotes make it a string) (got 'false')"),
+    ("{kernel: {gatherModel: {hostUs: fast}}}",  # float_type
+     "spec.kernel.gatherModel.hostUs: must be a number, e.g. 1.5 (unquoted: quotes make it a string) (got 'fast')"),
+    ("{gate: {thresholdTokens: '2048'}}",  # int_type
+     "spec.gate.thresholdTokens: must be a whole number (an integer count, e.g. 2048) (unquoted: quotes make it a "
+     "string) (got '2048')"),
+    ("{serving: {}}",  # missing
+     "spec.serving.model: required: add it (got {})"),
+    ("{image: ''}",  # string_too_short
+     "spec.image: must not be empty: give a value or leave the field out (got '')"),
+    ("{serving: {model: " + "m" * 600 + "}}",  # string_too_long
+     "spec.serving.model: must have at most 512 characters: shorten it (got '" + "m" * 78 + "… (600 characters))"),
+    ("{projection: {outputSizes: []}}",  # too_short
+     "spec.projection.outputSizes: must have at least 1 item, has 0: add one (got [])"),
+    ("{sweep: {tokens: [" + ", ".join(str(i) for i in range(1, 71)) + "]}}",  # too_long
+     "spec.sweep.tokens: must have at most 64 items, has 70: remove some (got " + excerpt(list(range(1, 71))) + ")"),
+    ("{kernel: {timer: fast}}",  # literal_error
+     "spec.kernel.timer: must be one of: 'auto', 'cupti', 'cuda-events' or 'host' (check the spelling and case) "
+     "(got 'fast')"),
+])
+def test_each_error_type_says_what_is_expected_and_how_to_fix_it(spec: str, line: str) -> None:
+    assert problems(HEAD + f"spec: {spec}\n") == [line]
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class _Shapes(BaseModel):
+    """Constraints no experiment field has yet: their messages are still written out."""
+
+    model_config = ConfigDict(strict=True)
+    below: int = Field(default=0, lt=10)
+    colour: Colour = Colour.RED
+
+
+@pytest.mark.parametrize(("doc", "line"), [
+    ({"below": 10}, "below: must be less than 10: use a smaller value (got 10)"),
+    ({"colour": "green"}, "colour: must be one of: 'red' or 'blue' (check the spelling and case) (got 'green')"),
+])
+def test_error_types_no_experiment_field_reaches_yet(doc: dict[str, object], line: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        _Shapes.model_validate(doc, strict=False)
+    assert describe_validation_error(err.value) == [line]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -292,6 +294,22 @@ def test_run_with_impossible_nproc_exits_2(tmp_path: Path, capsys: pytest.Captur
     assert not out.exists()
 
 
+def test_an_explicit_gloo_gather_with_fewer_ranks_than_tp_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`gather: gloo` asks for a measured gather: one rank of a TP2 spec would model it, so the run is
+    refused before any rank starts, naming both fields and the fix."""
+    pytest.importorskip("torch")
+    out = tmp_path / "out"
+    spec = write(tmp_path, VALID.replace("kernel: {device: cpu}", "kernel: {device: cpu, timer: host, gather: gloo}"))
+    assert main(["run", str(spec), "--out", str(out), "--nproc", "1"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    for part in ("spec.kernel.gather: gloo", "spec.parallelism.tensorParallelSize=2", "--nproc 2",
+                 "gather: auto or modelled"):
+        assert part in err, err
+    assert not out.exists()  # refused before anything was written
+
+
 # ---------------------------------------------------------------- input a user gets wrong
 
 
@@ -301,13 +319,27 @@ def test_run_with_impossible_nproc_exits_2(tmp_path: Path, capsys: pytest.Captur
         (VALID.replace("tensorParallelSize: 2", "tensor_parallel_size: 2"), "spec.parallelism.tensor_parallel_size: unknown field"),
         (VALID.replace("kernel: {device: cpu}", 'kernel: {device: cpu, samples: "10"}'), "spec.kernel.samples"),
         (VALID.replace("tensorParallelSize: 2", "tensorParallelSize: true"), "spec.parallelism.tensorParallelSize"),
-        ("apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\nmetadata: {name: t}\n", "spec: Field required"),
+        ("apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\nmetadata: {name: t}\n", "spec: required: add it"),
     ],
 )
 def test_strict_camel_case_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, fragment: str) -> None:
     assert main(["validate", str(write(tmp_path, text))]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert fragment in err and "[bold" not in err  # markup rendered, not printed
+
+
+@pytest.mark.parametrize("stdin", [False, True], ids=["file", "stdin"])
+def test_yaml_syntax_errors_name_the_file_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, stdin: bool
+) -> None:
+    path = write(tmp_path, "a: [\n", "bad.yaml")
+    if stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(path.read_bytes())))
+    assert main(["validate", "-" if stdin else str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    name = "<stdin>" if stdin else str(path)
+    assert f"(YAML) {name}, line 2, column 1: did not find expected node content" in err, err
+    assert "<unicode string>" not in err
 
 
 def test_binary_junk_is_invalid_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,12 +4,15 @@ repeat another is left out and said once in the caption instead."""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 
 import pytest
 from rich.console import Console
+from rich.table import Table
 
 from spx.api import KernelPoint, KernelStatus
-from spx.cli.tables import kernel_columns, kernel_table
+from spx.cli.common import PIPE_WIDTH, PipeConsole, make_console
+from spx.cli.tables import kernel_columns, kernel_table, print_report
 from spx_testing.factories import kernel_point
 
 BASE = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup", "spread %", "max error"]
@@ -87,3 +90,44 @@ def test_a_cpu_smoke_sweep_fits_in_120_columns() -> None:
     out = io.StringIO()
     Console(file=out, width=200).print(kernel_table(kernel(*points), title="quickstart-cpu: TP2 on CPU"))
     assert max(len(line.rstrip()) for line in out.getvalue().splitlines()) <= 120
+
+
+# Output that is not a terminal: text lines are never hard-wrapped -----------------------------------------------
+
+LONG = "the split's host time includes a modelled all-gather issue time of " + "fifteen µs " * 30 + "(end)"
+
+
+def _report(console: Console) -> None:
+    print_report(console, KernelStatus(), verdict="Inconclusive", reasons=[LONG])
+
+
+def _markup(console: Console) -> None:
+    console.print(f"[bold yellow]{LONG}[/]", highlight=False)
+
+
+def _plain(console: Console) -> None:
+    console.print(LONG, highlight=False, markup=False)
+
+
+@pytest.mark.parametrize("stderr", [False, True], ids=["stdout", "stderr"])
+@pytest.mark.parametrize(("show", "line"), [(_report, f"  • {LONG}"), (_markup, LONG), (_plain, LONG)],
+                         ids=["reason", "markup", "plain"])
+def test_a_long_line_is_not_wrapped_when_not_a_terminal(
+    capsys: pytest.CaptureFixture[str], stderr: bool, show: Callable[[Console], None], line: str
+) -> None:
+    assert len(LONG) > PIPE_WIDTH
+    console = make_console(stderr=stderr)
+    assert not console.is_terminal  # pytest captures both streams
+    show(console)
+    out = capsys.readouterr()
+    assert line in (out.err if stderr else out.out).splitlines()
+
+
+def test_tables_keep_their_pipe_width_layout() -> None:
+    """Tables are still laid out in PIPE_WIDTH columns off a terminal (only text lines are left unwrapped)."""
+    buf = io.StringIO()
+    console = PipeConsole(file=buf, width=40)
+    table = Table("tokens", "note")
+    table.add_row("8", LONG)
+    console.print(table)
+    assert max(len(x) for x in buf.getvalue().splitlines()) == 40

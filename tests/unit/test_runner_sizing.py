@@ -55,3 +55,33 @@ def test_gpu_memory_check() -> None:
     with pytest.raises(RunnerError, match="GPU memory"):
         check_fits(spec([8, 10_000_000]), "cuda", 8, device_asked=False, available=141 * GiB)
     assert check_fits(spec([8, 16384]), "cuda", 8, device_asked=False, available=141 * GiB).seconds is None
+
+
+# The gather with fewer ranks than TP: modelled only when asked for (auto, modelled), else refused ------------
+
+REFUSED_GLOO = ("spec.kernel.gather: gloo measures the all-gather between spec.parallelism.tensorParallelSize=2 ranks, "
+                "but this run has 1: run 2 ranks (--nproc 2; 2 GPUs on CUDA), or set gather: auto or modelled to "
+                "model the gather (spec.kernel.gatherModel)")
+
+
+@pytest.mark.parametrize(("gather", "ranks", "outcome"), [
+    ("gloo", 1, REFUSED_GLOO),
+    ("vllm", 1, "spec.kernel.gather: vllm measures the all-gather between spec.parallelism.tensorParallelSize=2 ranks"),
+    ("gloo", 2, "gather gloo (measured)"),
+    ("auto", 2, "gather gloo (measured)"),
+    ("auto", 1, "gather modelled (modelled)"),
+    ("modelled", 1, "gather modelled (modelled)"),
+    ("modelled", 2, "gather modelled (modelled)"),
+])
+def test_an_explicit_gather_backend_is_measured_or_refused(gather: str, ranks: int, outcome: str) -> None:
+    pytest.importorskip("torch")
+    from spx.runner.sizing import preflight
+
+    s = ExperimentSpec.model_validate({"parallelism": {"tensorParallelSize": 2}, "kernel": {
+        "device": "cpu", "timer": "host", "gather": gather}})
+    if outcome.startswith("spec."):
+        with pytest.raises(RunnerError) as err:
+            preflight(s, "cpu", ranks)
+        assert str(err.value).startswith(outcome)
+    else:
+        assert outcome in preflight(s, "cpu", ranks)[0]

@@ -16,6 +16,9 @@ code  name                meaning
 78    ``EXIT_CONFIG``     ``spx operator``: refuses to start, the installed CRD is not the one it was built for
                           (``EX_CONFIG`` of BSD ``sysexits.h``; the message names the command that fixes it)
 130   ``EXIT_INTERRUPTED``  interrupted (SIGINT, Ctrl-C); 128 + 2, the shell's convention
+141   ``EXIT_PIPE``       stdout was closed by its reader (``spx crd | head -1``): the output stops quietly, as a
+                          tool killed by SIGPIPE (128 + 13); ``spx run`` and ``spx serving`` instead finish the
+                          run (its results are files) and exit with its code
 ====  ==================  =====================================================================================
 
 Before this table, ``spx`` used 2 for usage errors as well; a pipeline that must tell "Inconclusive" from "you
@@ -31,6 +34,7 @@ EXIT_USAGE = 3
 EXIT_UNREACHABLE = 4
 EXIT_CONFIG = 78
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141
 
 #: ``(code, name, meaning)`` rows, as documented (``spx --help`` and docs/cli.md print them).
 TABLE: tuple[tuple[int, str, str], ...] = (
@@ -43,25 +47,72 @@ TABLE: tuple[tuple[int, str, str], ...] = (
     (EXIT_UNREACHABLE, "unreachable", "the cluster could not be reached or refused access"),
     (EXIT_CONFIG, "config", "spx operator: the installed CRD is not the one it was built for (the message names the fix)"),
     (EXIT_INTERRUPTED, "interrupted", "interrupted (Ctrl-C)"),
+    (EXIT_PIPE, "pipe", "stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"),
 )
 
 
 #: The codes each ``spx`` command exits with: its ``--help`` and docs/cli.md list them from here.
 COMMAND_CODES: dict[str, tuple[int, ...]] = {
     "run": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED),
-    "validate": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED),
-    "report": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED),
-    "predict": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED),
-    "gate": (EXIT_OK, EXIT_FAIL, EXIT_UNDECIDED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED),
-    "crd": (EXIT_OK, EXIT_USAGE),
+    "validate": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE),
+    "report": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE),
+    "predict": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE),
+    "gate": (EXIT_OK, EXIT_FAIL, EXIT_UNDECIDED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED, EXIT_PIPE),
+    "crd": (EXIT_OK, EXIT_USAGE, EXIT_PIPE),
     "serving": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED),
     "operator": (EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CONFIG, EXIT_INTERRUPTED),
-    "completion": (EXIT_OK, EXIT_USAGE),
+    "completion": (EXIT_OK, EXIT_USAGE, EXIT_PIPE),
+}
+
+
+#: What a code means for one command, in its own words (its ``--help``); a code not listed here means
+#: what :data:`TABLE` says (interrupted, stdout closed, cluster unreachable read the same everywhere).
+COMMAND_MEANINGS: dict[str, dict[int, str]] = {
+    "run": {
+        EXIT_OK: "the benchmark completed (the verdict is in the report)",
+        EXIT_FAIL: "the benchmark failed or the vLLM benches could not start (partial results and logs kept)",
+        EXIT_USAGE: "bad option or input: invalid/unreadable file, --out in use or holding a run, a run this "
+        "machine cannot hold, fewer ranks than TP for an explicit gather",
+    },
+    "validate": {
+        EXIT_OK: "the file is a valid experiment (printed normalised)",
+        EXIT_USAGE: "the file is invalid or unreadable (every problem is listed)",
+    },
+    "report": {
+        EXIT_OK: "the report was printed and the plot drawn",
+        EXIT_USAGE: "bad option or input: no such folder, no results in it, an invalid result or experiment file",
+    },
+    "predict": {
+        EXIT_OK: "the prediction was printed",
+        EXIT_USAGE: "bad option or input: an unreadable or invalid table or --measured result",
+    },
+    "gate": {
+        EXIT_OK: "the experiment decided Pass",
+        EXIT_FAIL: "the experiment decided Fail",
+        EXIT_UNDECIDED: "Inconclusive, not decided yet, or decided without a verdict",
+        EXIT_USAGE: "bad option or input: no such experiment or status.json",
+    },
+    "crd": {EXIT_OK: "the CRD was printed", EXIT_USAGE: "bad option"},
+    "serving": {
+        EXIT_OK: "every serving and GSM8K measurement finished",
+        EXIT_FAIL: "a measurement failed or the vLLM benches could not start (results kept)",
+        EXIT_USAGE: "bad option or input: invalid/unreadable file, or one without spec.serving",
+    },
+    "operator": {
+        EXIT_OK: "the operator stopped",
+        EXIT_USAGE: "bad option",
+        EXIT_CONFIG: "the installed CRD is not the one it was built for (the message names the fix)",
+    },
+    "completion": {EXIT_OK: "the completion script was printed", EXIT_USAGE: "bad option (a shell it does not know)"},
 }
 
 
 def epilog(command: str | None = None) -> str:
-    """The exit-code table as plain text, for ``--help``; with ``command``, only the codes it exits with."""
-    codes = COMMAND_CODES.get(command, ()) if command else ()
-    rows = [row for row in TABLE if not codes or row[0] in codes]
-    return "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, _, meaning in rows)
+    """The exit-code table as plain text, for ``--help``; with ``command``, only the codes it exits with, each
+    in that command's words (:data:`COMMAND_MEANINGS`)."""
+    if command is None:
+        rows = [(code, meaning) for code, _, meaning in TABLE]
+    else:
+        own = COMMAND_MEANINGS.get(command, {})
+        rows = [(code, own.get(code, meaning)) for code, _, meaning in TABLE if code in COMMAND_CODES.get(command, ())]
+    return "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in rows)

@@ -14,6 +14,7 @@ YAML is loaded defensively, since an experiment file may come from anyone who ca
 
 from __future__ import annotations
 
+import io
 import re
 from typing import Any
 
@@ -126,26 +127,113 @@ def _loc_to_path(prefix: str, loc: tuple[int | str, ...]) -> str:
     return path or "(top level)"
 
 
+#: What each list field holds, with an example (its path with list indices dropped).
+LIST_HELP = {
+    "spec.sweep.tokens": "a list of token counts, e.g. [512, 2048]",
+    "spec.stage.tokens": "a list of token counts, e.g. [512, 2048]",
+    "spec.projection.outputSizes": "a list of output sizes, one per fused projection, e.g. [1280, 512]",
+    "spec.resources.gpuProducts": "a list of nvidia.com/gpu.product values, e.g. [NVIDIA-H200]",
+    "spec.resources.tolerations": "a list of tolerations, e.g. [{key: nvidia.com/gpu, operator: Exists}]",
+    "spec.serving.extraArgs": 'a list of strings, e.g. ["--max-model-len", "8192"]',
+    "spec.serving.extraBenchArgs": 'a list of strings, e.g. ["--request-rate", "inf"]',
+    "spec.serving.points": "a list of points, e.g. [{name: p1, inputLen: 2048, outputLen: 1, concurrency: 1, "
+    "numPrompts: 16, metric: ttft}]",
+    "spec.serving.arms": "a list of arms, e.g. [{name: main, variant: main}, {name: split, variant: split}]",
+    "spec.accuracy.arms": "a list of serving arm names, e.g. [main, split]",
+    "spec.stage.layerKinds": "a list of layer kinds, e.g. [{name: plain, layers: [0, 1]}]",
+    "spec.stage.layerKinds.layers": "a list of layer indices, e.g. [0, 1, 2]",
+    "spec.pod.env": "a list of variables, e.g. [{name: NCCL_DEBUG, value: INFO}]",
+    "spec.pod.volumes": "a list of volumes, e.g. [{name: cache, mountPath: /cache, emptyDir: {}}]",
+}
+
+
+def _kind(value: Any) -> str:
+    """What a YAML value is, in YAML's words."""
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list | tuple) else "a mapping" if isinstance(value, dict) else type(value).__name__
+
+
+def _fix(kind: str, ctx: dict[str, Any], value: Any, path: str) -> str | None:
+    """What is expected and how to fix it, for pydantic error type ``kind``; ``None``: keep pydantic's message."""
+    quoted = " (unquoted: quotes make it a string)" if isinstance(value, str) else ""
+    if kind in ("int_type", "int_from_float", "int_parsing"):
+        return "must be a whole number (an integer count, e.g. 2048)" + quoted
+    if kind in ("float_type", "float_parsing"):
+        return "must be a number, e.g. 1.5" + quoted
+    if kind in ("bool_type", "bool_parsing"):
+        return "must be true or false" + quoted
+    if kind == "string_type":
+        hint = f": quote it, e.g. \"{value}\"" if isinstance(value, int | float) and not isinstance(value, bool) else (
+            ": quote it, e.g. \"true\"" if isinstance(value, bool) else ": give a value or leave the field out"
+            if value is None else "")
+        return f"must be a string, not {_kind(value)}{hint}"
+    if kind == "list_type":
+        what = LIST_HELP.get(re.sub(r"\[[^]]*\]", "", path), "a list, e.g. [1, 2]")
+        single = f"; put even one value in brackets: [{value}]" if isinstance(value, int | float | str) and not isinstance(value, bool) else ""
+        return f"must be {what}, not {_kind(value)}{single}"
+    if kind in ("dict_type", "model_type"):
+        return f"must be a mapping of key: value fields (indented lines, or {{key: value}}), not {_kind(value)}"
+    if kind == "missing":
+        return "required: add it"
+    if kind == "greater_than":
+        bound = ctx.get("gt")
+        example = f", e.g. {bound + 1}" if isinstance(bound, int) else ""
+        return f"must be greater than {bound}: use a larger value{example}"
+    if kind == "greater_than_equal":
+        return f"must be at least {ctx.get('ge')}: raise it to {ctx.get('ge')} or more"
+    if kind == "less_than":
+        return f"must be less than {ctx.get('lt')}: use a smaller value"
+    if kind == "less_than_equal":
+        return f"must be at most {ctx.get('le')}: lower it to {ctx.get('le')} or less"
+    if kind == "string_too_short":
+        n = ctx.get("min_length")
+        return ("must not be empty: give a value or leave the field out" if n == 1
+                else f"must have at least {n} characters: lengthen it")
+    if kind == "string_too_long":
+        return f"must have at most {ctx.get('max_length')} characters: shorten it"
+    if kind in ("too_long", "too_short"):
+        n = ctx.get("max_length" if kind == "too_long" else "min_length")
+        have = ctx.get("actual_length")
+        if kind == "too_long":
+            return f"must have at most {n} items, has {have}: remove some"
+        return f"must have at least {n} item{'s' if n != 1 else ''}, has {have}: add {'one' if n == 1 else 'more'}"
+    if kind == "enum":
+        return f"must be one of: {ctx.get('expected')} (check the spelling and case)"
+    if kind == "union_tag_invalid":
+        return (f"its {ctx.get('discriminator')} must be one of: {ctx.get('expected_tags')} "
+                f"(got {ctx.get('tag')!r})")
+    if kind == "union_tag_not_found":
+        return f"needs a {ctx.get('discriminator')} field saying which kind it is: add it"
+    return None
+
+
 def describe_validation_error(err: ValidationError, prefix: str = "") -> list[str]:
-    """One readable line per pydantic error: field path (camelCase), what is wrong, the bad value."""
+    """One readable line per pydantic error: field path (camelCase), what is expected and how to fix it,
+    the bad value (``(got <excerpt>)``)."""
     lines = []
     for e in err.errors(include_url=False):
         path = _loc_to_path(prefix, tuple(e["loc"]))
         msg = e["msg"].removeprefix("Value error, ")
+        ctx = e.get("ctx", {})
+        value = e.get("input")
         if e["type"] == "extra_forbidden":
             msg = "unknown field; remove it or check its spelling (fields are camelCase)"
         elif e["type"] == "string_pattern_mismatch":
-            msg = "must be " + PATTERN_HELP.get(str(e.get("ctx", {}).get("pattern")), f"of the form {e.get('ctx', {}).get('pattern')}")
-        elif e["type"] in ("int_type", "int_from_float", "int_parsing"):
-            msg = "must be a whole number (an integer count, e.g. 2048)"
+            msg = "must be " + PATTERN_HELP.get(str(ctx.get("pattern")), f"of the form {ctx.get('pattern')}")
         elif e["type"] == "literal_error":
-            msg = msg.replace("Input should be", "must be one of:")
+            msg = msg.replace("Input should be", "must be one of:") + " (check the spelling and case)"
         elif e["type"] == "finite_number":
             msg = "must be a finite number (not .inf, -.inf or .nan)"
-        elif e["type"] in ("too_long", "too_short") and "items" in msg:
-            msg = msg.replace("List should have", "must have").replace("Input should have", "must have")
-        value = e.get("input")
-        cause = e.get("ctx", {}).get("error")
+        else:
+            msg = _fix(e["type"], ctx, value, path) or msg
+        cause = ctx.get("error")
         if isinstance(cause, CombinationError):  # several problems at once, each names its own field
             lines.extend(cause.problems)
             continue
@@ -232,6 +320,20 @@ def _check_node(root: yaml.Node) -> list[str]:
     return problems
 
 
+def _syntax_problem(err: yaml.YAMLError, source: str) -> str:
+    """One line on a YAML syntax error: the file as the user named it, line and column, what is wrong there."""
+    mark = getattr(err, "problem_mark", None)
+    if not isinstance(err, yaml.MarkedYAMLError) or mark is None:
+        return f"(YAML) {source}: {clip(str(err))}"
+    context = ""
+    if err.context:
+        where = err.context_mark
+        context = f" ({err.context}" + (
+            f" started at line {where.line + 1}, column {where.column + 1}" if where is not None else "") + ")"
+    return (f"(YAML) {source}, line {mark.line + 1}, column {mark.column + 1}: {clip(err.problem or 'syntax error', 300)}"
+            f"{context}; fix the YAML syntax there")
+
+
 def load_yaml_document(text: str, source: str = "experiment") -> Any:
     """The single YAML document in ``text`` as Python data, loaded defensively (module docstring).
 
@@ -246,7 +348,9 @@ def load_yaml_document(text: str, source: str = "experiment") -> Any:
              "(a real one is a few KiB): is this the right file? List at most 64 token counts"],
             source,
         )
-    loader = _Loader(text)
+    stream = io.StringIO(text)
+    stream.name = source  # the name PyYAML's marks give (else "<unicode string>")
+    loader = _Loader(stream)
     try:
         nodes = []
         while loader.check_node():
@@ -260,7 +364,7 @@ def load_yaml_document(text: str, source: str = "experiment") -> Any:
             raise SpecError(problems, source)
         return loader.construct_document(nodes[0])
     except yaml.YAMLError as err:
-        raise SpecError([f"(YAML): {clip(str(err))}"], source) from None
+        raise SpecError([_syntax_problem(err, source)], source) from None
     except RecursionError:
         raise SpecError(["(YAML): the document nests too deeply"], source) from None
     finally:

@@ -87,15 +87,29 @@ def _resolve_timer(spec: ExperimentSpec, device: torch.device) -> str:
 
 
 def _resolve_gather(spec: ExperimentSpec, device: torch.device, world_size: int, tp: int) -> tuple[str, str]:
+    """``(backend, source)`` of the all-gather: ``auto`` models it with fewer ranks than TP (and says so in
+    the result: ``gatherSource: modelled``); an explicit ``nccl``/``gloo``/``vllm`` asks for a measured
+    gather, so fewer ranks than TP is refused instead of modelled behind the user's back.
+
+    Raises:
+        ValueError: ``nccl`` on CPU; an explicit backend with fewer ranks than ``tensorParallelSize``.
+    """
     if tp == 1:
         return "none", "measured"
     want = spec.kernel.gather
-    if want == "modelled" or world_size < tp:
+    if want == "modelled":
         return "modelled", "modelled"
-    if want == "auto":
-        return ("nccl" if device.type == "cuda" else "gloo"), "measured"
     if want == "nccl" and device.type != "cuda":
         raise ValueError("spec.kernel.gather: nccl needs CUDA GPUs; on CPU use gather: gloo or auto")
+    if world_size < tp:
+        if want == "auto":
+            return "modelled", "modelled"
+        raise ValueError(
+            f"spec.kernel.gather: {want} measures the all-gather between spec.parallelism.tensorParallelSize={tp} "
+            f"ranks, but this run has {world_size}: run {tp} ranks (--nproc {tp}; {tp} GPUs on CUDA), or set "
+            "gather: auto or modelled to model the gather (spec.kernel.gatherModel)")
+    if want == "auto":
+        return ("nccl" if device.type == "cuda" else "gloo"), "measured"
     return want, "measured"
 
 

@@ -18,7 +18,7 @@ from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREAC
 from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (importing registers their commands)
 from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
 from spx.cli.registry import COMMANDS, build_parser, command
-from spx.cli.streams import pipe_safe_stdout
+from spx.cli.streams import pipe_safe_stdout, stdout_closed
 
 
 def _error(message: str) -> None:
@@ -28,16 +28,22 @@ def _error(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``spx`` console script; returns the exit code (:mod:`spx.api.exit_codes`).
 
-    Usage errors (argparse's own included) are 3, an unreachable cluster 4, Ctrl-C 130 with one line.
+    Usage errors (argparse's own included) are 3, an unreachable cluster 4, Ctrl-C 130 with one line, a
+    closed stdout 141 and nothing printed (``spx run`` and ``spx serving`` go on: :mod:`spx.cli.streams`).
     """
     try:
         parser = build_parser()
-        with pipe_safe_stdout():  # `spx run … | head -1`: a closed reader drops output, not the run
-            try:
-                args = parser.parse_args(argv)
-            except SystemExit as exc:  # argparse: --help → 0, bad usage → 2 (ours: 3)
-                return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
-            return int(args.handler(args))
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse: --help → 0, bad usage → 2 (ours: 3)
+            sys.stdout.flush()
+            return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
+        if COMMANDS[args.command].outlives_stdout:
+            with pipe_safe_stdout():  # `spx run … | head -1`: a closed reader drops output, not the run
+                return int(args.handler(args))
+        code = int(args.handler(args))
+        sys.stdout.flush()  # a reader that has gone shows here, not in the interpreter's last flush
+        return code
     except (UsageError, SpecError) as exc:
         _error(str(exc))
         return EXIT_USAGE
@@ -48,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         err_console().print("interrupted (Ctrl-C): nothing was started, or every started rank was stopped",
                             highlight=False, markup=False, soft_wrap=True)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:  # `spx crd | head`
-        return EXIT_OK
+    except BrokenPipeError:  # `spx crd | head -1`: stop quietly, exit 141 as SIGPIPE would
+        return stdout_closed()
 
 
 __all__ = [

@@ -32,7 +32,8 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vllm", default="vllm", metavar="CMD", help="the vLLM CLI (argv prefix, split on spaces)")
 
 
-@command("serving", "Run the vLLM serving A/B and GSM8K benches of an experiment (needs vLLM and GPUs).", _serving_args)
+@command("serving", "Run the vLLM serving A/B and GSM8K benches of an experiment (needs vLLM and GPUs).", _serving_args,
+         outlives_stdout=True)
 def cmd_serving(args: argparse.Namespace) -> int:
     """Exit 0 when every measurement finished, 1 when some failed or the benches could not start (the
     results are written either way), 3 for a file that cannot be read, is invalid or has no spec.serving."""

@@ -15,7 +15,8 @@ from rich.markup import escape
 from spx.api import Experiment, ExperimentSpec, dump_model, load_experiment, validate_spec
 
 DEFAULT_OUT_ROOT = "spx-runs"
-#: Width used when output is not a terminal (pipes, logs, tests): wide enough for every table.
+#: Width of tables when output is not a terminal (pipes, logs, tests): wide enough for every table (text lines
+#: are not wrapped there at all: :class:`PipeConsole`).
 PIPE_WIDTH = 160
 OUTPUT_FORMATS = ("text", "json", "yaml")
 
@@ -28,11 +29,24 @@ class UnreachableError(Exception):
     """The cluster could not be reached or refused access (exit code 4, ``EXIT_UNREACHABLE``)."""
 
 
+class PipeConsole(Console):
+    """The console of output that is not a terminal (pipes, logs, files): tables are laid out in
+    :data:`PIPE_WIDTH` columns, but a line of text is never hard-wrapped (``soft_wrap``), so a long note
+    or reason stays one line for ``grep`` and for the viewer's own wrapping."""
+
+    def print(self, *objects: Any, soft_wrap: bool | None = None, **kwargs: Any) -> None:
+        """:meth:`rich.console.Console.print`; text (``str``) is soft-wrapped unless ``soft_wrap`` says otherwise."""
+        if soft_wrap is None and objects and all(isinstance(o, str) for o in objects):
+            soft_wrap = True
+        super().print(*objects, soft_wrap=soft_wrap, **kwargs)
+
+
 def make_console(stderr: bool = False) -> Console:
-    """A rich console on stdout or stderr; :data:`PIPE_WIDTH` columns when not a terminal."""
+    """A rich console on stdout or stderr; when not a terminal a :class:`PipeConsole` (tables in
+    :data:`PIPE_WIDTH` columns, text lines not wrapped)."""
     console = Console(stderr=stderr)
     if not console.is_terminal:
-        console = Console(stderr=stderr, width=PIPE_WIDTH)
+        console = PipeConsole(stderr=stderr, width=PIPE_WIDTH)
     return console
 
 

@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from spx.api.exit_codes import COMMAND_CODES, TABLE
+from spx.api.exit_codes import COMMAND_CODES, COMMAND_MEANINGS, TABLE
 
 BEGIN = "<!-- BEGIN generated: {name} (python -m spx.cli.reference docs/cli.md) -->"
 END = "<!-- END generated: {name} -->"
@@ -42,14 +42,16 @@ def synopses() -> str:
 
 
 def exit_codes_by_command() -> str:
-    """A Markdown table: each command and the codes it exits with (names from :data:`spx.api.exit_codes.TABLE`)."""
+    """A Markdown table: each command and the codes it exits with (names from :data:`spx.api.exit_codes.TABLE`),
+    with what each means for that command where it says more than the table (``COMMAND_MEANINGS``, its ``--help``)."""
     from spx.cli import build_parser
 
     names = {code: name for code, name, _ in TABLE}
     rows = ["| command | exits with |", "| --- | --- |"]
     for cmd in _subparsers(build_parser()):
-        codes = ", ".join(f"{c} `{names[c]}`" for c in COMMAND_CODES[cmd])
-        rows.append(f"| `spx {cmd}` | {codes} |")
+        own = COMMAND_MEANINGS.get(cmd, {})
+        codes = "; ".join(f"{c} `{names[c]}`" + (f": {own[c]}" if c in own else "") for c in COMMAND_CODES[cmd])
+        rows.append(f"| `spx {cmd}` | {codes.replace('|', chr(92) + '|')} |")
     return "\n".join(rows)
 
 

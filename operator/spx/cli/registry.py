@@ -19,12 +19,18 @@ Configure = Callable[[argparse.ArgumentParser], None]
 
 @dataclass(frozen=True)
 class Command:
-    """One ``spx`` subcommand: its name, ``--help`` line, option builder and handler (returns the exit code)."""
+    """One ``spx`` subcommand: its name, ``--help`` line, option builder and handler (returns the exit code).
+
+    ``outlives_stdout``: a reader closing stdout (``| head -1``) does not stop it; the rest of its stdout is
+    dropped and it exits with the code of what it did (``spx run``: the results are files). Other commands stop
+    at once with exit code 141, as a tool killed by SIGPIPE (:mod:`spx.cli.streams`).
+    """
 
     name: str
     help: str
     configure: Configure
     handler: Handler
+    outlives_stdout: bool = False
 
 
 #: Every ``spx`` subcommand, by name.
@@ -33,8 +39,10 @@ COMMANDS: dict[str, Command] = {}
 HELP_ORDER = ("run", "validate", "report", "predict", "gate", "crd", "serving", "operator", "completion")
 
 
-def command(name: str, help: str, configure: Configure | None = None) -> Callable[[Handler], Handler]:
-    """Register ``handler`` as ``spx NAME``; ``configure`` adds its options to its subparser.
+def command(name: str, help: str, configure: Configure | None = None, *,
+            outlives_stdout: bool = False) -> Callable[[Handler], Handler]:
+    """Register ``handler`` as ``spx NAME``; ``configure`` adds its options to its subparser
+    (``outlives_stdout``: :class:`Command`).
 
     Raises:
         ValueError: ``name`` is registered twice.
@@ -43,7 +51,7 @@ def command(name: str, help: str, configure: Configure | None = None) -> Callabl
     def register(handler: Handler) -> Handler:
         if name in COMMANDS:
             raise ValueError(f"spx command {name!r} registered twice")
-        COMMANDS[name] = Command(name, help, configure or (lambda p: None), handler)
+        COMMANDS[name] = Command(name, help, configure or (lambda p: None), handler, outlives_stdout)
         return handler
 
     return register

@@ -43,7 +43,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="experiment YAML (a ShardedProjectionExperiment); - reads standard input")
     p.add_argument("--out", metavar="DIR", help=f"output directory (default: {DEFAULT_OUT_ROOT}/<metadata.name>)")
     p.add_argument("--nproc", type=int, metavar="N",
-                   help="ranks to start (default: visible GPUs, else 2 on CPU; capped at TP; fewer than TP: the gather is modelled)")
+                   help="ranks to start (default: visible GPUs, else 2 on CPU; capped at TP); fewer than TP: gather auto "
+                        "models the all-gather, an explicit nccl/gloo/vllm is refused")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"),
                    help="override spec.kernel.device; --device cpu runs a GPU-sized spec on CPU anyway (a smoke run)")
     p.add_argument("--gemm-backend", metavar="B", help=f"override spec.kernel.gemmBackend ({one_of(GEMM_BACKENDS)})")
@@ -76,7 +77,8 @@ def check_writable(path: str) -> None:
         raise UsageError(f"--summary-file {path} is not writable: {exc.strerror or exc}") from None
 
 
-@command("run", "Run an experiment's kernel benchmark on this host (one process per rank).", _run_args)
+@command("run", "Run an experiment's kernel benchmark on this host (one process per rank).", _run_args,
+         outlives_stdout=True)
 def cmd_run(args: argparse.Namespace) -> int:
     exp = read_experiment(args.file)
     tokens = parse_tokens(args.tokens) if args.tokens is not None else None

@@ -1,12 +1,17 @@
-"""Standard output that a closed reader cannot turn into a failure (``spx run … | head -1``).
+"""Standard output whose reader has gone (``spx crd | head -1``, ``spx run … | head -1``).
 
 Python ignores SIGPIPE, so a write to a pipe whose reader has gone raises :class:`BrokenPipeError`
-wherever it happens: in the middle of ``spx run``'s report, before ``status.json``'s plot is drawn,
-or in the thread that streams ``--jsonl`` points. :func:`pipe_safe_stdout` wraps ``sys.stdout`` for
-the command's lifetime: on the first broken pipe it points file descriptor 1 at ``/dev/null`` (the
-fix the Python documentation gives for SIGPIPE, "Note on SIGPIPE" in the ``signal`` module's docs, so
-that the interpreter's last flush at exit cannot fail either), says so once on stderr, and drops the
-rest of the output. The command goes on and exits with the code of what it did.
+wherever it happens. Two answers, both pointing file descriptor 1 at ``/dev/null`` (the fix the Python
+documentation gives, "Note on SIGPIPE" in the ``signal`` module's docs, so that the interpreter's last
+flush at exit cannot fail either):
+
+- most commands stop, print nothing more and exit 141 (128 + SIGPIPE), as ``cat`` or ``yes`` killed by
+  SIGPIPE would (:func:`stdout_closed`, called by :func:`spx.cli.main`);
+- a command registered ``outlives_stdout`` (``spx run``, ``spx serving``: their results are files) runs
+  inside :func:`pipe_safe_stdout`, which wraps ``sys.stdout`` for its lifetime: on the first broken
+  pipe (in the report, before the plot is drawn, in the thread that streams ``--jsonl`` points) it says
+  so once on stderr and drops the rest of the output. The command goes on and exits with the code of
+  what it did.
 """
 
 from __future__ import annotations
@@ -17,8 +22,25 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from spx.api.exit_codes import EXIT_PIPE
+
 #: The one line on stderr when stdout's reader has gone.
 CLOSED_NOTE = "spx: stdout was closed by its reader (broken pipe); the rest of the output is dropped, the command goes on"
+
+
+def _to_devnull(stream: TextIO) -> None:
+    """Point ``stream``'s file descriptor at ``/dev/null``: what is still buffered for it goes nowhere."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+
+
+def stdout_closed() -> int:
+    """Stdout's reader has gone: drop what is still buffered and return :data:`~spx.api.exit_codes.EXIT_PIPE`
+    (141, the status of a process killed by SIGPIPE), with nothing printed."""
+    _to_devnull(sys.stdout)
+    return EXIT_PIPE
 
 
 class PipeSafeStdout:
@@ -36,10 +58,7 @@ class PipeSafeStdout:
         if self.broken:
             return
         self.broken = True
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
+        _to_devnull(self._stream)
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.write(CLOSED_NOTE + "\n")
             sys.stderr.flush()

@@ -54,7 +54,8 @@ def resolve_device(spec: ExperimentSpec, gpus: int | None = None) -> str:
 
 
 def default_nproc(spec: ExperimentSpec, gpus: int | None = None) -> int:
-    """Visible GPUs on CUDA, else 2 on CPU; capped at TP (fewer ranks than TP: the gather is modelled)."""
+    """Visible GPUs on CUDA, else 2 on CPU; capped at TP (fewer ranks than TP: ``gather: auto`` models the
+    all-gather, an explicit backend is refused by :func:`preflight`)."""
     gpus = visible_gpus() if gpus is None else gpus
     device = resolve_device(spec, gpus)
     n = gpus if device == "cuda" else 2
