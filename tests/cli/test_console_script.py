@@ -123,10 +123,14 @@ def test_100000_token_counts_give_a_bounded_message(tmp_path: Path) -> None:
 
 
 def test_many_bad_values_are_counted_not_listed(tmp_path: Path) -> None:
-    bad = ", ".join(f'"{i}"' for i in range(60))  # strings where counts belong: 60 errors
-    path = write(tmp_path, HEAD + f"metadata: {{name: t}}\nspec:\n  sweep:\n    tokens: [{bad}]\n")
+    bad = ", ".join(f"f{i}: 1" for i in range(60))  # 60 unknown fields: 60 problems
+    path = write(tmp_path, HEAD + f"metadata: {{name: t}}\nspec:\n  kernel: {{{bad}}}\n")
     proc = spx("validate", str(path))
-    assert proc.returncode == EXIT_USAGE and "more problems" in proc.stderr and len(proc.stderr) < 4000
+    assert proc.returncode == EXIT_USAGE and "… and 40 more problems" in proc.stderr and len(proc.stderr) < 4000
+    tokens = ", ".join(f'"{i}"' for i in range(60))  # strings where counts belong: one line for the list
+    proc = spx("validate", str(write(tmp_path, HEAD + f"metadata: {{name: t}}\nspec:\n  sweep:\n    tokens: [{tokens}]\n")))
+    assert proc.returncode == EXIT_USAGE and "spec.sweep.tokens[0…59] (60 items): must be a whole number" in proc.stderr
+    assert "more problems" not in proc.stderr
 
 
 # 4. The output folder is locked for the run's lifetime ------------------------------------------------------

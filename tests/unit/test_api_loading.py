@@ -91,9 +91,37 @@ def test_yaml_syntax_errors_name_the_file_line_and_column(text: str, source: str
 
 
 def test_many_problems_are_capped() -> None:
-    bad = ", ".join(f'"{i}"' for i in range(60))  # 60 strings where counts belong: 60 errors
-    out = problems(HEAD + f"spec:\n  sweep: {{tokens: [{bad}]}}\n")
-    assert len(out) == MAX_PROBLEMS + 1 and out[-1].startswith("… and ")
+    bad = ", ".join(f"f{i}: 1" for i in range(60))  # 60 unknown fields: 60 problems
+    out = problems(HEAD + f"spec:\n  kernel: {{{bad}}}\n")
+    assert len(out) == MAX_PROBLEMS + 1 and out[-1] == f"… and {60 - MAX_PROBLEMS} more problems"
+
+
+@pytest.mark.parametrize(("tokens", "line"), [
+    ([-i for i in range(1, 35)],  # 34 bad counts: one line, the other field still shown
+     "spec.sweep.tokens[0…33] (34 items): must be greater than 0: use a larger value, e.g. 1 (got -1, -2, -3, -4, "
+     "-5, -6, …)"),
+    ([8, -1, 16, -2],  # not contiguous: the indices are listed
+     "spec.sweep.tokens[1, 3] (2 items): must be greater than 0: use a larger value, e.g. 1 (got -1, -2)"),
+    ([8, -1, 16],  # one bad item: its own index
+     "spec.sweep.tokens[1]: must be greater than 0: use a larger value, e.g. 1 (got -1)"),
+])
+def test_items_of_one_list_with_the_same_problem_share_a_line(tokens: list[int], line: str) -> None:
+    out = problems(HEAD + f"spec: {{sweep: {{tokens: {tokens}}}, kernel: {{warmup: -3}}}}\n")
+    assert out == [line, "spec.kernel.warmup: must be at least 0: raise it to 0 or more (got -3)"]
+
+
+@pytest.mark.parametrize(("spec", "line"), [
+    ("{kernel: {sampels: 10}}", "spec.kernel.sampels: unknown field; did you mean 'samples'? (fields are camelCase) "
+                                "(got 10)"),
+    ("{sweeep: {tokens: [8]}}", "spec.sweeep: unknown field; did you mean 'sweep'? (fields are camelCase) "
+                                "(got {'tokens': [8]})"),
+    ("{kernel: {gather_model: {}}}", "spec.kernel.gather_model: unknown field; did you mean 'gatherModel'? "
+                                     "(fields are camelCase) (got {})"),
+    ("{parallelism: {zzz: 1}}", "spec.parallelism.zzz: unknown field; remove it (this section has: "
+                                "tensorParallelSize) (got 1)"),
+])
+def test_an_unknown_field_names_the_closest_known_one(spec: str, line: str) -> None:
+    assert problems(HEAD + f"spec: {spec}\n") == [line]
 
 
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])

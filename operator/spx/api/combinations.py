@@ -150,7 +150,7 @@ def cel_rules(model: type[BaseModel]) -> list[dict[str, str]]:
 class CombinationError(ValueError):
     """Raised by :class:`~spx.api.spec.ExperimentSpec`'s validator; ``problems`` holds every message.
 
-    :func:`spx.api.loading.describe_validation_error` lists them as separate problems.
+    :func:`spx.api.problems.describe_validation_error` lists them as separate problems.
     """
 
     def __init__(self, problems: list[str]) -> None:

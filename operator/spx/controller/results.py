@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from spx.api import wire
 from spx.api.accuracy import AccuracyResult, AccuracyStatus
-from spx.api.loading import describe_validation_error
+from spx.api.problems import describe_validation_error
 from spx.api.result import SUMMARY_MAX_BYTES, SUMMARY_SCHEMA_VERSION, KernelResult, PointResult, ResultSummary
 from spx.api.serving import ServingResult, ServingStatus
 from spx.api.status import Environment, KernelPoint
