@@ -81,6 +81,9 @@ def test_yaml_syntax_errors_and_several_documents() -> None:
     ('a: "open\n', "dir/exp.yaml", "(YAML) dir/exp.yaml, line 2, column 1: found unexpected end of stream (while "
      "scanning a quoted scalar started at line 1, column 4); fix the YAML syntax there"),
     ("a: *nowhere\n", "x.yaml", "(YAML) x.yaml, line 1, column 4: found undefined alias; fix the YAML syntax there"),
+    ("metadata:\n\tname: x\n", "tab.yaml", "(YAML) tab.yaml, line 2, column 1: found character that cannot start "
+     "any token (while scanning for the next token started at line 2, column 1); YAML indents with spaces, not tabs: "
+     "replace the tab there with spaces"),
     ("a: \x07\n", "x.yaml", "(YAML) x.yaml: unacceptable character #x0007: control characters are not allowed\n"
      '  in "x.yaml", position 3'),
 ])
@@ -217,3 +220,9 @@ def test_error_types_no_experiment_field_reaches_yet(doc: dict[str, object], lin
     with pytest.raises(ValidationError) as err:
         _Shapes.model_validate(doc, strict=False)
     assert describe_validation_error(err.value) == [line]
+
+
+def test_an_empty_section_names_its_required_fields() -> None:
+    doc = "apiVersion: bench.spx.dev/v1alpha1\nkind: ShardedProjectionExperiment\nmetadata:\nspec: {}\n"
+    assert problems(doc) == [
+        "metadata: is empty: give its fields as indented lines under it; required: name (e.g. name: …) (got None)"]

@@ -117,8 +117,9 @@ def _check_node(root: yaml.Node) -> list[str]:
     return problems
 
 
-def _syntax_problem(err: yaml.YAMLError, source: str) -> str:
-    """One line on a YAML syntax error: the file as the user named it, line and column, what is wrong there."""
+def _syntax_problem(err: yaml.YAMLError, source: str, text: str = "") -> str:
+    """One line on a YAML syntax error: the file as the user named it, line and column, what is wrong there
+    (and that YAML indents with spaces, where the problem is a tab)."""
     mark = getattr(err, "problem_mark", None)
     if not isinstance(err, yaml.MarkedYAMLError) or mark is None:
         return f"(YAML) {source}: {clip(str(err))}"
@@ -127,8 +128,14 @@ def _syntax_problem(err: yaml.YAMLError, source: str) -> str:
         where = err.context_mark
         context = f" ({err.context}" + (
             f" started at line {where.line + 1}, column {where.column + 1}" if where is not None else "") + ")"
+    lines = text.splitlines()
+    bad_line = lines[mark.line] if 0 <= mark.line < len(lines) else ""
+    if "\t" in bad_line[: mark.column + 1]:
+        fix = "; YAML indents with spaces, not tabs: replace the tab there with spaces"
+    else:
+        fix = "; fix the YAML syntax there"
     return (f"(YAML) {source}, line {mark.line + 1}, column {mark.column + 1}: {clip(err.problem or 'syntax error', 300)}"
-            f"{context}; fix the YAML syntax there")
+            f"{context}{fix}")
 
 
 def load_yaml_document(text: str, source: str = "experiment") -> Any:
@@ -161,7 +168,7 @@ def load_yaml_document(text: str, source: str = "experiment") -> Any:
             raise SpecError(problems, source)
         return loader.construct_document(nodes[0])
     except yaml.YAMLError as err:
-        raise SpecError([_syntax_problem(err, source)], source) from None
+        raise SpecError([_syntax_problem(err, source, text)], source) from None
     except RecursionError:
         raise SpecError(["(YAML): the document nests too deeply"], source) from None
     finally:

@@ -229,6 +229,14 @@ def _first_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _required_fields(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> list[str]:
+    """The required fields (camelCase) of the section at ``loc``; empty where unknown or none is required."""
+    section = _model_at(model, loc)
+    if section is None:
+        return []
+    return [f.alias or name for name, f in section.model_fields.items() if f.is_required()]
+
+
 def _unknown_field(model: type[BaseModel] | None, loc: tuple[int | str, ...], listed: set[type[BaseModel]]) -> str:
     """The message for an unknown field: the closest known field of the same section when there is one
     (``sampels`` → ``samples``; :func:`difflib.get_close_matches`), else the section's fields — once per
@@ -302,6 +310,9 @@ def describe_validation_error(err: ValidationError, prefix: str = "", model: typ
             msg = msg.replace("Input should be", "must be one of:") + " (check the spelling and case)"
         elif e["type"] == "finite_number":
             msg = "must be a finite number (not .inf, -.inf or .nan)"
+        elif e["type"] == "model_type" and value is None and (required := _required_fields(model, tuple(e["loc"]))):
+            msg = (f"is empty: give its fields as indented lines under it; required: {', '.join(required)} "
+                   f"(e.g. {required[0]}: …)")
         else:
             msg = _fix(e["type"], ctx, value, path) or msg
         cause = ctx.get("error")
