@@ -43,3 +43,26 @@ def test_an_all_eager_run_shows_no_capture_limit() -> None:
     kernel = evaluate(points, GateSpec(), "measured", 8, device="cpu").kernel.model_copy(
         update={"max_cudagraph_capture_size": 512})
     assert not any("capture limit" in line for line in crossover_lines(kernel, 2048))
+
+
+def test_a_run_whose_host_adds_nothing_prints_one_crossover_and_a_cpu_run_no_stake() -> None:
+    """Where the host-bound figures equal the GPU-bound ones at every point (a CPU smoke run, timer host),
+    one crossover is printed, without GPU-bound/host-bound labels or "the verdict rests on"; a CPU run
+    prints no stake per prefill chunk (its shrunk projection's time says nothing of a model's prefill)."""
+    from rich.console import Console
+
+    from spx.cli.tables import print_report, uncertainty_lines
+
+    points = [_point(t, 20 * t / 256, 18 * t / 256, 1, 1).model_copy(update={"execution": "eager"})
+              for t in (256, 512, 2048)]
+    kernel = evaluate(points, GateSpec(), "measured", 8, device="cpu").kernel
+    assert kernel.host_bound is not None  # (the analysis still has both bounds)
+    lines = crossover_lines(kernel, 2048)
+    assert lines[0].startswith("crossover: split wins at every measured count")
+    assert not any("GPU-bound" in line or "host-bound" in line or "rests on" in line for line in lines)
+    assert any(line.startswith("stake at") for line in uncertainty_lines(kernel))
+    assert not any(line.startswith("stake at") for line in uncertainty_lines(kernel, stakes=False))
+    console = Console(record=True, width=200)
+    print_report(console, kernel, verdict="Inconclusive", reasons=[], cpu=True, gate_threshold_tokens=2048)
+    text = console.export_text()
+    assert text.count("CPU smoke run: timings say nothing about GPUs") == 1 and "stake at" not in text

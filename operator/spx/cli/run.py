@@ -157,7 +157,6 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
 def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, out: Path, console: Console,
                    stdout: TextIO, *, jsonl: bool) -> None:
     """The kernel bench's report and plot, printed before the vLLM step starts."""
-    from spx.analysis.judge import CPU_NOTE
     from spx.cli.tables import print_report
     from spx.runner.experiment import is_cpu
 
@@ -175,8 +174,6 @@ def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, 
         draw_plot(console, judgement.kernel, out / "crossover.png", name=name, gpu=gpu_label(result.environment, cpu),
                   gemm_backend=result.gemm_backend, gather_source=result.gather_source, cpu=cpu,
                   gate_threshold=spec.gate.threshold_tokens, tp=tp, partial=partial)
-    if cpu:
-        console.print(f"[bold yellow]{CPU_NOTE}[/]", highlight=False)
     console.print(f"results: {out / 'status.json'}, {out / 'result.json'}", highlight=False, markup=False)
     if jsonl:
         wire.write_line(stdout, "result", dump_model(result))

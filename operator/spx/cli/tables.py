@@ -154,10 +154,12 @@ def _saving(us: float | None, low: float | None, high: float | None, ms: float |
     return f"{us:+.1f} µs/layer{span}, {ms:+.3f} ms per prefill chunk"
 
 
-def uncertainty_lines(kernel: KernelStatus) -> list[str]:
+def uncertainty_lines(kernel: KernelStatus, *, stakes: bool = True) -> list[str]:
     """The crossover interval and why it is (not) resolved, the indifference band, the interval rule's
-    threshold and the stake (``kernel.uncertainty``, :mod:`spx.analysis.band`); empty when unset.
-    ``spx run``, ``spx report`` and ``spx predict`` print these same lines."""
+    threshold and (``stakes``) the stake per layer and prefill chunk (``kernel.uncertainty``,
+    :mod:`spx.analysis.band`); empty when unset. ``spx run``, ``spx report`` and ``spx predict`` print these
+    same lines; a CPU smoke run leaves the stake out (a shrunk projection's CPU time says nothing of a
+    model's prefill)."""
     u = kernel.uncertainty
     if u is None:
         return []
@@ -184,7 +186,7 @@ def uncertainty_lines(kernel: KernelStatus) -> list[str]:
     lines.append(f"interval rule threshold: {lb:,} tokens (smallest measured count from which the speedup's "
                  f"lower bound stays >= 1)" if lb is not None else
                  "interval rule threshold: none (the speedup's lower bound is below 1 at the largest measured count)")
-    for row in u.stake:
+    for row in u.stake if stakes else ():
         lines.append(f"stake at {fmt_tokens(row.tokens)} tokens ({row.label}, {row.layers} layers): "
                      + _saving(row.saving_us, row.saving_low_us, row.saving_high_us, row.saving_ms_per_chunk))
     return lines
@@ -216,7 +218,8 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
         lines.append(f"recommended threshold: {kernel.recommended_threshold_tokens:,} tokens{rounding}")
     else:
         lines.append("recommended threshold: none (no break-even measured)")
-    host = kernel.host_bound
+    # the host-bound case only where some point's host-bound figures differ (a CPU smoke run: never)
+    host = kernel.host_bound if not all(_host_adds_nothing(p) for p in kernel.points) else None
     if host is not None:
         lines[0] = "GPU-bound " + lines[0]
         lines[1] = "GPU-bound " + lines[1]
@@ -225,7 +228,7 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
         rec = f"{host.recommended_threshold_tokens:,} tokens" if host.recommended_threshold_tokens is not None else "none"
         lines.append(f"host-bound crossover (max of host issue time and GPU span): {cross}; "
                      f"recommended threshold {rec}; verdict on this bound alone: {host.verdict or '-'}")
-    if kernel.verdict_bound is not None:
+    if kernel.verdict_bound is not None and host is not None:
         lines.append(f"the verdict rests on: {kernel.verdict_bound}")
     if kernel.max_cudagraph_capture_size is not None and any(p.execution == "graph" for p in kernel.points):
         # only where graphs were timed: a CPU smoke run (all eager) has no capture limit to show
@@ -268,7 +271,7 @@ def print_report(
         console.print(f"{title or 'sweep'}: no points measured", markup=False)
         if caption:
             console.print(caption, markup=False)
-    for line in [*crossover_lines(kernel, gate_threshold_tokens), *uncertainty_lines(kernel)]:
+    for line in [*crossover_lines(kernel, gate_threshold_tokens), *uncertainty_lines(kernel, stakes=not cpu)]:
         console.print(line, highlight=False, markup=False)
     print_verdict(console, verdict, reasons, partial=partial is not None)
 
