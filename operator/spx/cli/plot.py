@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from spx.api import KernelPoint, KernelStatus
-from spx.cli.tables import CPU_NOTE
+from spx.cli.tables import CPU_NOTE, host_bound_differs
 
 
 def backend_label(gemm_backend: str | None) -> str:
@@ -76,7 +76,8 @@ def plot_crossover(
     else:
         fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
     try:
-        gpu = " (GPU-bound)" if any(p.replicated_host_bound_us for p in pts) else ""
+        differs = host_bound_differs(pts)  # (a CPU smoke run: host-bound = GPU-bound, drawn once)
+        gpu = " (GPU-bound)" if differs else ""
         ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label=f"replicated{gpu}")
         ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label=f"split + all-gather{gpu}")
         gathered = [(p.tokens, p.gather_us) for p in pts if p.gather_us is not None and p.gather_us > 0]
@@ -85,13 +86,13 @@ def plot_crossover(
                 [t for t, _ in gathered], [g for _, g in gathered], "x:", color="tab:orange", alpha=0.7,
                 label=f"all-gather alone ({kernel.gather_source or '?'})",
             )
-        hosted = [p for p in pts if p.replicated_host_bound_us and p.split_host_bound_us]
+        hosted = [p for p in pts if p.replicated_host_bound_us and p.split_host_bound_us] if differs else []
         if hosted:
             ax.plot([p.tokens for p in hosted], [p.replicated_host_bound_us for p in hosted], "o--", color="tab:blue",
                     alpha=0.6, mfc="none", label="replicated, host-bound (max of host, GPU)")
             ax.plot([p.tokens for p in hosted], [p.split_host_bound_us for p in hosted], "s--", color="tab:orange",
                     alpha=0.6, mfc="none", label="split, host-bound (max of host, GPU)")
-        host = kernel.host_bound
+        host = kernel.host_bound if differs else None
         if host is not None and host.crossover_tokens is not None:
             ax.axvline(host.crossover_tokens, color="tab:red", linestyle=":",
                        label=f"host-bound break-even ≈ {host.crossover_tokens:,.0f} tokens")

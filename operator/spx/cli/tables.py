@@ -59,6 +59,12 @@ def fmt_interval(low: float | None, high: float | None) -> str:
     return "—" if low is None or high is None else f"{low:.3f}–{high:.3f}"
 
 
+def host_bound_differs(points: Sequence[KernelPoint]) -> bool:
+    """Whether some point has host-bound figures that print differently from its GPU-bound ones: only then
+    do the table, the crossover lines and the plot show the host-bound case beside the GPU-bound one."""
+    return any(p.replicated_host_bound_us for p in points) and not all(_host_adds_nothing(p) for p in points)
+
+
 def _host_adds_nothing(p: KernelPoint) -> bool:
     """Whether ``p``'s host-bound figures print as its GPU-bound ones (both times and the speedup): the
     host issue time stayed within the GPU span, or the timer was the host (a CPU smoke run)."""
@@ -79,7 +85,7 @@ def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
     """
     points = kernel.points
     host = any(p.replicated_host_bound_us for p in points)
-    host_differs = host and not all(_host_adds_nothing(p) for p in points)
+    host_differs = host_bound_differs(points)
     modes = sorted({p.execution for p in points if p.execution})
     show_mode = host_differs or len(modes) > 1
     intervals = any(p.speedup_low is not None for p in points)
@@ -219,7 +225,7 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
     else:
         lines.append("recommended threshold: none (no break-even measured)")
     # the host-bound case only where some point's host-bound figures differ (a CPU smoke run: never)
-    host = kernel.host_bound if not all(_host_adds_nothing(p) for p in kernel.points) else None
+    host = kernel.host_bound if host_bound_differs(kernel.points) else None
     if host is not None:
         lines[0] = "GPU-bound " + lines[0]
         lines[1] = "GPU-bound " + lines[1]
