@@ -144,16 +144,54 @@ def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise GateError(f"{target}: cannot read a status document: {err}") from None
     if not isinstance(data, dict):
-        raise GateError(f"{target}: expected a JSON object (an ExperimentStatus), got {type(data).__name__}")
-    # Accept a whole object too (`kubectl get spx NAME -o json > x.json`).
-    if "status" in data and isinstance(data.get("status"), dict) and "kind" in data:
-        status: dict[str, Any] = data["status"]
-        generation = (data.get("metadata") or {}).get("generation") if isinstance(data.get("metadata"), dict) else None
+        raise GateError(f"{target}: expected a JSON object (an ExperimentStatus), got a JSON {type(data).__name__}")
+    if "kind" in data:  # a whole object (`kubectl get spx NAME -o json > x.json`)
+        if data.get("kind") != "ShardedProjectionExperiment":
+            raise GateError(f"{target} is a {str(data.get('kind'))[:60]!r} object, not a ShardedProjectionExperiment: "
+                            "pass `kubectl get spx NAME -o json` of one experiment, or its status.json")
+        status = data.get("status", {})  # none yet: not reconciled, so not decided
+        if not isinstance(status, dict):
+            raise GateError(f"{target}: .status is not a mapping (got {str(status)[:80]!r})")
+        metadata = data.get("metadata")
+        generation = metadata.get("generation") if isinstance(metadata, dict) else None
         try:
-            return status, int(generation) if generation is not None else None
+            return check_status(status, target, whole_object=True), int(generation) if generation is not None else None
         except (TypeError, ValueError):
             raise GateError(f"{target}: metadata.generation is not an integer: {generation!r}") from None
-    return data, None
+    return check_status(data, target), None
+
+
+#: The fields of an ExperimentStatus the gate reads: a document with none of them is not a status.
+STATUS_FIELDS = {"phase": str, "conditions": list, "verdict": str, "observedGeneration": int}
+
+
+def check_status(data: dict[str, Any], target: str, whole_object: bool = False) -> dict[str, Any]:
+    """``data`` when it is shaped like an ExperimentStatus; else a :class:`GateError` (exit 3) saying what the
+    file is instead and what to pass (a run's ``result.json`` names its ``status.json`` and directory).
+    ``whole_object``: the ``.status`` of a ``kubectl get -o json`` dump, empty before the first reconcile."""
+    import os.path
+
+    kind = str(data.get("schemaVersion") or "")
+    if kind.startswith("spx.dev/kernel-") or {"points", "worldSize"} <= data.keys():
+        run_dir = os.path.dirname(target) or "."
+        raise GateError(f"{target} is a run's result, not a status: pass {os.path.join(run_dir, 'status.json')} "
+                        f"or the run directory {run_dir}")
+    if kind:
+        raise GateError(f"{target} is a {kind[:60]} document, not an experiment status: pass a run's status.json, "
+                        "its directory, or `kubectl get spx NAME -o json`")
+    if data and not whole_object and not STATUS_FIELDS.keys() & data.keys():
+        keys = ", ".join(sorted(str(k)[:40] for k in data)[:8])
+        raise GateError(f"{target} is not an experiment status (it has none of {', '.join(STATUS_FIELDS)}; its keys: "
+                        f"{keys}): pass a run's status.json, its directory, or `kubectl get spx NAME -o json`")
+    if not data and not whole_object:
+        raise GateError(f"{target} is an empty JSON object, not an experiment status: pass a run's status.json")
+    for key, typ in STATUS_FIELDS.items():
+        value = data.get(key)
+        if value is not None and (not isinstance(value, typ) or isinstance(value, bool)):
+            raise GateError(f"{target}: {key} must be a {typ.__name__} in an experiment status (got {str(value)[:80]!r})")
+    if not all(isinstance(c, dict) for c in data.get("conditions") or []):
+        raise GateError(f"{target}: conditions must be a list of mappings (type, status, reason) in an experiment status")
+    return data
 
 
 def _namespace_from_kubeconfig(kubeconfig: str | None, context: str | None) -> str:

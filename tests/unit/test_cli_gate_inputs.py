@@ -1,0 +1,92 @@
+"""``spx gate`` on input that is not what it expects: files that are not a status (exit 3 at once, saying
+what the file is), kubeconfigs that cannot be read (exit 4, one line naming the file), names that are not
+Kubernetes object names (exit 3 before any cluster is contacted). ``spx operator`` shares the kubeconfig
+path. Everything runs the real ``spx`` entry point on real files under ``tmp_path``; the "cluster" is a
+kubeconfig whose server refuses connections (as in tests/gating/test_gate.py): a test that contacted it
+would exit 4, not 3.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spx.analysis import judge
+from spx.api.exit_codes import EXIT_UNDECIDED, EXIT_USAGE
+from spx.cli import main
+from spx.runner.experiment import build_status
+from spx_testing.factories import kernel_result
+
+
+def run_dir(tmp_path: Path) -> Path:
+    """A real run's output: result.json and status.json as `spx run` writes them."""
+    out = tmp_path / "r1"
+    out.mkdir()
+    result = kernel_result()
+    (out / "result.json").write_text(result.model_dump_json(by_alias=True))
+    (out / "status.json").write_text(build_status(result, judge(result, result.spec)).model_dump_json(by_alias=True))
+    return out
+
+
+# ---------------------------------------------------------------- 1. a file that is not a status: exit 3 at once
+
+NOT_A_STATUS = [
+    # (id, file name, content, fragment of the error)
+    ("result.json", "r1/result.json", None, "r1/result.json is a run's result, not a status: pass r1/status.json "
+                                            "or the run directory r1"),
+    ("other keys", "a.json", {"a": 1}, "a.json is not an experiment status (it has none of phase"),
+    ("empty object", "e.json", {}, "e.json is an empty JSON object, not an experiment status"),
+    ("a list", "l.json", [1, 2], "expected a JSON object (an ExperimentStatus), got a JSON list"),
+    ("a report document", "rep.json", {"schemaVersion": "spx.dev/cli-report/v1", "source": "x"},
+     "is a spx.dev/cli-report/v1 document, not an experiment status"),
+    ("another kind", "pod.json", {"kind": "Pod", "status": {"phase": "Running"}},
+     "is a 'Pod' object, not a ShardedProjectionExperiment"),
+    ("phase not a string", "p.json", {"phase": 5}, "phase must be a str in an experiment status (got '5')"),
+    ("conditions not a list", "c.json", {"phase": "Running", "conditions": 5}, "conditions must be a list"),
+    ("conditions of strings", "s.json", {"phase": "Running", "conditions": ["Decided"]},
+     "conditions must be a list of mappings"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "fragment"), [c[1:] for c in NOT_A_STATUS], ids=[c[0] for c in NOT_A_STATUS])
+def test_a_file_that_is_not_a_status_exits_3_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str,
+    content: object, fragment: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_dir(tmp_path)
+    if content is not None:
+        Path(name).write_text(json.dumps(content))
+    # taken for an undecided status, it would poll for 5 s and exit 2; a usage error ends the wait at once
+    assert main(["gate", name, "--wait", "5", "--interval", "5"]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert fragment in captured.err and captured.out == ""
+    assert main(["gate", name, "-o", "json"]) == EXIT_USAGE
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exitCode"] == EXIT_USAGE and fragment in doc["message"]
+
+
+@pytest.mark.parametrize("status", [
+    {"phase": "Running", "conditions": []},
+    {"phase": "Running", "conditions": [{"type": "Decided", "status": "False", "reason": "Running"}]},
+], ids=["no conditions", "Decided False"])
+def test_a_real_status_not_decided_yet_stays_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], status: dict[str, object]
+) -> None:
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    assert main(["gate", str(tmp_path)]) == EXIT_UNDECIDED
+    assert capsys.readouterr().out.startswith("Undecided")
+
+
+def test_a_kubectl_dump_before_the_first_reconcile_is_undecided(tmp_path: Path) -> None:
+    dump = tmp_path / "x.json"
+    dump.write_text(json.dumps({"apiVersion": "bench.spx.dev/v1alpha1", "kind": "ShardedProjectionExperiment",
+                                "metadata": {"name": "x", "generation": 1}}))
+    assert main(["gate", str(dump)]) == EXIT_UNDECIDED
+
+
+def test_the_run_directory_and_its_status_json_still_decide(tmp_path: Path) -> None:
+    out = run_dir(tmp_path)
+    assert main(["gate", str(out)]) == main(["gate", str(out / "status.json")]) == 0  # the made-up sweep passes
