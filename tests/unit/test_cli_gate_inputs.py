@@ -9,12 +9,13 @@ would exit 4, not 3.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
 from spx.analysis import judge
-from spx.api.exit_codes import EXIT_UNDECIDED, EXIT_USAGE
+from spx.api.exit_codes import EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.cli import main
 from spx.runner.experiment import build_status
 from spx_testing.factories import kernel_result
@@ -90,3 +91,104 @@ def test_a_kubectl_dump_before_the_first_reconcile_is_undecided(tmp_path: Path) 
 def test_the_run_directory_and_its_status_json_still_decide(tmp_path: Path) -> None:
     out = run_dir(tmp_path)
     assert main(["gate", str(out)]) == main(["gate", str(out / "status.json")]) == 0  # the made-up sweep passes
+
+
+# ---------------------------------------------------------------- 2. unreadable or malformed kubeconfigs: exit 4
+
+
+def refused_server() -> str:
+    """The URL of a port nothing listens on (bound, then closed): connections to it are refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def kubeconfig_text(server: str) -> str:
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "ml"}}],
+        "users": [{"name": "u", "user": {}}],
+    })
+
+
+BAD_KUBECONFIGS = [
+    # (id, content, fragment of the one-line error after "kubeconfig PATH")
+    ("binary", bytes(range(128, 256)) * 8, "is not a UTF-8 text file (byte 0x80 at offset 0)"),
+    ("not YAML", b"clusters: [a\n  b: {", "is malformed: not valid YAML ("),
+    ("a YAML list", b"- 1\n- 2\n", "is malformed: expected a mapping with clusters, contexts and users, got a YAML list"),
+    ("empty", b"", "is malformed: the file is empty"),
+    ("clusters not a list", b"clusters: 5\n", "is malformed: clusters must be a list of entries, each with a name"),
+    ("contexts without names", b"contexts: [{context: {cluster: c}}]\n", "is malformed: contexts must be a list"),
+    ("no current context", b"clusters: []\ncontexts: []\nusers: []\n", "current-context"),
+]
+
+
+@pytest.fixture
+def no_cluster_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Not in a pod, no ~/.kube/config: only the kubeconfig a test names is read."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+@pytest.mark.usefixtures("no_cluster_env")
+@pytest.mark.parametrize(("content", "fragment"), [c[1:] for c in BAD_KUBECONFIGS], ids=[c[0] for c in BAD_KUBECONFIGS])
+@pytest.mark.parametrize("how", ["--kubeconfig", "KUBECONFIG"])
+def test_a_bad_kubeconfig_is_one_line_and_exit_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], content: bytes,
+    fragment: str, how: str,
+) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_bytes(content)
+    if how == "KUBECONFIG":
+        monkeypatch.setenv("KUBECONFIG", str(path))
+        args = ["gate", "h200-tp8"]
+    else:
+        args = ["gate", "h200-tp8", "--kubeconfig", str(path)]
+    assert main(args) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: kubeconfig {path}") and fragment in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and "not in a pod" not in err
+
+
+@pytest.mark.usefixtures("no_cluster_env")
+def test_an_unreadable_kubeconfig_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "kube"
+    folder.mkdir()
+    assert main(["gate", "h200-tp8", "--kubeconfig", str(folder)]) == EXIT_UNREACHABLE
+    assert f"kubeconfig {folder}: cannot read it: Is a directory" in capsys.readouterr().err
+    assert main(["gate", "h200-tp8", "--kubeconfig", str(tmp_path / "nope")]) == EXIT_UNREACHABLE
+    assert f"kubeconfig {tmp_path / 'nope'}: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("no_cluster_env")
+def test_no_kubeconfig_at_all_says_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    assert main(["gate", "h200-tp8"]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert f"no kubeconfig (looked at $KUBECONFIG={tmp_path / 'absent'}) and not in a pod" in err
+
+
+@pytest.mark.usefixtures("no_cluster_env")
+def test_a_good_kubeconfig_still_reaches_for_the_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig_text(refused_server()))
+    assert main(["gate", "h200-tp8", "--kubeconfig", str(path)]) == EXIT_UNREACHABLE
+    assert "cannot reach the cluster reading ml/h200-tp8" in capsys.readouterr().err  # the context's namespace
+
+
+@pytest.mark.usefixtures("no_cluster_env")
+@pytest.mark.parametrize(("content", "fragment"), [c[1:] for c in BAD_KUBECONFIGS[:3]], ids=[c[0] for c in BAD_KUBECONFIGS[:3]])
+def test_spx_operator_shares_the_kubeconfig_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], content: bytes, fragment: str
+) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_bytes(content)
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    assert main(["operator"]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: spx operator: kubeconfig {path}") and fragment in err, err
+    assert len(err.splitlines()) == 1

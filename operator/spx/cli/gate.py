@@ -194,18 +194,6 @@ def check_status(data: dict[str, Any], target: str, whole_object: bool = False) 
     return data
 
 
-def _namespace_from_kubeconfig(kubeconfig: str | None, context: str | None) -> str:
-    from kubernetes import config
-
-    try:
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    except Exception:  # no kubeconfig (e.g. in a pod): the service account's namespace
-        sa_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-        return sa_ns.read_text().strip() if sa_ns.exists() else "default"
-    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
-    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
-
-
 def read_cluster(
     name: str, namespace: str | None, kubeconfig: str | None, context: str | None
 ) -> tuple[dict[str, Any], int | None, str]:
@@ -214,17 +202,26 @@ def read_cluster(
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
 
+    from spx.cli.common import UnreachableError
+    from spx.cli.kubeconfig import kubeconfig_paths, load_kubeconfig, namespace_of, where_looked
+
+    cfg = client.Configuration()
     try:
-        api_client = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
-    except (ConfigException, FileNotFoundError, TypeError) as err:
-        if kubeconfig or context:
-            raise GateError(f"cannot load kubeconfig: {err}", EXIT_UNREACHABLE) from None
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except ConfigException:
-            raise GateError(f"no kubeconfig and not in a pod: {err}", EXIT_UNREACHABLE) from None
-        api_client = client.ApiClient()
-    ns = namespace or _namespace_from_kubeconfig(kubeconfig, context)
+        paths = kubeconfig_paths(kubeconfig)
+        if paths:
+            load_kubeconfig(cfg, paths, context)
+        elif context:
+            raise UnreachableError(f"--context {context}: no kubeconfig to take it from (looked at {where_looked()})")
+        else:
+            try:
+                config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            except ConfigException:
+                raise UnreachableError(f"no kubeconfig (looked at {where_looked()}) and not in a pod: set KUBECONFIG "
+                                       "or pass --kubeconfig") from None
+    except UnreachableError as err:
+        raise GateError(str(err), EXIT_UNREACHABLE) from None
+    api_client = client.ApiClient(cfg)
+    ns = namespace or namespace_of(paths, context)
     api = client.CustomObjectsApi(api_client)
     try:
         obj = cast(dict[str, Any], api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name))
@@ -235,7 +232,7 @@ def read_cluster(
     except Exception as err:  # connection refused, DNS, TLS
         raise GateError(f"cannot reach the cluster reading {ns}/{name}: {str(err)[:300]}", EXIT_UNREACHABLE) from None
     finally:
-        api_client.close()
+        api_client.close()  # type: ignore[no-untyped-call]
     generation = (obj.get("metadata") or {}).get("generation")
     return obj.get("status") or {}, int(generation) if generation is not None else None, f"{ns}/{name}"
 
