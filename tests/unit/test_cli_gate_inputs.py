@@ -192,3 +192,42 @@ def test_spx_operator_shares_the_kubeconfig_errors(
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: spx operator: kubeconfig {path}") and fragment in err, err
     assert len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------- 3. a NAME that is not an object name: exit 3
+
+
+BAD_NAMES = [
+    # (id, args, fragment)
+    ("upper case and !", ["Bad_Name!"], "NAME 'Bad_Name!' is not a valid experiment name"),
+    ("underscore", ["h200_tp8"], "DNS-1123 subdomain"),
+    ("leading dash", ["-x"], None),  # argparse: an unknown option, usage error
+    ("trailing dot", ["h200."], "NAME 'h200.' is not a valid experiment name"),
+    ("too long", ["a" * 254], "at most 253"),
+    ("newline", ["h200\n"], "is not a valid experiment name"),
+    ("bad namespace", ["h200-tp8", "-n", "ML_Bench"], "-n/--namespace 'ML_Bench' is not a valid namespace name"),
+]
+
+
+@pytest.mark.usefixtures("no_cluster_env")
+@pytest.mark.parametrize(("args", "fragment"), [c[1:] for c in BAD_NAMES], ids=[c[0] for c in BAD_NAMES])
+def test_an_invalid_name_is_refused_before_the_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str],
+    fragment: str | None,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no file of that name here
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text(refused_server()))  # contacting it would be exit 4
+    assert main(["gate", *args, "--kubeconfig", str(kubeconfig)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    if fragment is not None:
+        assert fragment in err and "cannot reach" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.usefixtures("no_cluster_env")
+@pytest.mark.parametrize("name", ["h200-tp8", "a", "v0.34.h200", "x" * 253])
+def test_a_valid_name_is_looked_up(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(kubeconfig_text(refused_server()))
+    assert main(["gate", name, "--kubeconfig", str(kubeconfig)]) == EXIT_UNREACHABLE
+    assert "cannot reach the cluster" in capsys.readouterr().err

@@ -237,6 +237,22 @@ def read_cluster(
     return obj.get("status") or {}, int(generation) if generation is not None else None, f"{ns}/{name}"
 
 
+def check_names(name: str, namespace: str | None) -> None:
+    """Refuse, before any cluster is contacted, a NAME that is not a Kubernetes object name (DNS-1123
+    subdomain) or a ``-n`` that is not a namespace name (DNS-1123 label): a :class:`GateError`, exit 3."""
+    import re
+
+    from spx.api.k8s_patterns import DNS_LABEL, DNS_SUBDOMAIN
+
+    if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN, name):
+        raise GateError(f"NAME {name[:80]!r} is not a valid experiment name: a Kubernetes object name is a DNS-1123 "
+                        "subdomain (at most 253 lower-case letters, digits, '-' and '.', starting and ending with a "
+                        "letter or digit); to read a local file, give its path (e.g. ./status.json)")
+    if namespace is not None and (len(namespace) > 63 or not re.fullmatch(DNS_LABEL, namespace)):
+        raise GateError(f"-n/--namespace {namespace[:80]!r} is not a valid namespace name: a DNS-1123 label (at most "
+                        "63 lower-case letters, digits and '-', starting and ending with a letter or digit)")
+
+
 def _is_local(target: str) -> bool:
     return target.endswith(".json") or "/" in target or Path(target).exists()
 
@@ -249,6 +265,7 @@ def evaluate(
         if _is_local(target):
             local, local_generation = read_local(target)
             return decide(local, target, local_generation)
+        check_names(target, namespace)
         status, generation, source = read_cluster(target, namespace, kubeconfig, context)
         return decide(status, source, generation)
     except GateError as err:
