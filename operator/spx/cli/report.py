@@ -1,4 +1,5 @@
-"""``spx report DIR``: re-judge a finished (or partial) run, re-print its table, re-draw its plot."""
+"""``spx report DIR``: re-judge a finished (or partial) run, re-print its table, draw its plot (DIR/crossover.png
+when the run has none, or ``--plot PATH``; a run's own plot is never replaced unless ``--plot`` names it)."""
 
 from __future__ import annotations
 
@@ -71,7 +72,9 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                    help="judge against the gate of this experiment file instead of the recorded one (the "
                         "measurement's TP and shapes are kept; a file that differs in them is warned about)")
     p.add_argument("--threshold-tokens", type=int, metavar="N", help="override spec.gate.thresholdTokens")
-    p.add_argument("--plot", metavar="PATH", help="where to draw the plot (default: DIR/crossover.png)")
+    p.add_argument("--plot", metavar="PATH",
+                   help="draw the plot to PATH; default: DIR/crossover.png, only "
+                        "when DIR has none (a run's own plot is never replaced unless --plot names it)")
     p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     add_output_option(p, "report.schema.json")
 
@@ -110,7 +113,8 @@ def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source:
     return out
 
 
-@command("report", "Re-print the table and re-draw the plot of a finished run, re-running the analysis.", _report_args)
+@command("report", "Re-print the table of a finished run, re-running the analysis; draw its plot when the run "
+         "has none, or to --plot PATH.", _report_args)
 def cmd_report(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -184,8 +188,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         title=table_title(name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
         gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial,
     )
-    if not args.no_plot and kernel.points:
-        draw_plot(console, kernel, Path(args.plot) if args.plot else directory / "crossover.png", name=name,
-                  gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend, gather_source=result.gather_source,
-                  cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp, partial=partial)
+    plot = Path(args.plot) if args.plot else directory / "crossover.png"
+    if not args.plot and not args.no_plot and plot.exists():
+        console.print(f"plot: {plot} (the run's own, kept; --plot PATH draws this report's)", highlight=False,
+                      markup=False)
+    elif not args.no_plot and kernel.points:
+        draw_plot(console, kernel, plot, name=name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
+                  gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
+                  partial=partial)
     return EXIT_OK
