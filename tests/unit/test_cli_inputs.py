@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spx.api.exit_codes import EXIT_OK
+from spx.api.exit_codes import EXIT_OK, EXIT_USAGE
 from spx.cli import main
 from spx_testing.factories import kernel_result
 
@@ -55,3 +55,40 @@ def test_the_readme_report_command_leaves_the_run_as_committed(tmp_path: Path) -
     assert "crossover.png" in before
     assert main(["report", str(run)]) == EXIT_OK
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+# ---------------------------------------------------------------- 5. a plot asked for by path that cannot be written
+
+
+@pytest.mark.parametrize(("plot", "fragment"), [
+    ("afile/x.png", "afile is a file, not a directory"),
+    ("afile/deeper/x.png", "afile is a file, not a directory"),
+    ("adir", "is a directory; give the PNG file to write"),
+    ("/proc/nope.png", "cannot write the plot: /proc/nope.png: "),
+], ids=["under a file", "deeper under a file", "a directory", "/proc"])
+def test_report_plot_that_cannot_be_written_exits_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], plot: str, fragment: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = run_dir(tmp_path)
+    Path("afile").write_text("a file")
+    Path("adir").mkdir()
+    assert main(["report", str(out), "--plot", plot]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert f"--plot {plot}" in captured.err and fragment in captured.err, captured.err
+    assert "Error" not in captured.err and "plot not drawn" not in captured.out  # no exception class names
+    assert not (out / "crossover.png").exists()
+
+
+def test_report_plot_and_no_plot_together_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_dir(tmp_path)
+    assert main(["report", str(out), "--no-plot", "--plot", str(tmp_path / "foo.png")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--plot" in err and "--no-plot" in err and "contradict" in err
+    assert not (tmp_path / "foo.png").exists()
+
+
+def test_report_plot_into_a_new_folder_is_drawn(tmp_path: Path) -> None:
+    out = run_dir(tmp_path)
+    assert main(["report", str(out), "--plot", str(tmp_path / "new" / "p.png")]) == EXIT_OK
+    assert (tmp_path / "new" / "p.png").read_bytes()[:8] == PNG_MAGIC

@@ -32,9 +32,14 @@ from spx.cli.registry import command
 def draw_plot(
     console: Console, kernel: KernelStatus, path: Path, *, name: str, gpu: str | None, gemm_backend: str | None,
     gather_source: str | None, cpu: bool, gate_threshold: int | None, tp: int | None = None,
-    partial: str | None = None,
+    partial: str | None = None, asked: bool = False,
 ) -> None:
-    """Draw the crossover plot to ``path``; a failure is printed, never raised (a plot is a convenience)."""
+    """Draw the crossover plot to ``path``; a failure is printed, never raised (a plot is a convenience),
+    unless the user ``asked`` for this path (``spx report --plot PATH``).
+
+    Raises:
+        UsageError: ``asked`` and the plot cannot be written (names ``--plot`` and why).
+    """
     from spx.cli.plot import plot_crossover, plot_title
 
     try:
@@ -46,7 +51,32 @@ def draw_plot(
         )
         console.print(f"plot: {path}", highlight=False, markup=False)
     except Exception as exc:  # a plot is a convenience: never fail a run over it
-        console.print(f"[yellow]plot not drawn:[/] {type(exc).__name__}: {escape(str(exc))}", highlight=False)
+        if asked:
+            raise UsageError(f"--plot {path}: cannot write the plot: {plot_problem(exc)}") from None
+        console.print(f"[yellow]plot not drawn ({escape(str(path))}):[/] {escape(plot_problem(exc))}", highlight=False)
+
+
+def plot_problem(exc: BaseException) -> str:
+    """Why a plot was not written, in words: an ``OSError``'s reason and file, else the message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc)[:300] or "matplotlib could not draw it"
+
+
+def check_plot_path(path: Path) -> None:
+    """Refuse, before anything is analysed, a ``--plot PATH`` that cannot be a file: a directory, or
+    under a file.
+
+    Raises:
+        UsageError: names ``--plot`` and what is in the way.
+    """
+    if path.is_dir():
+        raise UsageError(f"--plot {path}: is a directory; give the PNG file to write, e.g. {path / 'crossover.png'}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"--plot {path}: {parent} is a file, not a directory; give a path in a directory")
+            return
 
 
 def gpu_label(env: Environment, cpu: bool) -> str | None:
@@ -73,9 +103,9 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                         "measurement's TP and shapes are kept; a file that differs in them is warned about)")
     p.add_argument("--threshold-tokens", type=int, metavar="N", help="override spec.gate.thresholdTokens")
     p.add_argument("--plot", metavar="PATH",
-                   help="draw the plot to PATH; default: DIR/crossover.png, only "
+                   help="draw the plot to PATH (exit 3 when it cannot be written); default: DIR/crossover.png, only "
                         "when DIR has none (a run's own plot is never replaced unless --plot names it)")
-    p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
+    p.add_argument("--no-plot", action="store_true", help="do not draw a plot (not with --plot)")
     add_output_option(p, "report.schema.json")
 
 
@@ -121,6 +151,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     from spx.api import describe_validation_error
     from spx.cli.tables import print_report
 
+    if args.plot and args.no_plot:
+        raise UsageError(f"--plot {args.plot} and --no-plot contradict each other: give one of them")
+    if args.plot:
+        check_plot_path(Path(args.plot))
     target = Path(args.dir)
     if not target.exists():
         raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
@@ -195,5 +229,5 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif not args.no_plot and kernel.points:
         draw_plot(console, kernel, plot, name=name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
                   gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
-                  partial=partial)
+                  partial=partial, asked=bool(args.plot))
     return EXIT_OK
