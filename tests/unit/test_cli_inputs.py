@@ -4,6 +4,7 @@ re-analyses a made-up result)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,38 @@ def test_report_plot_into_a_new_folder_is_drawn(tmp_path: Path) -> None:
     out = run_dir(tmp_path)
     assert main(["report", str(out), "--plot", str(tmp_path / "new" / "p.png")]) == EXIT_OK
     assert (tmp_path / "new" / "p.png").read_bytes()[:8] == PNG_MAGIC
+
+
+# ---------------------------------------------------------------- 6. predict: a run directory, a result where a CSV goes
+
+
+def test_predict_measured_takes_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "humming"  # a real one-GPU run (a modelled gather: its shard GEMMs were measured)
+    out.mkdir()
+    (out / "result.json").write_bytes((REPO / "examples" / "results" / "h200-1gpu" / "humming" / "result.json").read_bytes())
+    assert main(["predict", "--measured", str(out), "-o", "json"]) == EXIT_OK
+    by_dir = json.loads(capsys.readouterr().out)
+    assert main(["predict", "--measured", str(out / "result.json"), "-o", "json"]) == EXIT_OK
+    by_file = json.loads(capsys.readouterr().out)
+    assert by_dir["prediction"] == by_file["prediction"]
+    assert by_dir["prediction"]["breakEvenTokens"] is not None
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--measured", "{empty}"], "--measured {empty}: the directory has no result.json"),
+    (["{run}/result.json"], "{run}/result.json is a run's result (JSON), not a CSV kernel table: pass it as "
+                            "--measured {run}/result.json"),
+    (["{run}"], "{run} is a directory, not a CSV kernel table: a run directory goes to --measured {run}"),
+    (["{other}"], "{other} is JSON, not a CSV kernel table"),
+    (["--measured", "{other}"], "--measured {other} is not a spx result document (a run's result.json): spec: "
+                                "Field required"),
+], ids=["dir without result", "result as CSV", "dir as CSV", "other JSON as CSV", "other JSON as result"])
+def test_predict_names_what_the_file_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], fragment: str
+) -> None:
+    paths = {"run": str(run_dir(tmp_path)), "empty": str(tmp_path / "empty"), "other": str(tmp_path / "a.json")}
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a.json").write_text('{"a": 1}')
+    assert main(["predict", *(a.format(**paths) for a in args)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert fragment.format(**paths) in err and "header" not in err and "['" not in err, err
