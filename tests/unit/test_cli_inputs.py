@@ -128,3 +128,42 @@ def test_predict_names_what_the_file_is(
     assert main(["predict", *(a.format(**paths) for a in args)]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert fragment.format(**paths) in err and "header" not in err and "['" not in err, err
+
+
+# ---------------------------------------------------------------- 7. -o json|yaml errors are documents, as validate's
+
+
+def _schema_check(doc: object, name: str) -> None:
+    import jsonschema
+
+    schema = json.loads((REPO / "docs" / "schemas" / name).read_text())
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+
+
+@pytest.mark.parametrize(("args", "schema", "fragment"), [
+    (["report", "{tmp}/nope"], "report.schema.json", "nope does not exist"),
+    (["report", "{tmp}/bad.json"], "report.schema.json", "bad.json is not JSON"),
+    (["report", "{tmp}/r1", "--plot", "{tmp}/afile/x.png"], "report.schema.json", "afile is a file, not a directory"),
+    (["report", "{tmp}/r1", "--threshold-tokens", "-5"], "report.schema.json", "spec.gate.thresholdTokens"),
+    (["predict", "{tmp}/r1/result.json"], "predict.schema.json", "result.json is a run's result (JSON), not a CSV"),
+    (["predict", "--measured", "{tmp}/nope"], "predict.schema.json", "cannot read"),
+    (["predict", "--tp", "0"], "predict.schema.json", "--tp must be >= 1"),
+    (["validate", "{tmp}/nope"], "validate.schema.json", "cannot read"),
+], ids=["report: no such dir", "report: not JSON", "report: bad --plot", "report: bad threshold", "predict: result as CSV",
+        "predict: no --measured file", "predict: bad --tp", "validate: no such file"])
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_errors_are_documents_on_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], schema: str, fragment: str, fmt: str
+) -> None:
+    import yaml
+
+    run_dir(tmp_path)
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "afile").write_text("a file")
+    assert main([*(a.format(tmp=tmp_path) for a in args), "-o", fmt]) == EXIT_USAGE
+    out = capsys.readouterr().out
+    doc = json.loads(out) if fmt == "json" else yaml.safe_load(out)
+    _schema_check(doc, schema)
+    problems = doc["problems"]
+    assert any(fragment in p for p in problems), problems
+    assert doc.get("valid", False) is False and "prediction" not in doc and "verdict" not in doc

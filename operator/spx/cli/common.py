@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 
-from spx.api import Experiment, ExperimentSpec, dump_model, load_experiment, validate_spec
+from spx.api import Experiment, ExperimentSpec, SpecError, dump_model, load_experiment, validate_spec
+from spx.api.exit_codes import EXIT_USAGE
 
 DEFAULT_OUT_ROOT = "spx-runs"
 #: Width used when output is not a terminal (pipes, logs, tests): wide enough for every table.
@@ -140,3 +142,21 @@ def emit(document: BaseModel, fmt: str) -> None:
     else:
         sys.stdout.write(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def problems_of(err: UsageError | SpecError) -> list[str]:
+    """An input error as the ``problems`` of a ``-o json|yaml`` document: a spec's one line per field, else the message."""
+    return list(err.problems) if isinstance(err, SpecError) else [str(err)]
+
+
+def with_error_document(fmt: str, body: Callable[[], int], error_document: Callable[[list[str]], BaseModel]) -> int:
+    """``body()``; with ``-o json|yaml`` (``fmt``) an input error (:class:`UsageError`, :class:`SpecError`) is
+    printed as ``error_document(problems)`` on stdout and the exit code is 3, as ``spx validate`` does. In
+    text the error propagates (one line on stderr, exit 3)."""
+    if fmt == "text":
+        return body()
+    try:
+        return body()
+    except (UsageError, SpecError) as err:
+        emit(error_document(problems_of(err)), fmt)
+        return EXIT_USAGE

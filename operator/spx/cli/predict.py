@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from spx.api.exit_codes import EXIT_OK
-from spx.cli.common import UsageError, add_output_option, emit, make_console, read_text
+from spx.cli.common import UsageError, add_output_option, emit, make_console, read_text, with_error_document
 from spx.cli.documents import PredictDocument
 from spx.cli.registry import command
 
@@ -45,6 +45,13 @@ def _default_table() -> str:
 
 @command("predict", "The seed's H20 → H100/H200 what-if: predicted crossover and threshold from an H20 table.", _predict_args)
 def cmd_predict(args: argparse.Namespace) -> int:
+    """The what-if; with ``-o json|yaml`` an input error is a document with ``problems`` (exit 3), as ``spx validate``."""
+    source = args.csv or args.measured or f"{H20_TABLE} (shipped with spx)"
+    return with_error_document(args.output, lambda: _predict(args),
+                               lambda problems: PredictDocument(source=source, problems=problems))
+
+
+def _predict(args: argparse.Namespace) -> int:
     from spx.analysis.crossover import Interpolation
     from spx.analysis.predict import Prediction, predict_from_table, predict_remodelled, predict_with_measured
     from spx.api import KernelStatus

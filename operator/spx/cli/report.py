@@ -24,7 +24,15 @@ from spx.api import (
     validate_spec,
 )
 from spx.api.exit_codes import EXIT_OK
-from spx.cli.common import UsageError, add_output_option, emit, make_console, read_experiment, warn
+from spx.cli.common import (
+    UsageError,
+    add_output_option,
+    emit,
+    make_console,
+    read_experiment,
+    warn,
+    with_error_document,
+)
 from spx.cli.documents import ReportDocument
 from spx.cli.registry import command
 
@@ -146,6 +154,12 @@ def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source:
 @command("report", "Re-print the table of a finished run, re-running the analysis; draw its plot when the run "
          "has none, or to --plot PATH.", _report_args)
 def cmd_report(args: argparse.Namespace) -> int:
+    """The report; with ``-o json|yaml`` an input error is a document with ``problems`` (exit 3), as ``spx validate``."""
+    return with_error_document(args.output, lambda: _report(args),
+                               lambda problems: ReportDocument(source=args.dir, problems=problems))
+
+
+def _report(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from spx.api import describe_validation_error
