@@ -167,3 +167,30 @@ def test_errors_are_documents_on_stdout(
     problems = doc["problems"]
     assert any(fragment in p for p in problems), problems
     assert doc.get("valid", False) is False and "prediction" not in doc and "verdict" not in doc
+
+
+# ---------------------------------------------------------------- 8. run: --tokens entries, --vllm without --serving
+
+
+@pytest.mark.parametrize(("args", "fragments"), [
+    (["--tokens", "8,,32"], ["--tokens '8,,32'", "entry 2 of 3 is empty"]),
+    (["--tokens", "8,32,"], ["--tokens '8,32,'", "entry 3 of 3 is empty"]),
+    (["--tokens", ",8"], ["entry 1 of 2 is empty"]),
+    (["--tokens", ""], ["--tokens: no token counts given"]),
+    (["--tokens", "8,x"], ["--tokens: 'x' is not a whole number"]),
+    (["--vllm", "python -m vllm"], ["--vllm 'python -m vllm'", "--serving"]),
+], ids=["double comma", "trailing comma", "leading comma", "empty", "not a number", "--vllm without --serving"])
+def test_run_refuses_what_it_would_silently_drop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], fragments: list[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main(["run", str(QUICKSTART), "--out", str(out), *args]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert all(f in err for f in fragments), err
+    assert not out.exists()  # refused before anything started
+
+
+def test_spaces_around_token_commas_are_still_fine() -> None:
+    from spx.cli import parse_tokens
+
+    assert parse_tokens("6, 12 ,24") == [6, 12, 24]

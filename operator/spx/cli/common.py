@@ -83,21 +83,23 @@ def source_name(path: str) -> str:
 
 
 def parse_tokens(text: str) -> list[int]:
-    """``"6,12,24"`` → ``[6, 12, 24]``.
+    """``"6,12,24"`` → ``[6, 12, 24]`` (spaces around the commas are allowed).
 
     Raises:
-        UsageError: a value that is not a whole number.
+        UsageError: a value that is not a whole number, or an empty entry (``8,,32``, a trailing comma).
     """
+    if not text.strip():
+        raise UsageError("--tokens: no token counts given (use e.g. --tokens 6,12,2048)")
     out = []
-    for part in text.replace(" ", "").split(","):
+    parts = text.replace(" ", "").split(",")
+    for i, part in enumerate(parts):
         if not part:
-            continue
+            raise UsageError(f"--tokens {text[:80]!r}: entry {i + 1} of {len(parts)} is empty (two commas in a row, or "
+                             "a comma at an end); give whole numbers separated by single commas, e.g. --tokens 6,12,2048")
         try:
             out.append(int(part))
         except ValueError:
             raise UsageError(f"--tokens: {part[:40]!r} is not a whole number (use e.g. --tokens 6,12,2048)") from None
-    if not out:
-        raise UsageError("--tokens: no token counts given")
     return out
 
 
