@@ -194,3 +194,23 @@ def test_spaces_around_token_commas_are_still_fine() -> None:
     from spx.cli import parse_tokens
 
     assert parse_tokens("6, 12 ,24") == [6, 12, 24]
+
+
+# ---------------------------------------------------------------- 9. an unexpected argument shows the subcommand's usage
+
+
+@pytest.mark.parametrize("args", [
+    ["crd", "extra"],
+    ["validate", "a.yaml", "b.yaml"],
+    ["report", "d1", "d2"],
+    ["predict", "a.csv", "b.csv"],
+    ["gate", "a", "b"],
+    ["completion", "bash", "zsh"],
+    ["run", "a.yaml", "--out", "o", "extra"],
+], ids=lambda a: " ".join(a[:2]))
+def test_an_unexpected_argument_shows_the_subcommands_usage(
+    capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    assert main(args) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: spx {args[0]} ") and f"spx {args[0]}: error: unrecognized arguments: " in err, err
