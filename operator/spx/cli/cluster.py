@@ -66,14 +66,16 @@ def cluster_preflight(timeout_s: float = 5.0, server: str | None = None) -> str:
     to the server (no request: an API server down for a moment is a restart away). Returns the server URL.
 
     Raises:
-        UnreachableError: no credentials, a kubeconfig that cannot be loaded, or the server refuses the
-            connection (one line naming it).
+        UnreachableError: no credentials, a kubeconfig that cannot be loaded (:mod:`spx.cli.kubeconfig`:
+            the message names the file and what is wrong), or the server refuses the connection (one line).
     """
     import socket
     from urllib.parse import urlsplit
 
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
+
+    from spx.cli.kubeconfig import kubeconfig_paths, load_kubeconfig, where_looked
 
     cfg = client.Configuration()
     try:
@@ -82,12 +84,15 @@ def cluster_preflight(timeout_s: float = 5.0, server: str | None = None) -> str:
         else:
             config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     except ConfigException:
-        try:
-            config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        except (ConfigException, OSError, TypeError, ValueError) as err:
+        paths = kubeconfig_paths()
+        if not paths:
             raise UnreachableError(
-                f"spx operator: no Kubernetes credentials: not in a pod, and no usable kubeconfig "
-                f"({str(err)[:200]}); set KUBECONFIG, or run it in a pod with a service account") from None
+                f"spx operator: no Kubernetes credentials: not in a pod, and no kubeconfig (looked at {where_looked()}); "
+                "set KUBECONFIG, or run it in a pod with a service account") from None
+        try:
+            load_kubeconfig(cfg, paths, None)
+        except UnreachableError as err:
+            raise UnreachableError(f"spx operator: {err}") from None
     url = urlsplit(str(cfg.host))
     port = url.port or (443 if url.scheme == "https" else 80)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 
-from spx.api import Experiment, ExperimentSpec, dump_model, load_experiment, validate_spec
+from spx.api import Experiment, ExperimentSpec, SpecError, dump_model, load_experiment, validate_spec
+from spx.api.exit_codes import EXIT_USAGE
 
 DEFAULT_OUT_ROOT = "spx-runs"
 #: Width of tables when output is not a terminal (pipes, logs, tests): wide enough for every table (text lines
@@ -95,21 +97,23 @@ def source_name(path: str) -> str:
 
 
 def parse_tokens(text: str) -> list[int]:
-    """``"6,12,24"`` → ``[6, 12, 24]``.
+    """``"6,12,24"`` → ``[6, 12, 24]`` (spaces around the commas are allowed).
 
     Raises:
-        UsageError: a value that is not a whole number.
+        UsageError: a value that is not a whole number, or an empty entry (``8,,32``, a trailing comma).
     """
+    if not text.strip():
+        raise UsageError("--tokens: no token counts given (use e.g. --tokens 6,12,2048)")
     out = []
-    for part in text.replace(" ", "").split(","):
+    parts = text.replace(" ", "").split(",")
+    for i, part in enumerate(parts):
         if not part:
-            continue
+            raise UsageError(f"--tokens {text[:80]!r}: entry {i + 1} of {len(parts)} is empty (two commas in a row, or "
+                             "a comma at an end); give whole numbers separated by single commas, e.g. --tokens 6,12,2048")
         try:
             out.append(int(part))
         except ValueError:
             raise UsageError(f"--tokens: {part[:40]!r} is not a whole number (use e.g. --tokens 6,12,2048)") from None
-    if not out:
-        raise UsageError("--tokens: no token counts given")
     return out
 
 
@@ -154,3 +158,21 @@ def emit(document: BaseModel, fmt: str) -> None:
     else:
         sys.stdout.write(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     sys.stdout.flush()
+
+
+def problems_of(err: UsageError | SpecError) -> list[str]:
+    """An input error as the ``problems`` of a ``-o json|yaml`` document: a spec's one line per field, else the message."""
+    return list(err.problems) if isinstance(err, SpecError) else [str(err)]
+
+
+def with_error_document(fmt: str, body: Callable[[], int], error_document: Callable[[list[str]], BaseModel]) -> int:
+    """``body()``; with ``-o json|yaml`` (``fmt``) an input error (:class:`UsageError`, :class:`SpecError`) is
+    printed as ``error_document(problems)`` on stdout and the exit code is 3, as ``spx validate`` does. In
+    text the error propagates (one line on stderr, exit 3)."""
+    if fmt == "text":
+        return body()
+    try:
+        return body()
+    except (UsageError, SpecError) as err:
+        emit(error_document(problems_of(err)), fmt)
+        return EXIT_USAGE

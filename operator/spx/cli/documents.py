@@ -11,7 +11,9 @@ command        document (``schemaVersion``)      schema
 
 The schemas are generated from these models (``python -m spx.cli.documents docs/schemas``) and a test
 checks that the published files match and that each command's output validates against its schema.
-Field names are camelCase; fields that are unset are left out.
+Field names are camelCase; fields that are unset are left out. An input error (exit 3) is a document too:
+``validate`` says ``valid: false``, ``report`` and ``predict`` list ``problems`` (and carry no verdict,
+kernel or prediction), ``gate`` has ``exitCode`` 3 and a ``message``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from spx.api.serving import ServingStatus
 from spx.api.spec import Experiment
 from spx.api.status import DecidedReason, Environment, KernelStatus, Verdict
 
+#: The ``problems`` field of the report and predict documents (``valid: false`` and ``problems`` in validate's).
+PROBLEMS = ("why there is no result (the command exits 3): one line per problem, as stderr says in text "
+            "output; empty when there is one")
+
 
 class ValidateDocument(CamelModel):
     """``spx validate FILE -o json``: whether the file is a valid experiment, and the experiment normalised."""
@@ -45,13 +51,16 @@ class ReportDocument(CamelModel):
     """``spx report DIR -o json``: the run re-analysed by :func:`spx.analysis.judge.judge`."""
 
     schema_version: Literal["spx.dev/cli-report/v1"] = "spx.dev/cli-report/v1"
-    experiment: str
+    experiment: str | None = Field(default=None, description="the experiment's name; unset when there are problems")
     source: str
-    partial: bool = Field(description="the run stopped before its sweep finished: no verdict is published")
+    problems: list[str] = Field(default_factory=list, description=PROBLEMS)
+    partial: bool | None = Field(
+        default=None, description="the run stopped before its sweep finished: no verdict is published (set when "
+                                  "there are no problems)")
     verdict: Verdict | None = None
     measured_verdict: Verdict | None = Field(
         default=None, description="partial run: the verdict its measured points alone would get (not a decision)")
-    decided_reason: DecidedReason
+    decided_reason: DecidedReason | None = Field(default=None, description="set when there are no problems")
     reasons: list[str] = Field(default_factory=list)
     kernel: KernelStatus | None = None
     serving: ServingStatus | None = None
@@ -66,7 +75,8 @@ class PredictDocument(CamelModel):
 
     schema_version: Literal["spx.dev/cli-predict/v1"] = "spx.dev/cli-predict/v1"
     source: str
-    prediction: Prediction
+    problems: list[str] = Field(default_factory=list, description=PROBLEMS)
+    prediction: Prediction | None = Field(default=None, description="set when there are no problems")
     alternative_interpolation: str | None = None
     alternative_break_even_tokens: float | None = None
 

@@ -144,28 +144,54 @@ def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise GateError(f"{target}: cannot read a status document: {err}") from None
     if not isinstance(data, dict):
-        raise GateError(f"{target}: expected a JSON object (an ExperimentStatus), got {type(data).__name__}")
-    # Accept a whole object too (`kubectl get spx NAME -o json > x.json`).
-    if "status" in data and isinstance(data.get("status"), dict) and "kind" in data:
-        status: dict[str, Any] = data["status"]
-        generation = (data.get("metadata") or {}).get("generation") if isinstance(data.get("metadata"), dict) else None
+        raise GateError(f"{target}: expected a JSON object (an ExperimentStatus), got a JSON {type(data).__name__}")
+    if "kind" in data:  # a whole object (`kubectl get spx NAME -o json > x.json`)
+        if data.get("kind") != "ShardedProjectionExperiment":
+            raise GateError(f"{target} is a {str(data.get('kind'))[:60]!r} object, not a ShardedProjectionExperiment: "
+                            "pass `kubectl get spx NAME -o json` of one experiment, or its status.json")
+        status = data.get("status", {})  # none yet: not reconciled, so not decided
+        if not isinstance(status, dict):
+            raise GateError(f"{target}: .status is not a mapping (got {str(status)[:80]!r})")
+        metadata = data.get("metadata")
+        generation = metadata.get("generation") if isinstance(metadata, dict) else None
         try:
-            return status, int(generation) if generation is not None else None
+            return check_status(status, target, whole_object=True), int(generation) if generation is not None else None
         except (TypeError, ValueError):
             raise GateError(f"{target}: metadata.generation is not an integer: {generation!r}") from None
-    return data, None
+    return check_status(data, target), None
 
 
-def _namespace_from_kubeconfig(kubeconfig: str | None, context: str | None) -> str:
-    from kubernetes import config
+#: The fields of an ExperimentStatus the gate reads: a document with none of them is not a status.
+STATUS_FIELDS = {"phase": str, "conditions": list, "verdict": str, "observedGeneration": int}
 
-    try:
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    except Exception:  # no kubeconfig (e.g. in a pod): the service account's namespace
-        sa_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-        return sa_ns.read_text().strip() if sa_ns.exists() else "default"
-    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
-    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+
+def check_status(data: dict[str, Any], target: str, whole_object: bool = False) -> dict[str, Any]:
+    """``data`` when it is shaped like an ExperimentStatus; else a :class:`GateError` (exit 3) saying what the
+    file is instead and what to pass (a run's ``result.json`` names its ``status.json`` and directory).
+    ``whole_object``: the ``.status`` of a ``kubectl get -o json`` dump, empty before the first reconcile."""
+    import os.path
+
+    kind = str(data.get("schemaVersion") or "")
+    if kind.startswith("spx.dev/kernel-") or {"points", "worldSize"} <= data.keys():
+        run_dir = os.path.dirname(target) or "."
+        raise GateError(f"{target} is a run's result, not a status: pass {os.path.join(run_dir, 'status.json')} "
+                        f"or the run directory {run_dir}")
+    if kind:
+        raise GateError(f"{target} is a {kind[:60]} document, not an experiment status: pass a run's status.json, "
+                        "its directory, or `kubectl get spx NAME -o json`")
+    if data and not whole_object and not STATUS_FIELDS.keys() & data.keys():
+        keys = ", ".join(sorted(str(k)[:40] for k in data)[:8])
+        raise GateError(f"{target} is not an experiment status (it has none of {', '.join(STATUS_FIELDS)}; its keys: "
+                        f"{keys}): pass a run's status.json, its directory, or `kubectl get spx NAME -o json`")
+    if not data and not whole_object:
+        raise GateError(f"{target} is an empty JSON object, not an experiment status: pass a run's status.json")
+    for key, typ in STATUS_FIELDS.items():
+        value = data.get(key)
+        if value is not None and (not isinstance(value, typ) or isinstance(value, bool)):
+            raise GateError(f"{target}: {key} must be a {typ.__name__} in an experiment status (got {str(value)[:80]!r})")
+    if not all(isinstance(c, dict) for c in data.get("conditions") or []):
+        raise GateError(f"{target}: conditions must be a list of mappings (type, status, reason) in an experiment status")
+    return data
 
 
 def read_cluster(
@@ -176,17 +202,26 @@ def read_cluster(
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
 
+    from spx.cli.common import UnreachableError
+    from spx.cli.kubeconfig import kubeconfig_paths, load_kubeconfig, namespace_of, where_looked
+
+    cfg = client.Configuration()
     try:
-        api_client = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
-    except (ConfigException, FileNotFoundError, TypeError) as err:
-        if kubeconfig or context:
-            raise GateError(f"cannot load kubeconfig: {err}", EXIT_UNREACHABLE) from None
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except ConfigException:
-            raise GateError(f"no kubeconfig and not in a pod: {err}", EXIT_UNREACHABLE) from None
-        api_client = client.ApiClient()
-    ns = namespace or _namespace_from_kubeconfig(kubeconfig, context)
+        paths = kubeconfig_paths(kubeconfig)
+        if paths:
+            load_kubeconfig(cfg, paths, context)
+        elif context:
+            raise UnreachableError(f"--context {context}: no kubeconfig to take it from (looked at {where_looked()})")
+        else:
+            try:
+                config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            except ConfigException:
+                raise UnreachableError(f"no kubeconfig (looked at {where_looked()}) and not in a pod: set KUBECONFIG "
+                                       "or pass --kubeconfig") from None
+    except UnreachableError as err:
+        raise GateError(str(err), EXIT_UNREACHABLE) from None
+    api_client = client.ApiClient(cfg)
+    ns = namespace or namespace_of(paths, context)
     api = client.CustomObjectsApi(api_client)
     try:
         obj = cast(dict[str, Any], api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name))
@@ -197,9 +232,25 @@ def read_cluster(
     except Exception as err:  # connection refused, DNS, TLS
         raise GateError(f"cannot reach the cluster reading {ns}/{name}: {str(err)[:300]}", EXIT_UNREACHABLE) from None
     finally:
-        api_client.close()
+        api_client.close()  # type: ignore[no-untyped-call]
     generation = (obj.get("metadata") or {}).get("generation")
     return obj.get("status") or {}, int(generation) if generation is not None else None, f"{ns}/{name}"
+
+
+def check_names(name: str, namespace: str | None) -> None:
+    """Refuse, before any cluster is contacted, a NAME that is not a Kubernetes object name (DNS-1123
+    subdomain) or a ``-n`` that is not a namespace name (DNS-1123 label): a :class:`GateError`, exit 3."""
+    import re
+
+    from spx.api.k8s_patterns import DNS_LABEL, DNS_SUBDOMAIN
+
+    if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN, name):
+        raise GateError(f"NAME {name[:80]!r} is not a valid experiment name: a Kubernetes object name is a DNS-1123 "
+                        "subdomain (at most 253 lower-case letters, digits, '-' and '.', starting and ending with a "
+                        "letter or digit); to read a local file, give its path (e.g. ./status.json)")
+    if namespace is not None and (len(namespace) > 63 or not re.fullmatch(DNS_LABEL, namespace)):
+        raise GateError(f"-n/--namespace {namespace[:80]!r} is not a valid namespace name: a DNS-1123 label (at most "
+                        "63 lower-case letters, digits and '-', starting and ending with a letter or digit)")
 
 
 def _is_local(target: str) -> bool:
@@ -214,6 +265,7 @@ def evaluate(
         if _is_local(target):
             local, local_generation = read_local(target)
             return decide(local, target, local_generation)
+        check_names(target, namespace)
         status, generation, source = read_cluster(target, namespace, kubeconfig, context)
         return decide(status, source, generation)
     except GateError as err:

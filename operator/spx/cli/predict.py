@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from spx.api.exit_codes import EXIT_OK
-from spx.cli.common import UsageError, add_output_option, emit, make_console, read_text
+from spx.cli.common import UsageError, add_output_option, emit, make_console, read_text, with_error_document
 from spx.cli.documents import PredictDocument
 from spx.cli.registry import command
 
@@ -30,7 +30,7 @@ def _predict_args(p: argparse.ArgumentParser) -> None:
                    help="all-gather of the prediction: the one derived from the table (default, the seed "
                    "author's method), or GatherModelSpec's h20-calibrated or datasheet prior")
     p.add_argument("--measured", metavar="RESULT",
-                   help="a one-GPU run's result.json (e.g. examples/results/h200-1gpu/humming/result.json): "
+                   help="a one-GPU run's result.json or its directory (e.g. examples/results/h200-1gpu/humming): "
                    "predict with its measured GEMM times instead of the seed author's scaling factors; the "
                    "gather stays the table's (--gather h20-derived), or is that prior's (h20-calibrated, "
                    "datasheet: the same points, intervals and band as spx report of the run re-modelled)")
@@ -45,6 +45,13 @@ def _default_table() -> str:
 
 @command("predict", "The seed's H20 → H100/H200 what-if: predicted crossover and threshold from an H20 table.", _predict_args)
 def cmd_predict(args: argparse.Namespace) -> int:
+    """The what-if; with ``-o json|yaml`` an input error is a document with ``problems`` (exit 3), as ``spx validate``."""
+    source = args.csv or args.measured or f"{H20_TABLE} (shipped with spx)"
+    return with_error_document(args.output, lambda: _predict(args),
+                               lambda problems: PredictDocument(source=source, problems=problems))
+
+
+def _predict(args: argparse.Namespace) -> int:
     from spx.analysis.crossover import Interpolation
     from spx.analysis.predict import Prediction, predict_from_table, predict_remodelled, predict_with_measured
     from spx.api import KernelStatus
@@ -52,7 +59,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from spx.cli.tables import crossover_lines, kernel_table, prediction_table, uncertainty_lines
 
     if args.csv:
-        text, source = read_text(args.csv, "a CSV table"), args.csv
+        text, source = _read_table(args.csv), args.csv
     else:
         text, source = _default_table(), f"{H20_TABLE} (shipped with spx)"
     if args.tp < 1:
@@ -119,18 +126,56 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_measured(path: str) -> KernelResult:
-    """The result document at ``path``; raises :class:`UsageError` naming what is wrong with it."""
+def _read_table(path: str) -> str:
+    """The CSV kernel table at ``path``; a run directory or a result.json is refused, pointing at ``--measured``.
+
+    Raises:
+        UsageError: unreadable, not UTF-8, a directory, or JSON instead of CSV.
+    """
     import json
+    import os.path
+
+    if os.path.isdir(path):
+        raise UsageError(f"{path} is a directory, not a CSV kernel table: a run directory goes to --measured {path} "
+                         "(with the default H20 table, or a CSV after it)")
+    text = read_text(path, "a CSV table")
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            return text  # not JSON after all: the CSV reader says what is wrong
+        kind = str(doc.get("schemaVersion") or "") if isinstance(doc, dict) else ""
+        if kind.startswith("spx.dev/kernel-result"):
+            raise UsageError(f"{path} is a run's result (JSON), not a CSV kernel table: pass it as --measured {path} "
+                             "to predict with its measured GEMM times")
+        raise UsageError(f"{path} is JSON{f' ({kind[:60]})' if kind else ''}, not a CSV kernel table (columns "
+                         "tokens,rows_per_rank,replicated_us,split_allgather_us,speedup; one row per token count)")
+    return text
+
+
+def _read_measured(path: str) -> KernelResult:
+    """The result document at ``path`` (a run's result.json, or the run directory holding it); raises
+    :class:`UsageError` naming what is wrong with it."""
+    import json
+    import os.path
 
     from pydantic import ValidationError
 
     from spx.api import describe_validation_error
     from spx.api.result import KernelResult
 
+    if os.path.isdir(path):
+        result = os.path.join(path, "result.json")
+        if not os.path.isfile(result):
+            raise UsageError(f"--measured {path}: the directory has no result.json; give a run's --out directory "
+                             "or its result.json")
+        path = result
     try:
         return KernelResult.model_validate(json.loads(read_text(path, "a result.json")))
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not JSON: {exc}") from None
+        raise UsageError(f"--measured {path} is not JSON: {exc}") from None
     except ValidationError as err:
-        raise UsageError(f"{path} is not a spx result document: {describe_validation_error(err)[:2000]}") from None
+        problems = describe_validation_error(err)
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise UsageError(f"--measured {path} is not a spx result document (a run's result.json): "
+                         f"{'; '.join(problems[:5])}{more}") from None

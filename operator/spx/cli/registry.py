@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from spx.api.exit_codes import epilog
 
@@ -57,6 +58,21 @@ def command(name: str, help: str, configure: Configure | None = None, *,
     return register
 
 
+class SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser that refuses arguments it does not know itself, so the error shows *its*
+    usage (``spx crd extra`` → ``usage: spx crd``), not the top-level ``spx`` usage argparse would print
+    after handing the leftovers back up."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """Parse ``args``; an argument this subcommand does not take is an error with this subcommand's usage."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``spx`` argument parser: one subparser per :data:`COMMANDS` entry, its handler in ``handler``."""
     from spx import __version__
@@ -68,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"spx {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=SubcommandParser)
     rank = {name: i for i, name in enumerate(HELP_ORDER)}
     for cmd in sorted(COMMANDS.values(), key=lambda c: rank.get(c.name, len(rank))):
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help, epilog=epilog(cmd.name),

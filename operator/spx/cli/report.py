@@ -1,4 +1,5 @@
-"""``spx report DIR``: re-judge a finished (or partial) run, re-print its table, re-draw its plot."""
+"""``spx report DIR``: re-judge a finished (or partial) run, re-print its table, draw its plot (DIR/crossover.png
+when the run has none, or ``--plot PATH``; a run's own plot is never replaced unless ``--plot`` names it)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,15 @@ from spx.api import (
     validate_spec,
 )
 from spx.api.exit_codes import EXIT_OK
-from spx.cli.common import UsageError, add_output_option, emit, make_console, read_experiment, warn
+from spx.cli.common import (
+    UsageError,
+    add_output_option,
+    emit,
+    make_console,
+    read_experiment,
+    warn,
+    with_error_document,
+)
 from spx.cli.documents import ReportDocument
 from spx.cli.registry import command
 
@@ -31,9 +40,14 @@ from spx.cli.registry import command
 def draw_plot(
     console: Console, kernel: KernelStatus, path: Path, *, name: str, gpu: str | None, gemm_backend: str | None,
     gather_source: str | None, cpu: bool, gate_threshold: int | None, tp: int | None = None,
-    partial: str | None = None,
+    partial: str | None = None, asked: bool = False,
 ) -> None:
-    """Draw the crossover plot to ``path``; a failure is printed, never raised (a plot is a convenience)."""
+    """Draw the crossover plot to ``path``; a failure is printed, never raised (a plot is a convenience),
+    unless the user ``asked`` for this path (``spx report --plot PATH``).
+
+    Raises:
+        UsageError: ``asked`` and the plot cannot be written (names ``--plot`` and why).
+    """
     from spx.cli.plot import plot_crossover, plot_title
 
     try:
@@ -45,7 +59,32 @@ def draw_plot(
         )
         console.print(f"plot: {path}", highlight=False, markup=False)
     except Exception as exc:  # a plot is a convenience: never fail a run over it
-        console.print(f"[yellow]plot not drawn:[/] {type(exc).__name__}: {escape(str(exc))}", highlight=False)
+        if asked:
+            raise UsageError(f"--plot {path}: cannot write the plot: {plot_problem(exc)}") from None
+        console.print(f"[yellow]plot not drawn ({escape(str(path))}):[/] {escape(plot_problem(exc))}", highlight=False)
+
+
+def plot_problem(exc: BaseException) -> str:
+    """Why a plot was not written, in words: an ``OSError``'s reason and file, else the message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc)[:300] or "matplotlib could not draw it"
+
+
+def check_plot_path(path: Path) -> None:
+    """Refuse, before anything is analysed, a ``--plot PATH`` that cannot be a file: a directory, or
+    under a file.
+
+    Raises:
+        UsageError: names ``--plot`` and what is in the way.
+    """
+    if path.is_dir():
+        raise UsageError(f"--plot {path}: is a directory; give the PNG file to write, e.g. {path / 'crossover.png'}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"--plot {path}: {parent} is a file, not a directory; give a path in a directory")
+            return
 
 
 def gpu_label(env: Environment, cpu: bool) -> str | None:
@@ -71,8 +110,10 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                    help="judge against the gate of this experiment file instead of the recorded one (the "
                         "measurement's TP and shapes are kept; a file that differs in them is warned about)")
     p.add_argument("--threshold-tokens", type=int, metavar="N", help="override spec.gate.thresholdTokens")
-    p.add_argument("--plot", metavar="PATH", help="where to draw the plot (default: DIR/crossover.png)")
-    p.add_argument("--no-plot", action="store_true", help="do not draw the plot")
+    p.add_argument("--plot", metavar="PATH",
+                   help="draw the plot to PATH (exit 3 when it cannot be written); default: DIR/crossover.png, only "
+                        "when DIR has none (a run's own plot is never replaced unless --plot names it)")
+    p.add_argument("--no-plot", action="store_true", help="do not draw a plot (not with --plot)")
     add_output_option(p, "report.schema.json")
 
 
@@ -110,13 +151,24 @@ def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source:
     return out
 
 
-@command("report", "Re-print the table and re-draw the plot of a finished run, re-running the analysis.", _report_args)
+@command("report", "Re-print the table of a finished run, re-running the analysis; draw its plot when the run "
+         "has none, or to --plot PATH.", _report_args)
 def cmd_report(args: argparse.Namespace) -> int:
+    """The report; with ``-o json|yaml`` an input error is a document with ``problems`` (exit 3), as ``spx validate``."""
+    return with_error_document(args.output, lambda: _report(args),
+                               lambda problems: ReportDocument(source=args.dir, problems=problems))
+
+
+def _report(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from spx.api import describe_validation_error
     from spx.cli.tables import print_report
 
+    if args.plot and args.no_plot:
+        raise UsageError(f"--plot {args.plot} and --no-plot contradict each other: give one of them")
+    if args.plot:
+        check_plot_path(Path(args.plot))
     target = Path(args.dir)
     if not target.exists():
         raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
@@ -184,8 +236,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         title=table_title(name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
         gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial,
     )
-    if not args.no_plot and kernel.points:
-        draw_plot(console, kernel, Path(args.plot) if args.plot else directory / "crossover.png", name=name,
-                  gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend, gather_source=result.gather_source,
-                  cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp, partial=partial)
+    plot = Path(args.plot) if args.plot else directory / "crossover.png"
+    if not args.plot and not args.no_plot and plot.exists():
+        console.print(f"plot: {plot} (the run's own, kept; --plot PATH draws this report's)", highlight=False,
+                      markup=False)
+    elif not args.no_plot and kernel.points:
+        draw_plot(console, kernel, plot, name=name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
+                  gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
+                  partial=partial, asked=bool(args.plot))
     return EXIT_OK

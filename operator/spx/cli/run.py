@@ -61,7 +61,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "GSM8K; needs vLLM and the GPUs) into OUT/serving; with --jsonl their results follow as "
                         '{"kind":"serving",…} / {"kind":"accuracy",…} lines and the summary gets their gates; '
                         "an error for a spec without spec.serving")
-    p.add_argument("--vllm", default="vllm", metavar="CMD", help="with --serving: the vLLM CLI (argv prefix, split on spaces)")
+    p.add_argument("--vllm", metavar="CMD",
+                   help="with --serving (an error without it): the vLLM CLI (argv prefix, split on spaces; default vllm)")
 
 
 def check_writable(path: str) -> None:
@@ -80,6 +81,9 @@ def check_writable(path: str) -> None:
 @command("run", "Run an experiment's kernel benchmark on this host (one process per rank).", _run_args,
          outlives_stdout=True)
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.vllm is not None and not args.serving:
+        raise UsageError(f"--vllm {args.vllm[:80]!r} is used only with --serving (the vLLM benches): add --serving, "
+                         "or drop --vllm")
     exp = read_experiment(args.file)
     tokens = parse_tokens(args.tokens) if args.tokens is not None else None
     spec = apply_overrides(exp.spec, gemm_backend=args.gemm_backend, samples=args.samples, tokens=tokens,
@@ -126,7 +130,8 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
 
     try:
         outcome = run_experiment(
-            spec, out, name=name, nproc=args.nproc, serving=args.serving, vllm_command=args.vllm.split(),
+            spec, out, name=name, nproc=args.nproc, serving=args.serving,
+            vllm_command=(args.vllm or "vllm").split(),
             summary_file=args.summary_file, on_point=on_point, progress=progress_for(console),
             on_kernel=lambda o: _kernel_report(o, spec, name, out, console, stdout, jsonl=args.jsonl),
             on_vllm_documents=on_documents, on_summary_error=summary_error,
