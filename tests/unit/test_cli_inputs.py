@@ -117,7 +117,7 @@ def test_predict_measured_takes_a_run_directory(tmp_path: Path, capsys: pytest.C
     (["{run}"], "{run} is a directory, not a CSV kernel table: a run directory goes to --measured {run}"),
     (["{other}"], "{other} is JSON, not a CSV kernel table"),
     (["--measured", "{other}"], "--measured {other} is not a spx result document (a run's result.json): spec: "
-                                "Field required"),
+                                "required: add it"),
 ], ids=["dir without result", "result as CSV", "dir as CSV", "other JSON as CSV", "other JSON as result"])
 def test_predict_names_what_the_file_is(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], fragment: str
