@@ -119,6 +119,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
     except Exception as exc:
         if _login_error(exc):
             raise UnreachableError(
-                f"spx operator: cannot log in to a Kubernetes cluster ({str(exc)[:200]}): set KUBECONFIG or "
-                "--kubeconfig context, or run it in a pod with a service account") from None
+                f"spx operator: cannot log in to a Kubernetes cluster ({str(exc)[:200]}): set KUBECONFIG to a "
+                "kubeconfig whose current context can log in (or SPX_KUBE_SERVER and SPX_KUBE_TOKEN), or run it "
+                "in a pod with a service account") from None
         raise
