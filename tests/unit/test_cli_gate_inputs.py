@@ -194,6 +194,37 @@ def test_spx_operator_shares_the_kubeconfig_errors(
     assert len(err.splitlines()) == 1
 
 
+class Retried(Exception):
+    """Raised by the stand-in for ``time.sleep`` in :mod:`spx.cli.gate`: ``--wait`` was about to poll again."""
+
+
+@pytest.mark.usefixtures("no_cluster_env")
+@pytest.mark.parametrize(("kubeconfig", "retried"), [
+    (bytes(range(128, 256)), False),  # a kubeconfig that cannot be used: waiting cannot fix it
+    (b"clusters: 5\n", False),
+    (None, True),  # a cluster that refuses connections: it may come back, so --wait polls again
+])
+def test_wait_retries_a_cluster_but_not_a_broken_kubeconfig(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], kubeconfig: bytes | None,
+    retried: bool,
+) -> None:
+    from spx.cli import gate
+
+    def no_sleep(seconds: float) -> None:
+        raise Retried(seconds)
+
+    monkeypatch.setattr(gate.time, "sleep", no_sleep)  # the only wait between polls: no wall-clock time passes
+    path = tmp_path / "kubeconfig"
+    path.write_bytes(kubeconfig if kubeconfig is not None else kubeconfig_text(refused_server()).encode())
+    args = ["gate", "h200-tp8", "--kubeconfig", str(path), "--wait", "3600", "--interval", "5"]
+    if retried:
+        with pytest.raises(Retried):
+            main(args)
+    else:
+        assert main(args) == EXIT_UNREACHABLE
+        assert capsys.readouterr().err.startswith(f"error: kubeconfig {path}")
+
+
 # ---------------------------------------------------------------- 3. a NAME that is not an object name: exit 3
 
 

@@ -39,11 +39,13 @@ EXIT_BY_VERDICT: dict[Verdict, int] = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "In
 
 
 class GateError(Exception):
-    """The experiment or its status could not be read: ``exit_code`` 3 (usage) or 4 (unreachable)."""
+    """The experiment or its status could not be read: ``exit_code`` 3 (usage) or 4 (unreachable);
+    ``retry`` false where waiting cannot help (a missing or malformed kubeconfig)."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE, *, retry: bool = True) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.retry = retry
 
 
 @dataclass
@@ -58,6 +60,8 @@ class GateResult:
     reason: str | None = None
     message: str = ""
     verdict_reasons: list[str] = field(default_factory=list)
+    #: ``--wait`` polls again (a cluster that may come back); false for a kubeconfig that cannot be used.
+    retry: bool = True
 
     def line(self) -> str:
         """One human-readable line, e.g. ``Pass: ml/h200-tp8 (phase Succeeded)``."""
@@ -219,7 +223,7 @@ def read_cluster(
                 raise UnreachableError(f"no kubeconfig (looked at {where_looked()}) and not in a pod: set KUBECONFIG "
                                        "or pass --kubeconfig") from None
     except UnreachableError as err:
-        raise GateError(str(err), EXIT_UNREACHABLE) from None
+        raise GateError(str(err), EXIT_UNREACHABLE, retry=False) from None  # (waiting cannot fix a kubeconfig)
     api_client = client.ApiClient(cfg)
     ns = namespace or namespace_of(paths, context)
     api = client.CustomObjectsApi(api_client)
@@ -270,7 +274,7 @@ def evaluate(
         return decide(status, source, generation)
     except GateError as err:
         reason = "Unreachable" if err.exit_code == EXIT_UNREACHABLE else "Unreadable"
-        return GateResult(err.exit_code, target, False, message=str(err), reason=reason)
+        return GateResult(err.exit_code, target, False, message=str(err), reason=reason, retry=err.retry)
 
 
 # --------------------------------------------------------------------------- command line
@@ -309,20 +313,20 @@ def document(result: GateResult) -> dict[str, Any]:
     from spx.api.base import dump_model
     from spx.cli.documents import GateDocument
 
-    return dump_model(GateDocument.model_validate({**asdict(result)}))
+    return dump_model(GateDocument.model_validate({k: v for k, v in asdict(result).items() if k != "retry"}))
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the gate for parsed arguments; returns the exit code (0 Pass, 1 Fail, 2 undecided, 3 usage,
     4 unreachable). With ``--wait`` an unreachable cluster is retried until the deadline; a usage error
-    (no such file or experiment) is not."""
+    (no such file or experiment) and a missing or malformed kubeconfig are not."""
     if args.wait < 0 or args.interval <= 0:
         print("spx gate: --wait must be >= 0 and --interval > 0", file=sys.stderr)
         return EXIT_USAGE
     deadline = time.monotonic() + args.wait
     while True:
         result = evaluate(args.target, args.namespace, args.kubeconfig, args.context)
-        if result.decided or result.exit_code == EXIT_USAGE or time.monotonic() >= deadline:
+        if result.decided or result.exit_code == EXIT_USAGE or not result.retry or time.monotonic() >= deadline:
             break
         time.sleep(max(0.1, min(args.interval, deadline - time.monotonic())))
     fmt = "json" if args.json else args.output
