@@ -131,3 +131,14 @@ def test_tables_keep_their_pipe_width_layout() -> None:
     table.add_row("8", LONG)
     console.print(table)
     assert max(len(x) for x in buf.getvalue().splitlines()) == 40
+
+
+@pytest.mark.parametrize(("measured", "listed", "text"), [
+    (3, 5, "3 of 5 token counts"),
+    (0, 5, "0 of 5 token counts"),
+    (5, 5, "all 5 token counts, but the run stopped before it completed"),  # an interrupt after the sweep
+])
+def test_a_partial_run_says_what_it_holds(measured: int, listed: int, text: str) -> None:
+    from spx.cli.tables import partial_extent
+
+    assert partial_extent(measured, listed) == text

@@ -163,7 +163,7 @@ def _report(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from spx.api import describe_validation_error
-    from spx.cli.tables import print_report
+    from spx.cli.tables import partial_extent, print_report
 
     if args.plot and args.no_plot:
         raise UsageError(f"--plot {args.plot} and --no-plot contradict each other: give one of them")
@@ -230,7 +230,8 @@ def _report(args: argparse.Namespace) -> int:
     console = make_console()
     tp = spec.parallelism.tensor_parallel_size
     kernel = j.kernel or KernelStatus()
-    partial = f"{len(result.points)} of {len(spec.sweep.tokens)} token counts" if j.partial else None
+    listed = set(spec.sweep.tokens)  # (an adaptive sweep adds counts of its own)
+    partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if j.partial else None
     print_report(
         console, kernel, verdict=j.verdict, reasons=j.reasons,
         title=table_title(name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,

@@ -162,14 +162,15 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
 def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, out: Path, console: Console,
                    stdout: TextIO, *, jsonl: bool) -> None:
     """The kernel bench's report and plot, printed before the vLLM step starts."""
-    from spx.cli.tables import print_report
+    from spx.cli.tables import partial_extent, print_report
     from spx.runner.experiment import is_cpu
 
     result, judgement, tp = outcome.result, outcome.judgement, spec.parallelism.tensor_parallel_size
     cpu = is_cpu(result)
     notes = [f"{outcome.run.nproc} rank(s), timer {result.timer}",
              *[w for w in result.warnings if "CPU smoke run" not in w]]
-    partial = f"{len(result.points)} of {len(spec.sweep.tokens)} token counts" if judgement.partial else None
+    listed = set(spec.sweep.tokens)  # (an adaptive sweep adds counts of its own)
+    partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if judgement.partial else None
     print_report(
         console, judgement.kernel or KernelStatus(), verdict=judgement.verdict, reasons=judgement.reasons,
         title=table_title(name, result.environment, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,

@@ -59,6 +59,16 @@ def fmt_interval(low: float | None, high: float | None) -> str:
     return "—" if low is None or high is None else f"{low:.3f}–{high:.3f}"
 
 
+def partial_extent(measured: int, listed: int) -> str:
+    """What a partial run's table caption says it holds, from how many of the sweep's ``listed`` token
+    counts were ``measured``: ``3 of 5 token counts``, or, when every listed count was measured before the
+    run stopped (an interrupt during the stage or the serving A/B, an adaptive refinement cut short),
+    ``all 5 token counts, but the run stopped before it completed``."""
+    if measured >= listed:
+        return f"all {listed} token counts, but the run stopped before it completed"
+    return f"{measured} of {listed} token counts"
+
+
 def host_bound_differs(points: Sequence[KernelPoint]) -> bool:
     """Whether some point has host-bound figures that print differently from its GPU-bound ones: only then
     do the table, the crossover lines and the plot show the host-bound case beside the GPU-bound one."""
