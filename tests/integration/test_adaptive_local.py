@@ -2,10 +2,12 @@
 
 Rank 0 plans from its max-over-ranks points and broadcasts the plan; both ranks must then measure the
 same added counts (a disagreement would hang the gloo collectives inside a measurement and the run
-would time out). CPU smoke run: the timings say nothing about GPUs; the split's half-size GEMM wins at
-512 tokens of this shape by ~1.8× on CPU, so the sweep has a crossover (or the split wins everywhere
-and the planner verifies the winning run 8–512 or probes below the smallest count): at least one count
-is added either way.
+would time out). CPU smoke run: the timings say nothing about GPUs. The gather is modelled (µs), not
+measured over gloo: a measured gloo all-gather costs 0.5–1.4 ms on some 2-core hosts, so the split
+could lose at every count and the planner would rightly add nothing. With the modelled gather the
+split's half-size GEMM wins at 512 tokens of this shape by ~2× on CPU, so the sweep has a crossover
+(or the split wins everywhere and the planner verifies the winning run 8–512 or probes below the
+smallest count): at least one count is added either way.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ spec:
   sweep:
     tokens: [8, 512]
     refine: {maxRounds: 1, pointsPerRound: 2, maxAddedPoints: 2}
-  kernel: {device: cpu, timer: host, gather: gloo, gemmBackend: auto, samples: 5, warmup: 1,
+  kernel: {device: cpu, timer: host, gather: modelled, gemmBackend: auto, samples: 5, warmup: 1,
            cudaGraphs: false, l2Flush: false}
   gate: {thresholdTokens: 2048}
   timeoutSeconds: 300
