@@ -243,18 +243,23 @@ def read_cluster(
 
 def check_names(name: str, namespace: str | None) -> None:
     """Refuse, before any cluster is contacted, a NAME that is not a Kubernetes object name (DNS-1123
-    subdomain) or a ``-n`` that is not a namespace name (DNS-1123 label): a :class:`GateError`, exit 3."""
-    import re
+    subdomain) or a ``-n`` that is not a namespace name (DNS-1123 label): a :class:`GateError`, exit 3.
+    The rule is the experiment's own ``metadata`` (:class:`spx.api.spec.ObjectMeta`)."""
+    from pydantic import ValidationError
 
-    from spx.api.k8s_patterns import DNS_LABEL, DNS_SUBDOMAIN
+    from spx.api.spec import ObjectMeta
 
-    if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN, name):
+    try:
+        ObjectMeta.model_validate({"name": name, **({"namespace": namespace} if namespace is not None else {})})
+        return
+    except ValidationError as err:
+        bad = {str(e["loc"][0]) for e in err.errors()}
+    if "name" in bad:
         raise GateError(f"NAME {name[:80]!r} is not a valid experiment name: a Kubernetes object name is a DNS-1123 "
                         "subdomain (at most 253 lower-case letters, digits, '-' and '.', starting and ending with a "
                         "letter or digit); to read a local file, give its path (e.g. ./status.json)")
-    if namespace is not None and (len(namespace) > 63 or not re.fullmatch(DNS_LABEL, namespace)):
-        raise GateError(f"-n/--namespace {namespace[:80]!r} is not a valid namespace name: a DNS-1123 label (at most "
-                        "63 lower-case letters, digits and '-', starting and ending with a letter or digit)")
+    raise GateError(f"-n/--namespace {str(namespace)[:80]!r} is not a valid namespace name: a DNS-1123 label (at "
+                    "most 63 lower-case letters, digits and '-', starting and ending with a letter or digit)")
 
 
 def _is_local(target: str) -> bool:
