@@ -169,10 +169,10 @@ def with_error_document(fmt: str, body: Callable[[], int], error_document: Calla
     """``body()``; with ``-o json|yaml`` (``fmt``) an input error (:class:`UsageError`, :class:`SpecError`) is
     printed as ``error_document(problems)`` on stdout and the exit code is 3, as ``spx validate`` does. In
     text the error propagates (one line on stderr, exit 3)."""
-    if fmt == "text":
-        return body()
     try:
         return body()
     except (UsageError, SpecError) as err:
+        if fmt == "text":
+            raise
         emit(error_document(problems_of(err)), fmt)
         return EXIT_USAGE

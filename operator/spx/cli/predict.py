@@ -135,6 +135,8 @@ def _read_table(path: str) -> str:
     import json
     import os.path
 
+    from spx.api.result import RESULT_SCHEMA_VERSION
+
     if os.path.isdir(path):
         raise UsageError(f"{path} is a directory, not a CSV kernel table: a run directory goes to --measured {path} "
                          "(with the default H20 table, or a CSV after it)")
@@ -145,7 +147,7 @@ def _read_table(path: str) -> str:
         except json.JSONDecodeError:
             return text  # not JSON after all: the CSV reader says what is wrong
         kind = str(doc.get("schemaVersion") or "") if isinstance(doc, dict) else ""
-        if kind.startswith("spx.dev/kernel-result"):
+        if kind.startswith(RESULT_SCHEMA_VERSION.rsplit("/", 1)[0]):  # (any version of a run's result.json)
             raise UsageError(f"{path} is a run's result (JSON), not a CSV kernel table: pass it as --measured {path} "
                              "to predict with its measured GEMM times")
         raise UsageError(f"{path} is JSON{f' ({kind[:60]})' if kind else ''}, not a CSV kernel table (columns "
