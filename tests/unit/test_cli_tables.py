@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spx.api import KernelPoint, KernelStatus
-from spx.cli.common import PIPE_WIDTH, PipeConsole, make_console
+from spx.cli.common import PIPE_TABLE_MAX_WIDTH, PIPE_WIDTH, PipeConsole, make_console
 from spx.cli.tables import kernel_columns, kernel_table, print_report
 from spx_testing.factories import kernel_point
 
@@ -123,14 +123,38 @@ def test_a_long_line_is_not_wrapped_when_not_a_terminal(
     assert line in (out.err if stderr else out.out).splitlines()
 
 
-def test_tables_keep_their_pipe_width_layout() -> None:
-    """Tables are still laid out in PIPE_WIDTH columns off a terminal (only text lines are left unwrapped)."""
+def test_a_table_wider_than_any_limit_is_laid_out_at_the_pipe_table_maximum() -> None:
+    """Off a terminal a table grows to its natural width, but a free-text cell wraps at PIPE_TABLE_MAX_WIDTH."""
     buf = io.StringIO()
     console = PipeConsole(file=buf, width=40)
     table = Table("tokens", "note")
-    table.add_row("8", LONG)
+    table.add_row("8", LONG * 2)
     console.print(table)
-    assert max(len(x) for x in buf.getvalue().splitlines()) == 40
+    assert max(len(x) for x in buf.getvalue().splitlines()) == PIPE_TABLE_MAX_WIDTH
+    assert console.width == 40  # only that table was laid out wider
+
+
+def test_a_gpu_runs_table_keeps_every_figure_off_a_terminal() -> None:
+    """A GPU run's table (graph/eager mode, host-bound columns, both intervals: 14 columns, 177 wide) used
+    to be squeezed into PIPE_WIDTH, and rich cropped its intervals to ``0.448–0.…`` in every log."""
+    slow_host = {"replicated_host_bound_us": 250.0, "replicated_host_us": 250.0}
+    points = [timed(6, 0.513, "graph", interval=(0.448, 0.599), any_prior=(0.424, 0.599), split_us=19.24),
+              timed(8192, 1.45, "eager", interval=(1.385, 1.513), any_prior=(1.301, 1.513),
+                    split_us=146.5).model_copy(update=slow_host)]
+    table = kernel_table(kernel(*points), title="deepseek-v41-fused-wqa-wkv-tp8: TP8 on 1× NVIDIA H200")
+    assert len(table.columns) == 14
+    buf = io.StringIO()
+    PipeConsole(file=buf, width=PIPE_WIDTH).print(table)
+    out = buf.getvalue()
+    assert "…" not in out
+    assert "0.448–0.599" in out and "0.424–0.599" in out and "1.385–1.513" in out
+    assert PIPE_WIDTH < max(len(x) for x in out.splitlines()) <= PIPE_TABLE_MAX_WIDTH
+
+
+def test_a_narrow_table_keeps_the_pipe_width() -> None:
+    buf = io.StringIO()
+    PipeConsole(file=buf, width=PIPE_WIDTH).print(kernel_table(kernel(timed(8, 0.5), timed(2048, 1.9))))
+    assert max(len(x) for x in buf.getvalue().splitlines()) < PIPE_WIDTH
 
 
 @pytest.mark.parametrize(("measured", "listed", "text"), [
