@@ -166,3 +166,45 @@ def test_a_partial_run_says_what_it_holds(measured: int, listed: int, text: str)
     from spx.cli.tables import partial_extent
 
     assert partial_extent(measured, listed) == text
+
+
+# A terminal narrower than the table: columns are left out, no figure is cropped ---------------------------------
+
+def _gpu_kernel() -> KernelStatus:
+    slow_host = {"replicated_host_bound_us": 250.0, "replicated_host_us": 250.0}
+    return kernel(timed(6, 0.513, "graph", interval=(0.448, 0.599), any_prior=(0.424, 0.599), split_us=19.24),
+                  timed(8192, 1.45, "eager", interval=(1.385, 1.513), any_prior=(1.301, 1.513),
+                        split_us=146.5).model_copy(update=slow_host))
+
+
+@pytest.mark.parametrize(("width", "left_out"), [
+    (None, []),
+    (240, []),
+    (130, ["any prior"]),
+    (120, ["rows/rank", "any prior"]),
+    (100, ["rows/rank", "gather µs", "any prior", "spread %", "max error"]),
+    (80, ["rows/rank", "gather µs", "any prior", "spread %", "max error", "mode", "host rep µs", "host split µs"]),
+    (60, ["rows/rank", "gather µs", "95 % interval", "any prior", "spread %", "max error", "mode", "host rep µs",
+          "host split µs"]),
+    (30, ["rows/rank", "gather µs", "95 % interval", "any prior", "spread %", "max error", "mode", "host rep µs",
+          "host split µs"]),  # the core columns stay even when they alone are wider
+])
+def test_a_narrow_terminal_leaves_columns_out_and_crops_no_figure(width: int | None, left_out: list[str]) -> None:
+    table = kernel_table(_gpu_kernel(), width=width)
+    every, _ = kernel_columns(_gpu_kernel())
+    shown = [str(c.header) for c in table.columns]
+    assert [n for n in every if n not in shown] == left_out
+    buf = io.StringIO()
+    Console(file=buf, width=width or 240, force_terminal=False).print(table)
+    out = buf.getvalue()
+    table_lines = [x for x in out.splitlines() if x.startswith(("┏", "│", "┃", "└"))]
+    if width is None or width >= 50:  # below, the core columns alone are wider than the terminal
+        assert "…" not in "\n".join(table_lines)
+        assert max(len(x) for x in table_lines) <= (width or 240)
+    assert width is not None and width < 50 or ("0.51×" in out and "1.45×" in out)
+    if "95 % interval" in shown:
+        assert "0.448–0.599" in out and "1.385–1.513" in out
+    if left_out:
+        assert f"left out at {width} columns: {', '.join(left_out)}" in " ".join(out.split())
+    else:
+        assert "left out" not in out

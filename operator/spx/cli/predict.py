@@ -56,7 +56,7 @@ def _predict(args: argparse.Namespace) -> int:
     from spx.analysis.predict import Prediction, predict_from_table, predict_remodelled, predict_with_measured
     from spx.api import KernelStatus
     from spx.api.gather_model import GatherModelSpec
-    from spx.cli.tables import crossover_lines, kernel_table, prediction_table, uncertainty_lines
+    from spx.cli.tables import crossover_lines, kernel_table, prediction_table, terminal_width, uncertainty_lines
 
     if args.csv:
         text, source = _read_table(args.csv), args.csv
@@ -100,7 +100,7 @@ def _predict(args: argparse.Namespace) -> int:
     if pred.rows:
         console.print(prediction_table(pred.rows, title=f"H100/H200 what-if from {source}, TP{args.tp}"))
     else:
-        console.print(kernel_table(kernel, title=f"{source}, TP{pred.tensor_parallel_size}"))
+        console.print(kernel_table(kernel, title=f"{source}, TP{pred.tensor_parallel_size}", width=terminal_width(console)))
     be = pred.break_even_tokens
     alt_text = ""
     if alt is not None and alt.break_even_tokens is not None:

@@ -27,6 +27,11 @@ from spx.analysis.judge import CPU_NOTE as CPU_NOTE  # (defined once, where the 
 VERDICT_STYLE: dict[Verdict, str] = {"Pass": "bold green", "Fail": "bold red", "Inconclusive": "bold yellow"}
 
 
+def terminal_width(console: Console) -> int | None:
+    """``console``'s width when it is a terminal (tables fit it), else ``None`` (pipes and files get every column)."""
+    return console.width if console.is_terminal else None
+
+
 def _esc(text: str | None) -> str | None:
     return None if text is None else escape(text)
 
@@ -114,40 +119,94 @@ def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
     return names, ["; ".join(notes)] if notes else []
 
 
-def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str | None = None) -> Table:
+#: The order in which :func:`kernel_table` leaves columns out when the terminal is too narrow for every one
+#: (least needed first; the two host issue medians go together); tokens, replicated µs, split µs, speedup and
+#: the host-bound × always stay.
+NARROW_DROP_ORDER: tuple[tuple[str, ...], ...] = (
+    ("any prior",), ("rows/rank",), ("max error",), ("gather µs",), ("spread %",), ("mode",),
+    ("host rep µs", "host split µs"), ("95 % interval",))
+
+
+def _cell_text(cell: str | Text) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
+
+
+def _needed_width(name: str, cells: Sequence[str | Text]) -> int:
+    """Columns a column needs without cropping: its longest cell, or its header's longest word (headers wrap)."""
+    return max([len(w) for w in name.split()] + [len(_cell_text(c)) for c in cells])
+
+
+def fit_columns(names: Sequence[str], rows: Sequence[dict[str, str | Text]], width: int) -> list[str]:
+    """The columns of ``names`` that fit ``width`` terminal columns with no cell cropped (1 border and 2
+    padding per column, 1 closing border), leaving out :data:`NARROW_DROP_ORDER` first; the core columns
+    stay even when they alone are wider."""
+    kept = list(names)
+    needed = {n: _needed_width(n, [r[n] for r in rows]) for n in names}
+
+    def total() -> int:
+        return sum(needed[n] + 3 for n in kept) + 1
+
+    for group in NARROW_DROP_ORDER:
+        if total() <= width:
+            break
+        kept = [n for n in kept if n not in group]
+    return kept
+
+
+def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str | None = None,
+                 width: int | None = None) -> Table:
     """One row per token count: tokens, rows/rank, replicated µs, split µs, gather µs, speedup,
     its 95 % interval and the interval over every gather prior (when known), spread % (the larger
     candidate IQR/median), max abs error; when some point's host-bound figures differ from its
     GPU-bound ones also the mode (graph or eager), the host issue medians and the host-bound speedup
     (otherwise one caption line says so; :func:`kernel_columns`). A speedup is green when the split
     wins, red when it loses, dim when the two candidates' IQRs overlap or its interval contains 1.0; a
-    count an adaptive sweep added is marked ``+``."""
+    count an adaptive sweep added is marked ``+``.
+
+    ``width``: a terminal's columns. No figure is ever cropped: each column is at least as wide as its
+    longest cell, and when the table would not fit ``width``, columns are left out in
+    :data:`NARROW_DROP_ORDER` (:func:`fit_columns`) and the caption names them. ``None`` (not a terminal):
+    every column."""
     names, notes = kernel_columns(kernel)
+    rows = [_kernel_cells(p) for p in kernel.points]
+    fixed: dict[str, int] = {}
+    natural = sum(max([len(n)] + [len(_cell_text(r[n])) for r in rows]) + 3 for n in names) + 1
+    if width is not None and natural > width:  # narrow: fixed widths (headers wrap), least needed columns out
+        kept = fit_columns(names, rows, width)
+        if left_out := [n for n in names if n not in kept]:
+            notes = [*notes, f"left out at {width} columns: {', '.join(left_out)} "
+                             "(a wider terminal, or -o json, shows every figure)"]
+        names = kept
+        fixed = {n: _needed_width(n, [r[n] for r in rows]) for n in names}
     caption = "\n".join([*([caption] if caption else []), *notes]) or None
     table = Table(title=_esc(title), caption=_esc(caption), caption_justify="left", header_style="bold")
     for name in names:
-        table.add_column(name, justify="right")
-    for p in kernel.points:
-        hb = (p.replicated_host_bound_us / p.split_host_bound_us
-              if p.replicated_host_bound_us and p.split_host_bound_us else None)
-        cells: dict[str, str | Text] = {
-            "tokens": f"{'+' if p.added_because else ''}{p.tokens:,}",
-            "rows/rank": f"{p.rows_per_rank:,}",
-            "replicated µs": fmt_us(p.replicated_us),
-            "split µs": fmt_us(p.split_us),
-            "gather µs": fmt_us(p.gather_us),
-            "speedup": Text(f"{p.speedup:.2f}×", style=_speedup_style(p)),
-            "95 % interval": fmt_interval(p.speedup_low, p.speedup_high),
-            "any prior": fmt_interval(p.speedup_low_any_prior, p.speedup_high_any_prior),
-            "spread %": f"{p.iqr_pct:.1f}",
-            "max error": fmt_error(p.max_abs_error),
-            "mode": p.execution or "-",
-            "host rep µs": fmt_us(p.replicated_host_us),
-            "host split µs": fmt_us(p.split_host_us),
-            "host-bound ×": Text(f"{hb:.2f}×", style="green" if hb > 1 else "red") if hb else "-",
-        }
-        table.add_row(*(cells[name] for name in names))
+        table.add_column(name, justify="right", width=fixed.get(name))
+    for r in rows:
+        table.add_row(*(r[name] for name in names))
     return table
+
+
+def _kernel_cells(p: KernelPoint) -> dict[str, str | Text]:
+    """Every :func:`kernel_table` cell of one point, by column header."""
+    hb = (p.replicated_host_bound_us / p.split_host_bound_us
+          if p.replicated_host_bound_us and p.split_host_bound_us else None)
+    return {
+        "tokens": f"{'+' if p.added_because else ''}{p.tokens:,}",
+        "rows/rank": f"{p.rows_per_rank:,}",
+        "replicated µs": fmt_us(p.replicated_us),
+        "split µs": fmt_us(p.split_us),
+        "gather µs": fmt_us(p.gather_us),
+        "speedup": Text(f"{p.speedup:.2f}×", style=_speedup_style(p)),
+        "95 % interval": fmt_interval(p.speedup_low, p.speedup_high),
+        "any prior": fmt_interval(p.speedup_low_any_prior, p.speedup_high_any_prior),
+        "spread %": f"{p.iqr_pct:.1f}",
+        "max error": fmt_error(p.max_abs_error),
+        "mode": p.execution or "-",
+        "host rep µs": fmt_us(p.replicated_host_us),
+        "host split µs": fmt_us(p.split_host_us),
+        "host-bound ×": Text(f"{hb:.2f}×", style="green" if hb > 1 else "red") if hb else "-",
+    }
 
 
 def _speedup_style(p: KernelPoint) -> str:
@@ -282,7 +341,7 @@ def print_report(
     caption_parts = [*([f"PARTIAL RUN: {partial}"] if partial else []), *([CPU_NOTE] if cpu else []), *notes]
     caption = "\n".join(caption_parts) or None
     if kernel.points:
-        console.print(kernel_table(kernel, title=title, caption=caption))
+        console.print(kernel_table(kernel, title=title, caption=caption, width=terminal_width(console)))
     else:
         console.print(f"{title or 'sweep'}: no points measured", markup=False)
         if caption:
