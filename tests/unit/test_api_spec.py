@@ -59,6 +59,10 @@ def test_defaults_are_the_motivating_case():
         ({"scheduling": {"queueName": "team a/q"}}, "spec.scheduling.queueName", "a Kubernetes label value"),
         ({"resources": {"memory": "lots"}}, "spec.resources.memory", "a Kubernetes quantity"),
         ({"scheduling": {"priorityClassName": "High"}}, "spec.scheduling.priorityClassName", "DNS-1123 subdomain"),
+        # a bidi override would show a different name than the one stored; a newline would forge a report line
+        ({"projection": {"name": "wq\u202eakv"}}, "spec.projection.name", "printable characters only, got U+202E"),
+        ({"projection": {"name": "a\nverdict: Pass"}}, "spec.projection.name", "got U+000A"),
+        ({"projection": {"name": "x\x1b[2J"}}, "spec.projection.name", "got U+001B"),
     ],
 )
 def test_bad_input_names_field_value_and_what_is_allowed(spec, path, fragment):

@@ -5,6 +5,7 @@ Defaults: DeepSeek-V4.1's ``fused_wqa_wkv`` (hidden 5120 → 1280 + 512, MXFP8 3
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Final, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -66,6 +67,17 @@ class ProjectionSpec(CamelModel):
     """Weight storage: mxfp8-block32-ue8m0 (default, DeepSeek-V4.1: FP8 e4m3, one UE8M0 power-of-two scale per 32×32 block), fp8-block128-ue8m0 (DeepSeek-V3-style 128×128 blocks) or bf16; K and every output size must be multiples of the block edge."""
     activation_dtype: ActivationDtype = "bfloat16"
     """dtype of the activations X and the output Y."""
+
+    @field_validator("name")
+    @classmethod
+    def _printable_name(cls, v: str) -> str:
+        """The name is printed in reports and plots and is a metric label: no control or format characters
+        (a newline, an escape sequence or a bidi override would forge or hide what a reader sees)."""
+        bad = sorted({c for c in v if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")})
+        if bad:
+            shown = ", ".join(f"U+{ord(c):04X}" for c in bad[:5])
+            raise ValueError(f"must hold printable characters only, got {shown}; use letters, digits, '_', '-' or '.'")
+        return v
 
     @field_validator("output_sizes")
     @classmethod
