@@ -28,6 +28,7 @@ from spx.cli.common import (
     UsageError,
     add_output_option,
     emit,
+    err_console,
     make_console,
     read_experiment,
     warn,
@@ -111,8 +112,9 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                         "measurement's TP and shapes are kept; a file that differs in them is warned about)")
     p.add_argument("--threshold-tokens", type=int, metavar="N", help="override spec.gate.thresholdTokens")
     p.add_argument("--plot", metavar="PATH",
-                   help="draw the plot to PATH (exit 3 when it cannot be written); default: DIR/crossover.png, only "
-                        "when DIR has none (a run's own plot is never replaced unless --plot names it)")
+                   help="draw the plot to PATH, with any -o (exit 3 when it cannot be written); default: DIR/crossover.png, only "
+                        "when DIR has none (a run's own plot is never replaced unless --plot names it); with -o json|yaml "
+                        "the plot line goes to stderr")
     p.add_argument("--no-plot", action="store_true", help="do not draw a plot (not with --plot)")
     add_output_option(p, "report.schema.json")
 
@@ -221,28 +223,40 @@ def _report(args: argparse.Namespace) -> int:
 
     j = judge(result, spec)
     cpu = (result.device if isinstance(result, KernelResult) else None) == "cpu" or env.device == "cpu"
-    if args.output != "text":
+    tp = spec.parallelism.tensor_parallel_size
+    kernel = j.kernel or KernelStatus()
+    listed = set(spec.sweep.tokens)  # (an adaptive sweep adds counts of its own)
+    partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if j.partial else None
+    plot_args = dict(name=name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
+                     gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
+                     partial=partial)
+    if args.output != "text":  # the plot first (on stderr), so that a --plot that cannot be written is a problem
+        _plot(args, err_console(), kernel, directory, plot_args)
         emit(ReportDocument(
             experiment=name, source=str(source), partial=j.partial, verdict=j.verdict, measured_verdict=j.measured_verdict,
             decided_reason=j.reason, reasons=j.reasons, kernel=j.kernel, environment=env, cpu=cpu, warnings=warnings,
         ), args.output)
         return EXIT_OK
     console = make_console()
-    tp = spec.parallelism.tensor_parallel_size
-    kernel = j.kernel or KernelStatus()
-    listed = set(spec.sweep.tokens)  # (an adaptive sweep adds counts of its own)
-    partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if j.partial else None
     print_report(
         console, kernel, verdict=j.verdict, reasons=j.reasons,
         title=table_title(name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
         gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial,
     )
+    _plot(args, console, kernel, directory, plot_args)
+    return EXIT_OK
+
+
+def _plot(args: argparse.Namespace, console: Console, kernel: KernelStatus, directory: Path,
+          plot_args: dict[str, Any]) -> None:
+    """Draw the report's plot as ``--plot``/``--no-plot`` ask (the same in every output mode).
+
+    Raises:
+        UsageError: ``--plot PATH`` cannot be written.
+    """
     plot = Path(args.plot) if args.plot else directory / "crossover.png"
     if not args.plot and not args.no_plot and plot.exists():
         console.print(f"plot: {plot} (the run's own, kept; --plot PATH draws this report's)", highlight=False,
                       markup=False)
     elif not args.no_plot and kernel.points:
-        draw_plot(console, kernel, plot, name=name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
-                  gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
-                  partial=partial, asked=bool(args.plot))
-    return EXIT_OK
+        draw_plot(console, kernel, plot, asked=bool(args.plot), **plot_args)

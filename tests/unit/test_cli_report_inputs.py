@@ -1,0 +1,57 @@
+"""``spx report`` on input a newcomer's break-it pass got wrong: ``--plot`` with ``-o json|yaml``, results with
+repeated or corrupt points, a run directory with only its status.json, a file that is not what was expected.
+Through the real ``spx`` entry point on real files under ``tmp_path``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spx.api.exit_codes import EXIT_OK, EXIT_USAGE
+from spx.cli import main
+from spx_testing.factories import kernel_result
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_dir(tmp_path: Path, tp: int = 8, name: str = "r1") -> Path:
+    """A run directory holding a made-up result.json of TP ``tp``."""
+    out = tmp_path / name
+    out.mkdir()
+    (out / "result.json").write_text(kernel_result(tp=tp).model_dump_json(by_alias=True))
+    return out
+
+
+def document(text: str, fmt: str) -> Any:
+    """The ``-o json|yaml`` document printed."""
+    return json.loads(text) if fmt == "json" else yaml.safe_load(text)
+
+
+# ---------------------------------------------------------------- 1. --plot is drawn whatever -o is
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_report_plot_is_drawn_with_a_document_output(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     fmt: str) -> None:
+    out = run_dir(tmp_path)
+    plot = tmp_path / "p.png"
+    assert main(["report", str(out), "--plot", str(plot), "-o", fmt]) == EXIT_OK
+    assert plot.read_bytes()[:8] == PNG_MAGIC
+    captured = capsys.readouterr()
+    doc = document(captured.out, fmt)  # stdout stays one document; the plot line is on stderr
+    assert doc["problems"] == [] and doc["experiment"] == "local"
+    assert f"plot: {plot}" in captured.err
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_report_unwritable_plot_is_a_problem_with_a_document_output(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    out = run_dir(tmp_path)
+    assert main(["report", str(out), "--plot", "/proc/x.png", "-o", fmt]) == EXIT_USAGE
+    doc = document(capsys.readouterr().out, fmt)
+    assert doc["problems"] == ["--plot /proc/x.png: cannot write the plot: /proc/x.png: No such file or directory"]
+    assert "verdict" not in doc
