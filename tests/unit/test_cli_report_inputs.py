@@ -55,3 +55,27 @@ def test_report_unwritable_plot_is_a_problem_with_a_document_output(
     doc = document(capsys.readouterr().out, fmt)
     assert doc["problems"] == ["--plot /proc/x.png: cannot write the plot: /proc/x.png: No such file or directory"]
     assert "verdict" not in doc
+
+
+# ---------------------------------------------------------------- 2. a token count measured twice
+
+
+def edit_result(tmp_path: Path, edit: Any, tp: int = 8) -> Path:
+    """A run directory whose result.json (TP ``tp``) was changed by ``edit(data)`` on its wire form."""
+    out = run_dir(tmp_path, tp=tp)
+    data = json.loads((out / "result.json").read_text())
+    edit(data)
+    (out / "result.json").write_text(json.dumps(data))
+    return out
+
+
+def test_report_refuses_a_repeated_token_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = edit_result(tmp_path, lambda d: d["points"].append(d["points"][0]))
+    assert main(["report", str(out), "--no-plot", "-o", "json"]) == EXIT_USAGE
+    assert json.loads(capsys.readouterr().out)["problems"] == [
+        "points[5].tokens: 6 repeats points[0].tokens; a result holds one point per token count: remove the repeated "
+        "point (or re-run)"]
+    assert main(["report", str(out), "--no-plot"]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert "points[5].tokens: 6 repeats points[0].tokens" in captured.err
+    assert "verdict" not in captured.out

@@ -7,12 +7,13 @@ every sample so the analysis can be re-run offline and a partial run is never th
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
+from spx.api.combinations import CombinationError
 from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
 from spx.api.status import Environment, GatherSource, KernelPoint
@@ -122,6 +123,20 @@ class KernelResult(CamelModel):
     started_at: str | None = None
     finished_at: str | None = None
     wall_seconds: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent_points(self) -> Self:
+        """Refuse points the analysis cannot tell apart: a token count measured twice (it keys points by it)."""
+        problems: list[str] = []
+        seen: dict[int, int] = {}
+        for i, point in enumerate(self.points):
+            if point.tokens in seen:
+                problems.append(f"points[{i}].tokens: {point.tokens} repeats points[{seen[point.tokens]}].tokens; a "
+                                "result holds one point per token count: remove the repeated point (or re-run)")
+            seen.setdefault(point.tokens, i)
+        if problems:
+            raise CombinationError(problems)
+        return self
 
 
 SUMMARY_SCHEMA_VERSION: Final = "spx.dev/kernel-summary/v1"
