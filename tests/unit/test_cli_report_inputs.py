@@ -79,3 +79,36 @@ def test_report_refuses_a_repeated_token_count(tmp_path: Path, capsys: pytest.Ca
     captured = capsys.readouterr()
     assert "points[5].tokens: 6 repeats points[0].tokens" in captured.err
     assert "verdict" not in captured.out
+
+
+# ---------------------------------------------------------------- 3. a run directory with only its status.json
+
+
+def status_only_dir(tmp_path: Path, tp: int, gpu_count: int | None) -> Path:
+    """A run directory of a TP ``tp`` run whose result.json is gone: only status.json is left."""
+    from spx.analysis.judge import judge
+    from spx.api import Environment
+    from spx.runner.experiment import build_status
+
+    result = kernel_result(tp=tp, environment=Environment(gpu="NVIDIA H200", gpu_count=gpu_count, device="cuda"))
+    out = tmp_path / "c6"
+    out.mkdir()
+    (out / "status.json").write_text(build_status(result, judge(result, result.spec)).model_dump_json(by_alias=True))
+    return out
+
+
+@pytest.mark.parametrize(("tp", "gpu_count", "how"), [
+    (2, None, "TP2 (from the points' rowsPerRank)"),
+    (4, 4, "TP4 (the environment's gpuCount, which the points' rowsPerRank agree with)"),
+], ids=["TP2 from rowsPerRank", "TP4 from gpuCount"])
+def test_report_of_a_status_alone_says_what_it_assumes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], tp: int, gpu_count: int | None, how: str) -> None:
+    out = status_only_dir(tmp_path, tp, gpu_count)
+    assert main(["report", str(out), "--no-plot"]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert f"c6: TP{tp} on " in captured.out and "TP8" not in captured.out
+    assert (f"warning: {out / 'status.json'} without its result.json records neither the experiment's name nor its "
+            f"spec: assumed name 'c6' (the directory), {how}, and the default shapes and gate") in captured.err
+    assert main(["report", str(out), "--no-plot", "-o", "json"]) == EXIT_OK
+    [warning] = json.loads(capsys.readouterr().out)["warnings"]
+    assert how in warning

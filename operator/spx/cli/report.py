@@ -16,6 +16,7 @@ from spx.api import (
     Environment,
     ExperimentSpec,
     ExperimentStatus,
+    KernelPoint,
     KernelResult,
     KernelStatus,
     ResultSummary,
@@ -135,6 +136,20 @@ def load_json(path: Path) -> Any:
         raise UsageError(f"{path} is not JSON: {exc}") from None
 
 
+def status_tp(points: list[KernelPoint], gpu_count: int | None) -> tuple[int, str]:
+    """The TP a status's points were split over, and how it was found: the TPs (1–64) for which every point's
+    ``rowsPerRank`` is ceil(tokens / TP), narrowed by the environment's GPU count; 8 (the default) when none fits."""
+    fits = [tp for tp in range(1, 65) if all(p.rows_per_rank == -(-p.tokens // tp) for p in points)]
+    if gpu_count is not None and gpu_count in fits:
+        return gpu_count, "the environment's gpuCount, which the points' rowsPerRank agree with"
+    if len(fits) == 1:
+        return fits[0], "from the points' rowsPerRank"
+    if fits:
+        return fits[0], f"the smallest that fits the points' rowsPerRank; TP{fits[1]}… fit too"
+    default = ExperimentSpec().parallelism.tensor_parallel_size
+    return default, "the default: no TP fits the points' rowsPerRank"
+
+
 def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source: str) -> list[str]:
     """What ``--experiment`` would relabel: TP, the projection's shapes, the sweep (the measurement stays)."""
     out = []
@@ -181,6 +196,7 @@ def _report(args: argparse.Namespace) -> int:
 
     result: KernelResult | ResultSummary
     source: Path
+    status_warnings: list[str] = []
     if result_path.is_file():
         source = result_path
         try:
@@ -196,8 +212,14 @@ def _report(args: argparse.Namespace) -> int:
             raise SpecError(describe_validation_error(err), str(status_path)) from None
         if status.kernel is None or not status.kernel.points:
             raise UsageError(f"{status_path} has no kernel points to report")
-        spec, env, name = ExperimentSpec(), status.environment or Environment(), directory.name
-        result = ResultSummary(points=status.kernel.points, environment=env, world_size=1,
+        env, name = status.environment or Environment(), directory.name
+        tp, how = status_tp(status.kernel.points, env.gpu_count)
+        spec = validate_spec({"parallelism": {"tensorParallelSize": tp}}, source=str(status_path))
+        status_warnings.append(
+            f"{status_path} without its result.json records neither the experiment's name nor its spec: assumed name "
+            f"{name!r} (the directory), TP{tp} ({how}), and the default shapes and gate (thresholdTokens "
+            f"{spec.gate.threshold_tokens}); give the run's result.json, or --experiment FILE for its gate")
+        result = ResultSummary(points=status.kernel.points, environment=env, world_size=tp,
                                gemm_backend=status.kernel.gemm_backend or "?",
                                gather_source=status.kernel.gather_source or "measured",
                                timer=status.kernel.timer or "?", complete=status.phase != "Failed")
@@ -207,10 +229,10 @@ def _report(args: argparse.Namespace) -> int:
         raise UsageError(f"no result.json or status.json in {directory}")
     if not result.points:
         raise UsageError(f"{source} has no points to report")
-    warnings: list[str] = []
+    warnings: list[str] = status_warnings
     if override is not None:
         if isinstance(result, KernelResult):
-            warnings = relabel_warnings(spec, override.spec, args.experiment)
+            warnings += relabel_warnings(spec, override.spec, args.experiment)
         spec = spec.model_copy(update={"gate": override.spec.gate})
         if override.metadata.name != name:  # the measurement keeps its own name; the gate says whose it is
             name = f"{name} (gate of {override.metadata.name})"
