@@ -112,3 +112,47 @@ def test_report_of_a_status_alone_says_what_it_assumes(
     assert main(["report", str(out), "--no-plot", "-o", "json"]) == EXIT_OK
     [warning] = json.loads(capsys.readouterr().out)["warnings"]
     assert how in warning
+
+
+# ---------------------------------------------------------------- 4. corrupt samples and shapes
+
+
+def _set_samples(point: int, candidate: str, samples: list[float]) -> Any:
+    return lambda d: d["points"][point][candidate].__setitem__("samplesUs", samples)
+
+
+def _rows_per_rank_1_at_2048(d: dict[str, Any]) -> None:
+    d["points"][3]["rowsPerRank"] = 1  # 2048 tokens of a TP2 run: 1024 rows per rank
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (_set_samples(1, "replicated", [-5.0] * 5),
+     "points[1].replicated.samplesUs: every sample must be a finite time >= 0 µs: 5 are not, the first at [0] (-5.0); "
+     "a corrupt file: re-run, or restore the run's result.json (got [-5.0, -5.0, -5.0, -5.0, -5.0])"),
+    (_set_samples(1, "split", [float("nan"), 30.0]),
+     "points[1].split.samplesUs: every sample must be a finite time >= 0 µs: 1 is not, the first at [0] (nan); "
+     "a corrupt file: re-run, or restore the run's result.json (got [nan, 30.0])"),
+    (_set_samples(1, "split", []),
+     "points[1].split.samplesUs: empty, but replicated.samplesUs has 5; both candidates are timed in the same rounds "
+     "(a corrupt file: re-run, or restore the run's result.json)"),
+    (_rows_per_rank_1_at_2048,
+     "points[3].rowsPerRank: 1, but 2048 tokens split over spec.parallelism.tensorParallelSize 2 ranks is 1024 rows "
+     "per rank; the file is corrupt or its TP was edited: re-run, or restore the run's result.json"),
+], ids=["negative samples", "a NaN sample", "no split samples", "rowsPerRank of another TP"])
+def test_report_refuses_corrupt_points(tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Any,
+                                       problem: str) -> None:
+    out = edit_result(tmp_path, edit, tp=2)
+    assert main(["report", str(out), "--no-plot", "-o", "json"]) == EXIT_USAGE
+    assert json.loads(capsys.readouterr().out)["problems"] == [problem]
+    assert main(["report", str(out), "--no-plot"]) == EXIT_USAGE
+    assert problem in capsys.readouterr().err
+
+
+def test_a_result_without_any_samples_is_still_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A result from before samples were kept (neither candidate has any) is reported, at its medians."""
+    def strip(d: dict[str, Any]) -> None:
+        for p in d["points"]:
+            p["replicated"]["samplesUs"] = p["split"]["samplesUs"] = []
+    out = edit_result(tmp_path, strip)
+    assert main(["report", str(out), "--no-plot"]) == EXIT_OK
+    assert "verdict: Pass" in capsys.readouterr().out

@@ -25,6 +25,7 @@ from spx.api import (
     validate_spec,
 )
 from spx.api.exit_codes import EXIT_OK
+from spx.api.result import repeated_tokens
 from spx.cli.common import (
     UsageError,
     add_output_option,
@@ -229,6 +230,8 @@ def _report(args: argparse.Namespace) -> int:
         raise UsageError(f"no result.json or status.json in {directory}")
     if not result.points:
         raise UsageError(f"{source} has no points to report")
+    if repeated := repeated_tokens(result.points):
+        raise SpecError(repeated, str(source))
     warnings: list[str] = status_warnings
     if override is not None:
         if isinstance(result, KernelResult):
