@@ -15,6 +15,7 @@ YAML is loaded defensively, since an experiment file may come from anyone who ca
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import yaml
@@ -74,26 +75,65 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[mi
     """PyYAML's safe loader (libyaml's C parser when available)."""
 
 
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
+_SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")
+
+
+def _number_problem(node: yaml.ScalarNode, path: str) -> str | None:
+    """A plain scalar that YAML 1.1 (PyYAML) reads as another number than it looks like: a leading zero (octal:
+    ``016`` is 14) or colons (base 60: ``17:04`` is 1024). ``None`` for anything else."""
+    text = node.value
+    if node.style not in (None, "") or node.tag not in (_INT_TAG, _FLOAT_TAG, "tag:yaml.org,2002:str"):
+        return None
+    where = f"{path or '(top level)'} (line {node.start_mark.line + 1}, column {node.start_mark.column + 1})"
+    if len(text) > 40 and (_LEADING_ZERO.fullmatch(text) or _SEXAGESIMAL.fullmatch(text)):
+        return (f"{where}: YAML 1.1 reads a number with a leading 0 as octal and one with colons as base 60: write the "
+                f"number without them, or quote it if it is text (got {excerpt(text)})")
+    if _LEADING_ZERO.fullmatch(text):
+        plain = int(text.replace("_", ""), 10)
+        reads = f" ({text} is {int(text.replace('_', ''), 8)})" if node.tag == _INT_TAG else ""
+        return f"{where}: write {plain}, not {text}: YAML 1.1 reads a leading 0 as octal{reads}; quote it if it is text"
+    if node.tag != "tag:yaml.org,2002:str" and _SEXAGESIMAL.fullmatch(text):
+        sign = -1 if text.startswith("-") else 1
+        value = 0.0
+        for part in text.lstrip("+-").replace("_", "").split(":"):
+            value = value * 60 + float(part)
+        shown = int(value) if value.is_integer() else value
+        return (f"{where}: write {sign * shown}, not {text}: YAML 1.1 reads digits with colons as base 60; quote it "
+                "if it is text")
+    return None
+
+
 def _check_node(root: yaml.Node) -> list[str]:
-    """Problems of a composed document: duplicate mapping keys, alias expansion past the limit.
+    """Problems of a composed document: duplicate mapping keys, alias expansion past the limit, numbers YAML 1.1
+    reads otherwise than they look (:func:`_number_problem`).
 
     Walks each distinct node once; the expanded size of a node is memoised, so the walk is linear in
     the file even when aliases nest (a size is computed before its parents sum it).
     """
     sizes: dict[int, int] = {}
     problems: list[str] = []
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    stack: list[tuple[yaml.Node, bool, str]] = [(root, False, "")]
     while stack:
-        node, done = stack.pop()
-        if id(node) in sizes or isinstance(node, yaml.ScalarNode):
+        node, done, path = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            if len(problems) < MAX_PROBLEMS and (problem := _number_problem(node, path)) is not None:
+                problems.append(problem)
+            continue
+        if id(node) in sizes:
             continue
         if isinstance(node, yaml.MappingNode):
             children = [n for pair in node.value for n in pair]
+            named = [(v, f"{path}.{k.value}".lstrip(".") if isinstance(k, yaml.ScalarNode) else path)
+                     for k, v in node.value]
         else:
             children = node.value
+            named = [(v, f"{path}[{i}]") for i, v in enumerate(node.value)]
         if not done:
-            stack.append((node, True))
-            stack.extend((c, False) for c in children if not isinstance(c, yaml.ScalarNode) and id(c) not in sizes)
+            stack.append((node, True, path))
+            stack.extend((c, False, p) for c, p in reversed(named)
+                         if isinstance(c, yaml.ScalarNode) or id(c) not in sizes)
             continue
         size = 1 + sum(1 if isinstance(c, yaml.ScalarNode) else sizes[id(c)] for c in children)
         sizes[id(node)] = size
