@@ -156,3 +156,39 @@ def test_a_result_without_any_samples_is_still_read(tmp_path: Path, capsys: pyte
     out = edit_result(tmp_path, strip)
     assert main(["report", str(out), "--no-plot"]) == EXIT_OK
     assert "verdict: Pass" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- 6. a file that is not what the command takes
+
+
+@pytest.mark.parametrize(("name", "what"), [("result.json", "a run's result (result.json)"),
+                                           ("status.json", "a run's status (status.json)")])
+def test_validate_says_a_runs_output_is_not_an_experiment(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          name: str, what: str) -> None:
+    out = status_only_dir(tmp_path, 2, None)
+    (out / "result.json").write_text(kernel_result(tp=2).model_dump_json(by_alias=True))
+    assert main(["validate", str(out / name)]) == EXIT_USAGE
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        f"  - (file): this is {what}, not an experiment: to re-analyse the run, spx report {out}; give an experiment "
+        "YAML (kind: ShardedProjectionExperiment) here"]
+
+
+def test_report_reads_a_renamed_status_json_as_a_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = status_only_dir(tmp_path, 2, None)
+    (out / "status.json").rename(out / "my-status.json")
+    assert main(["report", str(out / "my-status.json"), "--no-plot"]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert "c6: TP2 on " in captured.out and "verdict:" in captured.out
+    assert "required: add it" not in captured.err
+
+
+def test_predict_with_a_measured_run_of_another_tp_says_what_to_do(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m2"
+    out.mkdir()
+    (out / "result.json").write_text(kernel_result(tp=2, gather_us=5.0).model_dump_json(by_alias=True))
+    assert main(["predict", "--measured", str(out)]) == EXIT_USAGE
+    assert capsys.readouterr().err.strip() == (
+        f"error: {out}: the measured run is TP2, the table TP8: its shard GEMMs are split 2 ways, the table's 8; "
+        "measure at TP8 (spec.parallelism.tensorParallelSize: 8, one GPU is enough: the gather is modelled), or give "
+        "a table measured at TP2 (CSV --tp 2)")

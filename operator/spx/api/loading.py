@@ -15,6 +15,7 @@ YAML is loaded defensively, since an experiment file may come from anyone who ca
 from __future__ import annotations
 
 import io
+import os
 import re
 from typing import Any
 
@@ -51,6 +52,19 @@ def validate_spec(raw: dict[str, Any] | None, source: str = "experiment") -> Exp
         raise SpecError(describe_validation_error(err, "spec", ExperimentSpec), source) from None
 
 
+def _run_document(doc: dict[str, Any]) -> str | None:
+    """What a run's output document is (``a run's result (result.json)``, ``… status``), or ``None``: an experiment
+    (or not a run's document either) has ``apiVersion``/``kind``, a run's output has neither."""
+    if "apiVersion" in doc or "kind" in doc:
+        return None
+    version = str(doc.get("schemaVersion") or "")
+    if version.startswith("spx.dev/kernel-") or {"points", "worldSize"} <= doc.keys():
+        return "a run's result (result.json)"
+    if "phase" in doc and ({"conditions", "kernel", "verdict"} & doc.keys()):
+        return "a run's status (status.json)"
+    return None
+
+
 def parse_experiment(doc: Any, source: str = "experiment") -> Experiment:
     """Validate a whole object (``apiVersion``, ``kind``, ``metadata``, ``spec``).
 
@@ -59,6 +73,10 @@ def parse_experiment(doc: Any, source: str = "experiment") -> Experiment:
     """
     if not isinstance(doc, dict):
         raise SpecError([f"(top level): expected a mapping with apiVersion/kind/metadata/spec (got {type(doc).__name__})"], source)
+    if (what := _run_document(doc)) is not None:
+        run_dir = os.path.dirname(source) or "."
+        raise SpecError([f"(file): this is {what}, not an experiment: to re-analyse the run, spx report {run_dir}; "
+                         "give an experiment YAML (kind: ShardedProjectionExperiment) here"], source)
     if doc.get("kind") not in (None, KIND) or doc.get("apiVersion") not in (None, API_VERSION):
         raise SpecError(
             [f"kind/apiVersion: expected kind {KIND} and apiVersion {API_VERSION} "

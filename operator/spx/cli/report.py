@@ -137,6 +137,13 @@ def load_json(path: Path) -> Any:
         raise UsageError(f"{path} is not JSON: {exc}") from None
 
 
+def is_status_document(data: Any) -> bool:
+    """Whether JSON ``data`` is an experiment's status (a run's status.json, whatever the file is called): no
+    ``schemaVersion`` and no ``points`` (a result's), and a status's ``phase``, ``conditions``, ``kernel`` or ``verdict``."""
+    return (isinstance(data, dict) and not data.get("schemaVersion") and "points" not in data
+            and bool({"phase", "conditions", "kernel", "verdict"} & data.keys()))
+
+
 def status_tp(points: list[KernelPoint], gpu_count: int | None) -> tuple[int, str]:
     """The TP a status's points were split over, and how it was found: the TPs (1–64) for which every point's
     ``rowsPerRank`` is ceil(tokens / TP), narrowed by the environment's GPU count; 8 (the default) when none fits."""
@@ -191,8 +198,9 @@ def _report(args: argparse.Namespace) -> int:
     if not target.exists():
         raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
     directory = target if target.is_dir() else target.parent
-    result_path = target if target.is_file() and target.name != "status.json" else directory / "result.json"
-    status_path = target if target.is_file() and target.name == "status.json" else directory / "status.json"
+    is_status = target.is_file() and (target.name == "status.json" or is_status_document(load_json(target)))
+    result_path = target if target.is_file() and not is_status else directory / "result.json"
+    status_path = target if is_status else directory / "status.json"
     override = read_experiment(args.experiment) if args.experiment else None
 
     result: KernelResult | ResultSummary
