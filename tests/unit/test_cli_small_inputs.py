@@ -51,3 +51,22 @@ def test_run_tokens_take_ascii_digits_only(tmp_path: Path, capsys: pytest.Captur
     bad = tokens.split(",")[-1]
     assert f"error: --tokens: {bad!r} is not a whole number in the digits 0-9" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_progress_counts_the_listed_token_counts_and_says_what_refine_may_add() -> None:
+    """2 listed counts and sweep.refine's up to 8: ``for 2 token counts (+ up to 8 …)``, ``[1/2]``, ``[+1 …]``."""
+    import io
+
+    from spx.cli.progress import LineProgress
+    from spx_testing.factories import point_result
+
+    stream = io.StringIO()
+    progress = LineProgress(stream)
+    progress.start(2, 2, "cpu", None, added=8)
+    for tokens, added in ((8, None), (512, None), (250, "bracket 8–512")):
+        progress.point(point_result(tokens, [10.0, 11.0], [12.0, 13.0], tp=2, added_because=added))
+    lines = [line.split(": replicated")[0] for line in stream.getvalue().splitlines()]
+    assert lines == ["spx: starting 2 cpu rank(s) for 2 token counts (+ up to 8 added by sweep.refine)",
+                     "spx: [1/2] tokens=8", "spx: [2/2] tokens=512", "spx: [+1 sweep.refine] tokens=250"]
+    progress.start(4, 2, "cpu", None)
+    assert stream.getvalue().splitlines()[-1] == "spx: starting 2 cpu rank(s) for 4 token counts"
