@@ -15,7 +15,8 @@ def _result(samples: int = 5, tokens: tuple[int, ...] = (8, 128)) -> dict:
         return {"samplesUs": [v] * samples, "medianUs": v, "q1Us": v, "q3Us": v, "iqrPct": 0.0}
 
     doc = {
-        "spec": validate_spec({"sweep": {"tokens": list(tokens)}}).to_wire(), "worldSize": 2, "gemmBackend": "torch-bf16",
+        "spec": validate_spec({"sweep": {"tokens": list(tokens)}, "parallelism": {"tensorParallelSize": 2}}).to_wire(),
+        "worldSize": 2, "gemmBackend": "torch-bf16",
         "gatherBackend": "gloo", "gatherSource": "measured", "timer": "host", "device": "cpu", "cudaGraphs": False,
         "points": [{"tokens": t, "paddedTokens": t, "rowsPerRank": t // 2, "replicated": cand(10.0), "split": cand(8.0),
                     "gatherSource": "measured", "maxAbsError": 0.0} for t in tokens],

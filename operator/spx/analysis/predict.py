@@ -244,7 +244,10 @@ def predict_with_measured(
             measured: use its own result instead), a different TP, or fewer than two common token counts.
     """
     if measured.spec.parallelism.tensor_parallel_size != tp:
-        raise ValueError(f"the measured run is TP{measured.spec.parallelism.tensor_parallel_size}, the table TP{tp}")
+        mtp = measured.spec.parallelism.tensor_parallel_size
+        raise ValueError(f"the measured run is TP{mtp}, the table TP{tp}: its shard GEMMs are split {mtp} ways, the "
+                         f"table's {tp}; measure at TP{tp} (spec.parallelism.tensorParallelSize: {tp}, one GPU is "
+                         f"enough: the gather is modelled), or give a table measured at TP{mtp} (CSV --tp {mtp})")
     mine = {p.tokens: p for p in measured.points if p.shard_gemm_us is not None}
     if not mine:
         raise ValueError("the measured run has no shard GEMM times (shardGemmUs): it must be a run with a modelled gather")

@@ -15,6 +15,8 @@ YAML is loaded defensively, since an experiment file may come from anyone who ca
 from __future__ import annotations
 
 import io
+import os
+import re
 from typing import Any
 
 import yaml
@@ -50,6 +52,19 @@ def validate_spec(raw: dict[str, Any] | None, source: str = "experiment") -> Exp
         raise SpecError(describe_validation_error(err, "spec", ExperimentSpec), source) from None
 
 
+def _run_document(doc: dict[str, Any]) -> str | None:
+    """What a run's output document is (``a run's result (result.json)``, ``… status``), or ``None``: an experiment
+    (or not a run's document either) has ``apiVersion``/``kind``, a run's output has neither."""
+    if "apiVersion" in doc or "kind" in doc:
+        return None
+    version = str(doc.get("schemaVersion") or "")
+    if version.startswith("spx.dev/kernel-") or {"points", "worldSize"} <= doc.keys():
+        return "a run's result (result.json)"
+    if "phase" in doc and ({"conditions", "kernel", "verdict"} & doc.keys()):
+        return "a run's status (status.json)"
+    return None
+
+
 def parse_experiment(doc: Any, source: str = "experiment") -> Experiment:
     """Validate a whole object (``apiVersion``, ``kind``, ``metadata``, ``spec``).
 
@@ -58,6 +73,10 @@ def parse_experiment(doc: Any, source: str = "experiment") -> Experiment:
     """
     if not isinstance(doc, dict):
         raise SpecError([f"(top level): expected a mapping with apiVersion/kind/metadata/spec (got {type(doc).__name__})"], source)
+    if (what := _run_document(doc)) is not None:
+        run_dir = os.path.dirname(source) or "."
+        raise SpecError([f"(file): this is {what}, not an experiment: to re-analyse the run, spx report {run_dir}; "
+                         "give an experiment YAML (kind: ShardedProjectionExperiment) here"], source)
     if doc.get("kind") not in (None, KIND) or doc.get("apiVersion") not in (None, API_VERSION):
         raise SpecError(
             [f"kind/apiVersion: expected kind {KIND} and apiVersion {API_VERSION} "
@@ -74,26 +93,65 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[mi
     """PyYAML's safe loader (libyaml's C parser when available)."""
 
 
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
+_SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")
+
+
+def _number_problem(node: yaml.ScalarNode, path: str) -> str | None:
+    """A plain scalar that YAML 1.1 (PyYAML) reads as another number than it looks like: a leading zero (octal:
+    ``016`` is 14) or colons (base 60: ``17:04`` is 1024). ``None`` for anything else."""
+    text = node.value
+    if node.style not in (None, "") or node.tag not in (_INT_TAG, _FLOAT_TAG, "tag:yaml.org,2002:str"):
+        return None
+    where = f"{path or '(top level)'} (line {node.start_mark.line + 1}, column {node.start_mark.column + 1})"
+    if len(text) > 40 and (_LEADING_ZERO.fullmatch(text) or _SEXAGESIMAL.fullmatch(text)):
+        return (f"{where}: YAML 1.1 reads a number with a leading 0 as octal and one with colons as base 60: write the "
+                f"number without them, or quote it if it is text (got {excerpt(text)})")
+    if _LEADING_ZERO.fullmatch(text):
+        plain = int(text.replace("_", ""), 10)
+        reads = f" ({text} is {int(text.replace('_', ''), 8)})" if node.tag == _INT_TAG else ""
+        return f"{where}: write {plain}, not {text}: YAML 1.1 reads a leading 0 as octal{reads}; quote it if it is text"
+    if node.tag != "tag:yaml.org,2002:str" and _SEXAGESIMAL.fullmatch(text):
+        sign = -1 if text.startswith("-") else 1
+        value = 0.0
+        for part in text.lstrip("+-").replace("_", "").split(":"):
+            value = value * 60 + float(part)
+        shown = int(value) if value.is_integer() else value
+        return (f"{where}: write {sign * shown}, not {text}: YAML 1.1 reads digits with colons as base 60; quote it "
+                "if it is text")
+    return None
+
+
 def _check_node(root: yaml.Node) -> list[str]:
-    """Problems of a composed document: duplicate mapping keys, alias expansion past the limit.
+    """Problems of a composed document: duplicate mapping keys, alias expansion past the limit, numbers YAML 1.1
+    reads otherwise than they look (:func:`_number_problem`).
 
     Walks each distinct node once; the expanded size of a node is memoised, so the walk is linear in
     the file even when aliases nest (a size is computed before its parents sum it).
     """
     sizes: dict[int, int] = {}
     problems: list[str] = []
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    stack: list[tuple[yaml.Node, bool, str]] = [(root, False, "")]
     while stack:
-        node, done = stack.pop()
-        if id(node) in sizes or isinstance(node, yaml.ScalarNode):
+        node, done, path = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            if len(problems) < MAX_PROBLEMS and (problem := _number_problem(node, path)) is not None:
+                problems.append(problem)
+            continue
+        if id(node) in sizes:
             continue
         if isinstance(node, yaml.MappingNode):
             children = [n for pair in node.value for n in pair]
+            named = [(v, f"{path}.{k.value}".lstrip(".") if isinstance(k, yaml.ScalarNode) else path)
+                     for k, v in node.value]
         else:
             children = node.value
+            named = [(v, f"{path}[{i}]") for i, v in enumerate(node.value)]
         if not done:
-            stack.append((node, True))
-            stack.extend((c, False) for c in children if not isinstance(c, yaml.ScalarNode) and id(c) not in sizes)
+            stack.append((node, True, path))
+            stack.extend((c, False, p) for c, p in reversed(named)
+                         if isinstance(c, yaml.ScalarNode) or id(c) not in sizes)
             continue
         size = 1 + sum(1 if isinstance(c, yaml.ScalarNode) else sizes[id(c)] for c in children)
         sizes[id(node)] = size

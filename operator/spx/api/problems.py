@@ -149,10 +149,23 @@ def _kind(value: Any) -> str:
     return "a list" if isinstance(value, list | tuple) else "a mapping" if isinstance(value, dict) else type(value).__name__
 
 
+def _exponent_whole(text: str) -> int | None:
+    """The whole number ``text`` writes in exponent form (``1e3`` → 1000; YAML 1.1 reads it as a string), else ``None``."""
+    if len(text) > 24 or not re.fullmatch(r"[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+", text):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if value.is_integer() and abs(value) < 1e18 else None
+
+
 def _fix(kind: str, ctx: dict[str, Any], value: Any, path: str) -> str | None:
     """What is expected and how to fix it, for pydantic error type ``kind``; ``None``: keep pydantic's message."""
     quoted = " (unquoted: quotes make it a string)" if isinstance(value, str) else ""
     if kind in ("int_type", "int_from_float", "int_parsing"):
+        if isinstance(value, str) and (whole := _exponent_whole(value)) is not None:
+            return f"must be a whole number: write {whole} (YAML reads {value} as text)"
         return "must be a whole number (an integer count, e.g. 2048)" + quoted
     if kind in ("float_type", "float_parsing"):
         return "must be a number, e.g. 1.5" + quoted

@@ -7,12 +7,15 @@ every sample so the analysis can be re-run offline and a partial run is never th
 
 from __future__ import annotations
 
-from typing import Final, Literal
+import math
+from collections.abc import Sequence
+from typing import Final, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
+from spx.api.combinations import CombinationError
 from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
 from spx.api.status import Environment, GatherSource, KernelPoint
@@ -43,6 +46,17 @@ class CandidateStats(CamelModel):
     kernels: list[str] = Field(default_factory=list)
     host_samples_us: list[float] = Field(default_factory=list)
     host_median_us: float | None = Field(default=None, ge=0)
+
+    @field_validator("samples_us", "host_samples_us")
+    @classmethod
+    def _timings(cls, samples: list[float]) -> list[float]:
+        """Refuse a sample that is not a time: not finite, or negative (a corrupt file)."""
+        bad = [(i, x) for i, x in enumerate(samples) if not math.isfinite(x) or x < 0]
+        if bad:
+            raise ValueError(f"every sample must be a finite time >= 0 µs: {len(bad)} {'is' if len(bad) == 1 else 'are'} "
+                             f"not, the first at [{bad[0][0]}] ({bad[0][1]}); a corrupt file: re-run, or restore the "
+                             "run's result.json")
+        return samples
 
 
 class PointResult(CamelModel):
@@ -122,6 +136,44 @@ class KernelResult(CamelModel):
     started_at: str | None = None
     finished_at: str | None = None
     wall_seconds: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent_points(self) -> Self:
+        """Refuse shapes that are not the spec's TP split (``paddedTokens`` = ceil(tokens / TP)·TP, ``rowsPerRank``
+        = it / TP) and samples of one candidate only (a token count measured twice is the analysis's to refuse:
+        :func:`repeated_tokens`; the operator records it as a failed benchmark)."""
+        problems: list[str] = []
+        tp = self.spec.parallelism.tensor_parallel_size
+        for i, point in enumerate(self.points):
+            rows = -(-point.tokens // tp)
+            if point.rows_per_rank != rows:
+                problems.append(f"points[{i}].rowsPerRank: {point.rows_per_rank}, but {point.tokens} tokens split over "
+                                f"spec.parallelism.tensorParallelSize {tp} ranks is {rows} rows per rank; the file is "
+                                "corrupt or its TP was edited: re-run, or restore the run's result.json")
+            elif point.padded_tokens != rows * tp:
+                problems.append(f"points[{i}].paddedTokens: {point.padded_tokens}, but {point.tokens} tokens padded to "
+                                f"a multiple of TP{tp} is {rows * tp}; the file is corrupt: re-run, or restore it")
+            rep, split = len(point.replicated.samples_us), len(point.split.samples_us)
+            if (rep == 0) != (split == 0):  # (none at all: a result from before samples were kept)
+                empty, other, n = ("replicated", "split", split) if rep == 0 else ("split", "replicated", rep)
+                problems.append(f"points[{i}].{empty}.samplesUs: empty, but {other}.samplesUs has {n}; both candidates "
+                                "are timed in the same rounds (a corrupt file: re-run, or restore the run's result.json)")
+        if problems:
+            raise CombinationError(problems)
+        return self
+
+
+def repeated_tokens(points: Sequence[PointResult | KernelPoint]) -> list[str]:
+    """One problem per point whose token count an earlier point already has (``points[i].tokens: …``, with the fix):
+    the analysis keys points by their count, so such a result cannot be analysed."""
+    problems: list[str] = []
+    seen: dict[int, int] = {}
+    for i, point in enumerate(points):
+        if point.tokens in seen:
+            problems.append(f"points[{i}].tokens: {point.tokens} repeats points[{seen[point.tokens]}].tokens; a "
+                            "result holds one point per token count: remove the repeated point (or re-run)")
+        seen.setdefault(point.tokens, i)
+    return problems
 
 
 SUMMARY_SCHEMA_VERSION: Final = "spx.dev/kernel-summary/v1"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -119,7 +120,7 @@ def parse_tokens(text: str) -> list[int]:
     """``"6,12,24"`` → ``[6, 12, 24]`` (spaces around the commas are allowed).
 
     Raises:
-        UsageError: a value that is not a whole number, or an empty entry (``8,,32``, a trailing comma).
+        UsageError: a value that is not a whole number in ASCII digits, or an empty entry (``8,,32``, a trailing comma).
     """
     if not text.strip():
         raise UsageError("--tokens: no token counts given (use e.g. --tokens 6,12,2048)")
@@ -129,10 +130,10 @@ def parse_tokens(text: str) -> list[int]:
         if not part:
             raise UsageError(f"--tokens {text[:80]!r}: entry {i + 1} of {len(parts)} is empty (two commas in a row, or "
                              "a comma at an end); give whole numbers separated by single commas, e.g. --tokens 6,12,2048")
-        try:
-            out.append(int(part))
-        except ValueError:
-            raise UsageError(f"--tokens: {part[:40]!r} is not a whole number (use e.g. --tokens 6,12,2048)") from None
+        if not re.fullmatch(r"[+-]?[0-9]+", part, flags=re.ASCII):  # (int() takes ٣٢ and 1_000 too)
+            raise UsageError(f"--tokens: {part[:40]!r} is not a whole number in the digits 0-9 (use e.g. "
+                             "--tokens 6,12,2048)")
+        out.append(int(part))
     return out
 
 

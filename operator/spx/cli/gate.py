@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -308,9 +309,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval", type=float, default=10.0, metavar="SECONDS", help="poll interval with --wait (default 10)"
     )
-    parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+    parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default=None,
                         help="output format (default text); json/yaml: one document, schema docs/schemas/gate.schema.json")
-    parser.add_argument("--json", action="store_true", help="the same as -o json")
+    parser.add_argument("--json", action="store_true", help="the same as -o json (not with another -o)")
 
 
 def document(result: GateResult) -> dict[str, Any]:
@@ -325,8 +326,15 @@ def run(args: argparse.Namespace) -> int:
     """Run the gate for parsed arguments; returns the exit code (0 Pass, 1 Fail, 2 undecided, 3 usage,
     4 unreachable). With ``--wait`` an unreachable cluster is retried until the deadline; a usage error
     (no such file or experiment) and a missing or malformed kubeconfig are not."""
-    if args.wait < 0 or args.interval <= 0:
-        print("spx gate: --wait must be >= 0 and --interval > 0", file=sys.stderr)
+    problem = None
+    if not math.isfinite(args.wait) or args.wait < 0:
+        problem = f"--wait must be a number of seconds >= 0, e.g. --wait 600 (got {args.wait})"
+    elif not math.isfinite(args.interval) or args.interval <= 0:
+        problem = f"--interval must be a number of seconds > 0, e.g. --interval 10 (got {args.interval})"
+    elif args.json and args.output not in (None, "json"):
+        problem = f"--json and -o {args.output} contradict each other: give one of them (--json is -o json)"
+    if problem is not None:
+        print(f"spx gate: {problem}", file=sys.stderr)
         return EXIT_USAGE
     deadline = time.monotonic() + args.wait
     while True:
@@ -334,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
         if result.decided or result.exit_code == EXIT_USAGE or not result.retry or time.monotonic() >= deadline:
             break
         time.sleep(max(0.1, min(args.interval, deadline - time.monotonic())))
-    fmt = "json" if args.json else args.output
+    fmt = "json" if args.json else args.output or "text"
     if fmt == "json":
         print(json.dumps(document(result), sort_keys=True))
     elif fmt == "yaml":

@@ -27,22 +27,29 @@ class LineProgress:
         self.stream = stream or sys.stderr
         self.total = 0
         self.done = 0
+        self.added = 0
         self.t0 = time.monotonic()
 
     def _say(self, text: str) -> None:
         self.stream.write(f"spx: {text}\n")
         self.stream.flush()
 
-    def start(self, total: int, nproc: int, device: str, estimate: RunEstimate | None) -> None:
-        """Print the start line (ranks, device, the estimate)."""
+    def start(self, total: int, nproc: int, device: str, estimate: RunEstimate | None, added: int = 0) -> None:
+        """Print the start line (ranks, device, the listed token counts and those sweep.refine may add, the estimate)."""
         self.total, self.t0 = total, time.monotonic()
         est = f"; estimate {estimate.describe(nproc)}" if estimate is not None else ""
-        self._say(f"starting {nproc} {device} rank(s) for {total} token counts{est}")
+        more = f" (+ up to {added} added by sweep.refine)" if added else ""
+        self._say(f"starting {nproc} {device} rank(s) for {total} token counts{more}{est}")
 
     def point(self, point: PointResult) -> None:
-        """Print one point's line."""
-        self.done += 1
-        self._say(f"[{self.done}/{self.total}] {_point_text(point)} ({time.monotonic() - self.t0:.0f} s)")
+        """Print one point's line: ``[i/N]`` for a listed count, ``[+i sweep.refine]`` for one the sweep added."""
+        if point.added_because is not None:
+            self.added += 1
+            where = f"+{self.added} sweep.refine"
+        else:
+            self.done += 1
+            where = f"{self.done}/{self.total}"
+        self._say(f"[{where}] {_point_text(point)} ({time.monotonic() - self.t0:.0f} s)")
 
     def stop(self) -> None:
         """Print nothing: the report follows."""
@@ -56,8 +63,9 @@ class BarProgress:
         self.bar: Any = None
         self.task: Any = None
 
-    def start(self, total: int, nproc: int, device: str, estimate: RunEstimate | None) -> None:
-        """Draw the bar; print the estimate above it."""
+    def start(self, total: int, nproc: int, device: str, estimate: RunEstimate | None, added: int = 0) -> None:
+        """Draw the bar over the ``total`` listed counts (one a sweep adds, of up to ``added``, widens it); print the
+        estimate above it."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         if estimate is not None:
@@ -70,6 +78,8 @@ class BarProgress:
     def point(self, point: PointResult) -> None:
         """Advance the bar."""
         if self.bar is not None:
+            if point.added_because is not None:  # (an adaptive sweep's own count)
+                self.bar.update(self.task, total=self.bar.tasks[0].total + 1)
             self.bar.update(self.task, advance=1, description=f"tokens={point.tokens} done")
 
     def stop(self) -> None:

@@ -16,6 +16,7 @@ from spx.api import (
     Environment,
     ExperimentSpec,
     ExperimentStatus,
+    KernelPoint,
     KernelResult,
     KernelStatus,
     ResultSummary,
@@ -24,10 +25,12 @@ from spx.api import (
     validate_spec,
 )
 from spx.api.exit_codes import EXIT_OK
+from spx.api.result import repeated_tokens
 from spx.cli.common import (
     UsageError,
     add_output_option,
     emit,
+    err_console,
     make_console,
     read_experiment,
     warn,
@@ -111,8 +114,9 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                         "measurement's TP and shapes are kept; a file that differs in them is warned about)")
     p.add_argument("--threshold-tokens", type=int, metavar="N", help="override spec.gate.thresholdTokens")
     p.add_argument("--plot", metavar="PATH",
-                   help="draw the plot to PATH (exit 3 when it cannot be written); default: DIR/crossover.png, only "
-                        "when DIR has none (a run's own plot is never replaced unless --plot names it)")
+                   help="draw the plot to PATH, with any -o (exit 3 when it cannot be written); default: DIR/crossover.png, only "
+                        "when DIR has none (a run's own plot is never replaced unless --plot names it); with -o json|yaml "
+                        "the plot line goes to stderr")
     p.add_argument("--no-plot", action="store_true", help="do not draw a plot (not with --plot)")
     add_output_option(p, "report.schema.json")
 
@@ -131,6 +135,27 @@ def load_json(path: Path) -> Any:
         raise UsageError(f"{path} is not a UTF-8 text file") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not JSON: {exc}") from None
+
+
+def is_status_document(data: Any) -> bool:
+    """Whether JSON ``data`` is an experiment's status (a run's status.json, whatever the file is called): no
+    ``schemaVersion`` and no ``points`` (a result's), and a status's ``phase``, ``conditions``, ``kernel`` or ``verdict``."""
+    return (isinstance(data, dict) and not data.get("schemaVersion") and "points" not in data
+            and bool({"phase", "conditions", "kernel", "verdict"} & data.keys()))
+
+
+def status_tp(points: list[KernelPoint], gpu_count: int | None) -> tuple[int, str]:
+    """The TP a status's points were split over, and how it was found: the TPs (1–64) for which every point's
+    ``rowsPerRank`` is ceil(tokens / TP), narrowed by the environment's GPU count; 8 (the default) when none fits."""
+    fits = [tp for tp in range(1, 65) if all(p.rows_per_rank == -(-p.tokens // tp) for p in points)]
+    if gpu_count is not None and gpu_count in fits:
+        return gpu_count, "the environment's gpuCount, which the points' rowsPerRank agree with"
+    if len(fits) == 1:
+        return fits[0], "from the points' rowsPerRank"
+    if fits:
+        return fits[0], f"the smallest that fits the points' rowsPerRank; TP{fits[1]}… fit too"
+    default = ExperimentSpec().parallelism.tensor_parallel_size
+    return default, "the default: no TP fits the points' rowsPerRank"
 
 
 def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source: str) -> list[str]:
@@ -173,12 +198,14 @@ def _report(args: argparse.Namespace) -> int:
     if not target.exists():
         raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
     directory = target if target.is_dir() else target.parent
-    result_path = target if target.is_file() and target.name != "status.json" else directory / "result.json"
-    status_path = target if target.is_file() and target.name == "status.json" else directory / "status.json"
+    is_status = target.is_file() and (target.name == "status.json" or is_status_document(load_json(target)))
+    result_path = target if target.is_file() and not is_status else directory / "result.json"
+    status_path = target if is_status else directory / "status.json"
     override = read_experiment(args.experiment) if args.experiment else None
 
     result: KernelResult | ResultSummary
     source: Path
+    status_warnings: list[str] = []
     if result_path.is_file():
         source = result_path
         try:
@@ -194,8 +221,14 @@ def _report(args: argparse.Namespace) -> int:
             raise SpecError(describe_validation_error(err), str(status_path)) from None
         if status.kernel is None or not status.kernel.points:
             raise UsageError(f"{status_path} has no kernel points to report")
-        spec, env, name = ExperimentSpec(), status.environment or Environment(), directory.name
-        result = ResultSummary(points=status.kernel.points, environment=env, world_size=1,
+        env, name = status.environment or Environment(), directory.name
+        tp, how = status_tp(status.kernel.points, env.gpu_count)
+        spec = validate_spec({"parallelism": {"tensorParallelSize": tp}}, source=str(status_path))
+        status_warnings.append(
+            f"{status_path} without its result.json records neither the experiment's name nor its spec: assumed name "
+            f"{name!r} (the directory), TP{tp} ({how}), and the default shapes and gate (thresholdTokens "
+            f"{spec.gate.threshold_tokens}); give the run's result.json, or --experiment FILE for its gate")
+        result = ResultSummary(points=status.kernel.points, environment=env, world_size=tp,
                                gemm_backend=status.kernel.gemm_backend or "?",
                                gather_source=status.kernel.gather_source or "measured",
                                timer=status.kernel.timer or "?", complete=status.phase != "Failed")
@@ -205,10 +238,12 @@ def _report(args: argparse.Namespace) -> int:
         raise UsageError(f"no result.json or status.json in {directory}")
     if not result.points:
         raise UsageError(f"{source} has no points to report")
-    warnings: list[str] = []
+    if repeated := repeated_tokens(result.points):
+        raise SpecError(repeated, str(source))
+    warnings: list[str] = status_warnings
     if override is not None:
         if isinstance(result, KernelResult):
-            warnings = relabel_warnings(spec, override.spec, args.experiment)
+            warnings += relabel_warnings(spec, override.spec, args.experiment)
         spec = spec.model_copy(update={"gate": override.spec.gate})
         if override.metadata.name != name:  # the measurement keeps its own name; the gate says whose it is
             name = f"{name} (gate of {override.metadata.name})"
@@ -221,28 +256,40 @@ def _report(args: argparse.Namespace) -> int:
 
     j = judge(result, spec)
     cpu = (result.device if isinstance(result, KernelResult) else None) == "cpu" or env.device == "cpu"
-    if args.output != "text":
+    tp = spec.parallelism.tensor_parallel_size
+    kernel = j.kernel or KernelStatus()
+    listed = set(spec.sweep.tokens)  # (an adaptive sweep adds counts of its own)
+    partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if j.partial else None
+    plot_args = dict(name=name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
+                     gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
+                     partial=partial)
+    if args.output != "text":  # the plot first (on stderr), so that a --plot that cannot be written is a problem
+        _plot(args, err_console(), kernel, directory, plot_args)
         emit(ReportDocument(
             experiment=name, source=str(source), partial=j.partial, verdict=j.verdict, measured_verdict=j.measured_verdict,
             decided_reason=j.reason, reasons=j.reasons, kernel=j.kernel, environment=env, cpu=cpu, warnings=warnings,
         ), args.output)
         return EXIT_OK
     console = make_console()
-    tp = spec.parallelism.tensor_parallel_size
-    kernel = j.kernel or KernelStatus()
-    listed = set(spec.sweep.tokens)  # (an adaptive sweep adds counts of its own)
-    partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if j.partial else None
     print_report(
         console, kernel, verdict=j.verdict, reasons=j.reasons,
         title=table_title(name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
         gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial,
     )
+    _plot(args, console, kernel, directory, plot_args)
+    return EXIT_OK
+
+
+def _plot(args: argparse.Namespace, console: Console, kernel: KernelStatus, directory: Path,
+          plot_args: dict[str, Any]) -> None:
+    """Draw the report's plot as ``--plot``/``--no-plot`` ask (the same in every output mode).
+
+    Raises:
+        UsageError: ``--plot PATH`` cannot be written.
+    """
     plot = Path(args.plot) if args.plot else directory / "crossover.png"
     if not args.plot and not args.no_plot and plot.exists():
         console.print(f"plot: {plot} (the run's own, kept; --plot PATH draws this report's)", highlight=False,
                       markup=False)
     elif not args.no_plot and kernel.points:
-        draw_plot(console, kernel, plot, name=name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
-                  gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
-                  partial=partial, asked=bool(args.plot))
-    return EXIT_OK
+        draw_plot(console, kernel, plot, asked=bool(args.plot), **plot_args)

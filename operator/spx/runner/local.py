@@ -52,8 +52,9 @@ PointCallback = Callable[[PointResult], None]
 class RunProgress(Protocol):
     """What a local run reports while it runs (the CLI's progress bar or progress lines)."""
 
-    def start(self, total: int, nproc: int, device: str, estimate: RunEstimate | None) -> None:
-        """The ranks are about to start: ``total`` token counts on ``nproc`` ``device`` ranks."""
+    def start(self, total: int, nproc: int, device: str, estimate: RunEstimate | None, added: int = 0) -> None:
+        """The ranks are about to start: ``total`` listed token counts on ``nproc`` ``device`` ranks, and up to
+        ``added`` more that an adaptive sweep (``sweep.refine``) may add (their points carry ``added_because``)."""
 
     def point(self, point: PointResult) -> None:
         """Rank 0 finished a token count."""
@@ -276,7 +277,7 @@ def run_local(
     watchdog = threading.Thread(target=_watchdog, name="spx-timeout", daemon=True)
     if progress is not None:
         refine = spec.sweep.refine  # an adaptive sweep adds at most maxAddedPoints counts
-        progress.start(len(spec.sweep.tokens) + (refine.max_added_points if refine else 0), n, device, est)
+        progress.start(len(spec.sweep.tokens), n, device, est, added=refine.max_added_points if refine else 0)
     try:
         with launcher_logging(log_dir), launch_environment(device, n):
             tail_thread.start()
