@@ -67,6 +67,11 @@ CASES = [
     ("verdict Pass, Decided BenchmarkFailed", status(phase="Failed", verdict="Pass", reason="BenchmarkFailed"), None,
      EXIT_UNDECIDED, True),
     ("verdict Pass, Decided Fail", status(verdict="Pass", reason="Fail"), None, EXIT_FAIL, True),
+    # fail closed: a Pass needs the Decided reason and the verdict field both (a hand-edited reason is not one)
+    ("verdict Inconclusive, Decided Pass", status(verdict="Inconclusive", reason="Pass"), None, EXIT_UNDECIDED, False),
+    ("verdict Fail, Decided Pass", status(verdict="Fail", reason="Pass"), None, EXIT_FAIL, True),
+    ("verdict garbage, Decided Pass", status(verdict="Pass", reason="Pass") | {"verdict": "Passed"}, None,
+     EXIT_UNDECIDED, False),
     ("Decided Pass while Running", status(phase="Running", verdict="Pass"), None, EXIT_UNDECIDED, False),
     ("reason only", {**status(reason="Fail"), "verdict": None}, None, EXIT_FAIL, True),
     ("empty", {}, None, EXIT_UNDECIDED, False),
@@ -86,6 +91,13 @@ def test_reasons_are_reported() -> None:
     assert "0.93×" in result.line()
     stale = decide(status(verdict="Pass", generation=1), "x", 2)
     assert "generation 1" in stale.message and "generation 2" in stale.message
+
+
+def test_a_pass_reason_against_another_verdict_says_why_it_is_not_a_pass() -> None:
+    result = decide(status(verdict="Inconclusive", reason="Pass"), "x")
+    assert result.exit_code == EXIT_UNDECIDED
+    assert "the Decided reason is 'Pass' but the verdict field says 'Inconclusive'" in result.message
+    assert not result.line().startswith("Pass")
 
 
 def spx_gate(*args: str) -> subprocess.CompletedProcess[str]:

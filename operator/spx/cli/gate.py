@@ -120,6 +120,11 @@ def decide(status: dict[str, Any] | None, source: str, generation: int | None = 
     if reason in EXIT_BY_VERDICT:
         msg = "; ".join(reasons) or decided_cond.get("message") or ""
         if verdict is not None and verdict != reason:
+            if reason == "Pass":  # fail closed: a Pass needs the verdict field to say Pass too
+                code = EXIT_BY_VERDICT.get(str(verdict), EXIT_UNDECIDED)
+                return GateResult(code, source, code != EXIT_UNDECIDED, str(verdict) if code != EXIT_UNDECIDED else None,
+                                  phase, reason, f"the Decided reason is 'Pass' but the verdict field says {verdict!r}: "
+                                  "a Pass needs both, so the status is not a Pass; " + msg, reasons)
             msg = f"the verdict field says {verdict!r} but the Decided reason is {reason!r}: the reason decides; " + msg
         return GateResult(EXIT_BY_VERDICT[reason], source, True, reason, phase, reason, msg, reasons)
     msg = decided_cond.get("message") or status.get("message") or ""
@@ -348,7 +353,7 @@ def run(args: argparse.Namespace) -> int:
     elif fmt == "yaml":
         import yaml
 
-        sys.stdout.write(yaml.safe_dump(document(result), sort_keys=True))
+        sys.stdout.write(yaml.safe_dump(document(result), sort_keys=True, allow_unicode=True))
     else:
         stream = sys.stderr if result.reason in ("Unreadable", "Unreachable") else sys.stdout
         print(result.line(), file=stream)
