@@ -174,3 +174,63 @@ def test_an_early_refusal_keeps_an_existing_out_directory(tmp_path: Path) -> Non
                           timeout=300)
     assert proc.returncode == EXIT_USAGE, proc.stderr
     assert out.is_dir() and list(out.iterdir()) == []
+
+
+def _closed_pipe() -> int:
+    """The write end of a pipe whose reader has gone (``… | head -1`` after its line): every write is EPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    return write_end
+
+
+def test_a_closed_stderr_does_not_fail_a_good_run(tmp_path: Path) -> None:
+    """``spx run ok.yaml 2>&1 >report.txt | head -1``: the progress lines are dropped quietly; the run finishes,
+    writes every file, prints its report on stdout and exits with its own code (rich's broken-pipe
+    ``SystemExit(1)`` and a dead progress thread used to leave only ``logs/`` and ``points.partial.jsonl``)."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(TINY)
+    out = tmp_path / "out"
+    stderr = _closed_pipe()
+    try:
+        proc = subprocess.run([SPX, "run", str(spec), "--out", str(out)], stdout=subprocess.PIPE, stderr=stderr,
+                              text=True, env=_env(), timeout=300)
+    finally:
+        os.close(stderr)
+    assert proc.returncode == EXIT_OK, proc.stdout
+    assert json.loads((out / "status.json").read_text())["phase"] == "Succeeded"
+    assert json.loads((out / "result.json").read_text())["complete"] is True
+    assert (out / "crossover.png").stat().st_size > 0
+    assert "tiny: TP2 on CPU" in proc.stdout and f"results: {out / 'status.json'}" in proc.stdout
+
+
+def test_jsonl_with_stdout_and_stderr_closed_still_writes_the_results(tmp_path: Path) -> None:
+    """``spx run ok.yaml --jsonl 2>&1 | head -1``: both streams are the closed pipe; the run still finishes."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(TINY)
+    out = tmp_path / "out"
+    both = _closed_pipe()
+    try:
+        proc = subprocess.run([SPX, "run", str(spec), "--out", str(out), "--jsonl"], stdout=both, stderr=both,
+                              env=_env(), timeout=300)
+    finally:
+        os.close(both)
+    assert proc.returncode == EXIT_OK
+    assert json.loads((out / "status.json").read_text())["phase"] == "Succeeded"
+    assert json.loads((out / "result.json").read_text())["complete"] is True
+    assert not (out / "points.partial.jsonl").exists()
+
+
+def test_a_refused_run_with_a_closed_stderr_keeps_its_exit_code(tmp_path: Path) -> None:
+    """The error line cannot be shown, but the exit code is still the refusal's (3), not rich's 1."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "huge.yaml"
+    spec.write_text(HUGE)
+    stderr = _closed_pipe()
+    try:
+        proc = subprocess.run([SPX, "run", str(spec), "--out", str(tmp_path / "out")], stdout=subprocess.PIPE,
+                              stderr=stderr, text=True, env=_env(), timeout=300)
+    finally:
+        os.close(stderr)
+    assert proc.returncode == EXIT_USAGE, proc.stdout
