@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from collections.abc import Callable
@@ -36,7 +37,21 @@ class UnreachableError(Exception):
     """The cluster could not be reached or refused access (exit code 4, ``EXIT_UNREACHABLE``)."""
 
 
-class PipeConsole(Console):
+class SpxConsole(Console):
+    """A rich console whose closed stream (``spx … | head -1``) raises :class:`BrokenPipeError`.
+
+    rich catches the error of a write to a pipe whose reader has gone and raises ``SystemExit(1)``
+    (:meth:`rich.console.Console.on_broken_pipe`), which would slip past ``spx``'s handling of a closed
+    stream (exit 141, or ``spx run`` going on: :mod:`spx.cli.streams`) and exit 1, "Fail". Here the
+    error goes on as itself.
+    """
+
+    def on_broken_pipe(self) -> None:
+        """Raise :class:`BrokenPipeError` (rich: ``SystemExit(1)``); ``spx.cli.main`` handles it."""
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+class PipeConsole(SpxConsole):
     """The console of output that is not a terminal (pipes, logs, files): a line of text is never
     hard-wrapped (``soft_wrap``), so a long note or reason stays one line for ``grep`` and for the viewer's
     own wrapping; a table gets its natural width, at least the console's (:data:`PIPE_WIDTH`) and at most
@@ -63,9 +78,9 @@ class PipeConsole(Console):
 
 
 def make_console(stderr: bool = False) -> Console:
-    """A rich console on stdout or stderr; when not a terminal a :class:`PipeConsole` (tables in
-    :data:`PIPE_WIDTH` columns, text lines not wrapped)."""
-    console = Console(stderr=stderr)
+    """A rich console (:class:`SpxConsole`) on stdout or stderr; when not a terminal a :class:`PipeConsole`
+    (tables in :data:`PIPE_WIDTH` columns, text lines not wrapped)."""
+    console: Console = SpxConsole(stderr=stderr)
     if not console.is_terminal:
         console = PipeConsole(stderr=stderr, width=PIPE_WIDTH)
     return console
