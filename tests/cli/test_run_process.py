@@ -234,3 +234,71 @@ def test_a_refused_run_with_a_closed_stderr_keeps_its_exit_code(tmp_path: Path) 
     finally:
         os.close(stderr)
     assert proc.returncode == EXIT_USAGE, proc.stdout
+
+
+def _earlier_run(out: Path) -> dict[str, str]:
+    """An earlier run's files in ``out`` (their content is what a refused ``--overwrite`` must keep)."""
+    files = {"result.json": '{"earlier": "result"}\n', "status.json": '{"earlier": "status"}\n',
+             "crossover.png": "png", "logs/rank0.stderr.log": "earlier log\n"}
+    for name, text in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    return files
+
+
+def _files(out: Path) -> dict[str, str]:
+    return {str(p.relative_to(out)): p.read_bytes().decode(errors="replace") for p in out.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(("spec_text", "flags"), [(TINY, ["--nproc", "1"]), (HUGE, [])], ids=["gloo-1-rank", "too-big"])
+def test_a_refused_overwrite_keeps_the_earlier_run(tmp_path: Path, spec_text: str, flags: list[str]) -> None:
+    """``--overwrite`` with a run refused by its pre-start checks (gloo needs 2 ranks; a sweep this host cannot
+    hold): exit 3 and the earlier run's files are all still there, unchanged (they used to be deleted first)."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text)
+    out = tmp_path / "out"
+    earlier = _earlier_run(out)
+    proc = subprocess.run([SPX, "run", str(spec), "--out", str(out), "--overwrite", *flags], capture_output=True,
+                          text=True, env=_env(), timeout=300)
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert _files(out) == earlier
+    assert f"nothing was measured: the earlier run in {out} is kept" in proc.stderr
+
+
+def test_ctrl_c_before_the_first_point_keeps_the_earlier_run(tmp_path: Path) -> None:
+    """``--overwrite``, then Ctrl-C once the ranks are started, long before the first of SLOW's points: exit 130
+    and the earlier run comes back in place of the empty one."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "slow.yaml"
+    spec.write_text(SLOW)
+    out = tmp_path / "out"
+    earlier = _earlier_run(out)
+    proc = subprocess.Popen([SPX, "run", str(spec), "--out", str(out), "--overwrite"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _ranks_started(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling for an event (the ranks' processes), bounded by the deadline
+        assert _ranks_started(proc.pid), "the ranks were never started"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert _files(out) == earlier, err
+
+
+def test_an_overwrite_that_measures_replaces_the_earlier_run(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(TINY)
+    out = tmp_path / "out"
+    _earlier_run(out)
+    proc = subprocess.run([SPX, "run", str(spec), "--out", str(out), "--overwrite"], capture_output=True, text=True,
+                          env=_env(), timeout=300)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert json.loads((out / "result.json").read_text())["complete"] is True
+    assert "earlier log\n" not in _files(out).values() and not (out / ".spx-replaced").exists()
