@@ -39,8 +39,8 @@ def locked(out: Path) -> Iterator[Path]:
     before it wrote anything, e.g. a GPU-sized spec on a CPU, leaves no empty ``--out`` behind).
 
     Raises:
-        UsageError: ``out`` is a file, cannot be created, or another run holds its lock (the message names
-            its pid and start time).
+        UsageError: ``out`` is a file, cannot be created or written (its lock file), or another run holds its
+            lock (the message names its pid and start time).
     """
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a directory")
@@ -64,7 +64,12 @@ def locked(out: Path) -> Iterator[Path]:
 def _lock(out: Path) -> Iterator[None]:
     path = out / LOCK_FILE
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a read-only file system, no write permission, a folder named .spx.lock
+            fix = f"remove the folder {path}" if isinstance(exc, IsADirectoryError) else f"make {out} writable"
+            raise UsageError(f"--out {out} is not writable: {exc.strerror or exc} (its lock file {path} cannot be "
+                             f"created); {fix}, or choose another --out") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
