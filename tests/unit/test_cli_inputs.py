@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,22 @@ def test_a_read_only_out_is_refused_naming_it(tmp_path: Path, capsys: pytest.Cap
     err = " ".join(capsys.readouterr().err.split())
     assert f"error: --out {out} is not writable: Permission denied" in err, err
     assert f"make {out} writable, or choose another --out" in err
+
+
+# ---------------------------------------------------------------- an endless input is read only up to the limit
+
+
+@pytest.mark.parametrize("stdin", [False, True], ids=["path", "stdin"])
+def test_an_endless_input_is_refused_after_the_limit_plus_one_byte(
+    stdin: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``spx validate /dev/zero`` and ``spx validate - </dev/zero`` read GBs before the 256 KiB limit was checked;
+    now they read 256 KiB + 1 byte and stop (the test ends because the read is bounded: /dev/zero never ends)."""
+    with open("/dev/zero", encoding="utf-8") as zero:
+        if stdin:
+            monkeypatch.setattr(sys, "stdin", zero)
+        assert main(["validate", "-" if stdin else "/dev/zero"]) == EXIT_USAGE
+    err = " ".join(capsys.readouterr().err.split())
+    name = "<stdin>" if stdin else "/dev/zero"
+    assert f"error: {name}: more than 262,144 bytes (read no further), over the 262,144-byte limit of an " \
+           "experiment YAML" in err, err

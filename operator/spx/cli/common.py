@@ -7,7 +7,6 @@ import errno
 import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -18,6 +17,7 @@ from rich.table import Table
 
 from spx.api import Experiment, ExperimentSpec, SpecError, dump_model, load_experiment, validate_spec
 from spx.api.exit_codes import EXIT_USAGE
+from spx.api.loading import MAX_DOCUMENT_BYTES
 
 DEFAULT_OUT_ROOT = "spx-runs"
 #: Width of output that is not a terminal (pipes, logs, tests); text lines are not wrapped there at all and a
@@ -100,18 +100,32 @@ def warn(message: str) -> None:
 STDIN = "-"
 
 
-def read_text(path: str, what: str = "an experiment YAML") -> str:
-    """The UTF-8 text of ``path``; ``-`` reads standard input to its end.
+#: The most bytes read of a CSV table or a run's ``result.json`` (``spx predict``): far above any real one.
+MAX_TABLE_BYTES = 64 << 20
+
+
+def read_text(path: str, what: str = "an experiment YAML", limit: int = MAX_DOCUMENT_BYTES,
+              hint: str = " (a real one is a few KiB; list at most 64 token counts)") -> str:
+    """The UTF-8 text of ``path``; ``-`` reads standard input. At most ``limit + 1`` bytes are read, so
+    ``/dev/zero`` or an endless pipe is refused at once (the default ``limit`` is an experiment document's,
+    :data:`spx.api.loading.MAX_DOCUMENT_BYTES`); ``hint`` follows ``what`` in that refusal.
 
     Raises:
-        UsageError: it can't be read or is not UTF-8 text.
+        UsageError: it can't be read, is over ``limit`` bytes, or is not UTF-8 text.
     """
     try:
         if path == STDIN:
-            return sys.stdin.buffer.read().decode("utf-8")
-        return Path(path).read_text(encoding="utf-8")
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise UsageError(f"{source_name(path)}: more than {limit:,} bytes (read no further), over the {limit:,}-byte "
+                         f"limit of {what}{hint}: is this the right file?")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not a UTF-8 text file: give {what}") from None
 
