@@ -263,7 +263,8 @@ def test_a_refused_overwrite_keeps_the_earlier_run(tmp_path: Path, spec_text: st
                           text=True, env=_env(), timeout=300)
     assert proc.returncode == EXIT_USAGE, proc.stderr
     assert _files(out) == earlier
-    assert f"nothing was measured: the earlier run in {out} is kept" in proc.stderr
+    assert f"nothing was measured: the earlier run in {out} is kept (this run's empty result and logs are dropped)" \
+        in proc.stderr
 
 
 def test_ctrl_c_before_the_first_point_keeps_the_earlier_run(tmp_path: Path) -> None:

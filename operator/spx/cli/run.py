@@ -109,8 +109,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             keep_new = outdir.measured(out) or code not in (None, EXIT_INTERRUPTED)
             outdir.settle(out, aside, keep_new=keep_new)
             if aside is not None and not keep_new:
-                err_console().print(f"nothing was measured: the earlier run in {out} is kept", highlight=False,
-                                    markup=False, soft_wrap=True)
+                err_console().print(f"nothing was measured: the earlier run in {out} is kept (this run's empty "
+                                    "result and logs are dropped)", highlight=False, markup=False, soft_wrap=True)
 
 
 def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: Path) -> int:
