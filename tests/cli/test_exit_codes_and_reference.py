@@ -185,3 +185,26 @@ def test_a_closed_stdout_stops_quietly_with_141(tmp_path: Path, args: list[str],
     assert proc.wait(timeout=120) == EXIT_PIPE, err
     assert line.decode().rstrip("\n") == first_line
     assert err == ""
+
+
+@pytest.mark.parametrize("args", [["report", "{run}", "--no-plot"], ["predict"], ["validate", "{big}"], ["crd"]],
+                         ids=["report", "predict", "validate", "crd"])
+def test_every_command_exits_141_on_a_stdout_closed_before_it_writes(tmp_path: Path, args: list[str]) -> None:
+    """The reader has gone before the first byte (a pipe whose read end is closed): every write fails, so the
+    outcome does not depend on a pipe buffer or on timing. rich's consoles used to turn the broken pipe into
+    ``SystemExit(1)`` ("Fail") for ``spx report`` and ``spx predict``; every command exits 141 now, silently."""
+    from spx_testing.factories import kernel_result
+
+    big = tmp_path / "big.yaml"
+    big.write_text(BIG)
+    (tmp_path / "result.json").write_text(kernel_result(tp=2).model_dump_json(by_alias=True))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPX_FAULT_INJECT")}
+    try:
+        proc = subprocess.run([SPX, *(a.format(big=big, run=tmp_path) for a in args)], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120, env=env, cwd=REPO)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == EXIT_PIPE, proc.stderr
+    assert proc.stderr == ""

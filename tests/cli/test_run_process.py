@@ -174,3 +174,132 @@ def test_an_early_refusal_keeps_an_existing_out_directory(tmp_path: Path) -> Non
                           timeout=300)
     assert proc.returncode == EXIT_USAGE, proc.stderr
     assert out.is_dir() and list(out.iterdir()) == []
+
+
+def _closed_pipe() -> int:
+    """The write end of a pipe whose reader has gone (``… | head -1`` after its line): every write is EPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    return write_end
+
+
+def test_a_closed_stderr_does_not_fail_a_good_run(tmp_path: Path) -> None:
+    """``spx run ok.yaml 2>&1 >report.txt | head -1``: the progress lines are dropped quietly; the run finishes,
+    writes every file, prints its report on stdout and exits with its own code (rich's broken-pipe
+    ``SystemExit(1)`` and a dead progress thread used to leave only ``logs/`` and ``points.partial.jsonl``)."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(TINY)
+    out = tmp_path / "out"
+    stderr = _closed_pipe()
+    try:
+        proc = subprocess.run([SPX, "run", str(spec), "--out", str(out)], stdout=subprocess.PIPE, stderr=stderr,
+                              text=True, env=_env(), timeout=300)
+    finally:
+        os.close(stderr)
+    assert proc.returncode == EXIT_OK, proc.stdout
+    assert json.loads((out / "status.json").read_text())["phase"] == "Succeeded"
+    assert json.loads((out / "result.json").read_text())["complete"] is True
+    assert (out / "crossover.png").stat().st_size > 0
+    assert "tiny: TP2 on CPU" in proc.stdout and f"results: {out / 'status.json'}" in proc.stdout
+
+
+def test_jsonl_with_stdout_and_stderr_closed_still_writes_the_results(tmp_path: Path) -> None:
+    """``spx run ok.yaml --jsonl 2>&1 | head -1``: both streams are the closed pipe; the run still finishes."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(TINY)
+    out = tmp_path / "out"
+    both = _closed_pipe()
+    try:
+        proc = subprocess.run([SPX, "run", str(spec), "--out", str(out), "--jsonl"], stdout=both, stderr=both,
+                              env=_env(), timeout=300)
+    finally:
+        os.close(both)
+    assert proc.returncode == EXIT_OK
+    assert json.loads((out / "status.json").read_text())["phase"] == "Succeeded"
+    assert json.loads((out / "result.json").read_text())["complete"] is True
+    assert not (out / "points.partial.jsonl").exists()
+
+
+def test_a_refused_run_with_a_closed_stderr_keeps_its_exit_code(tmp_path: Path) -> None:
+    """The error line cannot be shown, but the exit code is still the refusal's (3), not rich's 1."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "huge.yaml"
+    spec.write_text(HUGE)
+    stderr = _closed_pipe()
+    try:
+        proc = subprocess.run([SPX, "run", str(spec), "--out", str(tmp_path / "out")], stdout=subprocess.PIPE,
+                              stderr=stderr, text=True, env=_env(), timeout=300)
+    finally:
+        os.close(stderr)
+    assert proc.returncode == EXIT_USAGE, proc.stdout
+
+
+def _earlier_run(out: Path) -> dict[str, str]:
+    """An earlier run's files in ``out`` (their content is what a refused ``--overwrite`` must keep)."""
+    files = {"result.json": '{"earlier": "result"}\n', "status.json": '{"earlier": "status"}\n',
+             "crossover.png": "png", "logs/rank0.stderr.log": "earlier log\n"}
+    for name, text in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    return files
+
+
+def _files(out: Path) -> dict[str, str]:
+    return {str(p.relative_to(out)): p.read_bytes().decode(errors="replace") for p in out.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(("spec_text", "flags"), [(TINY, ["--nproc", "1"]), (HUGE, [])], ids=["gloo-1-rank", "too-big"])
+def test_a_refused_overwrite_keeps_the_earlier_run(tmp_path: Path, spec_text: str, flags: list[str]) -> None:
+    """``--overwrite`` with a run refused by its pre-start checks (gloo needs 2 ranks; a sweep this host cannot
+    hold): exit 3 and the earlier run's files are all still there, unchanged (they used to be deleted first)."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text)
+    out = tmp_path / "out"
+    earlier = _earlier_run(out)
+    proc = subprocess.run([SPX, "run", str(spec), "--out", str(out), "--overwrite", *flags], capture_output=True,
+                          text=True, env=_env(), timeout=300)
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert _files(out) == earlier
+    assert f"nothing was measured: the earlier run in {out} is kept (this run's empty result and logs are dropped)" \
+        in proc.stderr
+
+
+def test_ctrl_c_before_the_first_point_keeps_the_earlier_run(tmp_path: Path) -> None:
+    """``--overwrite``, then Ctrl-C once the ranks are started, long before the first of SLOW's points: exit 130
+    and the earlier run comes back in place of the empty one."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "slow.yaml"
+    spec.write_text(SLOW)
+    out = tmp_path / "out"
+    earlier = _earlier_run(out)
+    proc = subprocess.Popen([SPX, "run", str(spec), "--out", str(out), "--overwrite"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _ranks_started(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)  # polling for an event (the ranks' processes), bounded by the deadline
+        assert _ranks_started(proc.pid), "the ranks were never started"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert _files(out) == earlier, err
+
+
+def test_an_overwrite_that_measures_replaces_the_earlier_run(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(TINY)
+    out = tmp_path / "out"
+    _earlier_run(out)
+    proc = subprocess.run([SPX, "run", str(spec), "--out", str(out), "--overwrite"], capture_output=True, text=True,
+                          env=_env(), timeout=300)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert json.loads((out / "result.json").read_text())["complete"] is True
+    assert "earlier log\n" not in _files(out).values() and not (out / ".spx-replaced").exists()

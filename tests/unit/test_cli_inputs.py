@@ -5,6 +5,8 @@ re-analyses a made-up result)."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -214,3 +216,53 @@ def test_an_unexpected_argument_shows_the_subcommands_usage(
     assert main(args) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith(f"usage: spx {args[0]} ") and f"spx {args[0]}: error: unrecognized arguments: " in err, err
+
+
+# ---------------------------------------------------------------- an --out whose lock file cannot be created
+
+
+def test_an_out_whose_lock_file_is_a_folder_is_refused_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``OUT/.spx.lock`` is a folder: the lock cannot be created; exit 3 with the option, the reason and the fix
+    (it was an ``IsADirectoryError`` traceback, exit 1)."""
+    out = tmp_path / "out"
+    (out / ".spx.lock").mkdir(parents=True)
+    assert main(["run", str(QUICKSTART), "--out", str(out), "--tokens", "8"]) == EXIT_USAGE
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: --out {out} is not writable: Is a directory" in err, err
+    assert f"remove the folder {out / '.spx.lock'}, or choose another --out" in err
+    assert [p.name for p in out.iterdir()] == [".spx.lock"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder anyway")
+def test_a_read_only_out_is_refused_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        assert main(["run", str(QUICKSTART), "--out", str(out), "--tokens", "8"]) == EXIT_USAGE
+    finally:
+        out.chmod(0o755)
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: --out {out} is not writable: Permission denied" in err, err
+    assert f"make {out} writable, or choose another --out" in err
+
+
+# ---------------------------------------------------------------- an endless input is read only up to the limit
+
+
+@pytest.mark.parametrize("stdin", [False, True], ids=["path", "stdin"])
+def test_an_endless_input_is_refused_after_the_limit_plus_one_byte(
+    stdin: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``spx validate /dev/zero`` and ``spx validate - </dev/zero`` read GBs before the 256 KiB limit was checked;
+    now they read 256 KiB + 1 byte and stop (the test ends because the read is bounded: /dev/zero never ends)."""
+    with open("/dev/zero", encoding="utf-8") as zero:
+        if stdin:
+            monkeypatch.setattr(sys, "stdin", zero)
+        assert main(["validate", "-" if stdin else "/dev/zero"]) == EXIT_USAGE
+    err = " ".join(capsys.readouterr().err.split())
+    name = "<stdin>" if stdin else "/dev/zero"
+    assert f"error: {name}: more than 262,144 bytes (read no further), over the 262,144-byte limit of an " \
+           "experiment YAML" in err, err

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from spx.api import ExperimentSpec
@@ -56,6 +59,57 @@ def test_gpu_memory_check() -> None:
         check_fits(spec([8, 10_000_000]), "cuda", 8, device_asked=False, available=141 * GiB)
     assert check_fits(spec([8, 16384]), "cuda", 8, device_asked=False, available=141 * GiB).seconds is None
 
+
+
+# A projection within the validator's limits but too big for the host: refused before anything is allocated -----
+
+#: examples/quickstart.yaml with hiddenSize 65536 and outputSizes [65536, 65536] in bf16: 16 GiB of bf16 weight,
+#: 32 GiB as the fp32 draw the calibration GEMM used to make before the memory check.
+HUGE_PROJECTION = {"hiddenSize": 65536, "outputSizes": [65536, 65536], "weightFormat": "bf16",
+                   "activationDtype": "bfloat16"}
+
+
+def _max_rss_of(code: str) -> tuple[int, str, int]:
+    """Run ``code`` in a fresh interpreter; its exit code, stdout and peak resident memory (bytes, Linux)."""
+    script = code + "\nimport resource, sys\nsys.stderr.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, int(proc.stderr.strip().splitlines()[-1]) * 1024
+
+
+def test_a_projection_this_host_cannot_hold_is_refused_before_any_allocation() -> None:
+    """``check_fits`` used to calibrate the CPU first (a 32 GiB fp32 weight: ``DefaultCPUAllocator`` crash, exit
+    1); the memory estimate now refuses it with the number and the fix, and the process never grows."""
+    code = f"""
+from spx.api import ExperimentSpec
+from spx.runner.sizing import RunnerError, check_fits
+s = ExperimentSpec.model_validate({{"projection": {HUGE_PROJECTION!r}, "sweep": {{"tokens": [8]}},
+                                    "kernel": {{"device": "cpu", "timer": "host", "gather": "gloo"}}}})
+try:
+    check_fits(s, "cpu", 2, device_asked=True, available=16 << 30)
+except RunnerError as err:
+    print(err)
+"""
+    rc, out, rss = _max_rss_of(code)
+    assert rc == 0, out
+    assert out.startswith("a run this machine cannot hold: the sweep needs ≈ 48.8 GiB (24.4 GiB per rank × 2, at 8 "
+                          "tokens) of memory, more than this host can hold (16.0 GiB available): the weights alone "
+                          "need 24.0 GiB per rank (hiddenSize 65,536 × outputSizes total 131,072): use a smaller "
+                          "spec.projection"), out
+    assert rss < 1 * GiB, rss
+
+
+def test_the_calibration_draws_a_bounded_slice_of_a_huge_projection() -> None:
+    """A projection that fits is calibrated on at most ``CALIBRATION_MAX_WEIGHT`` weight elements in its own dtype."""
+    pytest.importorskip("torch")
+    code = f"""
+from spx.api import ExperimentSpec
+from spx.runner.sizing import calibrate_cpu_gflops
+s = ExperimentSpec.model_validate({{"projection": {HUGE_PROJECTION!r}, "sweep": {{"tokens": [8]}}}})
+print(calibrate_cpu_gflops(s, seconds=0.01))
+"""
+    rc, out, rss = _max_rss_of(code)
+    assert rc == 0 and float(out) > 0, out
+    assert rss < 2 * GiB, rss  # torch itself, 1 MiB of activations and a 32 MiB slice of the 16 GiB weight
 
 # The gather with fewer ranks than TP: modelled only when asked for (auto, modelled), else refused ------------
 

@@ -9,6 +9,7 @@ Exit codes: one table for every command, :mod:`spx.api.exit_codes` (``docs/cli.m
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from rich.markup import escape
@@ -18,7 +19,7 @@ from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREAC
 from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (importing registers their commands)
 from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
 from spx.cli.registry import COMMANDS, build_parser, command
-from spx.cli.streams import pipe_safe_stdout, stdout_closed
+from spx.cli.streams import pipe_safe_streams, stdout_closed
 
 
 def _error(message: str) -> None:
@@ -29,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``spx`` console script; returns the exit code (:mod:`spx.api.exit_codes`).
 
     Usage errors (argparse's own included) are 3, an unreachable cluster 4, Ctrl-C 130 with one line, a
-    closed stdout 141 and nothing printed (``spx run`` and ``spx serving`` go on: :mod:`spx.cli.streams`).
+    closed stdout or stderr 141 and nothing printed (``spx run`` and ``spx serving`` go on, write their files
+    and exit with their own code: :mod:`spx.cli.streams`).
     """
     try:
         parser = build_parser()
@@ -38,9 +40,18 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exc:  # argparse: --help → 0, bad usage → 2 (ours: 3)
             sys.stdout.flush()
             return EXIT_OK if exc.code in (0, None) else EXIT_USAGE
-        if COMMANDS[args.command].outlives_stdout:
-            with pipe_safe_stdout():  # `spx run … | head -1`: a closed reader drops output, not the run
-                return int(args.handler(args))
+    except BrokenPipeError:  # `spx --help | head -1`
+        return stdout_closed()
+    if COMMANDS[args.command].outlives_stdout:
+        # `spx run … 2>&1 | head -1`: a closed reader drops output, not the run (nor its error message's exit code)
+        with pipe_safe_streams():
+            return _dispatch(args)
+    return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed command; map its errors to exit codes (:func:`main`)."""
+    try:
         code = int(args.handler(args))
         sys.stdout.flush()  # a reader that has gone shows here, not in the interpreter's last flush
         return code

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import re
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -18,6 +18,7 @@ from rich.table import Table
 
 from spx.api import Experiment, ExperimentSpec, SpecError, dump_model, load_experiment, validate_spec
 from spx.api.exit_codes import EXIT_USAGE
+from spx.api.loading import MAX_DOCUMENT_BYTES
 
 DEFAULT_OUT_ROOT = "spx-runs"
 #: Width of output that is not a terminal (pipes, logs, tests); text lines are not wrapped there at all and a
@@ -37,7 +38,21 @@ class UnreachableError(Exception):
     """The cluster could not be reached or refused access (exit code 4, ``EXIT_UNREACHABLE``)."""
 
 
-class PipeConsole(Console):
+class SpxConsole(Console):
+    """A rich console whose closed stream (``spx … | head -1``) raises :class:`BrokenPipeError`.
+
+    rich catches the error of a write to a pipe whose reader has gone and raises ``SystemExit(1)``
+    (:meth:`rich.console.Console.on_broken_pipe`), which would slip past ``spx``'s handling of a closed
+    stream (exit 141, or ``spx run`` going on: :mod:`spx.cli.streams`) and exit 1, "Fail". Here the
+    error goes on as itself.
+    """
+
+    def on_broken_pipe(self) -> None:
+        """Raise :class:`BrokenPipeError` (rich: ``SystemExit(1)``); ``spx.cli.main`` handles it."""
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+class PipeConsole(SpxConsole):
     """The console of output that is not a terminal (pipes, logs, files): a line of text is never
     hard-wrapped (``soft_wrap``), so a long note or reason stays one line for ``grep`` and for the viewer's
     own wrapping; a table gets its natural width, at least the console's (:data:`PIPE_WIDTH`) and at most
@@ -64,9 +79,9 @@ class PipeConsole(Console):
 
 
 def make_console(stderr: bool = False) -> Console:
-    """A rich console on stdout or stderr; when not a terminal a :class:`PipeConsole` (tables in
-    :data:`PIPE_WIDTH` columns, text lines not wrapped)."""
-    console = Console(stderr=stderr)
+    """A rich console (:class:`SpxConsole`) on stdout or stderr; when not a terminal a :class:`PipeConsole`
+    (tables in :data:`PIPE_WIDTH` columns, text lines not wrapped)."""
+    console: Console = SpxConsole(stderr=stderr)
     if not console.is_terminal:
         console = PipeConsole(stderr=stderr, width=PIPE_WIDTH)
     return console
@@ -86,18 +101,32 @@ def warn(message: str) -> None:
 STDIN = "-"
 
 
-def read_text(path: str, what: str = "an experiment YAML") -> str:
-    """The UTF-8 text of ``path``; ``-`` reads standard input to its end.
+#: The most bytes read of a CSV table or a run's ``result.json`` (``spx predict``): far above any real one.
+MAX_TABLE_BYTES = 64 << 20
+
+
+def read_text(path: str, what: str = "an experiment YAML", limit: int = MAX_DOCUMENT_BYTES,
+              hint: str = " (a real one is a few KiB; list at most 64 token counts)") -> str:
+    """The UTF-8 text of ``path``; ``-`` reads standard input. At most ``limit + 1`` bytes are read, so
+    ``/dev/zero`` or an endless pipe is refused at once (the default ``limit`` is an experiment document's,
+    :data:`spx.api.loading.MAX_DOCUMENT_BYTES`); ``hint`` follows ``what`` in that refusal.
 
     Raises:
-        UsageError: it can't be read or is not UTF-8 text.
+        UsageError: it can't be read, is over ``limit`` bytes, or is not UTF-8 text.
     """
     try:
         if path == STDIN:
-            return sys.stdin.buffer.read().decode("utf-8")
-        return Path(path).read_text(encoding="utf-8")
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise UsageError(f"{source_name(path)}: more than {limit:,} bytes (read no further), over the {limit:,}-byte "
+                         f"limit of {what}{hint}: is this the right file?")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not a UTF-8 text file: give {what}") from None
 

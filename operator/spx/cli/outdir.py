@@ -1,5 +1,10 @@
 """A run's output folder: locked for the run's lifetime, earlier results replaced only when asked.
 
+``--overwrite`` moves the earlier run's files aside (``OUT/.spx-replaced``, :func:`prepare`) instead of
+deleting them; :func:`settle` deletes them once the new run has something of its own to keep, and moves them
+back when it was refused before it started or interrupted before it measured a point (a refused or empty run
+never deletes earlier results).
+
 The lock is ``OUT/.spx.lock``, an ``fcntl.flock`` exclusive lock held by the ``spx run`` process until it
 exits (the kernel releases it even when the process is killed, so a crashed run never leaves a stale
 lock). The file records the holder's pid and start time for the error message of a second run. A run
@@ -20,8 +25,10 @@ from spx.api.base import utc_now
 from spx.cli.common import UsageError
 
 LOCK_FILE = ".spx.lock"
-#: Files a run writes into --out; an earlier run's are cleared by --overwrite (never others).
+#: Files a run writes into --out; an earlier run's are replaced by --overwrite (never others).
 RUN_OUTPUTS = ("result.json", "status.json", "crossover.png", "points.partial.jsonl", "serving")
+#: Where ``--overwrite`` keeps the earlier run until the new one has replaced it (:func:`settle`).
+REPLACED_DIR = ".spx-replaced"
 
 
 @contextlib.contextmanager
@@ -32,8 +39,8 @@ def locked(out: Path) -> Iterator[Path]:
     before it wrote anything, e.g. a GPU-sized spec on a CPU, leaves no empty ``--out`` behind).
 
     Raises:
-        UsageError: ``out`` is a file, cannot be created, or another run holds its lock (the message names
-            its pid and start time).
+        UsageError: ``out`` is a file, cannot be created or written (its lock file), or another run holds its
+            lock (the message names its pid and start time).
     """
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a directory")
@@ -57,7 +64,12 @@ def locked(out: Path) -> Iterator[Path]:
 def _lock(out: Path) -> Iterator[None]:
     path = out / LOCK_FILE
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a read-only file system, no write permission, a folder named .spx.lock
+            fix = f"remove the folder {path}" if isinstance(exc, IsADirectoryError) else f"make {out} writable"
+            raise UsageError(f"--out {out} is not writable: {exc.strerror or exc} (its lock file {path} cannot be "
+                             f"created); {fix}, or choose another --out") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -86,25 +98,63 @@ def _lock(out: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def prepare(out: Path, overwrite: bool) -> None:
-    """Refuse to mix two runs in one directory; with ``overwrite``, clear the earlier run's files.
+def prepare(out: Path, overwrite: bool) -> Path | None:
+    """Refuse to mix two runs in one directory; with ``overwrite``, move the earlier run's files (and its
+    ``logs/``) aside into ``OUT/.spx-replaced`` and return that folder (``None``: nothing to replace).
 
-    Call with the lock held (:func:`locked`).
+    Call with the lock held (:func:`locked`), then :func:`settle` the returned folder.
 
     Raises:
         UsageError: ``out`` holds an earlier run and ``overwrite`` is false.
     """
     earlier = [name for name in RUN_OUTPUTS if (out / name).exists()]
     if not earlier:
-        return
+        return None
     if not overwrite:
         raise UsageError(
             f"--out {out} already holds a run ({', '.join(earlier)}); pass --overwrite to replace it, "
             "or choose another --out"
         )
-    for name in earlier:
-        if (out / name).is_dir():
-            shutil.rmtree(out / name)
-        else:
-            (out / name).unlink()
-    shutil.rmtree(out / "logs", ignore_errors=True)
+    aside = out / REPLACED_DIR
+    shutil.rmtree(aside, ignore_errors=True)  # left by a run that was killed (SIGKILL) before it settled
+    aside.mkdir()
+    for name in (*earlier, "logs"):
+        if (out / name).exists():
+            os.rename(out / name, aside / name)
+    return aside
+
+
+def measured(out: Path) -> bool:
+    """Whether the run in ``out`` measured at least one point (a line in ``points.partial.jsonl``, or points
+    in ``result.json``)."""
+    import json
+
+    with contextlib.suppress(OSError):
+        if (out / "points.partial.jsonl").read_bytes().strip():
+            return True
+    try:
+        return bool(json.loads((out / "result.json").read_text(encoding="utf-8")).get("points"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def settle(out: Path, aside: Path | None, *, keep_new: bool) -> None:
+    """End the replacement :func:`prepare` began: with ``keep_new`` delete the earlier run (``aside``); else
+    delete what the new run wrote and move the earlier run back."""
+    if aside is None:
+        return
+    if keep_new:
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    for name in (*RUN_OUTPUTS, "logs"):
+        _remove(out / name)
+    for entry in aside.iterdir():
+        os.rename(entry, out / entry.name)
+    aside.rmdir()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)

@@ -6,7 +6,15 @@ import argparse
 from typing import TYPE_CHECKING
 
 from spx.api.exit_codes import EXIT_OK
-from spx.cli.common import UsageError, add_output_option, emit, make_console, read_text, with_error_document
+from spx.cli.common import (
+    MAX_TABLE_BYTES,
+    UsageError,
+    add_output_option,
+    emit,
+    make_console,
+    read_text,
+    with_error_document,
+)
 from spx.cli.documents import PredictDocument
 from spx.cli.registry import command
 
@@ -140,7 +148,7 @@ def _read_table(path: str) -> str:
     if os.path.isdir(path):
         raise UsageError(f"{path} is a directory, not a CSV kernel table: a run directory goes to --measured {path} "
                          "(with the default H20 table, or a CSV after it)")
-    text = read_text(path, "a CSV table")
+    text = read_text(path, "a CSV table", MAX_TABLE_BYTES, "")
     if text.lstrip().startswith(("{", "[")):
         try:
             doc = json.loads(text)
@@ -173,7 +181,7 @@ def _read_measured(path: str) -> KernelResult:
                              "or its result.json")
         path = result
     try:
-        return KernelResult.model_validate(json.loads(read_text(path, "a result.json")))
+        return KernelResult.model_validate(json.loads(read_text(path, "a result.json", MAX_TABLE_BYTES, "")))
     except json.JSONDecodeError as exc:
         raise UsageError(f"--measured {path} is not JSON: {exc}") from None
     except ValidationError as err:

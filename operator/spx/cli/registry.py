@@ -22,9 +22,9 @@ Configure = Callable[[argparse.ArgumentParser], None]
 class Command:
     """One ``spx`` subcommand: its name, ``--help`` line, option builder and handler (returns the exit code).
 
-    ``outlives_stdout``: a reader closing stdout (``| head -1``) does not stop it; the rest of its stdout is
-    dropped and it exits with the code of what it did (``spx run``: the results are files). Other commands stop
-    at once with exit code 141, as a tool killed by SIGPIPE (:mod:`spx.cli.streams`).
+    ``outlives_stdout``: a reader closing stdout or stderr (``| head -1``, ``2>&1 | head -1``) does not stop it;
+    the rest of that stream's output is dropped and it exits with the code of what it did (``spx run``: the results
+    are files). Other commands stop at once with exit code 141, as a tool killed by SIGPIPE (:mod:`spx.cli.streams`).
     """
 
     name: str

@@ -55,7 +55,8 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jsonl", action="store_true",
                    help='JSON lines on stdout: {"kind":"point","point":{...}} per point, then {"kind":"result","result":{...}}; human output goes to stderr')
     p.add_argument("--overwrite", action="store_true",
-                   help="replace the results of an earlier run in --out (default: refuse, so nothing measured is lost)")
+                   help="replace the results of an earlier run in --out (default: refuse, so nothing measured is lost); "
+                        "a run refused before it starts or interrupted before its first point keeps them")
     p.add_argument("--serving", action="store_true",
                    help="after a completed kernel bench, run spec.serving / spec.accuracy (the vLLM serving A/B and "
                         "GSM8K; needs vLLM and the GPUs) into OUT/serving; with --jsonl their results follow as "
@@ -98,8 +99,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.summary_file:
         check_writable(args.summary_file)
     with outdir.locked(out):
-        outdir.prepare(out, args.overwrite)
-        return _run_locked(args, spec, name, out)
+        aside = outdir.prepare(out, args.overwrite)
+        code: int | None = None
+        try:
+            code = _run_locked(args, spec, name, out)
+            return code
+        finally:
+            # refused before it started (an exception) or Ctrl-C before the first point: keep the earlier run
+            keep_new = outdir.measured(out) or code not in (None, EXIT_INTERRUPTED)
+            outdir.settle(out, aside, keep_new=keep_new)
+            if aside is not None and not keep_new:
+                err_console().print(f"nothing was measured: the earlier run in {out} is kept (this run's empty "
+                                    "result and logs are dropped)", highlight=False, markup=False, soft_wrap=True)
 
 
 def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: Path) -> int:

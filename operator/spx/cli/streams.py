@@ -1,17 +1,19 @@
-"""Standard output whose reader has gone (``spx crd | head -1``, ``spx run … | head -1``).
+"""Standard output or error whose reader has gone (``spx crd | head -1``, ``spx run … 2>&1 | head -1``).
 
 Python ignores SIGPIPE, so a write to a pipe whose reader has gone raises :class:`BrokenPipeError`
-wherever it happens. Two answers, both pointing file descriptor 1 at ``/dev/null`` (the fix the Python
-documentation gives, "Note on SIGPIPE" in the ``signal`` module's docs, so that the interpreter's last
-flush at exit cannot fail either):
+wherever it happens (rich's consoles raise it too: :class:`spx.cli.common.SpxConsole`). Two answers,
+both pointing the stream's file descriptor at ``/dev/null`` (the fix the Python documentation gives,
+"Note on SIGPIPE" in the ``signal`` module's docs, so that the interpreter's last flush at exit cannot
+fail either):
 
 - most commands stop, print nothing more and exit 141 (128 + SIGPIPE), as ``cat`` or ``yes`` killed by
   SIGPIPE would (:func:`stdout_closed`, called by :func:`spx.cli.main`);
 - a command registered ``outlives_stdout`` (``spx run``, ``spx serving``: their results are files) runs
-  inside :func:`pipe_safe_stdout`, which wraps ``sys.stdout`` for its lifetime: on the first broken
-  pipe (in the report, before the plot is drawn, in the thread that streams ``--jsonl`` points) it says
-  so once on stderr and drops the rest of the output. The command goes on and exits with the code of
-  what it did.
+  inside :func:`pipe_safe_streams`, which wraps ``sys.stdout`` and ``sys.stderr`` for its lifetime: on
+  stdout's first broken pipe (in the report, before the plot is drawn, in the thread that streams
+  ``--jsonl`` points) it says so once on stderr and drops the rest of the output; on stderr's (progress
+  lines, warnings) it drops the rest quietly. The command goes on, writes its files and exits with the
+  code of what it did.
 """
 
 from __future__ import annotations
@@ -43,15 +45,17 @@ def stdout_closed() -> int:
     return EXIT_PIPE
 
 
-class PipeSafeStdout:
+class PipeSafeStream:
     """A text stream over ``stream`` whose writes and flushes never raise :class:`BrokenPipeError`.
 
     Every other attribute (``isatty``, ``encoding``, ``fileno``…) is ``stream``'s, so rich and
-    ``json`` see the real stream. ``broken`` turns true on the first broken pipe.
+    ``json`` see the real stream. ``broken`` turns true on the first broken pipe; then ``note`` (if any)
+    is written once on ``sys.stderr``.
     """
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, note: str | None = None) -> None:
         self._stream = stream
+        self._note = note
         self.broken = False
 
     def _closed_reader(self) -> None:
@@ -59,9 +63,10 @@ class PipeSafeStdout:
             return
         self.broken = True
         _to_devnull(self._stream)
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.write(CLOSED_NOTE + "\n")
-            sys.stderr.flush()
+        if self._note is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(self._note + "\n")
+                sys.stderr.flush()
 
     def write(self, text: str) -> int:
         """Write ``text``; after a broken pipe, drop it. Returns ``len(text)`` either way."""
@@ -91,14 +96,16 @@ class PipeSafeStdout:
 
 
 @contextlib.contextmanager
-def pipe_safe_stdout() -> Iterator[PipeSafeStdout]:
-    """``sys.stdout`` wrapped in :class:`PipeSafeStdout` for the ``with`` block (restored after)."""
-    saved = sys.stdout
-    safe = PipeSafeStdout(saved)
-    sys.stdout = safe
+def pipe_safe_streams() -> Iterator[tuple[PipeSafeStream, PipeSafeStream]]:
+    """``sys.stdout`` and ``sys.stderr`` wrapped in :class:`PipeSafeStream` for the ``with`` block (restored
+    after); yields ``(stdout, stderr)``. A closed stdout is noted once on stderr, a closed stderr is quiet."""
+    saved_out, saved_err = sys.stdout, sys.stderr
+    safe_out, safe_err = PipeSafeStream(saved_out, CLOSED_NOTE), PipeSafeStream(saved_err)
+    sys.stdout, sys.stderr = safe_out, safe_err
     try:
-        yield safe
+        yield safe_out, safe_err
     finally:
-        with contextlib.suppress(BrokenPipeError):
-            safe.flush()
-        sys.stdout = saved
+        for safe in (safe_out, safe_err):
+            with contextlib.suppress(BrokenPipeError):
+                safe.flush()
+        sys.stdout, sys.stderr = saved_out, saved_err

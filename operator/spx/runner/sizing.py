@@ -154,18 +154,26 @@ def point_flops(spec: ExperimentSpec, tokens: int, nproc: int) -> float:
     return float(rounds * (2 * tokens * k * n + 2 * rows * k * n))
 
 
+#: The most weight elements the CPU calibration GEMM allocates (32 MiB in bf16): a projection larger than
+#: this is calibrated on its first ``CALIBRATION_MAX_WEIGHT // K`` output rows, so the calibration never
+#: holds more than a fraction of what the memory check allowed (the rate barely depends on ``N`` there).
+CALIBRATION_MAX_WEIGHT = 1 << 24
+
+
 def calibrate_cpu_gflops(spec: ExperimentSpec, seconds: float = 0.3) -> float:
-    """GFLOP/s of ``spec``'s own projection GEMM (``[512, K] · [N, K]ᵀ`` in its activation dtype) on this
-    host's CPU with all threads: the median of the timed calls after one warm-up (a shared machine's
-    rate varies by 2-3× from second to second; the median of a few calls is what a sweep sees)."""
+    """GFLOP/s of ``spec``'s own projection GEMM (``[512, K] · [N, K]ᵀ`` in its activation dtype, ``N`` capped
+    at :data:`CALIBRATION_MAX_WEIGHT` ``// K``) on this host's CPU with all threads: the median of the timed calls
+    after one warm-up (a shared machine's rate varies by 2-3× from second to second; the median of a few calls
+    is what a sweep sees). Its tensors are drawn in the activation dtype (no fp32 copy of the weight)."""
     import statistics
 
     import torch
 
     dt = getattr(torch, spec.projection.activation_dtype)
-    k, n = spec.projection.hidden_size, spec.projection.output_size
+    k = spec.projection.hidden_size
+    n = max(1, min(spec.projection.output_size, CALIBRATION_MAX_WEIGHT // k))
     rows = min(512, max(spec.sweep.tokens))
-    a, w = torch.randn(rows, k).to(dt), torch.randn(n, k).to(dt)
+    a, w = torch.randn(rows, k, dtype=dt), torch.randn(n, k, dtype=dt)
     torch.nn.functional.linear(a, w)
     times: list[float] = []
     t0 = time.perf_counter()
@@ -231,21 +239,23 @@ def check_fits(
     without it a CPU run whose GEMMs exceed :data:`GPU_SIZED_FLOPS` or whose time estimate exceeds
     :data:`CPU_AUTO_LIMIT_S` is refused.
 
+    On CPU the memory check comes before the calibration GEMM (:func:`calibrate_cpu_gflops`), which
+    allocates at most :data:`CALIBRATION_MAX_WEIGHT` weight elements.
+
     Raises:
         RunnerError: the memory estimate exceeds ``MEMORY_HEADROOM`` of the available memory, or the spec
             is GPU-sized and CPU was not asked for. The message gives the estimate and the fix.
     """
-    if device == "cpu" and cpu_gflops is None:
-        cpu_gflops = calibrate_cpu_gflops(spec)
-    est = estimate(spec, device, nproc, cpu_gflops)
     largest = max(spec.sweep.tokens)
-    if device == "cpu":
+    if device == "cpu":  # memory first: the calibration below allocates (a little of) the projection
         avail = host_memory_available() if available is None else available
+        est = estimate(spec, device, nproc, cpu_gflops)
         if avail is not None and est.total_bytes > MEMORY_HEADROOM * avail:
-            raise RunnerError(
-                f"the sweep needs {est.describe(nproc)} of memory, more than this host can hold "
-                f"({fmt_bytes(avail)} available): lower spec.sweep.tokens (largest {largest:,}) or --nproc"
-            )
+            raise RunnerError(_memory_refusal(spec, est, nproc, avail))
+        if cpu_gflops is None:
+            cpu_gflops = calibrate_cpu_gflops(spec)
+    est = estimate(spec, device, nproc, cpu_gflops)
+    if device == "cpu":
         flops = sum(point_flops(spec, t, nproc) for t in spec.sweep.tokens)
         too_slow = est.seconds is not None and est.seconds > CPU_AUTO_LIMIT_S
         if not device_asked and (too_slow or flops > GPU_SIZED_FLOPS):
@@ -264,6 +274,21 @@ def check_fits(
                 f"than the GPU holds ({fmt_bytes(total)}): lower spec.sweep.tokens (largest {largest:,})"
             )
     return est
+
+
+def _memory_refusal(spec: ExperimentSpec, est: RunEstimate, nproc: int, avail: int) -> str:
+    """Why a CPU run does not fit in ``avail`` bytes, and the fix: fewer or smaller token counts, fewer ranks,
+    or (when one rank's weights alone are too much) a smaller projection."""
+    k, n = spec.projection.hidden_size, spec.projection.output_size
+    b = _DTYPE_BYTES.get(spec.projection.activation_dtype, 2)
+    weights = n * k * (1 + b)  # the weight and its dequantised copy (point_bytes), on every rank
+    if nproc * weights + nproc * RANK_BASE_BYTES > MEMORY_HEADROOM * avail:
+        fix = (f"the weights alone need {fmt_bytes(weights)} per rank (hiddenSize {k:,} × outputSizes total {n:,}): "
+               "use a smaller spec.projection, or a machine with more memory")
+    else:
+        fix = f"lower spec.sweep.tokens (largest {max(spec.sweep.tokens):,}) or --nproc"
+    return (f"a run this machine cannot hold: the sweep needs {est.describe(nproc)} of memory, more than this host "
+            f"can hold ({fmt_bytes(avail)} available): {fix}")
 
 
 def preflight(spec: ExperimentSpec, device: str, nproc: int) -> list[str]:
