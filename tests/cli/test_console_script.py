@@ -240,8 +240,11 @@ def test_ctrl_c_during_start_up_prints_one_line(tmp_path: Path) -> None:
         proc.kill()
         pytest.fail("spx run never opened the experiment file")
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    # End the file too: a SIGINT that lands just as spx's open() returns is taken by Python's C handler before
+    # the read() starts, and the KeyboardInterrupt waits for the next bytecode check — after a read() that
+    # would otherwise block for ever (1 run in ~6 hung here). EOF lets that read return.
     os.close(fd)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_INTERRUPTED
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "interrupted" in err
 
