@@ -303,3 +303,15 @@ def test_an_overwrite_that_measures_replaces_the_earlier_run(tmp_path: Path) -> 
     assert proc.returncode == EXIT_OK, proc.stderr
     assert json.loads((out / "result.json").read_text())["complete"] is True
     assert "earlier log\n" not in _files(out).values() and not (out / ".spx-replaced").exists()
+
+
+def test_the_nproc_note_goes_to_stderr(tmp_path: Path) -> None:
+    """``--nproc 100`` on a TP2 spec: the note that it was capped is a diagnostic, so stdout keeps only the report."""
+    pytest.importorskip("torch")
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(TINY)
+    proc = subprocess.run([SPX, "run", str(spec), "--out", str(tmp_path / "out"), "--nproc", "100"],
+                          capture_output=True, text=True, env=_env(), timeout=300)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert "note: --nproc 100 capped at tensorParallelSize 2" in proc.stderr
+    assert "capped" not in proc.stdout

@@ -122,7 +122,7 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
     stdout = sys.stdout
     tp = spec.parallelism.tensor_parallel_size
     if args.nproc is not None and args.nproc > tp:
-        console.print(f"note: --nproc {args.nproc} capped at tensorParallelSize {tp}", highlight=False, markup=False)
+        err_console().print(f"note: --nproc {args.nproc} capped at tensorParallelSize {tp}", highlight=False, markup=False)
 
     on_point: Callable[[PointResult], None] | None = None
     on_documents: Callable[[ServingResult | None, AccuracyResult | None], None] | None = None
