@@ -42,7 +42,7 @@ from spx.controller.decision import (
     Results,
     StoreResult,
 )
-from spx.controller.finish import finish, judge
+from spx.controller.finish import finish, job_vanished, judge
 from spx.controller.job_status import job_ending, job_finished
 from spx.controller.manifests import build_job
 from spx.controller.naming import job_name
@@ -144,10 +144,8 @@ def _without_job(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, jn
         # Status says we created this Job and the store has none: ask the API server, not the cache.
         if not o.job_gone:
             return Decision("asking", before=before, need=ConfirmJobGone(jname))
-        new = _terminal(status, cond.failed("InfraFailed", f"Job {jname} was deleted before it finished",
-                                            "JobDeleted"), nows, gen)
-        return Decision("job-vanished", new, (("Warning", "InfraFailed", new.message or ""),), before=before,
-                        slot_freed=True, observed_duration=True)
+        d = job_vanished(o, status, jname, nows)
+        return replace(d, before=before + d.before)
     if violations := pol.check_policy(spec.to_wire(), o.policy):
         return _refused_by_policy(o, status, violations, nows, before)
     if o.creation is not None:

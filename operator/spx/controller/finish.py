@@ -120,14 +120,48 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
             kernel = KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
                                   gemm_backend=meas.gemm_backend, timer=meas.timer)
     elif collected.partial_points:  # the points the bench printed before it died: kept
-        by_tokens = {p.tokens: p for p in collected.partial_points}
-        kernel = KernelStatus(points=[point_from_result(by_tokens[t]) for t in sorted(by_tokens)],
-                              gather_source=collected.partial_points[-1].gather_source)
+        kernel = printed_points(collected)
     new = cond.with_kernel(status, kernel, None, [])
     new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
                                            scheduled=cond.ran_on(obs.node)), nows, gen)
     return Decision(reason, new.model_copy(update=update), (("Warning", reason, msg),),
                     before=(StoreResult(configmap),), after=after, slot_freed=True, observed_duration=True)
+
+
+def printed_points(collected: Collected) -> KernelStatus | None:
+    """The kernel section of the point lines a bench printed before it stopped: the points only (the
+    last line of a token count wins) — no crossover, no threshold, no verdict."""
+    if not collected.partial_points:
+        return None
+    by_tokens = {p.tokens: p for p in collected.partial_points}
+    return KernelStatus(points=[point_from_result(by_tokens[t]) for t in sorted(by_tokens)],
+                        gather_source=collected.partial_points[-1].gather_source)
+
+
+def job_vanished(o: Observed, status: ExperimentStatus, jname: str, nows: str) -> Decision:
+    """The run's Job was deleted before it finished (confirmed with the API server): ``InfraFailed`` /
+    ``JobDeleted``. What its pod wrote while it ran (the followed log, ``o.progress_log``) is kept: its
+    points in ``status.kernel`` (points only: a run cut short recommends nothing) and the log, with what
+    was wrong with it, in the result ConfigMap."""
+    gen = o.generation
+    msg = f"Job {jname} was deleted before it finished"
+    update: dict[str, Any] = {"completion_time": nows}
+    before: tuple[Action, ...] = ()
+    kernel = None
+    if o.progress_log:
+        collected = collect(None, o.progress_log)
+        kernel = printed_points(collected)
+        if kernel is not None:
+            msg += f"; {len(kernel.points)} point(s) measured before it were kept"
+        problems = [p for p in collected.problems if not p.startswith("termination message")]
+        before = (StoreResult(build_result_configmap(o.name, o.namespace, o.uid, gen, log=o.progress_log,
+                                                     problems=[f"{msg} (the log below is what its pod wrote until then)",
+                                                               *problems])),)
+        update["result_config_map"] = result_configmap_name(o.name, gen)
+    new = cond.with_kernel(status, kernel, None, []) if kernel is not None else status
+    new = cond.apply_step(new, cond.failed("InfraFailed", msg, "JobDeleted"), nows, gen).model_copy(update=update)
+    return Decision("job-vanished", new, (("Warning", "InfraFailed", msg),), before=before, slot_freed=True,
+                    observed_duration=True)
 
 
 def _failure(obs: Observation, collected: Collected, meas: Any, serving: ServingStatus | None,

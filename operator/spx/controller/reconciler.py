@@ -156,7 +156,9 @@ class Reconciler:
         pods = [p for j in jobs for p in self.store.pods_of(str(meta(j).get("uid")))]
         gone = [p for j in jobs for p in self.store.gone_pods_of(str(meta(j).get("uid")))]
         current = next((j for j in jobs if meta(j).get("name") == job_name(key[1], gen)), None)
-        followed = self.logs.latest(str(meta(current).get("uid"))) if current is not None else None
+        # (a Job deleted mid-run: what its pods wrote is still kept, by its name)
+        current_uid = str(meta(current).get("uid")) if current is not None else self.logs.job_uid(key[0], job_name(key[1], gen))
+        followed = self.logs.latest(current_uid) if current_uid is not None else None
         progress = (followed.received_at or self.clock(), followed.text) if followed is not None else None
         s = self.settings
         return c.Observed(
@@ -218,6 +220,9 @@ class Reconciler:
                 self.store.put_job(job)
                 await self.reads.pods(namespace, o.uid, str(meta(job).get("uid")))
                 return {}
+            cut = self.logs.job_uid(namespace, need.name)
+            if cut is not None:  # deleted mid-run: its pod's stream delivers its last lines
+                await self.logs.settle(cut, LOG_SETTLE_S)
             return {"job_gone": True}
         if isinstance(need, c.CreateJob):
             queue = (need.manifest["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
@@ -285,6 +290,8 @@ class Reconciler:
                 if d.status.phase in cond.TERMINAL_PHASES:  # decided: the followed logs are in the status
                     for job in o.jobs:
                         self.logs.forget_job(str(meta(job).get("uid")))
+                    if (deleted := self.logs.job_uid(key[0], job_name(key[1], o.generation))) is not None:
+                        self.logs.forget_job(deleted)  # a Job deleted mid-run
                 for type_, reason, message in d.events:
                     self.writes.event_soon(updated, type_, reason, message)
                 if d.observed_duration:

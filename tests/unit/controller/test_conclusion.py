@@ -67,6 +67,9 @@ TERMINAL = [
     ("FM1 Job deleted while the watch was down: the API server says 404",
      observed(status=running_status(), jobs=[]), ApiServer(job_exists=False),
      "InfraFailed", "JobDeleted", f"Job {JOB} was deleted before it finished"),
+    ("FM1 Job deleted mid-run: the points its pod wrote are kept",
+     observed(status=running_status(), jobs=[], progress_log=PARTIAL_LOG), ApiServer(job_exists=False),
+     "InfraFailed", "JobDeleted", "2 point(s) measured before it were kept"),
     ("FM2 a result line with NaN (json.dumps' output)",
      observed(status=running_status(), jobs=[job(cond("Complete"))], pods=[pod("Succeeded", exit_code=0)]),
      ApiServer(log=PARTIAL_LOG + NAN_LINE), "BenchmarkFailed", "JobSucceeded", "not standard JSON"),
@@ -157,6 +160,28 @@ def test_fm2_non_finite_results_keep_their_raw_output() -> None:
     assert "not standard JSON" in cm["data"]["problems.txt"]
     final = decisions[-1].status
     assert final is not None and [p.tokens for p in final.kernel.points] == [8, 128]  # points before it kept
+
+
+@pytest.mark.parametrize("log", [PARTIAL_LOG, LOG], ids=["partial", "a whole result"])
+def test_fm1_a_job_deleted_mid_run_keeps_its_points_and_log_and_recommends_nothing(log: str) -> None:
+    """Someone deletes the run's Job while the bench runs: what the operator received from the pod's log
+    stream is kept (points in the status, the log in the result ConfigMap), and the run — cut short, its
+    exit unknown — publishes no crossover, threshold or verdict, even when the log holds a whole result."""
+    o = observed(status=running_status(), jobs=[], progress_log=log)
+    final, decisions = drive(o, ApiServer(job_exists=False))
+    st = final.status
+    assert condition(st, "Completed")[:2] == ("True", "JobDeleted") and st.verdict is None
+    tokens = [8, 128] if log == PARTIAL_LOG else [8, 128, 2048]
+    assert [p.tokens for p in st.kernel.points] == tokens
+    assert st.kernel.crossover_tokens is None and st.kernel.recommended_threshold_tokens is None
+    (cm,) = stored(decisions)
+    assert cm["data"]["pod.log"] == log and st.result_config_map == cm["metadata"]["name"]
+    assert "deleted before it finished" in cm["data"]["problems.txt"]
+    assert "termination message" not in cm["data"]["problems.txt"]  # the pod's end was never seen
+    # nothing received (deleted before the bench printed anything): decided all the same, nothing stored
+    bare, decisions = drive(observed(status=running_status(), jobs=[]), ApiServer(job_exists=False))
+    assert bare.status.kernel is None and stored(decisions) == [] and bare.status.result_config_map is None
+    assert condition(bare.status, "Completed")[:2] == ("True", "JobDeleted")
 
 
 def test_fm6_points_measured_before_a_node_loss_are_kept() -> None:
