@@ -210,3 +210,32 @@ def test_fm8_no_result_configmap_after_the_owner_is_gone(namespace: str) -> None
     outcome, configmaps = run(scenario())
     assert outcome == "deleted"
     assert not [n for n in configmaps if n.startswith("fm8")]
+
+
+def test_a_result_configmap_of_a_log_full_of_broken_lines_is_accepted(namespace: str) -> None:
+    """A bench that printed thousands of broken point lines (NaN from an old image's ``json.dumps``): one
+    problem per line used to push ``problems.txt`` past the API server's 1 MiB ConfigMap limit — the write
+    was refused (422) on every retry and the run never decided. The problems are bounded; the log comes
+    first and the real API server accepts the ConfigMap."""
+    from spx.controller.result_configmap import build_result_configmap
+    from spx.controller.results import collect
+
+    pad = "x" * 100
+    log = "".join(f'{{"kind": "point", "point": {{"tokens": {i}, "medianUs": NaN, "pad": "{pad}"}}}}\n'
+                  for i in range(5000))
+    problems = collect(None, log).problems
+    assert len(problems) > 5000 and len("\n".join(problems).encode()) > 1_048_576  # alone over the limit
+
+    async def scenario() -> dict[str, Any]:
+        c = await client()
+        exp = await create_experiment(c, namespace, "broken")  # the owner (else the garbage collector takes it)
+        manifest = build_result_configmap("broken", namespace, exp["metadata"]["uid"], 1, log=log, problems=problems)
+        w = Writes(c, lambda: "2026-01-01T00:00:00Z")
+        await w.configmap(manifest)
+        got = await c.get(resource_path("v1", "configmaps", namespace, manifest["metadata"]["name"]))
+        await c.close()
+        return got  # type: ignore[no-any-return]
+
+    data = run(scenario())["data"]
+    assert data["pod.log"] == log  # the whole log (≈ 600 KB) kept
+    assert data["problems.txt"].startswith(problems[0]) and "more problem line(s) left out" in data["problems.txt"]
