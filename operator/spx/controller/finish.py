@@ -97,6 +97,7 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
         environment = environment.model_copy(update={"node": obs.node})
     update: dict[str, Any] = {"completion_time": nows, "result_config_map": result_configmap_name(o.name, gen),
                               "environment": environment, "serving": serving, "accuracy": accuracy}
+    store, refused = _store(o, configmap, update)
     after: tuple[Action, ...] = (DeleteJobs((str(_meta(job).get("name")),), f"gave up: {obs.reason}"),) if obs.abort else ()
 
     if judgement is not None:
@@ -106,10 +107,12 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
         update.update(serving=judgement.serving, accuracy=judgement.accuracy)
         event: Event = ("Normal" if judgement.verdict == "Pass" else "Warning", f"Verdict{judgement.verdict}",
                         new.message or "")
-        return Decision(f"verdict-{judgement.verdict}", new.model_copy(update=update), (event,),
-                        before=(StoreResult(configmap),), after=after, slot_freed=True, observed_duration=True)
+        events = (event, ("Warning", "ResultNotStored", refused)) if refused else (event,)
+        return Decision(f"verdict-{judgement.verdict}", new.model_copy(update=update), events,
+                        before=store, after=after, slot_freed=True, observed_duration=True)
 
     reason, completed_reason, msg = _failure(obs, collected, meas, serving, accuracy, completed_reason, pod_name)
+    msg += f"; {refused}" if refused else ""
     kernel = None
     if meas is not None and meas.points:  # a partial run: what its points support, capped as spx run caps it
         try:
@@ -125,7 +128,18 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
     new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
                                            scheduled=cond.ran_on(obs.node)), nows, gen)
     return Decision(reason, new.model_copy(update=update), (("Warning", reason, msg),),
-                    before=(StoreResult(configmap),), after=after, slot_freed=True, observed_duration=True)
+                    before=store, after=after, slot_freed=True, observed_duration=True)
+
+
+def _store(o: Observed, configmap: dict[str, Any], update: dict[str, Any]) -> tuple[tuple[Action, ...], str]:
+    """The action that stores the result ConfigMap — none when the API server refused it for good
+    (``o.store_refused``: a quota, an admission policy); then ``update`` names no ConfigMap and the
+    second value says why (for the message or a ``ResultNotStored`` event). The run is decided either
+    way: a refusal that lasts must not hold it in ``Analyzing`` for ever."""
+    if o.store_refused is None:
+        return (StoreResult(configmap),), ""
+    update["result_config_map"] = None
+    return (), f"the result ConfigMap could not be written (the status keeps the points): {o.store_refused}"
 
 
 def printed_points(collected: Collected) -> KernelStatus | None:
@@ -154,10 +168,11 @@ def job_vanished(o: Observed, status: ExperimentStatus, jname: str, nows: str) -
         if kernel is not None:
             msg += f"; {len(kernel.points)} point(s) measured before it were kept"
         problems = [p for p in collected.problems if not p.startswith("termination message")]
-        before = (StoreResult(build_result_configmap(o.name, o.namespace, o.uid, gen, log=o.progress_log,
-                                                     problems=[f"{msg} (the log below is what its pod wrote until then)",
-                                                               *problems])),)
         update["result_config_map"] = result_configmap_name(o.name, gen)
+        before, refused = _store(o, build_result_configmap(
+            o.name, o.namespace, o.uid, gen, log=o.progress_log,
+            problems=[f"{msg} (the log below is what its pod wrote until then)", *problems]), update)
+        msg += f"; {refused}" if refused else ""
     new = cond.with_kernel(status, kernel, None, []) if kernel is not None else status
     new = cond.apply_step(new, cond.failed("InfraFailed", msg, "JobDeleted"), nows, gen).model_copy(update=update)
     return Decision("job-vanished", new, (("Warning", "InfraFailed", msg),), before=before, slot_freed=True,

@@ -25,6 +25,7 @@ from spx.api.status import ExperimentStatus
 from spx.controller import admission, metrics
 from spx.controller import conclusion as c
 from spx.controller import conditions as cond
+from spx.controller.kube import ApiError
 from spx.controller.logs import LogFollowers
 from spx.controller.manifests import BenchOptions
 from spx.controller.naming import KUEUE_QUEUE_LABEL, job_name
@@ -42,6 +43,9 @@ MAX_QUESTIONS = 7
 REJECTED_RETRY_S = (1, 2, 5, 10, 30, 60)
 #: Seconds to wait for a finished pod's log stream to deliver its last lines before deciding.
 LOG_SETTLE_S = 10.0
+#: Answers to the result ConfigMap's create that retrying will not change (quota, admission, invalid):
+#: the run is decided without the ConfigMap (5xx, 429 and timeouts are retried).
+STORE_REFUSALS = frozenset({400, 403, 404, 413, 422})
 
 
 def _timeout(exp: Mapping[str, Any]) -> int | None:
@@ -256,7 +260,18 @@ class Reconciler:
         if exp is None:
             return "deleted"
         for action in d.before:
-            stop = await self._act(key, o, exp, action)
+            try:
+                stop = await self._act(key, o, exp, action)
+            except ApiError as err:
+                if not (isinstance(action, c.StoreResult) and err.code in STORE_REFUSALS) or o.store_refused is not None:
+                    raise
+                # refused for good (a quota, an admission policy): decide without it, saying why
+                logger.warning("%s/%s: the API server refused the result ConfigMap: %s; deciding without it",
+                               key[0], key[1], err)
+                metrics.count_error("configmap")
+                refused = replace(o, store_refused=f"HTTP {err.code} {err.reason}: {err.message}"[:512])
+                again = c.conclude(refused)
+                return await self._carry_out(key, refused, again) or again.outcome
             if stop:
                 return stop
         if d.status is not None:

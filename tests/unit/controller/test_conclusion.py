@@ -341,3 +341,34 @@ def test_fm6_a_deadline_after_the_pod_was_seen_running_blames_the_bench_even_onc
     # without that evidence an empty pod list still means the pod never got a node
     never = observed(status=running_status(), jobs=[job(cond("Failed", reason="DeadlineExceeded"))], pods=[])
     assert condition(drive(never, ApiServer(log=None))[0].status, "Completed")[:2] == ("True", "NeverScheduled")
+
+
+REFUSED = "HTTP 403 Forbidden: exceeded quota: team-quota, requested: count/configmaps=1"
+
+
+@pytest.mark.parametrize(("log", "outcome"), [(LOG, "verdict"), (PARTIAL_LOG, "BenchmarkFailed")])
+def test_a_result_configmap_refused_for_good_does_not_hold_the_run_in_analyzing(log: str, outcome: str) -> None:
+    """A quota (or an admission policy) refuses the result ConfigMap: the reactor decides again with the
+    refusal, and the run is decided all the same — the verdict or the failure, the points in the status,
+    no ConfigMap named, the refusal said (a ``ResultNotStored`` event with a verdict, the message without)."""
+    the_pod = SUCCEEDED_POD if outcome == "verdict" else pod("Succeeded", exit_code=0)  # no summary either
+    o = observed(status=running_status(), jobs=[job(cond("Complete"))], pods=[the_pod])
+    first, decisions = drive(o, ApiServer(log=log))
+    assert stored(decisions) and first.status.result_config_map  # as usual: stored, then named
+    again = c.conclude(replace(o, status=decisions[-2].status or o.status, results=c.Results(log=log),
+                               store_refused=REFUSED))
+    st = again.status
+    assert st is not None and not [a for a in again.before if isinstance(a, c.StoreResult)]
+    assert st.result_config_map is None and condition(st, "Decided")[0] == "True"
+    assert [p.tokens for p in st.kernel.points] == [p.tokens for p in first.status.kernel.points]
+    if outcome == "verdict":
+        assert st.verdict == first.status.verdict and st.phase == "Succeeded"
+        assert ("Warning", "ResultNotStored", f"the result ConfigMap could not be written (the status keeps the "
+                f"points): {REFUSED}") in again.events
+    else:
+        assert condition(st, "Decided")[1] == "BenchmarkFailed" and "exceeded quota" in (st.message or "")
+    # a Job deleted mid-run: the same
+    cut = c.conclude(observed(status=running_status(), jobs=[], progress_log=PARTIAL_LOG, job_gone=True,
+                              store_refused=REFUSED))
+    assert cut.status is not None and cut.before == () and cut.status.result_config_map is None
+    assert "exceeded quota" in (cut.status.message or "") and len(cut.status.kernel.points) == 2
