@@ -199,7 +199,7 @@ def _failure(obs: Observation, collected: Collected, meas: Any, serving: Serving
             return "BenchmarkFailed", completed_reason, "the bench's result has no points"
         return "BenchmarkFailed", completed_reason, f"the analysis could not use the result: {problems}"
     reason = obs.outcome or "InfraFailed"
-    msg = obs.message + (kept if obs.reason in ("NodeLost", "Evicted") else "")
+    msg = obs.message + (kept if obs.reason in ("NodeLost", "Evicted", "PodDeleted") else "")
     if meas is not None and meas.error:
         msg += f"; the bench reported: {meas.error}"
     if meas is None and collected.problems and obs.outcome == "BenchmarkFailed":

@@ -57,6 +57,8 @@ def stored(decisions: list[c.Decision]) -> list[dict]:
 # (id, observed, API server answers, Decided reason, Completed reason, a fragment of the Decided message)
 
 SUCCEEDED_POD = pod("Succeeded", exit_code=0, message=SUMMARY)
+DELETED_POD = pod("Failed", exit_code=1, deleting=True)  # deletion asked for at 100 s; spx run exits 1 at 101 s
+DELETED_POD["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = ts(101)
 NAN_LINE = python_json_line("result", {"schemaVersion": "spx.dev/kernel-result/v1", "medianUs": math.nan})
 INF_SUMMARY = '{"schemaVersion": "spx.dev/kernel-summary/v1", "points": [{"speedup": Infinity}]}'
 
@@ -70,6 +72,10 @@ TERMINAL = [
     ("FM1 Job deleted mid-run: the points its pod wrote are kept",
      observed(status=running_status(), jobs=[], progress_log=PARTIAL_LOG), ApiServer(job_exists=False),
      "InfraFailed", "JobDeleted", "2 point(s) measured before it were kept"),
+    ("a pod deleted while the bench ran (not evicted): its exit on SIGTERM is not a crash",
+     observed(status=running_status(), jobs=[job(cond("Failed", reason="PodFailurePolicy"))],
+              gone_pods=[DELETED_POD], progress_log=PARTIAL_LOG),
+     ApiServer(log=None), "InfraFailed", "PodDeleted", "2 point(s) measured before it were kept"),
     ("FM2 a result line with NaN (json.dumps' output)",
      observed(status=running_status(), jobs=[job(cond("Complete"))], pods=[pod("Succeeded", exit_code=0)]),
      ApiServer(log=PARTIAL_LOG + NAN_LINE), "BenchmarkFailed", "JobSucceeded", "not standard JSON"),
