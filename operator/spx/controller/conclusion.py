@@ -43,7 +43,7 @@ from spx.controller.decision import (
     StoreResult,
 )
 from spx.controller.finish import finish, job_vanished, judge
-from spx.controller.job_status import job_ending, job_finished
+from spx.controller.job_status import job_ending, job_finished, suspended_since
 from spx.controller.manifests import build_job
 from spx.controller.naming import job_name
 from spx.controller.objects import deleting as _deleting
@@ -215,9 +215,12 @@ def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Ma
     recheck = obs.recheck_after_s + 0.2 if obs.recheck_after_s is not None else None
     if obs.state == "suspended":
         limit = spec.scheduling.admission_timeout_seconds
-        waited = _elapsed_s(str(_meta(job).get("creationTimestamp") or "") or None, o.now) or 0.0
+        # counted from the last suspension: a Job Kueue preempts (re-suspends) waits for re-admission anew
+        since = suspended_since(job) or str(_meta(job).get("creationTimestamp") or "") or None
+        waited = _elapsed_s(since, o.now) or 0.0
         if waited >= limit:
-            msg = (f"Kueue did not admit Job {jname} within {limit}s (spec.scheduling.admissionTimeoutSeconds)"
+            msg = (f"Kueue did not admit Job {jname} within {limit}s of its suspension "
+                   "(spec.scheduling.admissionTimeoutSeconds)"
                    + (f" in LocalQueue {spec.scheduling.queue_name}" if spec.scheduling.queue_name else ""))
             new = _terminal(base, cond.failed("InfraFailed", msg, "NotAdmitted",
                                               scheduled=("False", "NotAdmitted", msg)), nows, gen)

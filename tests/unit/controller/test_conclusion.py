@@ -378,3 +378,19 @@ def test_a_result_configmap_refused_for_good_does_not_hold_the_run_in_analyzing(
                               store_refused=REFUSED))
     assert cut.status is not None and cut.before == () and cut.status.result_config_map is None
     assert "exceeded quota" in (cut.status.message or "") and len(cut.status.kernel.points) == 2
+
+
+def test_fm5_a_job_kueue_preempts_waits_for_readmission_from_its_suspension_not_its_creation() -> None:
+    """Kueue preempts a Job that ran for hours (it suspends it again; the Job controller deletes the pod
+    and sets ``Suspended=True`` anew): the wait for re-admission is bounded from that suspension — not
+    from the Job's creation, which would end a preempted long run NotAdmitted at once and delete it."""
+    preempted_at = DEFAULT_ADMISSION_TIMEOUT_SECONDS - 600  # 10 min before the bound, counted from creation
+    suspended = job(cond("Suspended", reason="JobSuspended", at=preempted_at), suspend=True, created=0)
+    o = observed(status=running_status("Running"), jobs=[suspended],
+                 now=T0 + dt.timedelta(seconds=DEFAULT_ADMISSION_TIMEOUT_SECONDS + 60))
+    d = c.conclude(o)
+    assert d.outcome == "suspended" and not d.after and d.status is not None and d.status.phase == "Queued"
+    assert d.requeue_after_s == pytest.approx(DEFAULT_ADMISSION_TIMEOUT_SECONDS - 660 + 0.2)
+    late = c.conclude(replace(o, now=T0 + dt.timedelta(seconds=preempted_at + DEFAULT_ADMISSION_TIMEOUT_SECONDS)))
+    assert late.outcome == "not-admitted" and late.after == (c.DeleteJobs((JOB,), "Kueue never admitted it"),)
+    assert "within 21600s of its suspension" in (late.status.message or "")
