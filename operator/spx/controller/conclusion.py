@@ -64,7 +64,13 @@ __all__ = [
 def conclude(o: Observed) -> Decision:
     """The next step for one experiment (see the module docstring)."""
     if o.deleting:
-        return Decision("deleting")  # garbage collection removes the children; write nothing
+        # Garbage collection removes the children once the experiment is gone; write nothing. A run still
+        # going is stopped now: another finalizer may hold the experiment (and so its Job) for long, and
+        # nothing the run produces would be recorded.
+        running = tuple(str(_meta(j).get("name")) for j in o.jobs
+                        if not _deleting(j) and not job_finished(j) and not job_ending(j))
+        stop = (DeleteJobs(running, "the experiment is being deleted"),) if running else ()
+        return Decision("deleting", before=stop, slot_freed=bool(stop))
     nows = cond.now_rfc3339(o.now)
     gen = o.generation
     jname = job_name(o.name, gen)

@@ -316,6 +316,21 @@ def test_fm8_nothing_is_written_for_an_experiment_being_deleted(pods: list[dict]
     assert d == c.Decision("deleting")
 
 
+@pytest.mark.parametrize("finalizer", ["a foreign finalizer holds it", "foreground deletion"])
+def test_fm8_a_run_of_an_experiment_being_deleted_is_stopped(finalizer: str) -> None:
+    """The experiment is being deleted while its Job runs (another controller's finalizer can hold it,
+    and with it the Job, for long): the running Job is deleted — its result would never be recorded —
+    and nothing is written; a Job the garbage collector deletes already is left to it."""
+    running = job()
+    o = observed(status=running_status(), jobs=[running], pods=[pod("Running", running=True)], deleting=True)
+    d = c.conclude(o)
+    assert d.status is None and d.need is None and d.events == () and d.after == ()
+    assert d.before == (c.DeleteJobs((JOB,), "the experiment is being deleted"),) and d.slot_freed
+    if finalizer == "foreground deletion":
+        collected = {**running, "metadata": {**running["metadata"], "deletionTimestamp": ts(5)}}
+        assert c.conclude(replace(o, jobs=[collected])) == c.Decision("deleting")
+
+
 # FM1: a stale Job is looked up before it is declared gone ----------------------------------------------------
 
 def test_fm1_a_job_missing_from_the_store_is_asked_for_not_assumed_gone() -> None:
