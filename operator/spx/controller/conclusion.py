@@ -69,8 +69,8 @@ def conclude(o: Observed) -> Decision:
         # nothing the run produces would be recorded.
         running = tuple(str(_meta(j).get("name")) for j in o.jobs
                         if not _deleting(j) and not job_finished(j) and not job_ending(j))
-        stop = (DeleteJobs(running, "the experiment is being deleted"),) if running else ()
-        return Decision("deleting", before=stop, slot_freed=bool(stop))
+        halt: tuple[Action, ...] = (DeleteJobs(running, "the experiment is being deleted"),) if running else ()
+        return Decision("deleting", before=halt, slot_freed=bool(halt))
     nows = cond.now_rfc3339(o.now)
     gen = o.generation
     jname = job_name(o.name, gen)
@@ -222,8 +222,8 @@ def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Ma
     if obs.state == "suspended":
         limit = spec.scheduling.admission_timeout_seconds
         # counted from the last suspension: a Job Kueue preempts (re-suspends) waits for re-admission anew
-        since = suspended_since(job) or str(_meta(job).get("creationTimestamp") or "") or None
-        waited = _elapsed_s(since, o.now) or 0.0
+        suspended_at = suspended_since(job) or str(_meta(job).get("creationTimestamp") or "") or None
+        waited = _elapsed_s(suspended_at, o.now) or 0.0
         if waited >= limit:
             msg = (f"Kueue did not admit Job {jname} within {limit}s of its suspension "
                    "(spec.scheduling.admissionTimeoutSeconds)"
