@@ -160,6 +160,24 @@ def test_a_result_configmap_refused_by_a_quota_does_not_hold_the_run(cluster: Cl
     assert events[0]["type"] == "Warning" and "exceeded quota: cm-quota" in events[0]["message"]
 
 
+def test_a_result_configmap_name_taken_by_someone_elses_is_not_overwritten(cluster: Cluster) -> None:
+    """A ConfigMap the experiment does not own already has the result ConfigMap's name: it is left as it
+    is (it used to be overwritten with the run's outputs), and the run is decided with its verdict."""
+    mine = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "squat-g1-result"}, "data": {"mine": "keep"}}
+    cluster.api.create("v1", "configmaps", cluster.ns, mine)
+    cluster.apply("squat", SPEC)
+    obj = cluster.wait_decided("squat", timeout=180)
+    st = obj["status"]
+    assert st["phase"] == "Succeeded" and st.get("verdict"), st.get("message")
+    assert "resultConfigMap" not in st
+    cm = cluster.get("v1", "configmaps", "squat-g1-result")
+    assert cm is not None and cm["data"] == {"mine": "keep"} and not cm.get("binaryData")
+    assert not cm["metadata"].get("ownerReferences")
+    events = cluster.wait_for(lambda: [e for e in cluster.events("squat") if e["reason"] == "ResultNotStored"], 60,
+                              "a ResultNotStored event")
+    assert "not owned by this experiment" in events[0]["message"]
+
+
 def test_a_spec_the_policy_refuses_never_gets_a_job(cluster: Cluster) -> None:
     cluster.apply("policy", {**SPEC, "image": "docker.io/evil/miner:1"})
     obj = cluster.wait_decided("policy", timeout=60)

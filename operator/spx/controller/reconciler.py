@@ -33,7 +33,7 @@ from spx.controller.reads import Reads
 from spx.controller.settings import OperatorSettings
 from spx.controller.store import Key, Store, deleting, generation, meta
 from spx.controller.workqueue import WorkQueue
-from spx.controller.writes import Backoff, Conflict, Gone, Rejected, Writes
+from spx.controller.writes import Backoff, Conflict, ForeignConfigMap, Gone, Rejected, Writes
 
 logger = logging.getLogger("spx.controller")
 
@@ -263,7 +263,8 @@ class Reconciler:
             try:
                 stop = await self._act(key, o, exp, action)
             except ApiError as err:
-                if not (isinstance(action, c.StoreResult) and err.code in STORE_REFUSALS) or o.store_refused is not None:
+                refused_for_good = err.code in STORE_REFUSALS or isinstance(err, ForeignConfigMap)
+                if not (isinstance(action, c.StoreResult) and refused_for_good) or o.store_refused is not None:
                     raise
                 # refused for good (a quota, an admission policy): decide without it, saying why
                 logger.warning("%s/%s: the API server refused the result ConfigMap: %s; deciding without it",
