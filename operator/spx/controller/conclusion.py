@@ -226,8 +226,10 @@ def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Ma
         waited = _elapsed_s(suspended_at, o.now) or 0.0
         if waited >= limit:
             msg = (f"Kueue did not admit Job {jname} within {limit}s of its suspension "
-                   "(spec.scheduling.admissionTimeoutSeconds)"
-                   + (f" in LocalQueue {spec.scheduling.queue_name}" if spec.scheduling.queue_name else ""))
+                   f"(spec.scheduling.admissionTimeoutSeconds) in LocalQueue {spec.scheduling.queue_name}"
+                   if spec.scheduling.queue_name else  # suspended by someone else: no Kueue queue was named
+                   f"Job {jname} was suspended (not through Kueue: spec.scheduling.queueName is unset) and stayed "
+                   f"so for {limit}s (spec.scheduling.admissionTimeoutSeconds)")
             new = _terminal(base, cond.failed("InfraFailed", msg, "NotAdmitted",
                                               scheduled=("False", "NotAdmitted", msg)), nows, gen)
             return Decision("not-admitted", new, (("Warning", "InfraFailed", msg),),

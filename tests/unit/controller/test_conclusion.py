@@ -286,6 +286,9 @@ def test_fm5_a_job_kueue_never_admits_ends_not_admitted_after_the_specs_bound(bo
     else:
         assert d.after == (c.DeleteJobs((JOB,), "Kueue never admitted it"),) and d.slot_freed
         assert condition(d.status, "Scheduled")[:2] == ("False", "NotAdmitted")
+        # without spec.scheduling.queueName it was not Kueue that suspended the Job (kubectl patch): said so
+        assert ("not through Kueue" in (d.status.message or "")) == (bound is None)
+        assert ("in LocalQueue gpus" in (d.status.message or "")) == (bound is not None)
 
 
 # FM4: admission waits for the lists -------------------------------------------------------------------------
@@ -401,7 +404,8 @@ def test_fm5_a_job_kueue_preempts_waits_for_readmission_from_its_suspension_not_
     from the Job's creation, which would end a preempted long run NotAdmitted at once and delete it."""
     preempted_at = DEFAULT_ADMISSION_TIMEOUT_SECONDS - 600  # 10 min before the bound, counted from creation
     suspended = job(cond("Suspended", reason="JobSuspended", at=preempted_at), suspend=True, created=0)
-    o = observed(status=running_status("Running"), jobs=[suspended],
+    spec = SPEC.model_copy(update={"scheduling": SPEC.scheduling.model_copy(update={"queue_name": "gpus"})})
+    o = observed(spec=spec, status=running_status("Running"), jobs=[suspended],
                  now=T0 + dt.timedelta(seconds=DEFAULT_ADMISSION_TIMEOUT_SECONDS + 60))
     d = c.conclude(o)
     assert d.outcome == "suspended" and not d.after and d.status is not None and d.status.phase == "Queued"
