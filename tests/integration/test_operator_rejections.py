@@ -10,6 +10,8 @@ retried or waited on until the deadline:
 - Job create answered 403 (quota, Pod Security admission, a webhook) → ``Failed``, ``InfraFailed``;
 - the Job exists but its pod is never created (``FailedCreate`` events) → ``InfraFailed`` with
   ``PodCreateFailed: …`` after the start-up timeout, and the Job is deleted;
+- the result ConfigMap is refused (403: a quota on ConfigMaps) → decided all the same (the verdict, the
+  points in the status), no ConfigMap named, a ``ResultNotStored`` Warning event quoting the refusal;
 - the operator's own policy (``SPX_POLICY``) refuses the spec → ``Failed``, ``InvalidSpec`` naming the
   rule, a ``PolicyViolation`` event, and no Job is ever created.
 """
@@ -41,6 +43,7 @@ OPERATOR_ENV = {
 INVALID_MSG = "spec.template.spec.containers[0].resources.requests: must be less than or equal to cpu limit"
 QUOTA_MSG = "exceeded quota: team-quota, requested: count/jobs.batch=1, used: count/jobs.batch=10, limited: count/jobs.batch=10"
 PSA_MSG = 'violates PodSecurity "restricted:latest": seccompProfile'
+CM_QUOTA_MSG = "exceeded quota: cm-quota, requested: count/configmaps=1, used: count/configmaps=50, limited: count/configmaps=50"
 
 
 def policy(name: str, resource: str, group: str, experiment: str, reason: str, message: str) -> list[dict[str, Any]]:
@@ -68,7 +71,8 @@ def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
                 default_fault=Fault(replay=True, replay_seconds=0.2))
     objs = (policy("spx-test-invalid-job", "jobs", "batch", "bad422", "Invalid", INVALID_MSG)
             + policy("spx-test-forbidden-job", "jobs", "batch", "forbid", "Forbidden", QUOTA_MSG)
-            + policy("spx-test-forbidden-pod", "pods", "", "nopod", "Forbidden", PSA_MSG))
+            + policy("spx-test-forbidden-pod", "pods", "", "nopod", "Forbidden", PSA_MSG)
+            + policy("spx-test-forbidden-configmap", "configmaps", "", "nocm", "Forbidden", CM_QUOTA_MSG))
     for obj in objs:
         c.api.apply(obj)
 
@@ -77,13 +81,14 @@ def cluster(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
                "spec": {"containers": [{"name": "c", "image": "x"}]}}
         job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "probe", "labels": {"bench.spx.dev/experiment": "forbid"}},
                "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe", "labels": {"bench.spx.dev/experiment": "nocm"}}}
         refused = 0
-        for api_version, plural, body in (("v1", "pods", pod), ("batch/v1", "jobs", job)):
+        for api_version, plural, body in (("v1", "pods", pod), ("batch/v1", "jobs", job), ("v1", "configmaps", cm)):
             try:
                 c.api.create(api_version, plural, NS, body, params={"dryRun": "All"})
             except ApiProblem as p:
                 refused += p.code == 403
-        return refused == 2
+        return refused == 3
 
     c.wait_for(enforced, 60, "the admission policies to be enforced")
     c.start_operator(env=OPERATOR_ENV)
@@ -137,6 +142,40 @@ def test_a_pod_that_is_never_created_fails_fast(cluster: Cluster) -> None:
     assert condition(obj, "Completed")["reason"] == "PodCreateFailed"  # type: ignore[index]
     # The operator gave up on the Job, which Kubernetes would keep retrying: it deletes it.
     cluster.wait_for(lambda: not cluster.get("batch/v1", "jobs", "nopod-g1"), 60, "the Job to be deleted")
+
+
+def test_a_result_configmap_refused_by_a_quota_does_not_hold_the_run(cluster: Cluster) -> None:
+    """The run succeeds but the namespace's quota refuses its result ConfigMap (403, every time): the
+    run is decided at once with its verdict and points instead of staying ``Analyzing`` for ever (the
+    create was retried with the error back-off, never decided)."""
+    cluster.apply("nocm", SPEC)
+    obj = cluster.wait_decided("nocm", timeout=180)
+    st = obj["status"]
+    assert st["phase"] == "Succeeded" and st.get("verdict") in ("Pass", "Fail", "Inconclusive"), st.get("message")
+    assert [p["tokens"] for p in st["kernel"]["points"]] == SPEC["sweep"]["tokens"]
+    assert "resultConfigMap" not in st
+    assert cluster.get("v1", "configmaps", "nocm-g1-result") is None
+    events = cluster.wait_for(lambda: [e for e in cluster.events("nocm") if e["reason"] == "ResultNotStored"], 60,
+                              "a ResultNotStored event")
+    assert events[0]["type"] == "Warning" and "exceeded quota: cm-quota" in events[0]["message"]
+
+
+def test_a_result_configmap_name_taken_by_someone_elses_is_not_overwritten(cluster: Cluster) -> None:
+    """A ConfigMap the experiment does not own already has the result ConfigMap's name: it is left as it
+    is (it used to be overwritten with the run's outputs), and the run is decided with its verdict."""
+    mine = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "squat-g1-result"}, "data": {"mine": "keep"}}
+    cluster.api.create("v1", "configmaps", cluster.ns, mine)
+    cluster.apply("squat", SPEC)
+    obj = cluster.wait_decided("squat", timeout=180)
+    st = obj["status"]
+    assert st["phase"] == "Succeeded" and st.get("verdict"), st.get("message")
+    assert "resultConfigMap" not in st
+    cm = cluster.get("v1", "configmaps", "squat-g1-result")
+    assert cm is not None and cm["data"] == {"mine": "keep"} and not cm.get("binaryData")
+    assert not cm["metadata"].get("ownerReferences")
+    events = cluster.wait_for(lambda: [e for e in cluster.events("squat") if e["reason"] == "ResultNotStored"], 60,
+                              "a ResultNotStored event")
+    assert "not owned by this experiment" in events[0]["message"]
 
 
 def test_a_spec_the_policy_refuses_never_gets_a_job(cluster: Cluster) -> None:

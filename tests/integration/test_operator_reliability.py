@@ -101,3 +101,69 @@ def test_a_lost_node_is_not_waited_on(cluster: Cluster) -> None:
     assert [p["tokens"] for p in obj["status"]["kernel"]["points"]] == CPU_SPEC["sweep"]["tokens"][:2]
     job = cluster.get("batch/v1", "jobs", "lost-g1")
     assert job is not None and not any(x["type"] == "Failed" for x in job["status"].get("conditions") or [])
+
+
+def _point_lines(text: str) -> list[int]:
+    return [json.loads(line)["point"]["tokens"] for line in text.splitlines() if line.startswith('{"kind":"point"')]
+
+
+def test_points_of_a_job_deleted_mid_run_are_kept(cluster: Cluster) -> None:
+    """Someone deletes the run's Job while the bench runs (a rank hangs after 2 of 3 points): the garbage
+    collector deletes the pod, which writes its 3rd point in its grace period. ``InfraFailed`` /
+    ``JobDeleted``, and everything the pod wrote is kept — points in the status, the log in the result
+    ConfigMap — with no crossover, threshold or verdict (the run was cut short)."""
+    assert cluster.agent is not None
+    cluster.agent.faults["cut"] = Fault(replay=True, hang_after_points=2, grace_output=True)
+    cluster.apply("cut", CPU_SPEC)  # timeoutSeconds 3600: only the deletion ends it
+
+    def two_points() -> bool:
+        pods = cluster.list("v1", "pods", "batch.kubernetes.io/job-name=cut-g1")
+        if len(pods) != 1 or pods[0]["status"].get("phase") != "Running":
+            return False
+        text = cluster.api.request("GET", f"/api/v1/namespaces/{cluster.ns}/pods/{pods[0]['metadata']['name']}/log",
+                                   params={"container": "bench"})
+        return _point_lines(str(text)) == CPU_SPEC["sweep"]["tokens"][:2]
+
+    cluster.wait_for(two_points, 120, "the bench to print 2 points")
+    cluster.delete("batch/v1", "jobs", "cut-g1")
+    obj, d, c = decided(cluster, "cut")
+    st = obj["status"]
+    assert d["reason"] == "InfraFailed" and c["reason"] == "JobDeleted", d
+    assert "deleted before it finished" in d["message"] and "point(s) measured before it were kept" in d["message"]
+    tokens = [p["tokens"] for p in st["kernel"]["points"]]
+    assert tokens[:2] == CPU_SPEC["sweep"]["tokens"][:2], tokens  # (the 3rd when its grace-period line came in time)
+    assert st["kernel"].get("recommendedThresholdTokens") is None and st["kernel"].get("crossoverTokens") is None
+    assert st.get("verdict") is None
+    cm = cluster.get("v1", "configmaps", st["resultConfigMap"])
+    assert cm is not None and _point_lines(cm["data"]["pod.log"])[:2] == CPU_SPEC["sweep"]["tokens"][:2]
+    assert "deleted before it finished" in cm["data"]["problems.txt"]
+
+
+def test_a_pod_deleted_mid_run_is_infra_failed_not_a_benchmark_crash(cluster: Cluster) -> None:
+    """Someone deletes the bench pod (``kubectl delete pod``: no Eviction API, no ``DisruptionTarget``)
+    while a rank hangs after 2 of 3 points: the bench writes its 3rd point and a partial summary in its
+    grace period and exits 143 (SIGTERM); the real Job controller fails the Job by its pod failure policy.
+    The bench did not crash: ``InfraFailed`` / ``PodDeleted``, the points kept, no verdict."""
+    assert cluster.agent is not None
+    cluster.agent.faults["podcut"] = Fault(replay=True, hang_after_points=2, grace_output=True)
+    cluster.apply("podcut", CPU_SPEC)  # timeoutSeconds 3600: only the deletion ends it
+    names: list[str] = []
+
+    def two_points() -> bool:
+        pods = cluster.list("v1", "pods", "batch.kubernetes.io/job-name=podcut-g1")
+        if len(pods) != 1 or pods[0]["status"].get("phase") != "Running":
+            return False
+        names[:] = [pods[0]["metadata"]["name"]]
+        text = cluster.api.request("GET", f"/api/v1/namespaces/{cluster.ns}/pods/{names[0]}/log",
+                                   params={"container": "bench"})
+        return _point_lines(str(text)) == CPU_SPEC["sweep"]["tokens"][:2]
+
+    cluster.wait_for(two_points, 120, "the bench to print 2 points")
+    cluster.delete("v1", "pods", names[0])
+    obj, d, c = decided(cluster, "podcut")
+    st = obj["status"]
+    assert d["reason"] == "InfraFailed" and c["reason"] == "PodDeleted", d
+    assert f"pod {names[0]} was deleted while the bench ran" in d["message"] and "SIGTERM" in d["message"]
+    assert [p["tokens"] for p in st["kernel"]["points"]] == CPU_SPEC["sweep"]["tokens"]  # the 3rd: grace period
+    assert st.get("verdict") is None  # a partial run: no verdict (its partial summary says SIGTERM)
+    assert cluster.jobs_created("podcut-") == ["podcut-g1"]

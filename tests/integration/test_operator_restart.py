@@ -131,6 +131,31 @@ def test_experiment_deleted_mid_run(cluster: Cluster, propagation: str) -> None:
     assert cluster.wait_decided(name, timeout=180)["status"]["phase"] == "Succeeded"
 
 
+def test_a_run_of_an_experiment_held_by_a_finalizer_is_stopped_when_it_is_deleted(cluster: Cluster) -> None:
+    """Another controller's finalizer holds the experiment after its deletion (background): the garbage
+    collector leaves its Job running until the experiment is gone — a GPU busy for a result nobody will
+    see. The operator deletes the running Job at once and writes nothing for the experiment."""
+    from spx_testing.cluster import experiment
+
+    name = "held"
+    cluster.agent.faults[name] = Fault(replay=True, replay_seconds=300)  # type: ignore[union-attr]
+    body = experiment(name, SPEC, cluster.ns)
+    body["metadata"]["finalizers"] = ["example.com/hold"]
+    cluster.api.create(EXP_API, EXP_PLURAL, cluster.ns, body)
+    running(cluster, name)
+    cluster.delete(EXP_API, EXP_PLURAL, name)
+    held = cluster.exp(name)
+    assert held is not None and held["metadata"].get("deletionTimestamp")
+    cluster.wait_for(lambda: cluster.get("batch/v1", "jobs", f"{name}-g1") is None, 60,
+                     "the operator to delete the Job of the experiment being deleted")
+    assert cluster.exp(name) is not None  # still held: the operator did not wait for the garbage collector
+    assert [n for n in cluster.configmaps.created() if n.startswith(name)] == []
+    assert cluster.jobs_created(f"{name}-") == [f"{name}-g1"]
+    assert (cluster.exp(name) or {}).get("status", {}).get("phase") == "Running"  # no status written since
+    cluster.patch(EXP_API, EXP_PLURAL, name, {"metadata": {"finalizers": None}})
+    cluster.wait_for(lambda: cluster.exp(name) is None, 60, "the experiment to be gone")
+
+
 def test_job_deleted_mid_run_is_infra_failed_and_timed(cluster: Cluster) -> None:
     """Someone deletes the run's Job: InfraFailed, and the run still counts in the duration histogram."""
     cluster.agent.faults["jobgone"] = Fault(replay=True, replay_seconds=60)  # type: ignore[union-attr]

@@ -56,3 +56,25 @@ def test_configmap_without_a_result_keeps_the_raw_outputs() -> None:
                                     problems=["pod log: no result line"])
     assert rcm.read_result_configmap(cm) is None
     assert cm["data"]["summary.json"] == "Traceback…" and cm["data"]["pod.log"] == "boom\n"
+
+
+def _size(cm: dict) -> int:
+    return sum(len(v.encode()) for v in cm["data"].values()) + sum(len(v) for v in (cm.get("binaryData") or {}).values())
+
+
+def test_configmap_bounds_its_problems_so_the_log_is_kept_and_it_fits() -> None:
+    """One problem per broken line of a long log: problems.txt is bounded (whole lines, then how many were
+    left out), the log comes first, and the whole stays within the budget whatever the count."""
+    log = "x" * 300_000 + "\n"
+    for n in (1, 200, 20_000):
+        problems = [f"pod log: a {{\"kind\": \"point\"}} line is not standard JSON: NaN; starts '{i:05d}…'" for i in range(n)]
+        cm = rcm.build_result_configmap("exp", "ns", UID, 1, result=_result(), log=log, problems=problems)
+        text = cm["data"]["problems.txt"]
+        assert _size(cm) <= rcm.CONFIGMAP_BUDGET_BYTES and len(text.encode()) <= rcm.PROBLEMS_MAX_BYTES
+        assert cm["data"]["pod.log"] == log and text.startswith(problems[0])
+        kept = text.splitlines()
+        if n == 20_000:
+            assert kept[-1] == f"… {n - (len(kept) - 1)} more problem line(s) left out to fit the ConfigMap"
+            assert kept[:-1] == problems[: len(kept) - 1]
+        else:
+            assert kept == problems

@@ -50,6 +50,7 @@ INFRA_REASONS: Final[frozenset[str]] = frozenset({
     "NeverScheduled",       # the Job's deadline passed before its pod was ever bound
     "NeverStarted",         # the pod was bound but its container never started before the deadline
     "NodeLost",             # the pod's node went away while the bench ran
+    "PodDeleted",           # the pod was deleted (not evicted) while the bench ran: it was killed
     "ResultLost",           # the pod succeeded but was removed before its result was read
     "Evicted",              # disrupted more often than the retry budget
     "ImagePullFailed", "ContainerCreateFailed", "PodCreateFailed", "PodFailed",

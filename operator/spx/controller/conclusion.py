@@ -42,8 +42,8 @@ from spx.controller.decision import (
     Results,
     StoreResult,
 )
-from spx.controller.finish import finish, judge
-from spx.controller.job_status import job_ending, job_finished
+from spx.controller.finish import finish, job_vanished, judge
+from spx.controller.job_status import job_ending, job_finished, suspended_since
 from spx.controller.manifests import build_job
 from spx.controller.naming import job_name
 from spx.controller.objects import deleting as _deleting
@@ -64,7 +64,13 @@ __all__ = [
 def conclude(o: Observed) -> Decision:
     """The next step for one experiment (see the module docstring)."""
     if o.deleting:
-        return Decision("deleting")  # garbage collection removes the children; write nothing
+        # Garbage collection removes the children once the experiment is gone; write nothing. A run still
+        # going is stopped now: another finalizer may hold the experiment (and so its Job) for long, and
+        # nothing the run produces would be recorded.
+        running = tuple(str(_meta(j).get("name")) for j in o.jobs
+                        if not _deleting(j) and not job_finished(j) and not job_ending(j))
+        halt: tuple[Action, ...] = (DeleteJobs(running, "the experiment is being deleted"),) if running else ()
+        return Decision("deleting", before=halt, slot_freed=bool(halt))
     nows = cond.now_rfc3339(o.now)
     gen = o.generation
     jname = job_name(o.name, gen)
@@ -144,10 +150,8 @@ def _without_job(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, jn
         # Status says we created this Job and the store has none: ask the API server, not the cache.
         if not o.job_gone:
             return Decision("asking", before=before, need=ConfirmJobGone(jname))
-        new = _terminal(status, cond.failed("InfraFailed", f"Job {jname} was deleted before it finished",
-                                            "JobDeleted"), nows, gen)
-        return Decision("job-vanished", new, (("Warning", "InfraFailed", new.message or ""),), before=before,
-                        slot_freed=True, observed_duration=True)
+        d = job_vanished(o, status, jname, nows)
+        return replace(d, before=before + d.before)
     if violations := pol.check_policy(spec.to_wire(), o.policy):
         return _refused_by_policy(o, status, violations, nows, before)
     if o.creation is not None:
@@ -217,10 +221,15 @@ def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Ma
     recheck = obs.recheck_after_s + 0.2 if obs.recheck_after_s is not None else None
     if obs.state == "suspended":
         limit = spec.scheduling.admission_timeout_seconds
-        waited = _elapsed_s(str(_meta(job).get("creationTimestamp") or "") or None, o.now) or 0.0
+        # counted from the last suspension: a Job Kueue preempts (re-suspends) waits for re-admission anew
+        suspended_at = suspended_since(job) or str(_meta(job).get("creationTimestamp") or "") or None
+        waited = _elapsed_s(suspended_at, o.now) or 0.0
         if waited >= limit:
-            msg = (f"Kueue did not admit Job {jname} within {limit}s (spec.scheduling.admissionTimeoutSeconds)"
-                   + (f" in LocalQueue {spec.scheduling.queue_name}" if spec.scheduling.queue_name else ""))
+            msg = (f"Kueue did not admit Job {jname} within {limit}s of its suspension "
+                   f"(spec.scheduling.admissionTimeoutSeconds) in LocalQueue {spec.scheduling.queue_name}"
+                   if spec.scheduling.queue_name else  # suspended by someone else: no Kueue queue was named
+                   f"Job {jname} was suspended (not through Kueue: spec.scheduling.queueName is unset) and stayed "
+                   f"so for {limit}s (spec.scheduling.admissionTimeoutSeconds)")
             new = _terminal(base, cond.failed("InfraFailed", msg, "NotAdmitted",
                                               scheduled=("False", "NotAdmitted", msg)), nows, gen)
             return Decision("not-admitted", new, (("Warning", "InfraFailed", msg),),

@@ -200,3 +200,6 @@ class Observed:
     progress_read_at: dt.datetime | None = None
     status_rejected: str | None = None
     nodes: Mapping[str, bool | None] | None = None
+    #: The API server's message when it refused the result ConfigMap for good (4xx: a quota, an
+    #: admission policy): the run is decided without it.
+    store_refused: str | None = None

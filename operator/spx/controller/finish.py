@@ -97,6 +97,7 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
         environment = environment.model_copy(update={"node": obs.node})
     update: dict[str, Any] = {"completion_time": nows, "result_config_map": result_configmap_name(o.name, gen),
                               "environment": environment, "serving": serving, "accuracy": accuracy}
+    store, refused = _store(o, configmap, update)
     after: tuple[Action, ...] = (DeleteJobs((str(_meta(job).get("name")),), f"gave up: {obs.reason}"),) if obs.abort else ()
 
     if judgement is not None:
@@ -106,10 +107,12 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
         update.update(serving=judgement.serving, accuracy=judgement.accuracy)
         event: Event = ("Normal" if judgement.verdict == "Pass" else "Warning", f"Verdict{judgement.verdict}",
                         new.message or "")
-        return Decision(f"verdict-{judgement.verdict}", new.model_copy(update=update), (event,),
-                        before=(StoreResult(configmap),), after=after, slot_freed=True, observed_duration=True)
+        events = (event, ("Warning", "ResultNotStored", refused)) if refused else (event,)
+        return Decision(f"verdict-{judgement.verdict}", new.model_copy(update=update), events,
+                        before=store, after=after, slot_freed=True, observed_duration=True)
 
     reason, completed_reason, msg = _failure(obs, collected, meas, serving, accuracy, completed_reason, pod_name)
+    msg += f"; {refused}" if refused else ""
     kernel = None
     if meas is not None and meas.points:  # a partial run: what its points support, capped as spx run caps it
         try:
@@ -120,14 +123,60 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
             kernel = KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
                                   gemm_backend=meas.gemm_backend, timer=meas.timer)
     elif collected.partial_points:  # the points the bench printed before it died: kept
-        by_tokens = {p.tokens: p for p in collected.partial_points}
-        kernel = KernelStatus(points=[point_from_result(by_tokens[t]) for t in sorted(by_tokens)],
-                              gather_source=collected.partial_points[-1].gather_source)
+        kernel = printed_points(collected)
     new = cond.with_kernel(status, kernel, None, [])
     new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
                                            scheduled=cond.ran_on(obs.node)), nows, gen)
     return Decision(reason, new.model_copy(update=update), (("Warning", reason, msg),),
-                    before=(StoreResult(configmap),), after=after, slot_freed=True, observed_duration=True)
+                    before=store, after=after, slot_freed=True, observed_duration=True)
+
+
+def _store(o: Observed, configmap: dict[str, Any], update: dict[str, Any]) -> tuple[tuple[Action, ...], str]:
+    """The action that stores the result ConfigMap — none when the API server refused it for good
+    (``o.store_refused``: a quota, an admission policy); then ``update`` names no ConfigMap and the
+    second value says why (for the message or a ``ResultNotStored`` event). The run is decided either
+    way: a refusal that lasts must not hold it in ``Analyzing`` for ever."""
+    if o.store_refused is None:
+        return (StoreResult(configmap),), ""
+    update["result_config_map"] = None
+    return (), f"the result ConfigMap could not be written (the status keeps the points): {o.store_refused}"
+
+
+def printed_points(collected: Collected) -> KernelStatus | None:
+    """The kernel section of the point lines a bench printed before it stopped: the points only (the
+    last line of a token count wins) — no crossover, no threshold, no verdict."""
+    if not collected.partial_points:
+        return None
+    by_tokens = {p.tokens: p for p in collected.partial_points}
+    return KernelStatus(points=[point_from_result(by_tokens[t]) for t in sorted(by_tokens)],
+                        gather_source=collected.partial_points[-1].gather_source)
+
+
+def job_vanished(o: Observed, status: ExperimentStatus, jname: str, nows: str) -> Decision:
+    """The run's Job was deleted before it finished (confirmed with the API server): ``InfraFailed`` /
+    ``JobDeleted``. What its pod wrote while it ran (the followed log, ``o.progress_log``) is kept: its
+    points in ``status.kernel`` (points only: a run cut short recommends nothing) and the log, with what
+    was wrong with it, in the result ConfigMap."""
+    gen = o.generation
+    msg = f"Job {jname} was deleted before it finished"
+    update: dict[str, Any] = {"completion_time": nows}
+    before: tuple[Action, ...] = ()
+    kernel = None
+    if o.progress_log:
+        collected = collect(None, o.progress_log)
+        kernel = printed_points(collected)
+        if kernel is not None:
+            msg += f"; {len(kernel.points)} point(s) measured before it were kept"
+        problems = [p for p in collected.problems if not p.startswith("termination message")]
+        update["result_config_map"] = result_configmap_name(o.name, gen)
+        before, refused = _store(o, build_result_configmap(
+            o.name, o.namespace, o.uid, gen, log=o.progress_log,
+            problems=[f"{msg} (the log below is what its pod wrote until then)", *problems]), update)
+        msg += f"; {refused}" if refused else ""
+    new = cond.with_kernel(status, kernel, None, []) if kernel is not None else status
+    new = cond.apply_step(new, cond.failed("InfraFailed", msg, "JobDeleted"), nows, gen).model_copy(update=update)
+    return Decision("job-vanished", new, (("Warning", "InfraFailed", msg),), before=before, slot_freed=True,
+                    observed_duration=True)
 
 
 def _failure(obs: Observation, collected: Collected, meas: Any, serving: ServingStatus | None,
@@ -150,7 +199,7 @@ def _failure(obs: Observation, collected: Collected, meas: Any, serving: Serving
             return "BenchmarkFailed", completed_reason, "the bench's result has no points"
         return "BenchmarkFailed", completed_reason, f"the analysis could not use the result: {problems}"
     reason = obs.outcome or "InfraFailed"
-    msg = obs.message + (kept if obs.reason in ("NodeLost", "Evicted") else "")
+    msg = obs.message + (kept if obs.reason in ("NodeLost", "Evicted", "PodDeleted") else "")
     if meas is not None and meas.error:
         msg += f"; the bench reported: {meas.error}"
     if meas is None and collected.problems and obs.outcome == "BenchmarkFailed":

@@ -47,3 +47,11 @@ def job_had_pods(job: Mapping[str, Any]) -> bool:
     uncounted = st.get("uncountedTerminatedPods") or {}
     return any(int(st.get(k) or 0) > 0 for k in ("active", "failed", "succeeded", "terminating")) or \
         bool(uncounted.get("failed") or uncounted.get("succeeded"))
+
+
+def suspended_since(job: Mapping[str, Any]) -> str | None:
+    """When the Job was last suspended: its ``Suspended=True`` condition's ``lastTransitionTime`` (the
+    Job controller sets it on creation suspended and again when Kueue preempts — re-suspends — a running
+    Job); None before the Job controller wrote it."""
+    cond = obj.true_condition(job, "Suspended")
+    return str(cond.get("lastTransitionTime") or "") or None if cond is not None else None

@@ -66,14 +66,19 @@ class LogFollowers:
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
     _pods: dict[str, Followed] = field(default_factory=dict)
     _by_job: dict[str, list[str]] = field(default_factory=dict)
+    _job_uids: dict[tuple[str, str], str] = field(default_factory=dict)
+    _job_keys: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-    def follow(self, namespace: str, pod: str, pod_uid: str, job_uid: str) -> None:
-        """Start following pod ``pod`` (no-op when it is followed already)."""
+    def follow(self, namespace: str, pod: str, pod_uid: str, job_uid: str, job_name: str = "") -> None:
+        """Start following pod ``pod`` of Job ``job_name`` (no-op when it is followed already)."""
         if pod_uid in self._pods:
             return
         f = Followed(pod, job_uid)
         self._pods[pod_uid] = f
         self._by_job.setdefault(job_uid, []).append(pod_uid)
+        if job_name:
+            self._job_uids[(namespace, job_name)] = job_uid
+            self._job_keys[job_uid] = (namespace, job_name)
         f.task = asyncio.get_running_loop().create_task(self._follow(namespace, pod_uid, f), name=f"spx-log-{pod}")
 
     def following(self, pod_uid: str) -> bool:
@@ -87,6 +92,11 @@ class LogFollowers:
                 return f
         return None
 
+    def job_uid(self, namespace: str, job_name: str) -> str | None:
+        """The uid of the Job ``job_name`` whose pods were followed — known after the Job is deleted, so
+        what its pods wrote is still found (a Job deleted mid-run)."""
+        return self._job_uids.get((namespace, job_name))
+
     async def settle(self, job_uid: str, timeout: float) -> None:
         """Wait (at most ``timeout`` s) for the streams of the Job's pods to end (their last lines)."""
         waits = [self._pods[u].done.wait() for u in self._by_job.get(job_uid, []) if u in self._pods]
@@ -95,6 +105,9 @@ class LogFollowers:
 
     def forget_job(self, job_uid: str) -> None:
         """Stop following the Job's pods and drop what was kept (the experiment was decided or deleted)."""
+        key = self._job_keys.pop(job_uid, None)
+        if key is not None and self._job_uids.get(key) == job_uid:
+            del self._job_uids[key]
         for uid in self._by_job.pop(job_uid, []):
             f = self._pods.pop(uid, None)
             if f is not None and f.task is not None and not f.task.done():

@@ -13,6 +13,7 @@ the controller owner reference (the Job's uid), else the ``batch.kubernetes.io/j
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -110,3 +111,40 @@ def true_condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | No
 def pod_phase(pod: Mapping[str, Any]) -> str:
     """The pod's ``status.phase`` (``Pending`` before the API server has set one)."""
     return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+#: Where the store keeps, on a pod, when its deletion was first asked for (RFC 3339). The kubelet's
+#: final delete (grace 0) moves ``deletionTimestamp`` to the pod's end, so a pod's last state alone cannot
+#: tell a pod deleted while it ran from one removed after it had ended.
+DELETION_ASKED = "spxDeletionAskedAt"
+
+
+def _time(value: Any) -> dt.datetime | None:
+    try:
+        t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
+    return t if t is None or t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+def deletion_asked(pod: Mapping[str, Any]) -> dt.datetime | None:
+    """When the pod's deletion was first asked for: as the store remembered it (:data:`DELETION_ASKED`),
+    else ``deletionTimestamp`` less ``deletionGracePeriodSeconds``; None when it is not being deleted."""
+    remembered = _time(pod.get(DELETION_ASKED))
+    if remembered is not None:
+        return remembered
+    m = meta(pod)
+    at = _time(m.get("deletionTimestamp"))
+    grace = m.get("deletionGracePeriodSeconds")
+    return None if at is None else at - dt.timedelta(seconds=grace if isinstance(grace, int) else 0)
+
+
+def keep_deletion_asked(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` (a newer state of the pod ``old``), remembering the earlier of their deletion requests
+    under :data:`DELETION_ASKED` (a shallow copy when it adds it)."""
+    if old is None or meta(old).get("uid") != meta(new).get("uid"):
+        return new
+    before, now = deletion_asked(old), deletion_asked(new)
+    if before is None or (now is not None and now <= before):
+        return new
+    return {**new, DELETION_ASKED: before.strftime("%Y-%m-%dT%H:%M:%SZ")}

@@ -13,6 +13,7 @@ How each failure class is told apart:
   own — exit code 1 (the bench failed), 2 (invalid input), a signal such as SIGSEGV, or
   ``OOMKilled`` (the bench's memory) — and the pod carries no ``DisruptionTarget`` condition.
 - **Infrastructure failure** (``InfraFailed``): the pod never ran or was taken away —
+  deleted while the bench ran (``PodDeleted``: the container ended after the pod's deletion was asked for);
   ``Unschedulable`` for longer than ``schedule_timeout_s``; image pull errors (``ErrImagePull`` /
   ``ImagePullBackOff`` past ``image_pull_timeout_s``, ``InvalidImageName`` at once); container
   creation errors past the same timeout; pod disruptions (``DisruptionTarget`` condition or a
@@ -27,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spx.controller import objects as obj
+from spx.controller.conditions import parse_time
 from spx.controller.job_status import job_had_pods
 from spx.controller.observation import Memory, Observation, Outcome, Timeouts
 from spx.controller.pod_disruption import (
@@ -39,6 +41,19 @@ from spx.controller.pod_disruption import (
 )
 from spx.controller.pod_exit import container_status, describe_exit, terminated_state
 from spx.controller.pod_startup import IMAGE_PULL_FATAL, IMAGE_PULL_RETRYING, no_pod_yet, pending_pod, waiting_message
+
+
+def deleted_while_running(pod: Mapping[str, Any], term: Mapping[str, Any]) -> bool:
+    """The pod's deletion was asked for (:func:`~spx.controller.objects.deletion_asked`) before its
+    container ended (``finishedAt``) — not a pod removed after it had failed on its own. Without
+    ``finishedAt``: a signal exit (> 128) of a pod being deleted."""
+    asked = obj.deletion_asked(pod)
+    if asked is None:
+        return False
+    finished = parse_time(term.get("finishedAt"))
+    if finished is None:
+        return int(term.get("exitCode", -1)) > 128
+    return finished >= asked
 
 
 def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int | None]:
@@ -55,6 +70,11 @@ def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int 
     term = terminated_state(pod)
     if term is not None:
         code = int(term.get("exitCode", -1))
+        if code != 0 and term.get("reason") != "OOMKilled" and deleted_while_running(pod, term):
+            # Deleted (``kubectl delete pod``, a controller; an eviction would carry DisruptionTarget):
+            # the SIGTERM that ended the bench came from outside (``spx run`` then exits 1, a bench
+            # without a handler 143), not from a crash of its own.
+            return "InfraFailed", "PodDeleted", f"pod {name} was deleted while the bench ran: {describe_exit(term)}", code
         reason = "OOMKilled" if term.get("reason") == "OOMKilled" else ("InvalidInput" if code in (2, 3) else "BenchmarkCrashed")  # 3: spx.api.exit_codes.EXIT_USAGE; 2: older images
         return "BenchmarkFailed", reason, f"pod {name}: {describe_exit(term)}", code
     cs = container_status(pod) or {}

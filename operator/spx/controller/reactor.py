@@ -253,6 +253,9 @@ class Reactor:
         new_run = (obj.get("status") or {}).get("observedGeneration") != m.get("generation")
         self.queue.add(Store._key(obj), urgent=new_run and not gone)
         if gone:
+            named = self.logs.job_uid(str(m.get("namespace")), str((obj.get("status") or {}).get("jobName")))
+            if named is not None:  # its Job was deleted before it (its log was kept for the decision)
+                self.logs.forget_job(named)
             for job in self.store.jobs_of(str(m.get("uid"))):  # garbage-collected with it
                 self.logs.forget_job(str(meta(job).get("uid")))
                 for pod in self.store.pods_of(str(meta(job).get("uid"))):
@@ -269,7 +272,9 @@ class Reactor:
         if not gone and self.reconciler.own_writes.echo("Job", obj):
             return
         key = self.store.experiment_of_job(obj)
-        if gone:
+        if gone and not self._awaits_decision(key, obj):
+            # (a Job deleted mid-run keeps what its pods wrote until the run is decided: the reconciler
+            # forgets it then)
             self.logs.forget_job(str(meta(obj).get("uid")))
         if key is not None:
             self.queue.add(key)
@@ -287,6 +292,12 @@ class Reactor:
                 self._follow_if_running(obj)
             self.queue.add(key)
 
+    def _awaits_decision(self, key: Key | None, job: Mapping[str, Any]) -> bool:
+        """``job`` is the run the experiment's status names and that run is not decided yet."""
+        exp = self.store.experiments.get(key) if key is not None else None
+        st = (exp or {}).get("status") or {}
+        return st.get("jobName") == meta(job).get("name") and st.get("phase") not in cond.TERMINAL_PHASES
+
     def _follow_if_running(self, pod: Mapping[str, Any]) -> None:
         """Follow the log of a bench pod whose container runs (see :mod:`spx.controller.logs`)."""
         st = pod.get("status") or {}
@@ -295,7 +306,9 @@ class Reactor:
         m = meta(pod)
         job_uid = owner_uid(pod, "Job")
         if job_uid and not self.logs.following(str(m.get("uid"))):
-            self.logs.follow(str(m.get("namespace")), str(m.get("name")), str(m.get("uid")), job_uid)
+            job_key = self.store.job_by_uid.get(job_uid)
+            self.logs.follow(str(m.get("namespace")), str(m.get("name")), str(m.get("uid")), job_uid,
+                             job_key[1] if job_key else "")
 
     def _pod_running(self, namespace: str, name: str, pod_uid: str) -> bool:
         """The pod is in the store, not being deleted and not ended (its log stream should go on)."""

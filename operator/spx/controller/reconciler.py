@@ -25,6 +25,7 @@ from spx.api.status import ExperimentStatus
 from spx.controller import admission, metrics
 from spx.controller import conclusion as c
 from spx.controller import conditions as cond
+from spx.controller.kube import ApiError
 from spx.controller.logs import LogFollowers
 from spx.controller.manifests import BenchOptions
 from spx.controller.naming import KUEUE_QUEUE_LABEL, job_name
@@ -32,7 +33,7 @@ from spx.controller.reads import Reads
 from spx.controller.settings import OperatorSettings
 from spx.controller.store import Key, Store, deleting, generation, meta
 from spx.controller.workqueue import WorkQueue
-from spx.controller.writes import Backoff, Conflict, Gone, Rejected, Writes
+from spx.controller.writes import Backoff, Conflict, ForeignConfigMap, Gone, Rejected, Writes
 
 logger = logging.getLogger("spx.controller")
 
@@ -42,6 +43,9 @@ MAX_QUESTIONS = 7
 REJECTED_RETRY_S = (1, 2, 5, 10, 30, 60)
 #: Seconds to wait for a finished pod's log stream to deliver its last lines before deciding.
 LOG_SETTLE_S = 10.0
+#: Answers to the result ConfigMap's create that retrying will not change (quota, admission, invalid):
+#: the run is decided without the ConfigMap (5xx, 429 and timeouts are retried).
+STORE_REFUSALS = frozenset({400, 403, 404, 413, 422})
 
 
 def _timeout(exp: Mapping[str, Any]) -> int | None:
@@ -156,7 +160,9 @@ class Reconciler:
         pods = [p for j in jobs for p in self.store.pods_of(str(meta(j).get("uid")))]
         gone = [p for j in jobs for p in self.store.gone_pods_of(str(meta(j).get("uid")))]
         current = next((j for j in jobs if meta(j).get("name") == job_name(key[1], gen)), None)
-        followed = self.logs.latest(str(meta(current).get("uid"))) if current is not None else None
+        # (a Job deleted mid-run: what its pods wrote is still kept, by its name)
+        current_uid = str(meta(current).get("uid")) if current is not None else self.logs.job_uid(key[0], job_name(key[1], gen))
+        followed = self.logs.latest(current_uid) if current_uid is not None else None
         progress = (followed.received_at or self.clock(), followed.text) if followed is not None else None
         s = self.settings
         return c.Observed(
@@ -218,6 +224,9 @@ class Reconciler:
                 self.store.put_job(job)
                 await self.reads.pods(namespace, o.uid, str(meta(job).get("uid")))
                 return {}
+            cut = self.logs.job_uid(namespace, need.name)
+            if cut is not None:  # deleted mid-run: its pod's stream delivers its last lines
+                await self.logs.settle(cut, LOG_SETTLE_S)
             return {"job_gone": True}
         if isinstance(need, c.CreateJob):
             queue = (need.manifest["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
@@ -251,7 +260,19 @@ class Reconciler:
         if exp is None:
             return "deleted"
         for action in d.before:
-            stop = await self._act(key, o, exp, action)
+            try:
+                stop = await self._act(key, o, exp, action)
+            except ApiError as err:
+                refused_for_good = err.code in STORE_REFUSALS or isinstance(err, ForeignConfigMap)
+                if not (isinstance(action, c.StoreResult) and refused_for_good) or o.store_refused is not None:
+                    raise
+                # refused for good (a quota, an admission policy): decide without it, saying why
+                logger.warning("%s/%s: the API server refused the result ConfigMap: %s; deciding without it",
+                               key[0], key[1], err)
+                metrics.count_error("configmap")
+                refused = replace(o, store_refused=f"HTTP {err.code} {err.reason}: {err.message}"[:512])
+                again = c.conclude(refused)
+                return await self._carry_out(key, refused, again) or again.outcome
             if stop:
                 return stop
         if d.status is not None:
@@ -285,6 +306,8 @@ class Reconciler:
                 if d.status.phase in cond.TERMINAL_PHASES:  # decided: the followed logs are in the status
                     for job in o.jobs:
                         self.logs.forget_job(str(meta(job).get("uid")))
+                    if (deleted := self.logs.job_uid(key[0], job_name(key[1], o.generation))) is not None:
+                        self.logs.forget_job(deleted)  # a Job deleted mid-run
                 for type_, reason, message in d.events:
                     self.writes.event_soon(updated, type_, reason, message)
                 if d.observed_duration:

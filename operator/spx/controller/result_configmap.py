@@ -22,6 +22,23 @@ from spx.controller.naming import (
 
 #: A ConfigMap holds at most 1 MiB; keep a margin for metadata.
 CONFIGMAP_BUDGET_BYTES = 1_000_000
+#: ``problems.txt`` keeps at most this many bytes (one problem per broken line of a long log would
+#: otherwise crowd out the log itself, or push the ConfigMap past 1 MiB: refused, never written).
+PROBLEMS_MAX_BYTES = 64 * 1024
+
+
+def _problem_lines(notes: Sequence[str], limit: int) -> str:
+    """The notes, one a line, whole lines up to ``limit`` bytes, then how many were left out."""
+    kept: list[str] = []
+    size = 0
+    for i, note in enumerate(notes):
+        line = note + "\n"
+        if size + len(line.encode()) > limit - 100:
+            kept.append(f"… {len(notes) - i} more problem line(s) left out to fit the ConfigMap\n")
+            break
+        kept.append(line)
+        size += len(line.encode())
+    return "".join(kept)
 
 
 def _fit(data: dict[str, str], binary: dict[str, str], key: str, text: str, budget: int) -> int:
@@ -66,7 +83,8 @@ def build_result_configmap(
 
     Keys: ``result.json`` (the validated full :class:`~spx.api.KernelResult`, when there is one),
     ``summary.json`` (the termination message exactly as the pod wrote it), ``pod.log`` (the pod's
-    log), ``problems.txt`` (what was wrong with the result, if anything). Everything must fit the
+    log), ``problems.txt`` (what was wrong with the result, if anything; at most
+    :data:`PROBLEMS_MAX_BYTES`, then how many lines were left out). Everything must fit the
     1 MiB ConfigMap limit: the result goes gzip-compressed under ``binaryData`` (``result.json.gz``)
     when it does not fit as text; if even that is too big, its per-sample arrays are left out (the
     medians, quartiles and everything else stay) and ``problems.txt`` says so; the log is cut in the
@@ -102,7 +120,7 @@ def build_result_configmap(
             notes.append(f"{key}: left out, too big for the 1 MiB ConfigMap (the pod log has it)")
         budget = left + 2048
     if notes:
-        text = "\n".join(notes) + "\n"
+        text = _problem_lines(notes, min(PROBLEMS_MAX_BYTES, max(0, budget)))
         data["problems.txt"] = text
         budget -= len(text.encode())
     if log:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from spx.api.spec import KIND
-from spx.controller.objects import deleting, generation, meta, owner_uid
+from spx.controller.objects import deleting, generation, keep_deletion_asked, meta, owner_uid
 
 __all__ = ["Key", "Store", "deleting", "generation", "meta", "owner_uid"]
 
@@ -143,6 +143,7 @@ class Store:
         deleted at the deadline and their termination messages outlive the pod objects."""
         obj = slim(obj, "Pod")
         old = self.pods.get(self._key(obj))
+        obj = keep_deletion_asked(old, obj)  # (the kubelet's final delete moves deletionTimestamp)
         changed = self._put(self.pods, self._pods_by_owner, "Job", obj, deleted)
         if changed and deleted:
             last = obj if obj.get("status") else (old or obj)

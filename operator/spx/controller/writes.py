@@ -34,6 +34,10 @@ class Conflict(Exception):
     """409: the object changed since it was read (optimistic concurrency)."""
 
 
+class ForeignConfigMap(ApiError):
+    """The result ConfigMap's name is taken by a ConfigMap the experiment does not own (never overwritten)."""
+
+
 class Rejected(Exception):
     """422: the API server refuses this status (schema, CEL); ``message`` is its answer."""
 
@@ -179,15 +183,27 @@ class Writes:
                 raise
 
     async def configmap(self, manifest: Mapping[str, Any]) -> None:
-        """Create the result ConfigMap, or refresh one an earlier attempt of the same run wrote."""
+        """Create the result ConfigMap, or refresh one an earlier attempt of the same run wrote. One of that
+        name the experiment does not own is never overwritten: :class:`ForeignConfigMap` (a refusal)."""
         namespace = str(manifest["metadata"]["namespace"])
+        name = str(manifest["metadata"]["name"])
         try:
             await self.client.create(resource_path("v1", "configmaps", namespace), manifest)
         except ApiError as err:
             if not err.exists:
                 raise
+            owners = {r.get("uid") for r in manifest["metadata"].get("ownerReferences") or []}
+            try:
+                existing = await self.client.get(resource_path("v1", "configmaps", namespace, name))
+            except ApiError as gone:
+                if gone.not_found:  # deleted meanwhile: the next attempt creates it
+                    raise err from None
+                raise
+            if not owners & {r.get("uid") for r in _meta(existing).get("ownerReferences") or []}:
+                raise ForeignConfigMap(409, "AlreadyExists", f"a ConfigMap named {name} exists and is not owned by "
+                                                             "this experiment (left as it is)") from None
             patch = {"data": manifest.get("data"), "binaryData": manifest.get("binaryData")}
-            await self.client.merge_patch(resource_path("v1", "configmaps", namespace, manifest["metadata"]["name"]), patch)
+            await self.client.merge_patch(resource_path("v1", "configmaps", namespace, name), patch)
 
     def event_soon(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """Post an Event in the background: the reconcile does not wait for it."""

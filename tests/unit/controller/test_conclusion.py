@@ -57,6 +57,8 @@ def stored(decisions: list[c.Decision]) -> list[dict]:
 # (id, observed, API server answers, Decided reason, Completed reason, a fragment of the Decided message)
 
 SUCCEEDED_POD = pod("Succeeded", exit_code=0, message=SUMMARY)
+DELETED_POD = pod("Failed", exit_code=1, deleting=True)  # deletion asked for at 100 s; spx run exits 1 at 101 s
+DELETED_POD["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = ts(101)
 NAN_LINE = python_json_line("result", {"schemaVersion": "spx.dev/kernel-result/v1", "medianUs": math.nan})
 INF_SUMMARY = '{"schemaVersion": "spx.dev/kernel-summary/v1", "points": [{"speedup": Infinity}]}'
 
@@ -67,6 +69,13 @@ TERMINAL = [
     ("FM1 Job deleted while the watch was down: the API server says 404",
      observed(status=running_status(), jobs=[]), ApiServer(job_exists=False),
      "InfraFailed", "JobDeleted", f"Job {JOB} was deleted before it finished"),
+    ("FM1 Job deleted mid-run: the points its pod wrote are kept",
+     observed(status=running_status(), jobs=[], progress_log=PARTIAL_LOG), ApiServer(job_exists=False),
+     "InfraFailed", "JobDeleted", "2 point(s) measured before it were kept"),
+    ("a pod deleted while the bench ran (not evicted): its exit on SIGTERM is not a crash",
+     observed(status=running_status(), jobs=[job(cond("Failed", reason="PodFailurePolicy"))],
+              gone_pods=[DELETED_POD], progress_log=PARTIAL_LOG),
+     ApiServer(log=None), "InfraFailed", "PodDeleted", "2 point(s) measured before it were kept"),
     ("FM2 a result line with NaN (json.dumps' output)",
      observed(status=running_status(), jobs=[job(cond("Complete"))], pods=[pod("Succeeded", exit_code=0)]),
      ApiServer(log=PARTIAL_LOG + NAN_LINE), "BenchmarkFailed", "JobSucceeded", "not standard JSON"),
@@ -157,6 +166,28 @@ def test_fm2_non_finite_results_keep_their_raw_output() -> None:
     assert "not standard JSON" in cm["data"]["problems.txt"]
     final = decisions[-1].status
     assert final is not None and [p.tokens for p in final.kernel.points] == [8, 128]  # points before it kept
+
+
+@pytest.mark.parametrize("log", [PARTIAL_LOG, LOG], ids=["partial", "a whole result"])
+def test_fm1_a_job_deleted_mid_run_keeps_its_points_and_log_and_recommends_nothing(log: str) -> None:
+    """Someone deletes the run's Job while the bench runs: what the operator received from the pod's log
+    stream is kept (points in the status, the log in the result ConfigMap), and the run — cut short, its
+    exit unknown — publishes no crossover, threshold or verdict, even when the log holds a whole result."""
+    o = observed(status=running_status(), jobs=[], progress_log=log)
+    final, decisions = drive(o, ApiServer(job_exists=False))
+    st = final.status
+    assert condition(st, "Completed")[:2] == ("True", "JobDeleted") and st.verdict is None
+    tokens = [8, 128] if log == PARTIAL_LOG else [8, 128, 2048]
+    assert [p.tokens for p in st.kernel.points] == tokens
+    assert st.kernel.crossover_tokens is None and st.kernel.recommended_threshold_tokens is None
+    (cm,) = stored(decisions)
+    assert cm["data"]["pod.log"] == log and st.result_config_map == cm["metadata"]["name"]
+    assert "deleted before it finished" in cm["data"]["problems.txt"]
+    assert "termination message" not in cm["data"]["problems.txt"]  # the pod's end was never seen
+    # nothing received (deleted before the bench printed anything): decided all the same, nothing stored
+    bare, decisions = drive(observed(status=running_status(), jobs=[]), ApiServer(job_exists=False))
+    assert bare.status.kernel is None and stored(decisions) == [] and bare.status.result_config_map is None
+    assert condition(bare.status, "Completed")[:2] == ("True", "JobDeleted")
 
 
 def test_fm6_points_measured_before_a_node_loss_are_kept() -> None:
@@ -255,6 +286,9 @@ def test_fm5_a_job_kueue_never_admits_ends_not_admitted_after_the_specs_bound(bo
     else:
         assert d.after == (c.DeleteJobs((JOB,), "Kueue never admitted it"),) and d.slot_freed
         assert condition(d.status, "Scheduled")[:2] == ("False", "NotAdmitted")
+        # without spec.scheduling.queueName it was not Kueue that suspended the Job (kubectl patch): said so
+        assert ("not through Kueue" in (d.status.message or "")) == (bound is None)
+        assert ("in LocalQueue gpus" in (d.status.message or "")) == (bound is not None)
 
 
 # FM4: admission waits for the lists -------------------------------------------------------------------------
@@ -283,6 +317,21 @@ def test_fm8_nothing_is_written_for_an_experiment_being_deleted(pods: list[dict]
                  results=c.Results(log=LOG))
     d = c.conclude(o)
     assert d == c.Decision("deleting")
+
+
+@pytest.mark.parametrize("finalizer", ["a foreign finalizer holds it", "foreground deletion"])
+def test_fm8_a_run_of_an_experiment_being_deleted_is_stopped(finalizer: str) -> None:
+    """The experiment is being deleted while its Job runs (another controller's finalizer can hold it,
+    and with it the Job, for long): the running Job is deleted — its result would never be recorded —
+    and nothing is written; a Job the garbage collector deletes already is left to it."""
+    running = job()
+    o = observed(status=running_status(), jobs=[running], pods=[pod("Running", running=True)], deleting=True)
+    d = c.conclude(o)
+    assert d.status is None and d.need is None and d.events == () and d.after == ()
+    assert d.before == (c.DeleteJobs((JOB,), "the experiment is being deleted"),) and d.slot_freed
+    if finalizer == "foreground deletion":
+        collected = {**running, "metadata": {**running["metadata"], "deletionTimestamp": ts(5)}}
+        assert c.conclude(replace(o, jobs=[collected])) == c.Decision("deleting")
 
 
 # FM1: a stale Job is looked up before it is declared gone ----------------------------------------------------
@@ -316,3 +365,51 @@ def test_fm6_a_deadline_after_the_pod_was_seen_running_blames_the_bench_even_onc
     # without that evidence an empty pod list still means the pod never got a node
     never = observed(status=running_status(), jobs=[job(cond("Failed", reason="DeadlineExceeded"))], pods=[])
     assert condition(drive(never, ApiServer(log=None))[0].status, "Completed")[:2] == ("True", "NeverScheduled")
+
+
+REFUSED = "HTTP 403 Forbidden: exceeded quota: team-quota, requested: count/configmaps=1"
+
+
+@pytest.mark.parametrize(("log", "outcome"), [(LOG, "verdict"), (PARTIAL_LOG, "BenchmarkFailed")])
+def test_a_result_configmap_refused_for_good_does_not_hold_the_run_in_analyzing(log: str, outcome: str) -> None:
+    """A quota (or an admission policy) refuses the result ConfigMap: the reactor decides again with the
+    refusal, and the run is decided all the same — the verdict or the failure, the points in the status,
+    no ConfigMap named, the refusal said (a ``ResultNotStored`` event with a verdict, the message without)."""
+    the_pod = SUCCEEDED_POD if outcome == "verdict" else pod("Succeeded", exit_code=0)  # no summary either
+    o = observed(status=running_status(), jobs=[job(cond("Complete"))], pods=[the_pod])
+    first, decisions = drive(o, ApiServer(log=log))
+    assert stored(decisions) and first.status.result_config_map  # as usual: stored, then named
+    again = c.conclude(replace(o, status=decisions[-2].status or o.status, results=c.Results(log=log),
+                               store_refused=REFUSED))
+    st = again.status
+    assert st is not None and not [a for a in again.before if isinstance(a, c.StoreResult)]
+    assert st.result_config_map is None and condition(st, "Decided")[0] == "True"
+    assert [p.tokens for p in st.kernel.points] == [p.tokens for p in first.status.kernel.points]
+    if outcome == "verdict":
+        assert st.verdict == first.status.verdict and st.phase == "Succeeded"
+        assert ("Warning", "ResultNotStored", f"the result ConfigMap could not be written (the status keeps the "
+                f"points): {REFUSED}") in again.events
+    else:
+        assert condition(st, "Decided")[1] == "BenchmarkFailed" and "exceeded quota" in (st.message or "")
+    # a Job deleted mid-run: the same
+    cut = c.conclude(observed(status=running_status(), jobs=[], progress_log=PARTIAL_LOG, job_gone=True,
+                              store_refused=REFUSED))
+    assert cut.status is not None and cut.before == () and cut.status.result_config_map is None
+    assert "exceeded quota" in (cut.status.message or "") and len(cut.status.kernel.points) == 2
+
+
+def test_fm5_a_job_kueue_preempts_waits_for_readmission_from_its_suspension_not_its_creation() -> None:
+    """Kueue preempts a Job that ran for hours (it suspends it again; the Job controller deletes the pod
+    and sets ``Suspended=True`` anew): the wait for re-admission is bounded from that suspension — not
+    from the Job's creation, which would end a preempted long run NotAdmitted at once and delete it."""
+    preempted_at = DEFAULT_ADMISSION_TIMEOUT_SECONDS - 600  # 10 min before the bound, counted from creation
+    suspended = job(cond("Suspended", reason="JobSuspended", at=preempted_at), suspend=True, created=0)
+    spec = SPEC.model_copy(update={"scheduling": SPEC.scheduling.model_copy(update={"queue_name": "gpus"})})
+    o = observed(spec=spec, status=running_status("Running"), jobs=[suspended],
+                 now=T0 + dt.timedelta(seconds=DEFAULT_ADMISSION_TIMEOUT_SECONDS + 60))
+    d = c.conclude(o)
+    assert d.outcome == "suspended" and not d.after and d.status is not None and d.status.phase == "Queued"
+    assert d.requeue_after_s == pytest.approx(DEFAULT_ADMISSION_TIMEOUT_SECONDS - 660 + 0.2)
+    late = c.conclude(replace(o, now=T0 + dt.timedelta(seconds=preempted_at + DEFAULT_ADMISSION_TIMEOUT_SECONDS)))
+    assert late.outcome == "not-admitted" and late.after == (c.DeleteJobs((JOB,), "Kueue never admitted it"),)
+    assert "within 21600s of its suspension" in (late.status.message or "")

@@ -57,3 +57,34 @@ def test_the_store_remembers_the_last_state_of_deleted_pods_while_their_job_is_t
     assert store.gone_pods_of("job-uid") == []
     store.put_pod(pod("orphan", owner="job-uid"), deleted=True)  # its Job is gone: nothing to remember it for
     assert store.gone_pods_of("job-uid") == []
+
+
+def test_the_store_remembers_when_a_pods_deletion_was_first_asked_for() -> None:
+    """``kubectl delete pod`` (grace 30 s) at 00:01:00 while the bench runs; it ends at 00:01:02; the
+    kubelet's final delete (grace 0) moves ``deletionTimestamp`` to 00:01:03. The last state the store
+    keeps still says the deletion was asked for at 00:01:00 — before the container ended."""
+    from spx.controller.pod_outcome import deleted_while_running
+
+    s = Store()
+    s.put_job(dict(JOB))
+    running = pod("p", owner="job-uid", phase="Running")
+    s.put_pod(running)
+    asked = {**running, "metadata": {**running["metadata"], "resourceVersion": "2",
+                                     "deletionTimestamp": "2026-01-01T00:01:30Z", "deletionGracePeriodSeconds": 30}}
+    s.put_pod(asked)
+    term = {"exitCode": 1, "reason": "Error", "finishedAt": "2026-01-01T00:01:02Z"}
+    final = {"metadata": {**asked["metadata"], "resourceVersion": "3", "deletionTimestamp": "2026-01-01T00:01:03Z",
+                          "deletionGracePeriodSeconds": 0},
+             "status": {"phase": "Failed", "containerStatuses": [{"name": "bench", "state": {"terminated": term}}]}}
+    assert not deleted_while_running(final, term)  # the last state alone: asked for after the end
+    s.put_pod(final)
+    s.put_pod(final, deleted=True)
+    (gone,) = s.gone_pods_of("job-uid")
+    assert obj.deletion_asked(gone) == obj.deletion_asked(asked) and deleted_while_running(gone, term)
+    # a pod deleted only after it had ended stays a pod that ended on its own
+    ended = pod("q", owner="job-uid", phase="Failed")
+    s.put_pod(ended)
+    later = {**ended, "metadata": {**ended["metadata"], "resourceVersion": "2", "deletionTimestamp": "2026-01-01T00:09:00Z",
+                                   "deletionGracePeriodSeconds": 0}}
+    s.put_pod(later, deleted=True)
+    assert not deleted_while_running(s.gone["job-uid"]["q-uid"], term)

@@ -165,3 +165,31 @@ def test_pods_of_other_jobs_are_ignored() -> None:
     other = mkpod("x", "Failed", state=terminated(1))
     other["metadata"]["ownerReferences"][0]["uid"] = "someone-else"
     assert observe(mkjob(), [other], NOW, TIMEOUTS).state == "pending"
+
+
+T_DEL = "2026-01-01T00:08:30Z"  # deletion asked for at 00:08:00 (grace 30 s)
+
+
+@pytest.mark.parametrize(("code", "reason", "finished", "deleted", "expected"), [
+    (1, "Error", T2, True, ("InfraFailed", "PodDeleted")),            # spx run on SIGTERM: exit 1
+    (143, "Error", T2, True, ("InfraFailed", "PodDeleted")),          # a bench without a handler
+    (137, "Error", None, True, ("InfraFailed", "PodDeleted")),        # SIGKILL, no finishedAt
+    (137, "OOMKilled", T2, True, ("BenchmarkFailed", "OOMKilled")),   # its own memory, whatever came after
+    (1, "Error", T1, True, ("BenchmarkFailed", "BenchmarkCrashed")),  # crashed at 00:05, deleted later
+    (1, "Error", None, True, ("BenchmarkFailed", "BenchmarkCrashed")),  # no finishedAt, no signal
+    (143, "Error", T2, False, ("BenchmarkFailed", "BenchmarkCrashed")),  # a signal no deletion explains
+    (1, "Error", T2, False, ("BenchmarkFailed", "BenchmarkCrashed")),
+])
+def test_a_pod_deleted_while_the_bench_ran_is_not_a_benchmark_crash(code: int, reason: str, finished: str | None,
+                                                                    deleted: bool, expected: tuple[str, str]) -> None:
+    """A pod deleted by someone (no ``DisruptionTarget``: not the Eviction API) ends with its deletion's
+    SIGTERM; the Job fails by its pod failure policy. The bench did not crash: ``InfraFailed``/``PodDeleted``
+    — when the deletion was asked for before the container ended, not for a pod removed after a crash."""
+    term: dict[str, Any] = {"exitCode": code, "reason": reason, **({"finishedAt": finished} if finished else {})}
+    pod = mkpod("p", "Failed", node="n1", state={"terminated": term})
+    if deleted:
+        pod["metadata"].update(deletionTimestamp=T_DEL, deletionGracePeriodSeconds=30)
+    job = mkjob([{"type": "Failed", "status": "True", "reason": "PodFailurePolicy"}])
+    o = observe(job, [], NOW, Timeouts(), gone=[pod])
+    assert (o.state, o.outcome, o.reason) == ("failed", *expected)
+    assert ("was deleted while the bench ran" in o.message) == (expected[1] == "PodDeleted")

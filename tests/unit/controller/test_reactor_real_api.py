@@ -210,3 +210,88 @@ def test_fm8_no_result_configmap_after_the_owner_is_gone(namespace: str) -> None
     outcome, configmaps = run(scenario())
     assert outcome == "deleted"
     assert not [n for n in configmaps if n.startswith("fm8")]
+
+
+def test_a_result_configmap_of_a_log_full_of_broken_lines_is_accepted(namespace: str) -> None:
+    """A bench that printed thousands of broken point lines (NaN from an old image's ``json.dumps``): one
+    problem per line used to push ``problems.txt`` past the API server's 1 MiB ConfigMap limit — the write
+    was refused (422) on every retry and the run never decided. The problems are bounded; the log comes
+    first and the real API server accepts the ConfigMap."""
+    from spx.controller.result_configmap import build_result_configmap
+    from spx.controller.results import collect
+
+    pad = "x" * 100
+    log = "".join(f'{{"kind": "point", "point": {{"tokens": {i}, "medianUs": NaN, "pad": "{pad}"}}}}\n'
+                  for i in range(5000))
+    problems = collect(None, log).problems
+    assert len(problems) > 5000 and len("\n".join(problems).encode()) > 1_048_576  # alone over the limit
+
+    async def scenario() -> dict[str, Any]:
+        c = await client()
+        exp = await create_experiment(c, namespace, "broken")  # the owner (else the garbage collector takes it)
+        manifest = build_result_configmap("broken", namespace, exp["metadata"]["uid"], 1, log=log, problems=problems)
+        w = Writes(c, lambda: "2026-01-01T00:00:00Z")
+        await w.configmap(manifest)
+        got = await c.get(resource_path("v1", "configmaps", namespace, manifest["metadata"]["name"]))
+        await c.close()
+        return got  # type: ignore[no-any-return]
+
+    data = run(scenario())["data"]
+    assert data["pod.log"] == log  # the whole log (≈ 600 KB) kept
+    assert data["problems.txt"].startswith(problems[0]) and "more problem line(s) left out" in data["problems.txt"]
+
+
+def test_fm5_the_job_controller_marks_a_preemption_as_a_new_suspension(namespace: str) -> None:
+    """Kueue preempts by suspending an admitted Job again. The real Job controller then sets
+    ``Suspended=True`` with a new ``lastTransitionTime``; the decision bounds the wait for re-admission
+    from it (``suspended_since``), not from the Job's creation."""
+    import dataclasses
+    import datetime as dt
+
+    from spx.api.loading import validate_spec
+    from spx.controller import conclusion as c
+    from spx.controller.conditions import parse_time
+    from spx.controller.job_status import suspended_since
+
+    body = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "preempted-g1", "namespace": namespace},
+            "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "bench", "image": "spx-bench:test"}]}}}}
+    path = resource_path("batch/v1", "jobs", namespace, "preempted-g1")
+
+    async def suspended(c: KubeClient, status: str) -> dict[str, Any]:
+        for _ in range(300):
+            job: dict[str, Any] = await c.get(path)
+            if any(x["type"] == "Suspended" and x["status"] == status for x in job.get("status", {}).get("conditions", [])):
+                return job
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"no Suspended={status} from the Job controller")
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        c = await client()
+        await c.create(resource_path("batch/v1", "jobs", namespace), body)
+        first = await suspended(c, "True")  # created suspended: waiting for Kueue
+        await c.merge_patch(path, {"spec": {"suspend": False}})  # admitted
+        await suspended(c, "False")
+        created = first["metadata"]["creationTimestamp"]
+        for _ in range(300):  # the server's clock (1 s resolution) past the Job's creation
+            probe = await c.create(resource_path("v1", "configmaps", namespace), {
+                "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "clock-"}})
+            if probe["metadata"]["creationTimestamp"] > created:
+                break
+            await asyncio.sleep(0.1)
+        await c.merge_patch(path, {"spec": {"suspend": True}})  # preempted
+        again = await suspended(c, "True")
+        await c.close()
+        return first, again
+
+    first, again = run(scenario())
+    assert suspended_since(again) is not None and suspended_since(again) > again["metadata"]["creationTimestamp"]
+    # the bound (60 s) counted from the preemption: still waiting 59.5 s after it, given up at 60 s
+    spec = validate_spec({**SPEC, "scheduling": {"queueName": "gpus", "admissionTimeoutSeconds": 60}})
+    at = parse_time(suspended_since(again))
+    assert at is not None
+    base = c.Observed(name="preempted", namespace=namespace, uid="exp-uid", generation=1, spec=spec,
+                      status=ExperimentStatus(phase="Running", observed_generation=1, job_name="preempted-g1"),
+                      now=at + dt.timedelta(seconds=59.5), jobs=[again])
+    assert c.conclude(base).outcome == "suspended"
+    assert c.conclude(dataclasses.replace(base, now=at + dt.timedelta(seconds=60))).outcome == "not-admitted"
