@@ -235,7 +235,9 @@ class ContainerRuntime:
 
     async def grace(self, run: PodRun) -> tuple[int, str | None, str]:
         """SIGTERM to a hung replay (``hang_after_points``): what the bench does in its grace period —
-        the next point line, 1 s later a partial summary (``complete: false``) — then exit 143."""
+        the next point line, 1 s later a partial summary (``complete: false``) — then exit 1, as ``spx run``
+        does on SIGTERM (its error ``interrupted (SIGTERM); all ranks stopped``; exit 1 = failed, partial
+        results kept: :mod:`spx.api.exit_codes`)."""
         log, message = self.recordings[self.spec_key(run.obj)]
         n = sum(1 for line in run.log.read_text().splitlines() if line.startswith('{"kind":"point"')) + 1
         with run.log.open("a") as f:
@@ -243,8 +245,8 @@ class ContainerRuntime:
         await asyncio.sleep(1.0)
         doc = json.loads(message)
         doc["points"] = (doc.get("points") or [])[:n]
-        doc.update(complete=False, error=f"terminated by SIGTERM after {n} point(s)")
-        return 143, json.dumps(doc, separators=(",", ":"))[:TERMINATION_LIMIT], "Error"
+        doc.update(complete=False, error="interrupted (SIGTERM); all ranks stopped")
+        return 1, json.dumps(doc, separators=(",", ":"))[:TERMINATION_LIMIT], "Error"
 
     async def kill(self, run: PodRun) -> None:
         proc = run.process
