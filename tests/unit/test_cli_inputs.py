@@ -266,3 +266,22 @@ def test_an_endless_input_is_refused_after_the_limit_plus_one_byte(
     name = "<stdin>" if stdin else "/dev/zero"
     assert f"error: {name}: more than 262,144 bytes (read no further), over the 262,144-byte limit of an " \
            "experiment YAML" in err, err
+
+
+def test_a_run_set_aside_by_a_killed_overwrite_is_never_deleted_unasked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ``--overwrite`` run SIGKILLed before it settled leaves the earlier run in OUT/.spx-replaced: the next
+    run into OUT (with or without --overwrite) is refused and says how to keep it or let it go."""
+    out = tmp_path / "out"
+    aside = out / ".spx-replaced"
+    aside.mkdir(parents=True)
+    (aside / "status.json").write_text('{"phase": "Succeeded"}')  # the earlier, finished run
+    (out / "points.partial.jsonl").write_text("")  # what the killed run had written
+    spec = tmp_path / "ok.yaml"
+    spec.write_text((Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml").read_text())
+    for extra in ([], ["--overwrite"]):
+        assert main(["run", str(spec), "--out", str(out), "--tokens", "8", *extra]) == EXIT_USAGE
+        err = " ".join(capsys.readouterr().err.split())
+        assert "set aside" in err and "killed" in err and "move the files" in err and "delete" in err
+    assert (aside / "status.json").read_text() == '{"phase": "Succeeded"}'

@@ -105,8 +105,17 @@ def prepare(out: Path, overwrite: bool) -> Path | None:
     Call with the lock held (:func:`locked`), then :func:`settle` the returned folder.
 
     Raises:
-        UsageError: ``out`` holds an earlier run and ``overwrite`` is false.
+        UsageError: ``out`` holds an earlier run and ``overwrite`` is false; or ``OUT/.spx-replaced`` holds a run
+            set aside by an ``--overwrite`` run that was killed (SIGKILL) before it settled: it is never deleted
+            unasked.
     """
+    aside = out / REPLACED_DIR
+    if aside.is_dir() and any(aside.iterdir()):
+        raise UsageError(
+            f"--out {out} holds an earlier run set aside in {aside} by an --overwrite run that was killed before it "
+            f"finished: to keep that run, move the files in {aside} back into {out} (replacing the killed run's); "
+            f"to let it go, delete {aside}; then run again"
+        )
     earlier = [name for name in RUN_OUTPUTS if (out / name).exists()]
     if not earlier:
         return None
@@ -115,8 +124,7 @@ def prepare(out: Path, overwrite: bool) -> Path | None:
             f"--out {out} already holds a run ({', '.join(earlier)}); pass --overwrite to replace it, "
             "or choose another --out"
         )
-    aside = out / REPLACED_DIR
-    shutil.rmtree(aside, ignore_errors=True)  # left by a run that was killed (SIGKILL) before it settled
+    shutil.rmtree(aside, ignore_errors=True)  # an empty one, left by a run killed while it set the earlier aside
     aside.mkdir()
     for name in (*earlier, "logs"):
         if (out / name).exists():
