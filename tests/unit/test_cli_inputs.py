@@ -285,3 +285,51 @@ def test_a_run_set_aside_by_a_killed_overwrite_is_never_deleted_unasked(
         err = " ".join(capsys.readouterr().err.split())
         assert "set aside" in err and "killed" in err and "move the files" in err and "delete" in err
     assert (aside / "status.json").read_text() == '{"phase": "Succeeded"}'
+
+
+DEEP = '{"points":' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
+@pytest.mark.parametrize("argv", [
+    ["report", "{d}", "--no-plot"], ["gate", "{d}/result.json"], ["gate", "{d}"], ["predict", "--measured", "{d}"],
+], ids=["report", "gate-result", "gate-dir", "predict-measured"])
+def test_json_nested_past_any_document_is_refused_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """100,000 nested lists: json.loads raises RecursionError, which used to escape as a traceback (exit 1)."""
+    for name in ("result.json", "status.json"):
+        (tmp_path / name).write_text(DEEP)
+    assert main([a.format(d=tmp_path) for a in argv]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "nests deeper" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("existing", [
+    "experiment", '{"schemaVersion": "spx.dev/kernel/v3", "points": []}', "notes I keep\n",
+], ids=["the-experiment-itself", "a-runs-result", "any-other-file"])
+def test_summary_file_never_replaces_what_is_not_a_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], existing: str
+) -> None:
+    spec = tmp_path / "ok.yaml"
+    spec.write_text((Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml").read_text())
+    target = spec if existing == "experiment" else tmp_path / "file.json"
+    before = target.read_text() if existing == "experiment" else existing
+    target.write_text(before)
+    code = main(["run", str(spec), "--out", str(tmp_path / "out"), "--tokens", "8", "--summary-file", str(target)])
+    assert code == EXIT_USAGE
+    assert "--summary-file" in capsys.readouterr().err
+    assert target.read_text() == before
+    assert not (tmp_path / "out").exists()  # refused before --out was made
+
+
+def test_summary_file_replaces_an_earlier_summary_and_fills_an_empty_file(tmp_path: Path) -> None:
+    from spx.api.result import SUMMARY_SCHEMA_VERSION
+    from spx.cli.run import check_writable
+
+    earlier = tmp_path / "summary.json"
+    earlier.write_text(json.dumps({"schemaVersion": SUMMARY_SCHEMA_VERSION, "verdict": "Pass"}))
+    empty = tmp_path / "termination-log"
+    empty.write_text("")
+    check_writable(str(earlier))
+    check_writable(str(empty))
+    check_writable(str(tmp_path / "new.json"))

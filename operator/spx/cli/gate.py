@@ -153,6 +153,8 @@ def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
         raise GateError(f"{target}: is a directory without a status.json") from None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
         raise GateError(f"{target}: cannot read a status document: {err}") from None
+    except RecursionError:
+        raise GateError(f"{target}: nests deeper than any status document: not an experiment status") from None
     if not isinstance(data, dict):
         raise GateError(f"{target}: expected a JSON object (an ExperimentStatus), got a JSON {type(data).__name__}")
     if "kind" in data:  # a whole object (`kubectl get spx NAME -o json > x.json`)

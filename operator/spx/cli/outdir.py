@@ -142,7 +142,7 @@ def measured(out: Path) -> bool:
             return True
     try:
         return bool(json.loads((out / "result.json").read_text(encoding="utf-8")).get("points"))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
 

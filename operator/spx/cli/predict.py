@@ -152,8 +152,8 @@ def _read_table(path: str) -> str:
     if text.lstrip().startswith(("{", "[")):
         try:
             doc = json.loads(text)
-        except json.JSONDecodeError:
-            return text  # not JSON after all: the CSV reader says what is wrong
+        except (json.JSONDecodeError, RecursionError):
+            return text  # not JSON after all (or nested past any document): the CSV reader says what is wrong
         kind = str(doc.get("schemaVersion") or "") if isinstance(doc, dict) else ""
         if kind.startswith(RESULT_SCHEMA_VERSION.rsplit("/", 1)[0]):  # (any version of a run's result.json)
             raise UsageError(f"{path} is a run's result (JSON), not a CSV kernel table: pass it as --measured {path} "
@@ -184,6 +184,8 @@ def _read_measured(path: str) -> KernelResult:
         return KernelResult.model_validate(json.loads(read_text(path, "a result.json", MAX_TABLE_BYTES, "")))
     except json.JSONDecodeError as exc:
         raise UsageError(f"--measured {path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"--measured {path} nests deeper than any run's result.json: not an spx result") from None
     except ValidationError as err:
         problems = describe_validation_error(err)
         more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""

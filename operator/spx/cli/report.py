@@ -135,6 +135,8 @@ def load_json(path: Path) -> Any:
         raise UsageError(f"{path} is not a UTF-8 text file") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path} nests deeper than any spx result or status: not an spx document") from None
 
 
 def is_status_document(data: Any) -> bool:

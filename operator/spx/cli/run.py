@@ -22,6 +22,7 @@ from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
 from spx.cli import outdir
 from spx.cli.common import (
     DEFAULT_OUT_ROOT,
+    STDIN,
     UsageError,
     apply_overrides,
     err_console,
@@ -66,12 +67,33 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="with --serving (an error without it): the vLLM CLI (argv prefix, split on spaces; default vllm)")
 
 
-def check_writable(path: str) -> None:
-    """Fail before measuring when the summary file can't be written (``/dev/termination-log`` in a pod).
+def check_writable(path: str, experiment_file: str | None = None) -> None:
+    """Fail before measuring when the summary file can't be written (``/dev/termination-log`` in a pod), or
+    would destroy something: the experiment file itself, or a file with content that is not an earlier
+    ResultSummary (a run's ``result.json``/``status.json``, anything else). Empty files and devices are fine.
 
     Raises:
-        UsageError: the file can't be opened for writing.
+        UsageError: the file can't be opened for writing, or it holds something else.
     """
+    import json
+    import os
+
+    from spx.api.result import SUMMARY_SCHEMA_VERSION
+
+    if experiment_file and experiment_file != STDIN and os.path.exists(path) and os.path.exists(experiment_file) \
+            and os.path.samefile(path, experiment_file):
+        raise UsageError(f"--summary-file {path} is the experiment file itself: writing the summary there would "
+                         "replace the experiment; choose another path (in a pod: /dev/termination-log)")
+    if os.path.isfile(path) and os.path.getsize(path) > 0:
+        try:
+            with open(path, "rb") as f:
+                kind = json.loads(f.read(8192)).get("schemaVersion")
+        except (OSError, ValueError, AttributeError, RecursionError):
+            kind = None
+        if kind != SUMMARY_SCHEMA_VERSION:
+            raise UsageError(f"--summary-file {path} already holds something other than an spx summary (e.g. an "
+                             "experiment or a run's result/status); it is not overwritten: choose another path, or "
+                             "remove the file first")
     try:
         with open(path, "a", encoding="utf-8"):
             pass
@@ -97,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     name = exp.metadata.name
     out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / name
     if args.summary_file:
-        check_writable(args.summary_file)
+        check_writable(args.summary_file, args.file)
     with outdir.locked(out):
         aside = outdir.prepare(out, args.overwrite)
         code: int | None = None
