@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spx.api.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from spx_testing.specs import EXPERIMENT_HEAD, TINY_CPU_YAML
 
 REPO = Path(__file__).resolve().parents[2]
@@ -315,3 +315,24 @@ def test_the_nproc_note_goes_to_stderr(tmp_path: Path) -> None:
     assert proc.returncode == EXIT_OK, proc.stderr
     assert "note: --nproc 100 capped at tensorParallelSize 2" in proc.stderr
     assert "capped" not in proc.stdout
+
+
+def test_a_disk_that_fills_up_fails_the_run_with_one_clear_line(tmp_path: Path) -> None:
+    """Files under --out may grow to 2,000 bytes only (RLIMIT_FSIZE: the kernel's EFBIG, as a full disk's
+    ENOSPC, on the first write past it): the run fails (exit 1, not 3: the input was fine) and says so once,
+    without a traceback per launcher log record."""
+    pytest.importorskip("torch")
+    import resource
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+    spec = tmp_path / "ok.yaml"
+    spec.write_text(TINY)
+    proc = subprocess.run([SPX, "run", str(spec), "--out", str(tmp_path / "out")], preexec_fn=limit,
+                          capture_output=True, text=True, env=_env(), timeout=300)
+    assert proc.returncode == EXIT_FAIL, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the run failed: cannot write results under") and "free space" in last
+    assert "--- Logging error ---" not in proc.stderr and "Traceback" not in proc.stderr

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -280,6 +281,11 @@ def evaluate(
     """Read ``target`` (a local path or an experiment name) once and decide."""
     try:
         if _is_local(target):
+            from spx.cli.outdir import run_in_progress
+
+            if holder := run_in_progress(Path(target) if os.path.isdir(target) else Path(target).parent):
+                return GateResult(EXIT_UNDECIDED, target, False, phase="Running",
+                                  message=f"a run is in progress ({holder}); its status.json is written when it ends")
             local, local_generation = read_local(target)
             return decide(local, target, local_generation)
         check_names(target, namespace)

@@ -132,6 +132,32 @@ def prepare(out: Path, overwrite: bool) -> Path | None:
     return aside
 
 
+def run_in_progress(out: Path) -> str | None:
+    """The holder of ``out``'s lock (``pid N, started …``) while a run is writing there, else ``None``: a
+    reader (``spx report``, ``spx gate``) then knows why ``status.json`` is not there yet."""
+    try:
+        fd = os.open(out / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        with contextlib.suppress(OSError):
+            return os.read(fd, 200).decode(errors="replace").strip() or "holder unknown"
+        return "holder unknown"
+    finally:
+        os.close(fd)  # (closing also drops a shared lock we got: nobody held it)
+    return None
+
+
+def partial_points(out: Path) -> int:
+    """How many points ``out/points.partial.jsonl`` holds (lines; 0 when absent): a killed run's only record."""
+    try:
+        return sum(1 for line in (out / "points.partial.jsonl").read_bytes().splitlines() if line.strip())
+    except OSError:
+        return 0
+
+
 def measured(out: Path) -> bool:
     """Whether the run in ``out`` measured at least one point (a line in ``points.partial.jsonl``, or points
     in ``result.json``)."""

@@ -237,6 +237,15 @@ def _report(args: argparse.Namespace) -> int:
         spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(
             update={"tokens": [p.tokens for p in status.kernel.points]})})
     else:
+        from spx.cli.outdir import partial_points, run_in_progress
+
+        if holder := run_in_progress(Path(directory)):
+            raise UsageError(f"a run is in progress in {directory} ({holder}): its result.json and status.json are "
+                             f"written when it ends; report it then (spx gate {directory} --wait SECONDS waits for it)")
+        if n := partial_points(Path(directory)):
+            raise UsageError(f"no result.json or status.json in {directory}, but points.partial.jsonl holds {n} "
+                             "measured point(s) of a run that ended without writing them (killed: SIGKILL, OOM, a "
+                             "lost node); they are not analysed: re-run with --out another directory to keep them")
         raise UsageError(f"no result.json or status.json in {directory}")
     if not result.points:
         raise UsageError(f"{source} has no points to report")

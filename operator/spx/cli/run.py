@@ -161,6 +161,9 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
     def summary_error(path: str, exc: OSError) -> None:
         err_console().print(f"[yellow]summary not written to {escape(path)}:[/] {escape(str(exc))}")
 
+    import logging
+
+    logging.raiseExceptions = False  # a full disk fails the run once below, not once per launcher log record
     try:
         outcome = run_experiment(
             spec, out, name=name, nproc=args.nproc, serving=args.serving,
@@ -171,8 +174,11 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
         )
     except RunnerError as exc:
         raise UsageError(str(exc)) from None
-    except OSError as exc:  # the output directory can't be written
-        raise UsageError(f"cannot write results under {out}: {exc.strerror or exc}") from None
+    except OSError as exc:  # the output directory can't be written any more (a full disk): the run failed
+        err_console().print(f"error: the run failed: cannot write results under {out}: {exc.strerror or exc}; "
+                            "free space there (or choose another --out) and run again", highlight=False,
+                            markup=False, soft_wrap=True)
+        return EXIT_FAIL
 
     if not outcome.kernel_completed:
         if args.serving:
