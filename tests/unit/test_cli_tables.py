@@ -161,6 +161,8 @@ def test_a_narrow_table_keeps_the_pipe_width() -> None:
     (3, 5, "3 of 5 token counts"),
     (0, 5, "0 of 5 token counts"),
     (5, 5, "all 5 token counts, but the run stopped before it completed"),  # an interrupt after the sweep
+    (0, 1, "0 of 1 token count"),
+    (1, 1, "the 1 token count, but the run stopped before it completed"),
 ])
 def test_a_partial_run_says_what_it_holds(measured: int, listed: int, text: str) -> None:
     from spx.cli.tables import partial_extent

@@ -62,7 +62,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         _error(str(exc))
         return EXIT_UNREACHABLE
     except KeyboardInterrupt:
-        err_console().print("interrupted (Ctrl-C): nothing was started, or every started rank was stopped",
+        ranks = ": nothing was started, or every started rank was stopped" if args.command in ("run", "serving") else ""
+        err_console().print(f"interrupted (Ctrl-C){ranks}",
                             highlight=False, markup=False, soft_wrap=True)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `spx crd | head -1`: stop quietly, exit 141 as SIGPIPE would

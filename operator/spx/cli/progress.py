@@ -39,7 +39,7 @@ class LineProgress:
         self.total, self.t0 = total, time.monotonic()
         est = f"; estimate {estimate.describe(nproc)}" if estimate is not None else ""
         more = f" (+ up to {added} added by sweep.refine)" if added else ""
-        self._say(f"starting {nproc} {device} rank(s) for {total} token counts{more}{est}")
+        self._say(f"starting {nproc} {device} rank(s) for {total} token count{'' if total == 1 else 's'}{more}{est}")
 
     def point(self, point: PointResult) -> None:
         """Print one point's line: ``[i/N]`` for a listed count, ``[+i sweep.refine]`` for one the sweep added."""

@@ -69,9 +69,10 @@ def partial_extent(measured: int, listed: int) -> str:
     counts were ``measured``: ``3 of 5 token counts``, or, when every listed count was measured before the
     run stopped (an interrupt during the stage or the serving A/B, an adaptive refinement cut short),
     ``all 5 token counts, but the run stopped before it completed``."""
+    counts = f"token count{'' if listed == 1 else 's'}"
     if measured >= listed:
-        return f"all {listed} token counts, but the run stopped before it completed"
-    return f"{measured} of {listed} token counts"
+        return f"{'the' if listed == 1 else 'all'} {listed} {counts}, but the run stopped before it completed"
+    return f"{measured} of {listed} {counts}"
 
 
 def host_bound_differs(points: Sequence[KernelPoint]) -> bool:

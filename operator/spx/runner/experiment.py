@@ -82,7 +82,7 @@ def is_cpu(result: KernelResult) -> bool:
 
 def build_status(result: KernelResult, judgement: Judgement) -> ExperimentStatus:
     """``status.json`` of a local run: :func:`spx.analysis.judge.local_status` of ``judgement``."""
-    summary = f"{len(result.points)} token counts measured"
+    summary = f"{len(result.points)} token count{'' if len(result.points) == 1 else 's'} measured"
     if result.wall_seconds is not None:
         summary += f" in {result.wall_seconds:.1f} s"
     return local_status(judgement, now=utc_now(), started_at=result.started_at, finished_at=result.finished_at,
