@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spx.api.exit_codes import COMMAND_CODES, COMMAND_MEANINGS, EXIT_OK, EXIT_PIPE, EXIT_USAGE, TABLE
+from spx.api.exit_codes import COMMAND_CODES, COMMAND_MEANINGS, EXIT_FAIL, EXIT_OK, EXIT_PIPE, EXIT_USAGE, TABLE
 from spx.cli import build_parser
 from spx.cli.reference import render, synopsis
 
@@ -208,3 +208,18 @@ def test_every_command_exits_141_on_a_stdout_closed_before_it_writes(tmp_path: P
         os.close(write_end)
     assert proc.returncode == EXIT_PIPE, proc.stderr
     assert proc.stderr == ""
+
+
+def test_serving_never_replaces_earlier_results_unasked(tmp_path: Path) -> None:
+    """A second ``spx serving`` into the same --out is refused (its results cost GPU-hours); --overwrite replaces
+    them. ``--vllm /bin/false``: the CLI exits at once, so every measurement fails fast (exit 1), files written."""
+    exp, out = str(REPO / "examples" / "deepseek-v41-tp8.yaml"), tmp_path / "srv"
+    first = spx("serving", exp, "--out", str(out), "--vllm", "/bin/false")
+    assert first.returncode == EXIT_FAIL, first.stderr
+    before = (out / "serving-result.json").read_bytes()
+    again = spx("serving", exp, "--out", str(out), "--vllm", "/bin/false")
+    assert again.returncode == EXIT_USAGE and "already holds serving results" in again.stderr and "--overwrite" in again.stderr
+    assert (out / "serving-result.json").read_bytes() == before
+    replaced = spx("serving", exp, "--out", str(out), "--vllm", "/bin/false", "--overwrite")
+    assert replaced.returncode == EXIT_FAIL
+    assert (out / "serving-result.json").read_bytes() != before

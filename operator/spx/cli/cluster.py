@@ -30,6 +30,9 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="experiment YAML with spec.serving (and optionally spec.accuracy); - reads standard input")
     p.add_argument("--out", type=Path, default=Path("spx-out"), metavar="DIR", help="output directory (default: spx-out)")
     p.add_argument("--vllm", default="vllm", metavar="CMD", help="the vLLM CLI (argv prefix, split on spaces)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the serving/GSM8K results of an earlier run in --out (default: refuse, so nothing "
+                        "measured is lost)")
 
 
 @command("serving", "Run the vLLM serving A/B and GSM8K benches of an experiment (needs vLLM and GPUs).", _serving_args,
@@ -43,11 +46,19 @@ def cmd_serving(args: argparse.Namespace) -> int:
     if exp.spec.serving is None:
         raise UsageError(f"{args.file} has no spec.serving, so there is no vLLM bench to run; add a spec.serving "
                          "section (docs/serving.md)")
-    try:
-        complete = run_vllm_benches(exp.spec, args.out, name=exp.metadata.name, vllm_command=args.vllm.split())
-    except (ValueError, OSError) as err:
-        err_console().print(f"[bold red]the vLLM benches did not start:[/] {escape(str(err))}", highlight=False)
-        return EXIT_FAIL
+    from spx.cli import outdir
+    from spx.serving.ab import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE
+
+    with outdir.locked(args.out):  # one run at a time per --out, as spx run
+        earlier = [n for n in (SERVING_RESULT_FILE, ACCURACY_RESULT_FILE) if (args.out / n).exists()]
+        if earlier and not args.overwrite:
+            raise UsageError(f"--out {args.out} already holds serving results ({', '.join(earlier)}); pass "
+                             "--overwrite to replace them, or choose another --out")
+        try:
+            complete = run_vllm_benches(exp.spec, args.out, name=exp.metadata.name, vllm_command=args.vllm.split())
+        except (ValueError, OSError) as err:
+            err_console().print(f"[bold red]the vLLM benches did not start:[/] {escape(str(err))}", highlight=False)
+            return EXIT_FAIL
     return EXIT_OK if complete else EXIT_FAIL
 
 
