@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -210,3 +211,25 @@ def test_a_narrow_terminal_leaves_columns_out_and_crops_no_figure(width: int | N
         assert f"left out at {width} columns: {', '.join(left_out)}" in " ".join(out.split())
     else:
         assert "left out" not in out
+
+
+@pytest.mark.parametrize(("width", "left_out"), [
+    (None, []),
+    (200, []),
+    (80, ["H20 shard µs", "f(M)", "f(shard)"]),
+    (60, ["shard rows", "H20 repl. µs", "H20 split µs", "H20 shard µs", "f(M)", "f(shard)"]),
+])
+def test_the_prediction_table_leaves_inputs_out_before_it_crops_a_figure(width: int | None, left_out: list[str]) -> None:
+    """``spx predict`` on an 80-column terminal cropped rows to ``│ 2,0… │ 256 │ 458… │``."""
+    from spx.analysis.predict import predict_from_table
+    from spx.cli.tables import PREDICTION_COLUMNS, prediction_table
+    csv = (Path(__file__).resolve().parents[2] / "operator" / "spx" / "data" / "h20_tp8_fused_wqa_wkv.csv").read_text()
+    rows = predict_from_table(csv, 8).rows
+    table = prediction_table(rows, title="what-if", width=width)
+    shown = [str(c.header) for c in table.columns]
+    assert [n for n in PREDICTION_COLUMNS if n not in shown] == left_out
+    buf = io.StringIO()
+    Console(file=buf, width=width or 240).print(table)
+    out = buf.getvalue()
+    assert "…" not in out and "16,384" in out
+    assert ("left out at" in out) is bool(left_out)

@@ -106,7 +106,8 @@ def _predict(args: argparse.Namespace) -> int:
                           recommended_threshold_tokens=pred.recommended_threshold_tokens,
                           threshold_rounding=pred.threshold_rounding, uncertainty=pred.uncertainty)
     if pred.rows:
-        console.print(prediction_table(pred.rows, title=f"H100/H200 what-if from {source}, TP{args.tp}"))
+        console.print(prediction_table(pred.rows, title=f"H100/H200 what-if from {source}, TP{args.tp}",
+                                       width=terminal_width(console)))
     else:
         console.print(kernel_table(kernel, title=f"{source}, TP{pred.tensor_parallel_size}", width=terminal_width(console)))
     be = pred.break_even_tokens

@@ -137,21 +137,47 @@ def _needed_width(name: str, cells: Sequence[str | Text]) -> int:
     return max([len(w) for w in name.split()] + [len(_cell_text(c)) for c in cells])
 
 
-def fit_columns(names: Sequence[str], rows: Sequence[dict[str, str | Text]], width: int) -> list[str]:
+def fit_columns(names: Sequence[str], rows: Sequence[dict[str, str | Text]], width: int,
+                drop_order: Sequence[Sequence[str]] = NARROW_DROP_ORDER) -> list[str]:
     """The columns of ``names`` that fit ``width`` terminal columns with no cell cropped (1 border and 2
-    padding per column, 1 closing border), leaving out :data:`NARROW_DROP_ORDER` first; the core columns
-    stay even when they alone are wider."""
+    padding per column, 1 closing border), leaving out the groups of ``drop_order`` first; the other
+    columns stay even when they alone are wider."""
     kept = list(names)
     needed = {n: _needed_width(n, [r[n] for r in rows]) for n in names}
 
     def total() -> int:
         return sum(needed[n] + 3 for n in kept) + 1
 
-    for group in NARROW_DROP_ORDER:
+    for group in drop_order:
         if total() <= width:
             break
         kept = [n for n in kept if n not in group]
     return kept
+
+
+def fitted_table(names: Sequence[str], rows: Sequence[dict[str, str | Text]], *, width: int | None,
+                 drop_order: Sequence[Sequence[str]], title: str | None = None,
+                 notes: Sequence[str] = ()) -> Table:
+    """A right-justified table of ``rows`` (cells by column name) that never crops a figure: when its natural
+    width exceeds a terminal's ``width``, every column gets its longest cell's width (headers wrap) and the
+    groups of ``drop_order`` are left out until it fits (:func:`fit_columns`), named in the caption after
+    ``notes``. ``width`` ``None`` (not a terminal): every column, natural widths."""
+    fixed: dict[str, int] = {}
+    natural = sum(max([len(n)] + [len(_cell_text(r[n])) for r in rows]) + 3 for n in names) + 1
+    if width is not None and natural > width:
+        kept = fit_columns(names, rows, width, drop_order)
+        if left_out := [n for n in names if n not in kept]:
+            notes = [*notes, f"left out at {width} columns: {', '.join(left_out)} "
+                             "(a wider terminal, or -o json, shows every figure)"]
+        names = kept
+        fixed = {n: _needed_width(n, [r[n] for r in rows]) for n in names}
+    caption = "\n".join(notes) or None
+    table = Table(title=_esc(title), caption=_esc(caption), caption_justify="left", header_style="bold")
+    for name in names:
+        table.add_column(name, justify="right", width=fixed.get(name))
+    for r in rows:
+        table.add_row(*(r[name] for name in names))
+    return table
 
 
 def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str | None = None,
@@ -170,22 +196,8 @@ def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str
     every column."""
     names, notes = kernel_columns(kernel)
     rows = [_kernel_cells(p) for p in kernel.points]
-    fixed: dict[str, int] = {}
-    natural = sum(max([len(n)] + [len(_cell_text(r[n])) for r in rows]) + 3 for n in names) + 1
-    if width is not None and natural > width:  # narrow: fixed widths (headers wrap), least needed columns out
-        kept = fit_columns(names, rows, width)
-        if left_out := [n for n in names if n not in kept]:
-            notes = [*notes, f"left out at {width} columns: {', '.join(left_out)} "
-                             "(a wider terminal, or -o json, shows every figure)"]
-        names = kept
-        fixed = {n: _needed_width(n, [r[n] for r in rows]) for n in names}
-    caption = "\n".join([*([caption] if caption else []), *notes]) or None
-    table = Table(title=_esc(title), caption=_esc(caption), caption_justify="left", header_style="bold")
-    for name in names:
-        table.add_column(name, justify="right", width=fixed.get(name))
-    for r in rows:
-        table.add_row(*(r[name] for name in names))
-    return table
+    return fitted_table(names, rows, width=width, drop_order=NARROW_DROP_ORDER, title=title,
+                        notes=[*([caption] if caption else []), *notes])
 
 
 def _kernel_cells(p: KernelPoint) -> dict[str, str | Text]:
@@ -352,18 +364,21 @@ def print_report(
     print_verdict(console, verdict, reasons, partial=partial is not None)
 
 
-def prediction_table(rows: Sequence[PredictedRow], *, title: str | None = None) -> Table:
+#: :func:`prediction_table`'s columns, and the order it leaves them out on a narrow terminal (the prediction stays).
+PREDICTION_COLUMNS = ("tokens", "shard rows", "H20 repl. µs", "H20 split µs", "H20 shard µs", "gather µs",
+                      "f(M)", "f(shard)", "pred. repl. µs", "pred. split µs", "pred. speedup")
+PREDICTION_DROP_ORDER: tuple[tuple[str, ...], ...] = (
+    ("H20 shard µs",), ("f(M)", "f(shard)"), ("shard rows",), ("H20 repl. µs", "H20 split µs"), ("gather µs",))
+
+
+def prediction_table(rows: Sequence[PredictedRow], *, title: str | None = None, width: int | None = None) -> Table:
     """The H20 → H100/H200 what-if (:func:`spx.analysis.predict.predict_from_table` ``.rows``):
-    the H20 inputs, the derived gather and shard GEMM, the scaling factors and the prediction."""
-    table = Table(title=_esc(title), header_style="bold")
-    for name in ("tokens", "shard rows", "H20 repl. µs", "H20 split µs", "H20 shard µs", "gather µs",
-                 "f(M)", "f(shard)", "pred. repl. µs", "pred. split µs", "pred. speedup"):
-        table.add_column(name, justify="right")
-    for r in rows:
-        table.add_row(
-            f"{r.tokens:,}", f"{r.shard_rows:,}", fmt_us(r.h20_replicated_us), fmt_us(r.h20_split_us),
-            fmt_us(r.h20_shard_gemm_us), fmt_us(r.gather_us), f"{r.replicated_factor:.2f}×",
-            f"{r.shard_factor:.2f}×", fmt_us(r.replicated_us), fmt_us(r.split_us),
-            Text(f"{r.speedup:.2f}×", style="green" if r.speedup > 1 else "red"),
-        )
-    return table
+    the H20 inputs, the derived gather and shard GEMM, the scaling factors and the prediction; on a terminal
+    narrower than that (``width``) the inputs are left out first (:func:`fitted_table`)."""
+    cells = [dict(zip(PREDICTION_COLUMNS, (
+        f"{r.tokens:,}", f"{r.shard_rows:,}", fmt_us(r.h20_replicated_us), fmt_us(r.h20_split_us),
+        fmt_us(r.h20_shard_gemm_us), fmt_us(r.gather_us), f"{r.replicated_factor:.2f}×",
+        f"{r.shard_factor:.2f}×", fmt_us(r.replicated_us), fmt_us(r.split_us),
+        Text(f"{r.speedup:.2f}×", style="green" if r.speedup > 1 else "red"),
+    ), strict=True)) for r in rows]
+    return fitted_table(PREDICTION_COLUMNS, cells, width=width, drop_order=PREDICTION_DROP_ORDER, title=title)
