@@ -360,3 +360,19 @@ def test_report_of_a_killed_run_points_at_its_partial_points(tmp_path: Path, cap
     assert main(["report", str(out), "--no-plot"]) == EXIT_USAGE
     err = " ".join(capsys.readouterr().err.split())
     assert "points.partial.jsonl holds 2 measured point(s)" in err and "killed" in err
+
+
+@pytest.mark.parametrize("inner", ["logs/sub", "nested/deeper"])
+def test_an_out_inside_another_runs_directory_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], inner: str
+) -> None:
+    """``--out A/logs/sub``: a later ``--overwrite`` of A deletes A/logs wholesale, the inner run with it."""
+    outer = tmp_path / "A"
+    (outer / "logs").mkdir(parents=True)
+    (outer / "status.json").write_text('{"phase": "Succeeded"}')
+    spec = tmp_path / "ok.yaml"
+    spec.write_text((Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml").read_text())
+    assert main(["run", str(spec), "--out", str(outer / inner), "--tokens", "8"]) == EXIT_USAGE
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"is inside the run directory {outer}" in err
+    assert not (outer / inner).exists()

@@ -44,6 +44,9 @@ def locked(out: Path) -> Iterator[Path]:
     """
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a directory")
+    if holder := enclosing_run(out):
+        raise UsageError(f"--out {out} is inside the run directory {holder} (it holds a run's files): a later "
+                         f"--overwrite of {holder} would delete it; choose a directory outside {holder}")
     created = [d for d in (out, *out.parents) if not d.exists()]  # deepest first
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -130,6 +133,16 @@ def prepare(out: Path, overwrite: bool) -> Path | None:
         if (out / name).exists():
             os.rename(out / name, aside / name)
     return aside
+
+
+def enclosing_run(out: Path) -> Path | None:
+    """The nearest folder above ``out`` that holds a run (its ``status.json``, ``result.json``,
+    ``points.partial.jsonl`` or lock), else ``None``: a run inside another's directory (e.g. in its
+    ``logs/``) would be deleted by an ``--overwrite`` of the outer one."""
+    for parent in out.absolute().parents:
+        if any((parent / name).exists() for name in ("status.json", "result.json", "points.partial.jsonl", LOCK_FILE)):
+            return parent
+    return None
 
 
 def run_in_progress(out: Path) -> str | None:
