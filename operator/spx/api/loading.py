@@ -52,13 +52,19 @@ def validate_spec(raw: dict[str, Any] | None, source: str = "experiment") -> Exp
         raise SpecError(describe_validation_error(err, "spec", ExperimentSpec), source) from None
 
 
+def is_run_result(doc: dict[str, Any]) -> bool:
+    """Whether JSON/YAML ``doc`` is a run's ``result.json`` (:class:`spx.api.result.KernelResult`): a
+    ``spx.dev/kernel-…`` schemaVersion, or both ``points`` and ``worldSize``. ``spx validate`` and ``spx gate``
+    name such a file instead of listing what it lacks."""
+    return str(doc.get("schemaVersion") or "").startswith("spx.dev/kernel-") or {"points", "worldSize"} <= doc.keys()
+
+
 def _run_document(doc: dict[str, Any]) -> str | None:
     """What a run's output document is (``a run's result (result.json)``, ``… status``), or ``None``: an experiment
     (or not a run's document either) has ``apiVersion``/``kind``, a run's output has neither."""
     if "apiVersion" in doc or "kind" in doc:
         return None
-    version = str(doc.get("schemaVersion") or "")
-    if version.startswith("spx.dev/kernel-") or {"points", "worldSize"} <= doc.keys():
+    if is_run_result(doc):
         return "a run's result (result.json)"
     if "phase" in doc and ({"conditions", "kernel", "verdict"} & doc.keys()):
         return "a run's status (status.json)"

@@ -145,7 +145,7 @@ class KernelResult(CamelModel):
         problems: list[str] = []
         tp = self.spec.parallelism.tensor_parallel_size
         for i, point in enumerate(self.points):
-            rows = -(-point.tokens // tp)
+            rows = rows_per_rank(point.tokens, tp)
             if point.rows_per_rank != rows:
                 problems.append(f"points[{i}].rowsPerRank: {point.rows_per_rank}, but {point.tokens} tokens split over "
                                 f"spec.parallelism.tensorParallelSize {tp} ranks is {rows} rows per rank; the file is "
@@ -161,6 +161,21 @@ class KernelResult(CamelModel):
         if problems:
             raise CombinationError(problems)
         return self
+
+
+def rows_per_rank(tokens: int, tensor_parallel_size: int) -> int:
+    """Rows (tokens) each of ``tensor_parallel_size`` ranks projects when a batch of ``tokens`` rows is split by
+    token: ``ceil(tokens / TP)``; the batch is padded to ``rows_per_rank · TP`` rows (vLLM's sequence-parallel
+    split pads M to a multiple of TP: ``spx.bench.sequence_parallel``). The one rule behind a point's
+    ``rowsPerRank``/``paddedTokens`` (:class:`spx.bench.candidates.PointPlan`), their check here and
+    ``spx report``'s reading of a status's TP.
+
+    Raises:
+        ValueError: ``tokens < 1`` or ``tensor_parallel_size < 1``.
+    """
+    if tokens < 1 or tensor_parallel_size < 1:
+        raise ValueError(f"need tokens >= 1 and tensor_parallel_size >= 1, got {tokens} and {tensor_parallel_size}")
+    return -(-tokens // tensor_parallel_size)
 
 
 def repeated_tokens(points: Sequence[PointResult | KernelPoint]) -> list[str]:

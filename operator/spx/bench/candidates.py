@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spx.analysis.threshold import next_multiple
+from spx.api.result import rows_per_rank
 from spx.bench.context import BenchContext
 from spx.bench.sequence_parallel import resolve_sp_shard, sp_trim
 
@@ -42,8 +42,8 @@ class PointPlan:
         Raises:
             ValueError: when ``tokens < 1`` or ``tp < 1``.
         """
-        padded = next_multiple(tokens, tp)
-        return cls(tokens, padded, padded // tp)
+        rows = rows_per_rank(tokens, tp)
+        return cls(tokens, rows * tp, rows)
 
 
 def gather_fn(ctx: BenchContext, padded_tokens: int, n: int, dtype: torch.dtype | None = None) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -184,8 +184,10 @@ def check_status(data: dict[str, Any], target: str, whole_object: bool = False) 
     ``whole_object``: the ``.status`` of a ``kubectl get -o json`` dump, empty before the first reconcile."""
     import os.path
 
+    from spx.api.loading import is_run_result
+
     kind = str(data.get("schemaVersion") or "")
-    if kind.startswith("spx.dev/kernel-") or {"points", "worldSize"} <= data.keys():
+    if is_run_result(data):
         run_dir = os.path.dirname(target) or "."
         raise GateError(f"{target} is a run's result, not a status: pass {os.path.join(run_dir, 'status.json')} "
                         f"or the run directory {run_dir}")

@@ -176,9 +176,8 @@ def measured(out: Path) -> bool:
     in ``result.json``)."""
     import json
 
-    with contextlib.suppress(OSError):
-        if (out / "points.partial.jsonl").read_bytes().strip():
-            return True
+    if partial_points(out):
+        return True
     try:
         return bool(json.loads((out / "result.json").read_text(encoding="utf-8")).get("points"))
     except (OSError, ValueError, AttributeError, RecursionError):

@@ -25,7 +25,7 @@ from spx.api import (
     validate_spec,
 )
 from spx.api.exit_codes import EXIT_OK
-from spx.api.result import repeated_tokens
+from spx.api.result import repeated_tokens, rows_per_rank
 from spx.cli.common import (
     UsageError,
     add_output_option,
@@ -149,7 +149,7 @@ def is_status_document(data: Any) -> bool:
 def status_tp(points: list[KernelPoint], gpu_count: int | None) -> tuple[int, str]:
     """The TP a status's points were split over, and how it was found: the TPs (1–64) for which every point's
     ``rowsPerRank`` is ceil(tokens / TP), narrowed by the environment's GPU count; 8 (the default) when none fits."""
-    fits = [tp for tp in range(1, 65) if all(p.rows_per_rank == -(-p.tokens // tp) for p in points)]
+    fits = [tp for tp in range(1, 65) if all(p.rows_per_rank == rows_per_rank(p.tokens, tp) for p in points)]
     if gpu_count is not None and gpu_count in fits:
         return gpu_count, "the environment's gpuCount, which the points' rowsPerRank agree with"
     if len(fits) == 1:
