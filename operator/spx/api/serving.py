@@ -20,6 +20,7 @@ from typing import Final, Literal
 from pydantic import Field, field_validator, model_validator
 
 from spx.api.base import CamelModel, FiniteFloat
+from spx.api.step import StepSpec
 from spx.vocabulary import RESERVED_SERVER_ENV
 
 SERVING_RESULT_SCHEMA_VERSION: Final = "spx.dev/serving-result/v1"
@@ -211,6 +212,8 @@ class ServingSpec(CamelModel):
     """Seconds for the GPUs to show no compute process after a server exits."""
     gate: ServingGateSpec = Field(default_factory=ServingGateSpec)
     """What the serving A/B must show: bounds on the split's throughput and TTFT changes."""
+    step: StepSpec | None = None
+    """Optional step A/B: the split's effect on a whole prefill step, measured inside one server per threshold against a server that never splits (settles the verdict where the kernel's GPU- and host-bound regimes disagree)."""
 
     @field_validator("model_mount_path")
     @classmethod

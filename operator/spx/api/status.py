@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
+from spx.api.step import StepStatus
 from spx.vocabulary import DECIDED_REASONS, PHASES, VERDICTS, one_of
 from spx.vocabulary import DecidedReason as DecidedReason  # re-exported: the status's types
 from spx.vocabulary import Phase as Phase
@@ -305,6 +306,8 @@ class ExperimentStatus(CamelModel):
     """Outcome of the serving A/B and its gate."""
     accuracy: AccuracyStatus | None = None
     """Outcome of the GSM8K check and its gate."""
+    step: StepStatus | None = None
+    """Outcome of the step A/B: the split's measured effect on a whole prefill step per threshold."""
     verdict: Verdict | None = Field(
         default=None, description=f"{one_of(VERDICTS)}; set only when Decided is True with one of those reasons.")
     verdict_reasons: list[str] = Field(default_factory=list)
