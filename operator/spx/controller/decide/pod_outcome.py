@@ -159,6 +159,9 @@ def observe(
     (``seen_scheduled``: the pod was bound; ``unschedulable``: the scheduler's last message).
     ``nodes``: readiness of the nodes of pods being deleted (None: not read; then
     :attr:`Observation.check_nodes` names the nodes to read).
+
+    In order: pods still ending (:func:`_pods_ending`), a Job that ended (:func:`_job_ended`), a Job
+    still going (:func:`_job_going`).
     """
     memory = memory or Memory(seen_scheduled=seen_scheduled)
     live = obj.pods_of_job(job, pods)
@@ -166,81 +169,107 @@ def observe(
     departed = [p for p in obj.pods_of_job(job, gone) if obj.uid(p) not in live_uids]
     mine = sorted([*live, *departed], key=lambda p: (obj.created(p), obj.name(p)))
     disruptions = sum(1 for p in mine if is_disrupted(p))
-    last = mine[-1] if mine else None
     jname = obj.name(job) or "?"
-    spec = job.get("spec") or {}
-
     complete = obj.true_condition(job, "Complete")
     failed = obj.true_condition(job, "Failed")
-    ending = obj.true_condition(job, "SuccessCriteriaMet") or obj.true_condition(job, "FailureTarget")
     lost: Mapping[str, Any] | None = None
+    if not (complete or failed):
+        waiting = _pods_ending(job, jname, live, now, nodes, disruptions)
+        if isinstance(waiting, Observation):
+            return waiting
+        ending, lost = waiting
+        if ending is not None:
+            complete, failed = (ending, None) if ending.get("type") == "SuccessCriteriaMet" else (None, ending)
+    if complete or failed:
+        return _job_ended(job, jname, mine, complete, failed, lost, memory, disruptions)
+    return _job_going(job, jname, live, mine, now, timeouts, failed_create, disruptions)
+
+
+def _pods_ending(job: Mapping[str, Any], jname: str, live: Sequence[Mapping[str, Any]], now: dt.datetime,
+                 nodes: Mapping[str, bool | None] | None, disruptions: int,
+                 ) -> Observation | tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
+    """Pods of a Job with no final condition yet that are ending: an :class:`Observation` to wait on them,
+    else (the ``SuccessCriteriaMet``/``FailureTarget`` condition the Job ended with or None, the live pod
+    on a lost node or None).
+
+    The Job controller decided (Kubernetes >= 1.31 sets FailureTarget / SuccessCriteriaMet first) or is
+    deleting every live pod (its deadline, an eviction). Wait for them — bounded: not past their grace
+    period (plus a slack), not at all on a lost node."""
+    ending = obj.true_condition(job, "SuccessCriteriaMet") or obj.true_condition(job, "FailureTarget")
     alive = [p for p in live if obj.pod_phase(p) not in obj.POD_ENDED_PHASES]
     deleting_alive = [p for p in alive if obj.deleting(p)]
-    if (ending and not (complete or failed)) or (deleting_alive and not (complete or failed)
-                                                  and len(deleting_alive) == len(alive)):
-        # Pods are ending: the Job controller decided (Kubernetes >= 1.31 sets FailureTarget /
-        # SuccessCriteriaMet first) or is deleting them (its deadline, an eviction). Wait for them —
-        # bounded: not past their grace period (plus a slack), not at all on a lost node.
-        unknown = tuple(sorted({str((p.get("spec") or {}).get("nodeName")) for p in alive
-                                if (p.get("spec") or {}).get("nodeName") and not is_node_lost(p)}))
-        lost = next((p for p in reversed(alive) if on_lost_node(p, nodes)), None)
-        waited = [p for p in alive if not on_lost_node(p, nodes) and (grace_left_s(p, now) is None or (grace_left_s(p, now) or 0.0) > 0)]
-        if waited and nodes is None and unknown:
-            return Observation("transition", "Terminating", f"Job {jname}: reading the readiness of node(s) "
-                               f"{', '.join(unknown)}", disruptions=disruptions, check_nodes=unknown)
-        if waited:
-            pod = waited[-1]
-            left = grace_left_s(pod, now)
-            what = (f"Job {jname} is ending ({ending.get('type')}: {ending.get('reason') or 'no reason'})" if ending
-                    else f"pod {obj.name(pod)} is being deleted")
-            return Observation("transition", "Terminating",
-                               f"{what}; waiting for pod {obj.name(pod)} to terminate", pod=pod,
-                               node=(pod.get("spec") or {}).get("nodeName"), disruptions=disruptions,
-                               recheck_after_s=max(0.5, left) if left is not None else TERMINATING_SLACK_S)
-        if ending and not (complete or failed):
-            if ending.get("type") == "SuccessCriteriaMet":
-                complete = ending
-            else:
-                failed = ending
-        elif not (complete or failed):
-            # Every pod being deleted is past its bound or on a lost node, and the Job has not ended.
-            pod = lost or deleting_alive[-1]
-            node = (pod.get("spec") or {}).get("nodeName")
-            if lost is not None:
-                return Observation("failed", "NodeLost", f"node {node} of pod {obj.name(pod)} was lost while the bench ran",
-                                   outcome="InfraFailed", pod=pod, node=node, abort=True, disruptions=disruptions)
-            return Observation("transition", "Terminating", f"pod {obj.name(pod)} is past its grace period and still "
-                               f"terminating; waiting for the Job controller", pod=pod, node=node,
-                               disruptions=disruptions, recheck_after_s=TERMINATING_SLACK_S)
+    if not ending and not (deleting_alive and len(deleting_alive) == len(alive)):
+        return None, None
+    unknown = tuple(sorted({str((p.get("spec") or {}).get("nodeName")) for p in alive
+                            if (p.get("spec") or {}).get("nodeName") and not is_node_lost(p)}))
+    lost = next((p for p in reversed(alive) if on_lost_node(p, nodes)), None)
+    waited = [p for p in alive if not on_lost_node(p, nodes) and (grace_left_s(p, now) is None or (grace_left_s(p, now) or 0.0) > 0)]
+    if waited and nodes is None and unknown:
+        return Observation("transition", "Terminating", f"Job {jname}: reading the readiness of node(s) "
+                           f"{', '.join(unknown)}", disruptions=disruptions, check_nodes=unknown)
+    if waited:
+        pod = waited[-1]
+        left = grace_left_s(pod, now)
+        what = (f"Job {jname} is ending ({ending.get('type')}: {ending.get('reason') or 'no reason'})" if ending
+                else f"pod {obj.name(pod)} is being deleted")
+        return Observation("transition", "Terminating",
+                           f"{what}; waiting for pod {obj.name(pod)} to terminate", pod=pod,
+                           node=(pod.get("spec") or {}).get("nodeName"), disruptions=disruptions,
+                           recheck_after_s=max(0.5, left) if left is not None else TERMINATING_SLACK_S)
+    if ending:
+        return ending, lost
+    # Every pod being deleted is past its bound or on a lost node, and the Job has not ended.
+    pod = lost or deleting_alive[-1]
+    node = (pod.get("spec") or {}).get("nodeName")
+    if lost is not None:
+        return Observation("failed", "NodeLost", f"node {node} of pod {obj.name(pod)} was lost while the bench ran",
+                           outcome="InfraFailed", pod=pod, node=node, abort=True, disruptions=disruptions)
+    return Observation("transition", "Terminating", f"pod {obj.name(pod)} is past its grace period and still "
+                       f"terminating; waiting for the Job controller", pod=pod, node=node,
+                       disruptions=disruptions, recheck_after_s=TERMINATING_SLACK_S)
+
+
+def _job_ended(job: Mapping[str, Any], jname: str, mine: Sequence[Mapping[str, Any]],
+               complete: Mapping[str, Any] | None, failed: Mapping[str, Any] | None,
+               lost: Mapping[str, Any] | None, memory: Memory, disruptions: int) -> Observation:
+    """A Job with a final condition (``complete``, else ``failed``): succeeded, or why it failed."""
+    last = mine[-1] if mine else None
     if complete:
         done = next((p for p in reversed(mine) if obj.pod_phase(p) == "Succeeded"), last)
         node = (done or {}).get("spec", {}).get("nodeName") if done else None
         return Observation("succeeded", "JobSucceeded", f"Job {jname} completed", pod=done, node=node,
                            disruptions=disruptions, exit_code=0)
-    if failed:
-        reason = failed.get("reason") or ""
-        ran = [p for p in mine if obj.pod_phase(p) == "Failed" and not is_disrupted(p)]
-        ended = ran[-1] if ran else (lost or last)
-        node = (ended or {}).get("spec", {}).get("nodeName") if ended else None
-        if reason == "DeadlineExceeded":
-            return _deadline_exceeded(job, jname, mine, ended, node, disruptions, memory, lost)
-        if lost is not None:
-            lnode = (lost.get("spec") or {}).get("nodeName")
-            return Observation("failed", "NodeLost", f"node {lnode} of pod {obj.name(lost)} was lost while the bench ran",
-                               outcome="InfraFailed", pod=lost, node=lnode, disruptions=disruptions)
-        if ended is None:
-            return Observation("failed", "JobFailed",
-                               f"Job {jname} failed ({reason or 'no reason'}: {failed.get('message', '')}) and its pod is gone",
-                               outcome="InfraFailed", disruptions=disruptions)
-        outcome, why, msg, code = classify_failed_pod(ended)
-        return Observation("failed", why, msg, outcome=outcome, pod=ended, node=node, disruptions=disruptions, exit_code=code)
+    failed = failed or {}
+    reason = failed.get("reason") or ""
+    ran = [p for p in mine if obj.pod_phase(p) == "Failed" and not is_disrupted(p)]
+    ended = ran[-1] if ran else (lost or last)
+    node = (ended or {}).get("spec", {}).get("nodeName") if ended else None
+    if reason == "DeadlineExceeded":
+        return _deadline_exceeded(job, jname, mine, ended, node, disruptions, memory, lost)
+    if lost is not None:
+        lnode = (lost.get("spec") or {}).get("nodeName")
+        return Observation("failed", "NodeLost", f"node {lnode} of pod {obj.name(lost)} was lost while the bench ran",
+                           outcome="InfraFailed", pod=lost, node=lnode, disruptions=disruptions)
+    if ended is None:
+        return Observation("failed", "JobFailed",
+                           f"Job {jname} failed ({reason or 'no reason'}: {failed.get('message', '')}) and its pod is gone",
+                           outcome="InfraFailed", disruptions=disruptions)
+    outcome, why, msg, code = classify_failed_pod(ended)
+    return Observation("failed", why, msg, outcome=outcome, pod=ended, node=node, disruptions=disruptions, exit_code=code)
 
+
+def _job_going(job: Mapping[str, Any], jname: str, live: Sequence[Mapping[str, Any]],
+               mine: Sequence[Mapping[str, Any]], now: dt.datetime, timeouts: Timeouts,
+               failed_create: str | None, disruptions: int) -> Observation:
+    """A Job with no final condition and no pod ending: past its disruption budget, suspended, waiting
+    for a (replacement) pod, or running."""
+    last = mine[-1] if mine else None
     if disruptions > timeouts.max_disruptions:
         return Observation("failed", "Evicted",
                            f"the bench pod was disrupted {disruptions} times (retry budget {timeouts.max_disruptions}); "
                            "giving up on this node pool",
                            outcome="InfraFailed", pod=last, abort=True, disruptions=disruptions)
-    if spec.get("suspend"):
+    if (job.get("spec") or {}).get("suspend"):
         return Observation("suspended", "Suspended", f"Job {jname} is suspended", disruptions=disruptions)
 
     current = next((p for p in reversed(live) if obj.pod_phase(p) not in obj.POD_ENDED_PHASES and not obj.deleting(p)), None)
