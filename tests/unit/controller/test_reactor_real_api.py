@@ -34,7 +34,7 @@ from spx.api.status import ExperimentStatus
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.reactor import Reactor
 from spx.controller.settings import load_settings
-from spx.controller.writes import EXPERIMENT_API, Conflict, Rejected, Writes
+from spx.controller.writes import Conflict, Rejected, Writes
 
 EXTERNAL_KUBECONFIG = os.environ.get("SPX_TEST_KUBECONFIG")
 KUBECTL: str | None = None  # the session control plane's kubectl, when the tests run against it
@@ -125,7 +125,7 @@ def namespace(kubeconfig: Path) -> Iterator[str]:
 
 async def create_experiment(c: KubeClient, ns: str, name: str) -> dict[str, Any]:
     body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": ns}, "spec": SPEC}
-    return await c.create(resource_path(EXPERIMENT_API, PLURAL, ns), body)
+    return await c.create(resource_path(API_VERSION, PLURAL, ns), body)
 
 
 def test_status_writes_meet_the_real_optimistic_lock_and_schema(namespace: str) -> None:
@@ -201,7 +201,7 @@ def test_fm8_no_result_configmap_after_the_owner_is_gone(namespace: str) -> None
             "ownerReferences": [{"kind": KIND, "uid": exp["metadata"]["uid"], "controller": True}]},
             "spec": {}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}})
         r.reads.listed.add("job-uid")
-        await c.delete(resource_path(EXPERIMENT_API, PLURAL, namespace, "fm8"))  # … while it is being read
+        await c.delete(resource_path(API_VERSION, PLURAL, namespace, "fm8"))  # … while it is being read
         outcome = await r.reconcile((namespace, "fm8"))
         cms = await c.get(resource_path("v1", "configmaps", namespace))
         await r.stop()
