@@ -32,7 +32,7 @@ from spx.cli.common import (
 )
 from spx.cli.registry import command
 from spx.cli.report import draw_plot, gpu_label, table_title
-from spx.vocabulary import GEMM_BACKENDS, one_of
+from spx.vocabulary import DEVICES, GEMM_BACKENDS, one_of
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -46,7 +46,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, metavar="N",
                    help="ranks to start (default: visible GPUs, else 2 on CPU; capped at TP); fewer than TP: gather auto "
                         "models the all-gather, an explicit nccl/gloo/vllm is refused")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"),
+    p.add_argument("--device", choices=DEVICES,
                    help="override spec.kernel.device; --device cpu runs a GPU-sized spec on CPU anyway (a smoke run)")
     p.add_argument("--gemm-backend", metavar="B", help=f"override spec.kernel.gemmBackend ({one_of(GEMM_BACKENDS)})")
     p.add_argument("--samples", type=int, metavar="N", help="override spec.kernel.samples")
