@@ -34,7 +34,9 @@ from typing import Final, Literal, TypeVar, get_args
 #: The gate's verdict (``status.verdict``; the reason of ``Decided`` True when a verdict was reached).
 Verdict = Literal["Pass", "Fail", "Inconclusive"]
 #: The reason of ``Decided`` True when the run ended without a verdict.
-FailureReason = Literal["InvalidSpec", "BenchmarkFailed", "InfraFailed"]
+#: The failure reasons a bench pod's end can give (``spx.controller.observation``); InvalidSpec is admission's.
+PodFailureReason = Literal["BenchmarkFailed", "InfraFailed"]
+FailureReason = Literal["InvalidSpec", PodFailureReason]
 #: Every reason of the terminal ``Decided`` condition: the verdict, or why there is none.
 DecidedReason = Literal[Verdict, FailureReason]
 
@@ -93,6 +95,9 @@ GATHER_SOURCES: Final[tuple[GatherSource, ...]] = get_args(GatherSource)
 #: GEMM backends that are CUDA kernels only (``spx.api.combinations`` refuses them on ``device: cpu``).
 CudaGemmBackend = Literal["humming", "marlin", "torch-fp8"]
 CUDA_GEMM_BACKENDS: Final[tuple[CudaGemmBackend, ...]] = get_args(CudaGemmBackend)
+#: All-gather backends that need CUDA GPUs (refused on ``device: cpu``; gloo and vLLM's run on CPU).
+CudaGatherBackend = Literal["nccl"]
+CUDA_GATHER_BACKENDS: Final[tuple[CudaGatherBackend, ...]] = get_args(CudaGatherBackend)
 #: GEMM backends that run vLLM's MXFP8 W8A16 path (32×32 blocks, e8m0 scales).
 MxfpGemmBackend = Literal["humming", "marlin"]
 MXFP8_GEMM_BACKENDS: Final[tuple[MxfpGemmBackend, ...]] = get_args(MxfpGemmBackend)
@@ -193,8 +198,8 @@ ACCURACY_RESULT_FILE: Final = "accuracy-result.json"
 #: In each serving arm's folder: the vLLM server's log and the GSM8K replies.
 SERVER_LOG: Final = "server.log"
 GSM8K_REPLIES_FILE: Final = "gsm8k-replies.jsonl"
-#: The experiment the operator mounts into the bench pod.
-EXPERIMENT_FILE: Final = "experiment.json"
+#: The step A/B's document (``spx.api.step.StepResult``).
+STEP_RESULT_FILE: Final = "step-result.json"
 #: What ``spx run`` writes into its ``--out`` (an ``--overwrite`` removes exactly these).
 RUN_OUTPUTS: Final[tuple[str, ...]] = (RESULT_FILE, STATUS_FILE, PLOT_FILE, POINTS_FILE, SERVING_DIR)
 #: Files whose presence marks a folder as a run's directory.

@@ -24,6 +24,7 @@ from spx.bench.gemm import build_projection, resolve_gemm_backend, weight_block_
 from spx.bench.projection import activation_dtype
 from spx.bench.timing import TimingProtocol
 from spx.vocabulary import (
+    CUDA_GATHER_BACKENDS,
     CUDA_TIMERS,
     ExecutionMode,
     GatherSource,
@@ -124,7 +125,7 @@ def _resolve_gather(
     want = spec.kernel.gather
     if want == "modelled":
         return "modelled", "modelled"
-    if want == "nccl" and device.type != "cuda":
+    if want in CUDA_GATHER_BACKENDS and device.type != "cuda":
         raise ValueError("spec.kernel.gather: nccl needs CUDA GPUs; on CPU use gather: gloo or auto")
     if world_size < tp:
         if want == "auto":

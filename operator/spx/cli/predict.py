@@ -17,7 +17,7 @@ from spx.cli.common import (
 )
 from spx.cli.documents import PredictDocument
 from spx.cli.registry import command
-from spx.vocabulary import INTERPOLATIONS, PREDICT_GATHERS, THRESHOLD_ROUNDINGS
+from spx.vocabulary import INTERPOLATIONS, PREDICT_GATHERS, RESULT_FILE, THRESHOLD_ROUNDINGS
 
 if TYPE_CHECKING:
     from spx.api.result import KernelResult
@@ -177,7 +177,7 @@ def _read_measured(path: str) -> KernelResult:
     from spx.api.result import KernelResult
 
     if os.path.isdir(path):
-        result = os.path.join(path, "result.json")
+        result = os.path.join(path, RESULT_FILE)
         if not os.path.isfile(result):
             raise UsageError(f"--measured {path}: the directory has no result.json; give a run's --out directory "
                              "or its result.json")
