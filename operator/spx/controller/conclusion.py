@@ -42,7 +42,7 @@ from spx.controller.decision import (
     Results,
     StoreResult,
 )
-from spx.controller.finish import finish, job_vanished, judge
+from spx.controller.finish import finish, job_vanished, judge_collected
 from spx.controller.job_status import job_ending, job_finished, suspended_since
 from spx.controller.manifests import build_job
 from spx.controller.naming import job_name
@@ -55,7 +55,7 @@ from spx.controller.pod_outcome import observe
 __all__ = [
     "Action", "Admission", "AskAdmission", "CheckNodes", "ConfirmJobGone", "CreateJob", "Decision", "DeleteJobs", "Event",
     "FetchFailedCreate", "JobCreation", "Need", "Observed", "ReadProgress", "ReadResults", "Results", "StoreResult",
-    "conclude", "finish", "job_ending", "job_finished", "judge",
+    "conclude", "finish", "job_ending", "job_finished", "judge_collected",
 ]
 
 # The decision ------------------------------------------------------------------------------------------
