@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from spx.analysis.band import V41_NUM_LAYERS, lower_bound_threshold, uncertainty, with_intervals
+from spx.analysis.band import V41_NUM_LAYERS, recommended_threshold, uncertainty, with_intervals
 from spx.analysis.bounds import combine_bounds, has_host_times, host_bound_fields, host_bound_points
 from spx.analysis.crossover import decided_from_quartiles, find_crossover, sorted_points, speedup
 from spx.analysis.interval import point_interval
@@ -121,15 +121,8 @@ def evaluate(
     ordered = sorted_points(points)
     crossover = find_crossover(ordered, floor_tokens=tensor_parallel_size)
     be = crossover.break_even
-    if gate.threshold_rule == "lower-bound":
-        lb = lower_bound_threshold(ordered)
-        recommended = (
-            recommended_threshold_tokens(lb, gate.threshold_rounding, tensor_parallel_size) if lb else None
-        )
-    else:
-        recommended = (
-            recommended_threshold_tokens(be.tokens, gate.threshold_rounding, tensor_parallel_size) if be else None
-        )
+    recommended = recommended_threshold(ordered, be.tokens if be else None, gate.threshold_rule,
+                                        gate.threshold_rounding, tensor_parallel_size)
     confidence, unc = uncertainty(
         ordered, recommended_threshold_tokens=recommended, gate_threshold_tokens=gate.threshold_tokens,
         layers=layers, floor_tokens=tensor_parallel_size,

@@ -19,6 +19,7 @@ from spx.controller.build.naming import (
     owner_reference,
     result_configmap_name,
 )
+from spx.vocabulary import ACCURACY_RESULT_FILE, RESULT_FILE, SERVING_RESULT_FILE
 
 #: A ConfigMap holds at most 1 MiB; keep a margin for metadata.
 CONFIGMAP_BUDGET_BYTES = 1_000_000
@@ -102,7 +103,7 @@ def build_result_configmap(
         budget -= len(clipped.encode())
     if result is not None:
         budget = _fit_result(data, binary, notes, result, budget)
-    for key, doc in (("serving-result.json", serving_result), ("accuracy-result.json", accuracy_result)):
+    for key, doc in ((SERVING_RESULT_FILE, serving_result), (ACCURACY_RESULT_FILE, accuracy_result)):
         if doc is None:
             continue
         left = _fit(data, binary, key, json.dumps(doc, sort_keys=True, separators=(",", ":")), budget - 2048)
@@ -132,19 +133,19 @@ def _fit_result(data: dict[str, str], binary: dict[str, str], notes: list[str], 
     """Put the kernel result into ``data`` (text) or ``binary`` (gzip), without its per-sample arrays if
     it does not fit otherwise (then a line in ``notes``); the bytes of ``budget`` left."""
     text = json.dumps(result, sort_keys=True, separators=(",", ":"))
-    left = _fit(data, binary, "result.json", text, budget - 2048)
-    if "result.json" not in data and "result.json.gz" not in binary:
+    left = _fit(data, binary, RESULT_FILE, text, budget - 2048)
+    if RESULT_FILE not in data and RESULT_FILE + ".gz" not in binary:
         slim = json.loads(json.dumps(result))
         for point in slim.get("points", []):
             for cand in ("replicated", "split"):
                 if isinstance(point.get(cand), dict):
                     point[cand]["samplesUs"] = []
         notes.append("result.json: per-sample arrays (samplesUs) left out to fit the 1 MiB ConfigMap limit")
-        left = _fit(data, binary, "result.json", json.dumps(slim, sort_keys=True, separators=(",", ":")), budget - 2048)
+        left = _fit(data, binary, RESULT_FILE, json.dumps(slim, sort_keys=True, separators=(",", ":")), budget - 2048)
     return left + 2048
 
 
-def read_result_configmap(configmap: Mapping[str, Any], key: str = "result.json") -> dict[str, Any] | None:
+def read_result_configmap(configmap: Mapping[str, Any], key: str = RESULT_FILE) -> dict[str, Any] | None:
     """A document stored by :func:`build_result_configmap` (text or gzip), or None: ``result.json``
     (the kernel's), ``serving-result.json`` or ``accuracy-result.json``."""
     data = configmap.get("data") or {}

@@ -1,6 +1,6 @@
 """The terminal decision of a run whose Job ended and whose outputs were read (pure).
 
-The judgement (result → the status' kernel section + verdict) is called in ONE place, :func:`judge`,
+The judgement (result → the status' kernel section + verdict) is called in ONE place, :func:`judge_collected`,
 so switching to the unified ``spx.analysis`` judgement is one line.
 """
 
@@ -11,8 +11,7 @@ from typing import Any
 
 from spx.analysis import points_from_result
 from spx.analysis.accuracy import summarize as summarize_accuracy
-from spx.analysis.judge import Judgement
-from spx.analysis.judge import judge as analysis_judge
+from spx.analysis.judge import Judgement, judge
 from spx.analysis.serving import summarize as summarize_serving
 from spx.analysis.summary import point_from_result
 from spx.api.accuracy import AccuracyStatus
@@ -29,7 +28,7 @@ from spx.controller.decide.pod_exit import termination_message
 from spx.controller.decide.results import Collected, Measurement, collect, measurement, vllm_statuses
 
 
-def judge(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
+def judge_collected(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
     """Result → status kernel section + verdict: :func:`spx.analysis.judge.judge`, the one judgement
     ``spx run`` and ``spx report`` use too (partial runs capped the same way everywhere).
 
@@ -38,7 +37,7 @@ def judge(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accura
     one is undecided (``require_vllm``), never a silent pass. Never raises: an unusable result is a
     ``Judgement`` with ``verdict None`` and reason ``BenchmarkFailed``.
     """
-    return analysis_judge(meas, spec, serving=serving, accuracy=accuracy, require_vllm=True)
+    return judge(meas, spec, serving=serving, accuracy=accuracy, require_vllm=True)
 
 
 def _collected(o: Observed, obs: Observation) -> tuple[Collected, str | None, str | None]:
@@ -116,7 +115,7 @@ def _judgement(spec: ExperimentSpec, obs: Observation, collected: Collected, mea
     if not (obs.state == "succeeded" and meas is not None and meas.complete and meas.points):
         return None
     try:
-        judged = judge(spec, meas, serving, accuracy)
+        judged = judge_collected(spec, meas, serving, accuracy)
     except Exception as err:  # a result the analysis cannot use: decided, not retried forever
         collected.problems.append(f"the analysis could not use the result: {type(err).__name__}: {err}")
         return None
@@ -146,7 +145,7 @@ def _partial_kernel(spec: ExperimentSpec, collected: Collected, meas: Measuremen
     bench printed before it died; else None."""
     if meas is not None and meas.points:
         try:
-            kernel = judge(spec, meas, serving, accuracy).kernel
+            kernel = judge_collected(spec, meas, serving, accuracy).kernel
         except Exception:
             kernel = None
         if kernel is None:

@@ -12,8 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from spx.vocabulary import PodFailureReason
+
 State = Literal["suspended", "pending", "unschedulable", "scheduled", "running", "transition", "succeeded", "failed"]
-Outcome = Literal["BenchmarkFailed", "InfraFailed"]
+#: How a bench pod's failure ended the run: the benchmark's fault or the infrastructure's.
+Outcome = PodFailureReason
 
 
 @dataclass(frozen=True)
