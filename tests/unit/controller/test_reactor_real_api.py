@@ -296,3 +296,31 @@ def test_fm5_the_job_controller_marks_a_preemption_as_a_new_suspension(namespace
                       now=at + dt.timedelta(seconds=59.5), jobs=[again])
     assert c.conclude(base).outcome == "suspended"
     assert c.conclude(dataclasses.replace(base, now=at + dt.timedelta(seconds=60))).outcome == "not-admitted"
+
+
+def test_a_followed_log_answered_404_is_reported_once_not_retried(namespace: str) -> None:
+    """The log of a pod the API server does not have (deleted unseen, in a watch gap): the follower stops
+    at the first 404 and reports it (``on_gone``) instead of re-opening the stream and giving up silently."""
+    from spx.controller.logs import MAX_RECONNECTS, LogFollowers
+
+    async def scenario() -> tuple[list[tuple[str, str, str]], bool, int]:
+        c = await client()
+        gone: list[tuple[str, str, str]] = []
+        checks = 0
+
+        def running(ns: str, pod: str, uid: str) -> bool:  # the store still says it runs
+            nonlocal checks
+            checks += 1
+            return True
+
+        logs = LogFollowers(c, 1 << 20, running, on_gone=lambda *args: gone.append(args))
+        logs.follow(namespace, "vanished-pod", "uid-1", "job-uid-1", "vanished-g1")
+        await asyncio.wait_for(logs._pods["uid-1"].done.wait(), timeout=30)
+        followed = logs._pods["uid-1"]
+        await logs.stop()
+        await c.close()
+        return gone, followed.gone, checks
+
+    gone, marked, checks = run(scenario())
+    assert gone == [(namespace, "vanished-pod", "uid-1")]
+    assert marked and checks == 0 < MAX_RECONNECTS  # no re-open: the 404 is the answer
