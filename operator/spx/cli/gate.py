@@ -381,11 +381,18 @@ def main(argv: list[str] | None = None) -> int:
         prog="spx gate", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_arguments(parser)
+    from spx.cli import internal_error
+    from spx.cli.streams import degrade_unencodable_characters
+
+    degrade_unencodable_characters()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code not in (0, None) else 0
-    return run(args)
+    try:
+        return run(args)
+    except Exception as exc:  # a bug: never exit 1, which is Fail
+        return internal_error(exc)
 
 
 if __name__ == "__main__":

@@ -83,8 +83,14 @@ def check_plot_path(path: Path) -> None:
     Raises:
         UsageError: names ``--plot`` and what is in the way.
     """
+    from spx.cli.plot import plot_format
+
     if path.is_dir():
         raise UsageError(f"--plot {path}: is a directory; give the PNG file to write, e.g. {path / 'crossover.png'}")
+    try:
+        plot_format(path)
+    except ValueError as exc:
+        raise UsageError(f"--plot {path}: {exc}") from None
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -116,7 +122,8 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                         "measurement's TP and shapes are kept; a file that differs in them is warned about)")
     p.add_argument("--threshold-tokens", type=int, metavar="N", help="override spec.gate.thresholdTokens")
     p.add_argument("--plot", metavar="PATH",
-                   help="draw the plot to PATH, with any -o (exit 3 when it cannot be written); default: DIR/crossover.png, only "
+                   help="draw the plot to PATH in the format its extension names (.png, .svg, .pdf, .eps, .ps; another is refused), "
+                        "with any -o (exit 3 when it cannot be written); default: DIR/crossover.png, only "
                         "when DIR has none (a run's own plot is never replaced unless --plot names it); with -o json|yaml "
                         "the plot line goes to stderr")
     p.add_argument("--no-plot", action="store_true", help="do not draw a plot (not with --plot)")
