@@ -18,7 +18,7 @@ code  name                meaning
 78    ``EXIT_CONFIG``     ``spx operator``: refuses to start, the installed CRD is not the one it was built for
                           (``EX_CONFIG`` of BSD ``sysexits.h``; the message names the command that fixes it)
 130   ``EXIT_INTERRUPTED``  interrupted (SIGINT, Ctrl-C); 128 + 2, the shell's convention
-141   ``EXIT_PIPE``       stdout (or stderr) was closed by its reader (``spx crd | head -1``): the output stops
+141   ``EXIT_PIPE``       stdout (or stderr) was closed by its reader before spx finished (``spx crd | true``): the output stops
                           quietly, as a tool killed by SIGPIPE (128 + 13); ``spx run`` and ``spx serving`` instead
                           finish the run (its results are files) and exit with its code
 ====  ==================  =====================================================================================

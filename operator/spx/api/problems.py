@@ -177,7 +177,7 @@ def _string_hint(value: Any) -> str:
         plain = yaml.safe_load(value)
     except yaml.YAMLError:
         plain = value
-    if isinstance(plain, int | float) and not isinstance(plain, bool):
+    if isinstance(plain, int | float):  # (bool too: a quoted 'false')
         return " (unquoted: quotes make it a string)"
     if not _NUMBER_LIKE.fullmatch(value):
         return ""

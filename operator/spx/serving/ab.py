@@ -148,7 +148,9 @@ class ArmRunner:
         while port_open(s.host, s.port) and time.monotonic() - t_port < s.shutdown_timeout_seconds:
             time.sleep(self.opts.health_poll_seconds)
         if port_open(s.host, s.port):
-            reason = f"port {s.host}:{s.port} still in use before starting the server"
+            reason = (f"port {s.host}:{s.port} still in use before starting the server (another server listens "
+                      "there: stop it, or set spec.serving.port to a free port)")
+            self.opts.log(f"{self.label}: not started: {reason}")
             run.state, run.error = "Failed", reason
             self.docs.serving.failures.append(f"{self.arm.name}: arm failed: {reason}")
             self._fail_rest(f"not run: {reason}")
