@@ -161,6 +161,23 @@ def test_the_first_experiment_guide_runs_as_written_after_the_quickstart(tmp_pat
     assert f"spx gate {h200.group(1)} " in gating and f"spx run --out {h200.group(1)}`" in gating
 
 
+def test_a_missing_backend_is_named_before_the_gpu_sized_rule(tmp_path: Path) -> None:
+    """The V4.1 TP8 experiment with ``gather: vllm`` on this CPU host, 8 ranks: refused naming the missing vLLM
+    first (it used to say only that the spec is GPU-sized, with a time estimate)."""
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+        pytest.skip("vLLM is installed here: no backend is missing")
+    except ImportError:
+        pass
+    text = (REPO / "examples" / "deepseek-v41-tp8.yaml").read_text().replace("    gather: auto", "    gather: vllm")
+    (tmp_path / "g.yaml").write_text(text)
+    proc = spx("run", str(tmp_path / "g.yaml"), "--out", str(tmp_path / "out"), "--nproc", "8")
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert proc.stderr.startswith("error: gemmBackend vllm needs an importable vLLM"), proc.stderr
+    assert "import vllm failed" in proc.stderr and "GPU-sized" not in proc.stderr
+
+
 def test_serving_on_a_port_already_taken_says_so_on_stderr(tmp_path: Path) -> None:
     """A real socket listens on the spec's serving port: ``spx serving`` exits 1 and says on stderr that the port
     is in use (it used to exit 1 printing nothing; the cause was only in serving-result.json)."""

@@ -219,6 +219,16 @@ class _Attempt:
     error: str | None = None
     failures: list[RankFailure] = field(default_factory=list)
 
+    def result(self) -> KernelResult | None:
+        """Rank 0's :class:`KernelResult`; ``None`` (and ``error`` set) when it returned none or an invalid one."""
+        if self.result_json is None:
+            return None
+        try:
+            return KernelResult.model_validate_json(self.result_json)
+        except ValueError as err:
+            self.error = f"rank 0 returned an invalid result document: {err}"
+            return None
+
 
 def run_local(
     spec: ExperimentSpec,
@@ -258,12 +268,7 @@ def run_local(
     """
     device, n, est = plan(spec, nproc, device_asked=device_asked, bench=bench, timeout_s=timeout_s)
     out = Path(out_dir)
-    log_dir = out / LOGS_DIR
-    log_dir.mkdir(parents=True, exist_ok=True)
-    points_path = out / POINTS_FILE
-    points_path.unlink(missing_ok=True)
-    (out / RESULT_FILE).unlink(missing_ok=True)
-    points_path.touch()
+    points_path = _fresh_outputs(out)
     tail = _PointTail(points_path, lambda p: _tell(p, progress, on_point))
     started_at, t0 = utc_now(), time.monotonic()
     if progress is not None:
@@ -274,22 +279,26 @@ def run_local(
     finally:
         if progress is not None:
             progress.stop()
-    result: KernelResult | None = None
-    if attempt.result_json is not None:
-        try:
-            result = KernelResult.model_validate_json(attempt.result_json)
-        except ValueError as err:
-            attempt.error = f"rank 0 returned an invalid result document: {err}"
-    if result is None:
-        result = partial_result(
-            spec, tail.points, experiment=experiment, nproc=n, device=device,
-            error=attempt.error or "unknown failure", started_at=started_at, wall_seconds=time.monotonic() - t0,
-        )
+    result = attempt.result() or partial_result(
+        spec, tail.points, experiment=experiment, nproc=n, device=device, error=attempt.error or "unknown failure",
+        started_at=started_at, wall_seconds=time.monotonic() - t0,
+    )
     write_atomic(out / RESULT_FILE, result.model_dump_json(by_alias=True, indent=1) + "\n")
     if result.complete:  # the streamed points are all in result.json now; keep them only for a failed run
         points_path.unlink(missing_ok=True)
-    return LocalRunOutcome(result=result, out_dir=out, log_dir=log_dir, nproc=n, device=device,
+    return LocalRunOutcome(result=result, out_dir=out, log_dir=out / LOGS_DIR, nproc=n, device=device,
                            failures=attempt.failures, estimate=est)
+
+
+def _fresh_outputs(out: Path) -> Path:
+    """``out/logs/`` created, an earlier ``result.json`` and ``points.partial.jsonl`` removed, the latter created
+    empty (the tail reads it from the start); returns its path."""
+    (out / LOGS_DIR).mkdir(parents=True, exist_ok=True)
+    points_path = out / POINTS_FILE
+    points_path.unlink(missing_ok=True)
+    (out / RESULT_FILE).unlink(missing_ok=True)
+    points_path.touch()
+    return points_path
 
 
 def _tell(point: PointResult, progress: RunProgress | None, on_point: PointCallback | None) -> None:
