@@ -8,7 +8,7 @@ held before (or stays absent). The directory is ``fsync``-ed after the rename so
 (the recipe of ``rename(2)`` and of SQLite's and PostgreSQL's durable writes).
 
 A path that is not a regular file (``/dev/termination-log`` in a pod, ``/dev/stdout``, a FIFO) cannot be
-replaced by a rename: it is written in place, once.
+replaced by a rename: it is written in place, once. A symbolic link is followed: the file it names is replaced.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, encoding: s
             is then unchanged and no temporary file is left.
     """
     target = Path(path)
+    if target.is_symlink():  # replace the file the link names, not the link
+        target = Path(os.path.realpath(target))
     raw = data.encode(encoding) if isinstance(data, str) else data
     if _special(target):
         with open(target, "wb") as f:
