@@ -8,12 +8,14 @@ held before (or stays absent). The directory is ``fsync``-ed after the rename so
 (the recipe of ``rename(2)`` and of SQLite's and PostgreSQL's durable writes).
 
 A path that is not a regular file (``/dev/termination-log`` in a pod, ``/dev/stdout``, a FIFO) cannot be
-replaced by a rename: it is written in place, once. A symbolic link is followed: the file it names is replaced.
+replaced by a rename: it is written in place, once; so is a file that is a mount point (``EBUSY``: a pod's
+``/dev/termination-log`` is a bind mount) or sits in a folder this process cannot write. A symbolic link is followed: the file it names is replaced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -43,10 +45,13 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, encoding: s
         target = Path(os.path.realpath(target))
     raw = data.encode(encoding) if isinstance(data, str) else data
     if _special(target):
-        with open(target, "wb") as f:
-            f.write(raw)
-        return target
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}{TMP_PREFIX}", dir=target.parent or ".")
+        return _write_in_place(target, raw)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}{TMP_PREFIX}", dir=target.parent or ".")
+    except OSError as exc:
+        if exc.errno in _NO_SIBLING and target.is_file():  # a writable file in a folder we cannot write (/dev)
+            return _write_in_place(target, raw)
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
@@ -54,11 +59,31 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, encoding: s
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # (mkstemp makes it 0600; a result is as readable as any new file)
         os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if exc.errno in _NOT_REPLACEABLE:  # a bind-mounted file (a pod's /dev/termination-log): only in place
+            return _write_in_place(target, raw)
+        raise
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     _fsync_dir(target.parent)
+    return target
+
+
+#: ``mkstemp`` beside the file failed because the folder is not ours to write (the file itself may be).
+_NO_SIBLING = (errno.EACCES, errno.EPERM, errno.EROFS)
+#: ``rename`` over the file failed because it is a mount point (``EBUSY``: Kubernetes bind-mounts
+#: ``/dev/termination-log``) or on another file system (``EXDEV``).
+_NOT_REPLACEABLE = (errno.EBUSY, errno.EXDEV)
+
+
+def _write_in_place(target: Path, raw: bytes) -> Path:
+    """Truncate and write ``target`` once (a device, a FIFO, a bind-mounted file: no rename can replace it)."""
+    with open(target, "wb") as f:
+        f.write(raw)
     return target
 
 

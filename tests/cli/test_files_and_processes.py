@@ -155,6 +155,19 @@ def test_status_and_result_are_written_whole_or_not_at_all(tmp_path: Path) -> No
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status.json", "status.json.small"]
 
 
+def test_a_file_no_rename_can_replace_is_written_in_place(tmp_path: Path) -> None:
+    """A device (``/dev/termination-log`` in a pod may be one, or a bind mount) is written in place, not replaced;
+    a symbolic link's target is replaced and the link stays a link."""
+    from spx.files import write_atomic
+
+    write_atomic(os.devnull, "summary")
+    assert Path(os.devnull).is_char_device()
+    (tmp_path / "real.json").write_text("old")
+    (tmp_path / "link.json").symlink_to(tmp_path / "real.json")
+    write_atomic(tmp_path / "link.json", "new")
+    assert (tmp_path / "link.json").is_symlink() and (tmp_path / "real.json").read_text() == "new"
+
+
 def _files(out: Path) -> dict[str, str]:
     return {str(p.relative_to(out)): p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()}
 
