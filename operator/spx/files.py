@@ -51,7 +51,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, encoding: s
     except OSError as exc:
         if exc.errno in _NO_SIBLING and target.is_file():  # a writable file in a folder we cannot write (/dev)
             return _write_in_place(target, raw)
-        raise
+        raise OSError(exc.errno, exc.strerror, str(target)) from None  # (named as the caller named it)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
@@ -64,7 +64,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, encoding: s
             os.unlink(tmp)
         if exc.errno in _NOT_REPLACEABLE:  # a bind-mounted file (a pod's /dev/termination-log): only in place
             return _write_in_place(target, raw)
-        raise
+        raise OSError(exc.errno, exc.strerror, str(target)) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

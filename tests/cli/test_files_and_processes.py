@@ -25,7 +25,8 @@ from spx_testing.specs import TINY_CPU_YAML
 SPX = str(Path(sys.executable).with_name("spx"))
 TINY = TINY_CPU_YAML
 #: Many samples at several sizes: still running long after its first point.
-SLOW = TINY.replace("samples: 5", "samples: 10000").replace("tokens: [8, 32]", "tokens: [8, 32, 64, 128, 256, 512, 1024, 2048]")
+SLOW = TINY.replace("samples: 5", "samples: 10000").replace("tokens: [8, 32]", "tokens: [8, 32, 64, 128, 256, 512, 1024, 2048]").replace(
+    "timeoutSeconds: 300", "timeoutSeconds: 86400")  # (long enough for any estimate: it is meant to run long)
 RANKS = 2
 
 
@@ -200,14 +201,14 @@ def test_overwrite_replaces_a_run_spx_wrote_and_keeps_the_users_other_files(tmp_
     out = tmp_path / "out"
     for attempt in range(2):
         if attempt:
-            (out / "notes.md").write_text("mine\n")
+            (out / "notes.txt").write_text("mine\n")
         proc = subprocess.run([SPX, "run", str(spec), "--out", str(out), "--overwrite", "--tokens", "8"],
                               capture_output=True, text=True, env=_env(), timeout=300)
         assert proc.returncode == EXIT_OK, proc.stderr
     manifest = json.loads((out / ".spx-manifest.json").read_text())
     assert manifest["complete"] is True
     assert {"result.json", "status.json", "logs/rank0.stderr.log"} <= set(manifest["files"])
-    assert "notes.md" not in manifest["files"] and (out / "notes.md").read_text() == "mine\n"
+    assert "notes.txt" not in manifest["files"] and (out / "notes.txt").read_text() == "mine\n"
 
 
 def test_a_sweep_over_its_own_time_limit_is_refused_before_any_rank_starts(tmp_path: Path) -> None:

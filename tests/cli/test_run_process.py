@@ -26,7 +26,8 @@ HEAD, TINY = EXPERIMENT_HEAD, TINY_CPU_YAML
 #: A sweep too large for any host's memory: refused after --out is locked, before any rank starts.
 HUGE = TINY.replace("hiddenSize: 256, outputSizes: [128]", "hiddenSize: 5120, outputSizes: [1280, 512]").replace(
     "tokens: [8, 32]", "tokens: [8, 10000000]")
-SLOW = TINY.replace("samples: 5", "samples: 10000").replace("tokens: [8, 32]", "tokens: [8, 32, 64, 128, 256, 512]")
+SLOW = TINY.replace("samples: 5", "samples: 10000").replace("tokens: [8, 32]", "tokens: [8, 32, 64, 128, 256, 512]").replace(
+    "timeoutSeconds: 300", "timeoutSeconds: 86400")  # (long enough for any estimate: it is meant to run long)
 
 
 def _env() -> dict[str, str]:

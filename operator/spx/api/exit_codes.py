@@ -51,7 +51,7 @@ TABLE: tuple[tuple[int, str, str], ...] = (
     (EXIT_INTERNAL, "internal", "an internal error (a bug in spx; the message says where); never a verdict"),
     (EXIT_CONFIG, "config", "spx operator: the installed CRD is not the one it was built for (the message names the fix)"),
     (EXIT_INTERRUPTED, "interrupted", "interrupted (Ctrl-C)"),
-    (EXIT_PIPE, "pipe", "stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"),
+    (EXIT_PIPE, "pipe", "stdout closed by its reader before spx finished writing: output stopped quietly, as SIGPIPE would"),
 )
 
 

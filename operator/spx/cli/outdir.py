@@ -203,10 +203,11 @@ def _write_manifest(out: Path, body: dict[str, object]) -> None:
 
 def enclosing_run(out: Path) -> Path | None:
     """The nearest folder above ``out`` that holds a run (its ``status.json``, ``result.json``,
-    ``points.partial.jsonl`` or lock), else ``None``: a run inside another's directory (e.g. in its
+    ``points.partial.jsonl``, lock or manifest), else ``None``: a run inside another's directory (e.g. in its
     ``logs/``) would be deleted by an ``--overwrite`` of the outer one."""
     for parent in out.absolute().parents:
-        if any((parent / name).exists() for name in ("status.json", "result.json", "points.partial.jsonl", LOCK_FILE)):
+        if any((parent / name).exists()
+               for name in ("status.json", "result.json", "points.partial.jsonl", LOCK_FILE, MANIFEST_FILE)):
             return parent
     return None
 
