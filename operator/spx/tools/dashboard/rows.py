@@ -207,14 +207,15 @@ def serving_row() -> Row:
 
 
 #: What a history line holds: runs that are comparable (spx.controller.metrics.COMPARABLE_LABELS less the
-#: driver and the sweep grid), CPU smoke runs left out.
-HISTORY_BY = "gpu, vllm, gemm_backend, gather_source, execution_mode"
-HISTORY_LEGEND = "{{gpu}} · vLLM {{vllm}} · {{gemm_backend}} · {{gather_source}} gather"
+#: driver and the sweep grid), CPU smoke runs left out; TP4 and TP8, or two projection shapes, are
+#: separate lines.
+HISTORY_BY = "gpu, vllm, gemm_backend, gather_source, execution_mode, tp, projection"
+HISTORY_LEGEND = "{{gpu}} · TP{{tp}} {{projection}} · vLLM {{vllm}} · {{gemm_backend}} · {{gather_source}} gather"
 
 
 def history_series(title: str, description: str, metric: str) -> Any:
     """One token count per comparable kind of run (GPU, vLLM, GEMM backend, gather source, execution
-    mode) over time, across experiments; CPU smoke runs left out."""
+    mode, TP size, projection shape) over time, across experiments; CPU smoke runs left out."""
     from grafana_foundation_sdk.builders import timeseries
 
     return (
