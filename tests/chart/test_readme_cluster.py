@@ -99,3 +99,10 @@ def test_the_readme_cluster_commands_run(own_cluster: Cluster) -> None:
     notes = done[1][1]
     assert "kubectl apply -n ml -f examples/deepseek-v41-tp8.yaml" in notes, notes  # NOTES name the namespace
     assert "Pass" in done[-1][1], done[-1][1]
+    # the resource explains itself (the CRD's top-level schema description)
+    explain = subprocess.run(["kubectl", "explain", "shardedprojectionexperiment"], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert explain.returncode == 0, explain.stderr
+    text = " ".join(explain.stdout.split())
+    assert "measures on the cluster's GPUs whether vLLM should split DeepSeek-V4.1's fused_wqa_wkv projection" in text, text
+    assert "<empty>" not in text.split("FIELDS:")[0], text
