@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from spx.api.status import ExperimentStatus
-from spx.controller import conditions as cond
+from spx.controller.decide import conditions as cond
 from spx_testing.chart_cluster import Cluster, skip_reason, start
 from spx_testing.chartlib import ROOT
 
