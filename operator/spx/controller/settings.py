@@ -79,7 +79,7 @@ class OperatorSettings(BaseSettings):
     bench_placement: Annotated[PlacementDefaults, NoDecode] = _env(
         "SPX_BENCH_PLACEMENT",
         "the cluster's default placement of bench pods where an experiment sets none: JSON in camelCase "
-        "{nodeSelector, tolerations, affinity, gpuNodeAffinity} (spx.controller.placement.PlacementDefaults; "
+        "{nodeSelector, tolerations, affinity, gpuNodeAffinity} (spx.controller.build.placement.PlacementDefaults; "
         "chart: values `benchPlacement`)", default_factory=PlacementDefaults)
     crd_check: bool = _env("SPX_CRD_CHECK",
                            "refuse to start unless the installed CRD carries this operator's schema version "

@@ -89,7 +89,7 @@ class BenchOptions:
     image_pull_policy: str = "IfNotPresent"
     extra_env: Mapping[str, str] = field(default_factory=dict)
     #: The cluster's default placement (nodeSelector, tolerations, affinity, gpuNodeAffinity) where the
-    #: experiment sets none (:func:`spx.controller.placement.with_defaults`).
+    #: experiment sets none (:func:`spx.controller.build.placement.with_defaults`).
     placement: PlacementDefaults | None = None
 
 
