@@ -196,10 +196,12 @@ def result_from_partial_points(path: Path, spec: ExperimentSpec | None) -> tuple
         spec = validate_spec({"parallelism": {"tensorParallelSize": tp}, "sweep": {"tokens": [p.tokens for p in points]}},
                              source=str(path))
         assumed = f"TP{tp} ({how}) and the default shapes and gate; --experiment FILE gives the run's own"
+    cpu = any(k.startswith("cpu:") for k in points[0].replicated.kernels)  # (the kernels the timer saw)
+    k = spec.kernel  # the requests, unresolved: the rank that resolved them wrote no result
     result = KernelResult(experiment=path.parent.name, spec=spec, world_size=spec.parallelism.tensor_parallel_size,
-                          gemm_backend="?", gather_backend="?", gather_source=points[-1].gather_source, timer="?",
-                          device="?", cuda_graphs=False, points=points, complete=False,
-                          error="result.json was not written")
+                          gemm_backend=k.gemm_backend, gather_backend=k.gather, gather_source=points[-1].gather_source,
+                          timer=k.timer, device="cpu" if cpu else "cuda", cuda_graphs=False, points=points,
+                          complete=False, error="result.json was not written")
     skipped = f" ({bad} line(s) that are not a point skipped)" if bad else ""
     return result, (f"{path.parent / RESULT_FILE} was not written (the run ended first: a full disk, SIGKILL, the "
                     f"OOM killer): reporting the {len(points)} point(s) it kept in {path.name}{skipped}, as a partial "
