@@ -28,7 +28,7 @@ from spx.api.step import StepResult
 
 #: The gate's threshold T: base T − 1 (TP 1), split T, pad T + 1.
 T = 512
-ROUNDS = 40
+ROUNDS = 100
 
 
 def _experiment(tmp: Path, model: Path, port: int) -> Path:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spx.analysis.serving import OFF
+from spx.analysis.serving import OFF, flag_int
 from spx.analysis.step import lengths
 from spx.api.base import utc_now
 from spx.api.serving import ServingArmSpec
@@ -81,13 +81,21 @@ def _step(spec: ExperimentSpec) -> StepSpec:
     return step
 
 
+def server_tp(spec: ExperimentSpec) -> int:
+    """The servers' TP size: ``--tensor-parallel-size``/``-tp`` of ``serving.extraArgs`` when given (it wins on the
+    serve command line), else ``spec.parallelism.tensorParallelSize``. The base length is T − this."""
+    extra = serving_of(spec).extra_args
+    given = flag_int(extra, "--tensor-parallel-size") or flag_int(extra, "-tp")
+    return given or spec.parallelism.tensor_parallel_size
+
+
 def plan(spec: ExperimentSpec) -> list[PlannedServer]:
     """The servers of the step A/B, in run order (module docstring).
 
     Raises:
         ValueError: no ``spec.serving.step``; a threshold ≤ TP (no base length below it).
     """
-    step, tp, ts = _step(spec), spec.parallelism.tensor_parallel_size, thresholds_of(spec)
+    step, tp, ts = _step(spec), server_tp(spec), thresholds_of(spec)
     for t in ts:
         lengths(t, tp, step.pad)  # raises for T ≤ TP
     gate_t = spec.gate.threshold_tokens
@@ -192,7 +200,7 @@ class StepRunner:
     def __call__(self, log: Any = print) -> StepResult:
         """Run every planned server; never raises for a failed server (its error is in the result)."""
         step = _step(self.spec)
-        result = StepResult(step=step, tensor_parallel_size=self.spec.parallelism.tensor_parallel_size,
+        result = StepResult(step=step, tensor_parallel_size=server_tp(self.spec),
                             thresholds=thresholds_of(self.spec), device=self.device, started_at=utc_now())
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.save(result)
@@ -233,7 +241,7 @@ class StepRunner:
             run.healthy_after_seconds = server.wait_healthy(
                 f"http://{s.host}:{s.port}/health", s.startup_timeout_seconds, self.health_poll_seconds)
             run.threshold_confirmed = PLUGIN_LOG_MARKER in server.log_text()
-            run_rounds(client, run, planned, _step(self.spec), self.spec.parallelism.tensor_parallel_size)
+            run_rounds(client, run, planned, _step(self.spec), server_tp(self.spec))
             if not server.alive():
                 raise server.died("during the step rounds")
         except (ServerError, StepRequestError) as err:
