@@ -36,10 +36,11 @@ from spx.api.step import StepLengthRole, StepRequest, StepResult, StepServerRun,
 from spx.serving.commands import server_command, server_env, serving_of
 from spx.serving.gpus import wait_gpus_free
 from spx.serving.server import ServerError, VllmServer, port_open
-from spx.vocabulary import PLUGIN_LOG_MARKER
+from spx.vocabulary import PLUGIN_LOG_MARKER, SERVER_LOG, STEP_RESULT_FILE
 
-STEP_RESULT_FILE = "step-result.json"
 NO_PREFIX_CACHING = "--no-enable-prefix-caching"
+#: After a failed request, how long to wait for the server to show whether it died with it.
+CRASH_GRACE_SECONDS = 2.0
 #: Text whose token IDs the prompts are drawn from (any ordinary text the tokenizer splits into many IDs).
 ID_SOURCE_TEXT = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -232,7 +233,7 @@ class StepRunner:
         argv = [*server_command(self.spec, self.vllm_command), NO_PREFIX_CACHING, *planned.extra_args]
         arm = (ServingArmSpec(name=planned.name, variant="main") if planned.threshold == OFF else
                ServingArmSpec(name=planned.name, variant="split", threshold_tokens=planned.threshold_tokens))
-        server = VllmServer(argv, server_env(self.spec, arm, self.env), server_dir / "server.log")
+        server = VllmServer(argv, server_env(self.spec, arm, self.env), server_dir / SERVER_LOG)
         run.server_command, run.server_log = argv, str(server.log_path)
         log(f"step A/B: {planned.name} ({planned.role}, threshold {planned.threshold}): starting: {' '.join(argv)}")
         client = Client(s.host, s.port, s.api_model_name, _step(self.spec).request_timeout_seconds)
@@ -242,8 +243,11 @@ class StepRunner:
                 f"http://{s.host}:{s.port}/health", s.startup_timeout_seconds, self.health_poll_seconds)
             run.threshold_confirmed = PLUGIN_LOG_MARKER in server.log_text()
             run_rounds(client, run, planned, _step(self.spec), server_tp(self.spec))
-            if not server.alive():
+            failed = [r for r in run.requests if r.error is not None]
+            if failed and server.exited_within(CRASH_GRACE_SECONDS) or not server.alive():
                 raise server.died("during the step rounds")
+            if failed:
+                run.error = f"{len(failed)} of {len(run.requests)} requests failed; the first: {failed[0].error}"
         except (ServerError, StepRequestError) as err:
             run.error = str(err)[:2000]
         finally:
