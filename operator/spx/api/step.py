@@ -26,7 +26,7 @@ The result document (``step-result.json``) keeps every request; the status secti
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
@@ -57,7 +57,7 @@ class StepSpec(CamelModel):
     ``gate.thresholdTokens`` (always measured).
     """
 
-    thresholds: list[int] = Field(default_factory=list, max_length=8)
+    thresholds: list[Annotated[int, Field(gt=0, le=1 << 24)]] = Field(default_factory=list, max_length=8)
     """Thresholds T (tokens) to measure besides gate.thresholdTokens, each on its own treated server."""
     rounds: int = Field(default=40, ge=8, le=10_000)
     """Rounds per server; each round sends one prompt of each length (T − TP, T, T + 1) in a shuffled order."""
