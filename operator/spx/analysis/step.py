@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
