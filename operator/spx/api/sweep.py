@@ -41,6 +41,8 @@ class SweepSpec(CamelModel):
         default_factory=lambda: list(SEED_TOKENS), min_length=1, max_length=64
     )
     """Token counts M to measure, strictly increasing, each at most 16,777,216."""
+    off_alignment: bool = True
+    """Also measure the off-alignment counts of gate.thresholdTokens T: T + 1 and 2T + 1 (the split's pad copy and a partial tile, which 7 of 8 real batch sizes pay), each up to the largest listed count and recorded with addedBecause."""
     refine: RefineSpec | None = None
     """Opt-in adaptive sweep: after these counts, add counts around the crossover until it is bracketed."""
 
