@@ -75,10 +75,25 @@ def partial_extent(measured: int, listed: int) -> str:
     return f"{measured} of {listed} {counts}"
 
 
+#: The caption note when every point's host issue times print as its GPU spans (a CPU smoke run, timer host).
+SAME_HOST_NOTE = "host-bound = GPU-bound at every point (host issue times print as the GPU spans)"
+
+
 def host_bound_differs(points: Sequence[KernelPoint]) -> bool:
-    """Whether some point carries the host-bound regime's figures (eager host times and Δh): only then do
-    the table, the crossover lines and the plot show the host-bound regime beside the GPU-bound one."""
-    return any(p.host_delta_us is not None and p.replicated_host_us for p in points)
+    """Whether some point carries host-bound regime figures (eager host times, Δh) that print differently
+    from its GPU-bound ones: only then do the table, the crossover lines and the plot show the host-bound
+    regime beside the GPU-bound one."""
+    return any(p.replicated_host_us for p in points) and not all(_host_adds_nothing(p) for p in points)
+
+
+def _host_adds_nothing(p: KernelPoint) -> bool:
+    """Whether ``p``'s host issue times print as its GPU spans (both times and the speedup): a graph point,
+    or the timer was the host (a CPU smoke run)."""
+    rep, split = p.replicated_host_us, p.split_host_us
+    if not rep or not split or p.execution == "graph":
+        return True
+    return (fmt_us(rep) == fmt_us(p.replicated_us) and fmt_us(split) == fmt_us(p.split_us)
+            and f"{rep / split:.2f}" == f"{p.speedup:.2f}")
 
 
 def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
@@ -89,6 +104,7 @@ def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
     intervals only when known, ``any prior`` only when one of its ends differs from the 95 % interval's.
     """
     points = kernel.points
+    host = any(p.replicated_host_us and p.execution != "graph" for p in points)
     host_differs = host_bound_differs(points)
     modes = sorted({p.execution for p in points if p.execution})
     show_mode = host_differs or len(modes) > 1
@@ -103,6 +119,8 @@ def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
     notes = []
     if modes and not show_mode:
         notes.append(f"every point timed {modes[0]}")
+    if host and not host_differs:
+        notes.append(SAME_HOST_NOTE)
     return names, ["; ".join(notes)] if notes else []
 
 
