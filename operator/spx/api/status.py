@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -91,13 +91,33 @@ class Environment(CamelModel):
     """Names of the GPU kernels the candidates ran (from the profiler)."""
 
 
+#: Fields of the per-op ``max(host, span)`` curve, withdrawn by issue #28 (it describes no regime): dropped
+#: when an older ``status.json`` is read, so documents written before stay readable (re-judge them with
+#: ``spx report DIR`` for the regimes' figures).
+WITHDRAWN_POINT_FIELDS = ("replicatedHostBoundUs", "splitHostBoundUs", "hostBoundDecided")
+WITHDRAWN_KERNEL_FIELDS = ("hostBound", "verdictBound")
+
+
+def _drop_withdrawn(data: Any, keys: tuple[str, ...]) -> Any:
+    """``data`` (a wire dict) without ``keys``; anything else unchanged."""
+    if isinstance(data, dict) and any(k in data for k in keys):
+        return {k: v for k, v in data.items() if k not in keys}
+    return data
+
+
 class KernelPoint(CamelModel):
     """One token count of the sweep, summarised.
 
     Times are µs per call, the median over samples of the max over ranks. ``speedup`` is
     ``replicated_us / split_us`` (> 1: the split wins). ``iqr_pct`` is the larger of the two
-    candidates' interquartile range over median, in percent.
+    candidates' interquartile range over median, in percent. Δg and Δh: docs/kernel-benchmark.md, "Regimes".
     """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _withdrawn(cls, data: Any) -> Any:
+        """Drop the withdrawn max(host, span) fields of an older document (:data:`WITHDRAWN_POINT_FIELDS`)."""
+        return _drop_withdrawn(data, WITHDRAWN_POINT_FIELDS)
 
     tokens: int = Field(gt=0)
     """Token count M."""
@@ -307,6 +327,12 @@ class KernelStatus(CamelModel):
     """vLLM's CUDA-graph capture limit the sweep used: points above it were timed eagerly (execution auto)."""
     uncertainty: CrossoverUncertainty | None = None
     """The crossover as an interval, the indifference band, the stake and the interval rule's threshold."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _withdrawn(cls, data: Any) -> Any:
+        """Drop the withdrawn max(host, span) fields of an older document (:data:`WITHDRAWN_KERNEL_FIELDS`)."""
+        return _drop_withdrawn(data, WITHDRAWN_KERNEL_FIELDS)
 
     @model_validator(mode="after")
     def _round_crossover(self) -> Self:
