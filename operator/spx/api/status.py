@@ -195,8 +195,8 @@ class RegimeSummary(CamelModel):
     """What this regime's times alone say at and above gate.thresholdTokens, before the modelled-gather and CPU caps: the verdicts compared between regimes."""
     verdict: Verdict | None = None
     """The gate verdict on this regime's times alone (caps applied)."""
-    reasons: list[str] = Field(default_factory=list, max_length=16)
-    """This regime's deciding reasons, most important first."""
+    reasons: list[str] = Field(default_factory=list, max_length=8)
+    """This regime's reasons (at most 8 of at most 500 characters), most important first."""
 
 
 class StakeRow(CamelModel):
