@@ -15,14 +15,14 @@ from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
 from spx.api.step import StepStatus
-from spx.vocabulary import DECIDED_BY, DECIDED_BY_MEANINGS, DECIDED_REASONS, PHASES, VERDICTS, one_of
+from spx.vocabulary import DECIDED_BY, DECIDED_BY_MEANINGS, DECIDED_REASONS, PHASES, VERDICTS, ExecutionMode, one_of
 from spx.vocabulary import DecidedBy as DecidedBy
 from spx.vocabulary import DecidedReason as DecidedReason  # re-exported: the status's types
+from spx.vocabulary import GatherSource as GatherSource
 from spx.vocabulary import KernelRegime as KernelRegime
 from spx.vocabulary import Phase as Phase
 from spx.vocabulary import Verdict as Verdict
 
-GatherSource = Literal["measured", "modelled"]
 #: spx's conditions, then kstatus's (the vocabulary: :mod:`spx.api.conditions`).
 ConditionType = Literal["Scheduled", "Completed", "Decided", "Ready", "Reconciling", "Stalled"]
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -141,7 +141,7 @@ class KernelPoint(CamelModel):
     """Max |split − replicated| over the outputs."""
     decided: bool = True
     """False when the speedup lies within the spread and the point cannot decide the verdict."""
-    execution: Literal["graph", "eager"] | None = None
+    execution: ExecutionMode | None = None
     """How the point was timed: graph (CUDA-graph replays) or eager (op by op, as vLLM runs batches above its capture limit)."""
     replicated_host_us: float | None = Field(default=None, ge=0)
     """Median host time (µs) to issue the replicated candidate, measured with the GPU kept busy (eager points)."""
