@@ -49,8 +49,8 @@ def plot_crossover(
     """Draw ``kernel``'s sweep to ``path`` (PNG) and return the path.
 
     Replicated and split latency (median µs) vs tokens on log-log axes; the split's all-gather
-    alone as a dotted line when known; with host times the host-bound effective times (max of host
-    issue time and GPU span) as dashed curves and the host-bound break-even; vertical lines at the
+    alone as a dotted line when known; with eager host times the candidates' host issue times (the
+    host-bound regime) as dashed curves and that regime's break-even; vertical lines at the
     interpolated break-even, the recommended threshold, the gate's threshold and vLLM's CUDA-graph
     capture limit (points above it ran eagerly). When the points carry speed-up intervals
     (``speedupLow/High``), a second panel shows the speedup with its 95 % error bars (and, lighter,
