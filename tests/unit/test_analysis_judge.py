@@ -75,6 +75,11 @@ def test_kernel_matrix(points: list[PointResult], complete: bool, error: str | N
             assert error in j.message
 
 
+def test_a_partial_run_names_no_deciding_measurement() -> None:
+    j = judge(result(BRACKET, complete=False), SPEC)
+    assert j.verdict is None and j.kernel is not None and j.kernel.decided_by is None
+
+
 def test_partial_from_one_point_withdraws_the_threshold_and_says_what_the_point_shows() -> None:
     j = judge(result(ONE_WIN, False, "interrupted (SIGINT)"), SPEC)
     assert j.kernel is not None and j.kernel.crossover_tokens is None

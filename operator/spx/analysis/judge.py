@@ -137,6 +137,7 @@ def _partial(ev: Evaluation, spec: ExperimentSpec, result: KernelResult | Result
              serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
     """The judgement of a partial run (module rule 2): no verdict, what its points support and show."""
     kernel, withdrawn = cap_partial(ev.kernel)
+    kernel = kernel.model_copy(update={"decided_by": None, "next_step": None})  # no verdict: nothing decided it
     total = len(spec.sweep.tokens)
     why = result.error or "the run did not complete (no error recorded)"
     refine = spec.sweep.refine
