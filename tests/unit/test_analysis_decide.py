@@ -165,3 +165,15 @@ def test_off_alignment_points_are_gated() -> None:
     ev = evaluate([*pts[:2], pad, *pts[3:]], GATE, "measured", 8, device="cuda")
     assert ev.kernel.regimes[0].speed_verdict == "Fail"
     assert any("at 2049 tokens the speedup is 0.91×" in r for r in ev.kernel.regimes[0].reasons)
+
+
+def test_agreeing_capped_regimes_say_so_and_repeat_no_reason() -> None:
+    """Both regimes fail on speed on a CPU run (capped to Inconclusive): the head says the speeds agree and the
+    verdict is capped, not "decided by the kernel"; a host-bound reason equal to a GPU-bound one is said once."""
+    gpu = GateOutcome("Inconclusive", ("slow at 2048", "CPU smoke run: capped"), "Fail")
+    host = GateOutcome("Inconclusive", ("slow at 2048 (host)", "CPU smoke run: capped"), "Fail")
+    d = decide(gpu, host, GATE)
+    assert (d.verdict, d.decided_by) == ("Inconclusive", "none")
+    assert d.reasons[1].startswith("both regimes agree on the speeds") and "reported as Inconclusive" in d.reasons[1]
+    assert d.reasons.count("CPU smoke run: capped") == 1 and "host-bound: slow at 2048 (host)" in d.reasons
+    assert "host-bound: CPU smoke run: capped" not in d.reasons
