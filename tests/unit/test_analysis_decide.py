@@ -80,7 +80,7 @@ def test_a_pass_above_the_largest_batch_is_refused_as_vacuous() -> None:
     assert decide(outcome(OK), outcome(OK), gate, max_batched_tokens=16384).verdict == "Pass"  # at it: engages
     assert decide(outcome(NO), outcome(NO), gate, max_batched_tokens=8192) == Decision(
         "Fail", "kernel", ("Fail reason", "decided by the kernel sweep: both regimes agree: Fail (GPU-bound (Δg): "
-                           "Fail; host-bound (Δh): Fail)", "host-bound: Fail reason"), True)
+                           "Fail; host-bound (Δh): Fail)"), True)  # (the host's reason is the GPU's: said once)
 
 
 def test_a_step_that_contradicts_agreeing_regimes_is_noted_not_obeyed() -> None:
