@@ -205,4 +205,5 @@ def test_a_step_measurement_decides_when_the_regimes_disagree() -> None:
     loss = StepStatus(effects=[effect(0.4, 1.6, "split"), effect(0.5, 1.9, "pad")], complete=True)
     j = judge(eager, SPEC, step=loss)
     assert (j.verdict, j.kernel.decided_by if j.kernel else None) == ("Fail", "step")
+    assert local_status(j, now="2026-01-01T00:00:00Z").step == loss  # status.json carries what decided
     assert j.reasons[0].startswith("decided by the step A/B: the split lengthens the step beyond its interval")
