@@ -113,8 +113,8 @@ def step_decision(step: StepStatus | None, gate: GateSpec) -> tuple[Verdict | No
     if straddle:
         rounds = max(e.rounds for e in effects)
         return "Inconclusive", ("the step effect's interval straddles 0: " + "; ".join(map(_ms, straddle))), (
-            f"more rounds of the step A/B (spec.serving.step.rounds, {rounds} used) narrow the interval; "
-            "an effect this small is below what the deployment can tell apart")
+            f"more rounds of the step A/B (spec.serving.step.rounds, {rounds} used) narrow the interval; if it still "
+            "straddles 0, the split's effect on the step at this threshold is within the deployment's noise")
     return "Pass", "the split shortens the step beyond its interval: " + "; ".join(map(_ms, effects)), None
 
 
