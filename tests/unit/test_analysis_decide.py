@@ -179,3 +179,15 @@ def test_agreeing_capped_regimes_say_so_and_repeat_no_reason() -> None:
     assert d.reasons[1:] == ("slow at 2048", "host-bound: slow at 2048 (host)")
     unresolved = decide(outcome(MAYBE), outcome(MAYBE), GATE)
     assert unresolved.reasons[0].startswith("neither regime decides the speed") and unresolved.decided_by == "none"
+
+
+def test_the_stake_has_both_regimes_at_the_gate_threshold_and_at_vllms_2048() -> None:
+    pts = two_regimes([512, 1024, 2048, 3072, 4096, 8192], host_wins_from=8192)
+    ev = evaluate(pts, GateSpec(thresholdTokens=3072), "measured", 8, device="cuda")
+    rows = {r.label: r for r in ev.kernel.uncertainty.stake}  # type: ignore[union-attr]
+    assert {"gate threshold", "vLLM default"} <= set(rows)
+    for label in ("gate threshold", "vLLM default"):
+        row = rows[label]
+        assert row.saving_ms_per_chunk == pytest.approx(20.0 * 40 / 1000)  # −Δg × 40 layers
+        assert row.host_saving_ms_per_chunk == pytest.approx(-30.0 * 40 / 1000)  # −Δh × 40 layers
+        assert row.host_saving_low_us == pytest.approx(-34.0) and row.host_saving_high_us == pytest.approx(-26.0)
