@@ -85,7 +85,8 @@ class Reactor:
         self.writes = Writes(self.client, lambda: cond.now_rfc3339(self.clock()))
         self.reads = Reads(self.client, self.store, self.settings.log_limit_bytes)
         self.backoff = Backoff(self.settings.conflict_backoff_s, self.settings.conflict_backoff_max_s)
-        self.logs = LogFollowers(self.client, self.settings.log_limit_bytes, self._pod_running, self.clock)
+        self.logs = LogFollowers(self.client, self.settings.log_limit_bytes, self._pod_running, self.clock,
+                                 on_gone=self._pod_log_gone)
         self.reconciler = Reconciler(
             settings=self.settings, store=self.store, queue=self.queue, writes=self.writes, reads=self.reads,
             logs=self.logs, backoff=self.backoff, clock=lambda: self.clock(), is_synced=lambda: self.synced,
@@ -154,6 +155,19 @@ class Reactor:
         shortly after the last such object) and reconcile what vanished at once."""
         if event_type is not None or not self.synced:
             return
+        self._relist_soon()
+
+    def _pod_log_gone(self, namespace: str, pod: str, pod_uid: str) -> None:
+        """A followed pod's log answered 404 while the store may still hold the pod: it was deleted unseen
+        (a watch gap whose re-list delivered nothing, e.g. the namespace's only Job and pod). Re-list now,
+        so the decision step sees the pod and its Job gone instead of waiting for ``SPX_RESYNC_SECONDS``."""
+        held = self.store.pods.get((namespace, pod))
+        if held is not None and str(meta(held).get("uid")) == pod_uid:
+            logger.info("pod %s/%s: its log answered 404 but the store still holds it: re-listing", namespace, pod)
+            self._relist_soon()
+
+    def _relist_soon(self) -> None:
+        """Re-list once, :data:`RELIST_DEBOUNCE_S` after the last call, and reconcile what vanished."""
         loop = asyncio.get_running_loop()
         if self._relist_timer is not None:
             self._relist_timer.cancel()
