@@ -273,17 +273,24 @@ def _interpolate(xs: Sequence[int], ys: Sequence[float], x: int) -> float | None
 
 
 def kernel_deltas(kernel: KernelStatus | None) -> KernelDeltas | None:
-    """The kernel sweep's Δg (``split_us − replicated_us``: GPU spans) and Δh (``split_host_us −
-    replicated_host_us``: host issue times) per layer at a length, linearly interpolated between measured
-    token counts (``None`` outside them or where a point has no host times). ``None`` without points."""
+    """The kernel sweep's Δg and Δh per layer at a length (µs), linearly interpolated between measured token
+    counts (``None`` outside them or where a point has no figure). Per point: ``gpuDeltaUs``/``hostDeltaUs``
+    (:mod:`spx.analysis.regimes`, paired by round) when present, else ``split_us − replicated_us`` and
+    ``split_host_us − replicated_host_us``. ``None`` without points."""
     if kernel is None or not kernel.points:
         return None
     pts = sorted(kernel.points, key=lambda p: p.tokens)
     g_x = [p.tokens for p in pts]
-    g_y = [p.split_us - p.replicated_us for p in pts]
-    hosted = [p for p in pts if p.split_host_us is not None and p.replicated_host_us is not None]
-    h_x = [p.tokens for p in hosted]
-    h_y = [float(p.split_host_us or 0.0) - float(p.replicated_host_us or 0.0) for p in hosted]
+    g_y = [p.gpu_delta_us if p.gpu_delta_us is not None else p.split_us - p.replicated_us for p in pts]
+    h_x: list[int] = []
+    h_y: list[float] = []
+    for p in pts:
+        if p.host_delta_us is not None:
+            h_x.append(p.tokens)
+            h_y.append(p.host_delta_us)
+        elif p.split_host_us is not None and p.replicated_host_us is not None:
+            h_x.append(p.tokens)
+            h_y.append(p.split_host_us - p.replicated_host_us)
 
     def at(n: int) -> tuple[float | None, float | None]:
         return _interpolate(g_x, g_y, n), _interpolate(h_x, h_y, n)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from spx.analysis.judge import CPU_NOTE, Judgement, judge, local_status
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, dump_model, wire
 from spx.api.base import utc_now
+from spx.files import write_atomic
 from spx.runner.local import LocalRunOutcome, RunProgress, run_local
 from spx.vocabulary import SERVING_DIR, STATUS_FILE
 
@@ -92,8 +93,8 @@ def build_status(result: KernelResult, judgement: Judgement) -> ExperimentStatus
 
 
 def write_status(out: Path, status: ExperimentStatus) -> None:
-    """``OUT/status.json`` (camelCase, indented)."""
-    (out / STATUS_FILE).write_text(json.dumps(dump_model(status), indent=1) + "\n", encoding="utf-8")
+    """``OUT/status.json`` (camelCase, indented), whole or not at all (:func:`spx.files.write_atomic`)."""
+    write_atomic(out / STATUS_FILE, json.dumps(dump_model(status), indent=1) + "\n")
 
 
 def write_result_summary(path: str, result: KernelResult, serving: ServingStatus | None = None,
@@ -110,8 +111,7 @@ def write_result_summary(path: str, result: KernelResult, serving: ServingStatus
     except ValueError:
         points = []
     text = wire.build_summary(result, points, serving=serving, accuracy=accuracy)
-    with open(path, "w", encoding="utf-8") as f:  # also /dev/termination-log: truncate, write once
-        f.write(text)
+    write_atomic(path, text)  # (/dev/termination-log, not a regular file: written in place, once)
 
 
 def run_experiment(
@@ -220,9 +220,7 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
         outcome.accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
         outcome.step = summarize_step(benches.step, kernel_deltas(outcome.judgement.kernel)) if benches.step is not None else None
     outcome.status = build_status(outcome.result, judge(outcome.result, spec, serving=outcome.serving,
-                                                        accuracy=outcome.accuracy, require_vllm=True))
-    if outcome.step is not None:
-        outcome.status = outcome.status.model_copy(update={"step": outcome.step})
+                                                        accuracy=outcome.accuracy, require_vllm=True, step=outcome.step))
 
 
 @dataclass
@@ -264,9 +262,9 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
     step = summarize_step(benches.step) if benches.step is not None else None
     verdict, reasons = benches_verdict(serving, accuracy, step, allow_cpu_timings=allow_cpu)
     judgement = Judgement(kernel=None, verdict=verdict, reason=verdict, reasons=reasons,
-                          message=f"{verdict}: {reasons[0] if reasons else verdict}", serving=serving, accuracy=accuracy)
+                          message=f"{verdict}: {reasons[0] if reasons else verdict}", serving=serving, accuracy=accuracy,
+                          step=step)
     status = local_status(judgement, now=utc_now(), started_at=started, completed_summary="vLLM benches completed")
-    status = status.model_copy(update={"step": step})
     write_status(out, status)
     complete = all(r is None or r.complete for r in (benches.serving, benches.accuracy, benches.step))
     return BenchesOutcome(status=status, serving=serving, accuracy=accuracy, step=step, complete=complete)
