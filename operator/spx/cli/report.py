@@ -190,7 +190,8 @@ def _report(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from spx.api import describe_validation_error
-    from spx.cli.tables import partial_extent, print_report
+    from spx.cli.decision import print_report
+    from spx.cli.tables import partial_extent
 
     if args.plot and args.no_plot:
         raise UsageError(f"--plot {args.plot} and --no-plot contradict each other: give one of them")
