@@ -14,22 +14,26 @@ Rules:
    measured points (a losing one and a winning one); a split that wins "from the smallest measured
    count" of a run that stopped early, or a single point, yields no threshold and confidence ``none``.
    The reasons say it is partial (``n of N token counts``) and what the measured points alone show.
-3. **A complete run**: :func:`spx.analysis.summary.evaluate` (crossover, threshold, kernel gate); with
-   serving/accuracy statuses (or ``require_vllm`` for a spec with ``serving``, where a missing section
-   counts as undecided, never as a silent pass) the verdict covers every gate
-   (:func:`spx.analysis.rollout.combine_verdict`).
+3. **A complete run**: :func:`spx.analysis.summary.evaluate` (both regimes' crossover, threshold and
+   gate; the step A/B where the regimes disagree; a Pass above the deployment's largest batch refused:
+   :mod:`spx.analysis.decide`); with serving/accuracy statuses (or ``require_vllm`` for a spec with
+   ``serving``, where a missing section counts as undecided, never as a silent pass) the verdict covers
+   every gate (:func:`spx.analysis.rollout.combine_verdict`); ``kernel.decidedBy`` names the
+   measurement that decided.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spx.analysis.rollout import combine_verdict
+from spx.analysis.decide import max_num_batched_tokens
+from spx.analysis.rollout import combine_verdict, demoted_by
 from spx.analysis.summary import Evaluation, evaluate, point_from_result, points_with_reasons
 from spx.api.accuracy import AccuracyStatus
 from spx.api.result import KernelResult, ResultSummary
 from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
+from spx.api.step import StepStatus
 from spx.api.status import (
     Condition,
     DecidedReason,
@@ -133,6 +137,7 @@ def judge(
     accuracy: AccuracyStatus | None = None,
     require_vllm: bool = False,
     gather_source: GatherSource | None = None,
+    step: StepStatus | None = None,
 ) -> Judgement:
     """Judge one run of ``spec`` (rules in the module docstring).
 
@@ -145,6 +150,7 @@ def judge(
         require_vllm: the run was asked to run ``spec.serving`` / ``spec.accuracy`` (``spx run
             --serving``, the operator): a section that is missing is judged undecided.
         gather_source: overrides the result's (``measured``/``modelled``).
+        step: the step A/B's status (``status.step``): decides when the kernel regimes disagree.
 
     Returns:
         The :class:`Judgement`. Never raises for a bad result: an unusable one is ``BenchmarkFailed``.
@@ -152,10 +158,17 @@ def judge(
     if result is None:
         return _fail("the run left no result")
     try:
+        max_batched: int | None = max_num_batched_tokens(spec)
+    except ValueError as err:  # a malformed --max-num-batched-tokens: not checked, and said so
+        max_batched, spec_note = None, [f"the deployment's largest batch is unknown: {err}"]
+    else:
+        spec_note = []
+    try:
         points = _points(result)
         ev = evaluate(
             points, spec.gate, gather_source or result.gather_source, spec.parallelism.tensor_parallel_size,
-            gemm_backend=result.gemm_backend, timer=result.timer, device=_device(result),
+            gemm_backend=result.gemm_backend, timer=result.timer, device=_device(result), step=step,
+            max_batched_tokens=max_batched,
         )
     except ValueError as err:  # a repeated token count, a time that is not finite and > 0
         return _fail(f"the result cannot be analysed: {err}", partial=not result.complete)
@@ -179,7 +192,7 @@ def judge(
         return Judgement(kernel=kernel, verdict=None, reason="BenchmarkFailed", reasons=[head, *withdrawn, shows],
                          message=f"benchmark failed ({head})", partial=True, measured_verdict=ev.verdict,
                          serving=serving, accuracy=accuracy)
-    verdict, reasons = ev.verdict, list(ev.reasons)
+    verdict, reasons, kernel = ev.verdict, [*ev.reasons, *spec_note], ev.kernel
     if require_vllm and spec.serving is not None:
         if serving is None and spec.serving.points:
             serving = ServingStatus(reasons=["the serving A/B left no result"])
@@ -187,9 +200,11 @@ def judge(
             accuracy = AccuracyStatus(reasons=["GSM8K: the run left no result"],
                                       max_drop_points=spec.accuracy.max_drop_points)
     if serving is not None or accuracy is not None:
-        verdict, reasons = combine_verdict(verdict, reasons, serving, accuracy)
+        verdict, reasons = combine_verdict(ev.verdict, reasons, serving, accuracy)
+        by = demoted_by(ev.verdict, verdict, serving, accuracy)
+        kernel = kernel.model_copy(update={"decided_by": by}) if by else kernel
     first = reasons[0] if reasons else verdict
-    return Judgement(kernel=ev.kernel, verdict=verdict, reason=verdict, reasons=reasons, message=f"{verdict}: {first}",
+    return Judgement(kernel=kernel, verdict=verdict, reason=verdict, reasons=reasons, message=f"{verdict}: {first}",
                      serving=serving, accuracy=accuracy)
 
 
