@@ -7,8 +7,9 @@ the stake rows (``kernel.uncertainty.stake``: −Δg and −Δh per layer and pe
 the model's layers), both regimes' summaries (``kernel.regimes``), ``kernel.decidedBy`` and
 ``kernel.nextStep``, and the step A/B's effects (``status.step``) when it ran.
 
-Where the regimes disagree about the gate threshold, advice to move the threshold is withheld
-(:func:`shown_reasons`): a recommendation that holds in one regime and costs in the other is no advice.
+Where the regimes disagree about the gate threshold, the bottom line recommends no threshold and gives
+both regimes' figures (the analysis withholds its advice to move the threshold there too:
+:func:`spx.analysis.verdict.threshold_reasons`).
 """
 
 from __future__ import annotations
@@ -43,29 +44,21 @@ DECIDED_BY_TEXT = {
     "none": "nothing: no measurement decided",
 }
 
+#: A regime as the bottom line names it.
+REGIME_NAME = {"gpu-bound": "GPU-bound", "host-bound": "host-bound"}
+
 #: The step that settles a disagreement between the regimes, when the status names none.
 STEP_NEXT = ("run the step A/B on the deployment: set spec.serving.step (thresholds to try) and run `spx serving "
              "EXPERIMENT --out DIR` (or `spx run EXPERIMENT --serving`); the operator runs it in its bench pod")
 
-#: Phrases of the kernel gate's advice to move the threshold (:func:`spx.analysis.verdict.threshold_reasons`).
-THRESHOLD_ADVICE = ("leaves speedup on the table", "is below threshold", "is above threshold", "equals threshold")
+#: The step that settles a verdict resting on a modelled gather.
+GATHER_NEXT = ("measure the all-gather: run the sweep on as many GPUs of one node as tensorParallelSize "
+               "(kernel.gather auto measures it there), or accept the model with gate.allowModelledGather")
 
 
 def regimes_disagree(kernel: KernelStatus) -> bool:
     """Whether the GPU-bound and host-bound regimes disagree about the gate threshold (both judged)."""
     return kernel.regimes_agree is False and host_deltas_differ(kernel.points)
-
-
-def shown_reasons(kernel: KernelStatus, reasons: Sequence[str]) -> list[str]:
-    """``reasons`` as the report prints them: where the regimes disagree, without the advice to move the
-    threshold (it holds in one regime only) and with one line saying it was withheld."""
-    if not regimes_disagree(kernel):
-        return list(reasons)
-    kept = [r for r in reasons if not any(a in r for a in THRESHOLD_ADVICE)]
-    if len(kept) < len(reasons):
-        kept.append("advice to move the threshold is withheld: the regimes disagree about it, and what one "
-                    "regime gains the other loses")
-    return kept
 
 
 def decided_by_line(kernel: KernelStatus, verdict: str | None) -> str | None:
@@ -80,8 +73,11 @@ def next_step_line(kernel: KernelStatus, verdict: str | None) -> str | None:
     step A/B (:data:`STEP_NEXT`); ``None`` when the verdict stands."""
     if kernel.next_step:
         return f"next step: {kernel.next_step}"
-    if verdict == "Inconclusive" and regimes_disagree(kernel) and kernel.decided_by in (None, "none"):
+    undecided = verdict == "Inconclusive" and kernel.decided_by in (None, "none")
+    if undecided and regimes_disagree(kernel):
         return f"next step: {STEP_NEXT}"
+    if undecided and kernel.gather_source == "modelled":
+        return f"next step: {GATHER_NEXT}"
     return None
 
 
@@ -103,7 +99,7 @@ def _because(r: RegimeSummary | None, kernel: KernelStatus) -> str:
     """``recommended threshold T because …`` from one regime (or the top-level GPU-bound figures)."""
     rec = r.recommended_threshold_tokens if r is not None else kernel.recommended_threshold_tokens
     cross = r.crossover_tokens if r is not None else kernel.crossover_tokens
-    name = r.regime if r is not None else "gpu-bound"
+    name = REGIME_NAME[r.regime if r is not None else "gpu-bound"]
     if rec is None:
         return "no threshold is recommended: the split does not win at the largest measured count"
     wins = f"the split wins from ≈ {fmt_tokens(cross)} tokens" if cross is not None else "the split wins at every count"
@@ -139,7 +135,7 @@ def bottom_line(kernel: KernelStatus, verdict: str | None, gate_threshold: int |
                 + _because(regime_of(kernel, "gpu-bound"), kernel))
     effect = _step_effect(step, gate_threshold) if kernel.decided_by == "step" else None
     if effect is not None:
-        holds = regime_of(kernel, effect.regime) if effect.regime in ("gpu-bound", "host-bound") else None  # type: ignore[arg-type]
+        holds = regime_of(kernel, effect.regime) if effect.regime in ("gpu-bound", "host-bound") else None
         return (f"bottom line: on this node the step A/B measured the split at {t} tokens "
                 f"{'gaining' if effect.effect_ms < 0 else 'costing'} {abs(effect.effect_ms):.2f} ms per {t}-token "
                 f"prefill step [{effect.effect_low_ms:+.2f}, {effect.effect_high_ms:+.2f}] ({effect.per_layer_us:+.1f} µs "
@@ -149,25 +145,52 @@ def bottom_line(kernel: KernelStatus, verdict: str | None, gate_threshold: int |
 
 
 def _kernel_bottom_line(kernel: KernelStatus, gate_threshold: int) -> str:
-    """The bottom line from the kernel sweep's stake at the gate threshold (both regimes where they differ)."""
+    """The bottom line from the kernel sweep's stake at the gate threshold and, when the sweep reaches it, at
+    the largest batch the deployment forms (a full prefill chunk); both regimes where they differ."""
     t = f"{gate_threshold:,}"
     row = _stake_at(kernel, gate_threshold)
-    gpu = _chunk(row, False) if row is not None else None
-    if gpu is None:
+    if row is None or row.saving_ms_per_chunk is None:
         return f"bottom line: the sweep does not reach the gate threshold ({t} tokens): no stake there"
-    host_shown = host_deltas_differ(kernel.points)
-    host = _chunk(row, True) if row is not None and host_shown else None
-    where = f"on this node the split at {t} tokens"
-    per = f"per {t}-token prefill chunk ({row.layers} layers)"
+    host_shown = host_deltas_differ(kernel.points) and row.host_saving_ms_per_chunk is not None
+    full = _full_chunk(kernel, gate_threshold, row.layers, host_shown)
+    gpu = _regime_effect(row, full, host=False, first=True)
+    modelled = "; gather modelled" if kernel.gather_source == "modelled" else ""
+    where = f"on this node ({row.layers} layers{modelled}) the split at {t} tokens"
     gpu_r, host_r = regime_of(kernel, "gpu-bound"), regime_of(kernel, "host-bound")
-    if host is None:
-        return f"bottom line: {where} {gpu} {per}; " + _because(gpu_r, kernel)
+    if not host_shown:
+        return f"bottom line: {where} {gpu}; " + _because(gpu_r, kernel)
+    both = (f"{where} {gpu} if the layer is GPU-bound, and {_regime_effect(row, full, host=True, first=False)} "
+            "if it is host-bound")
     if not regimes_disagree(kernel):
-        return f"bottom line: {where} {gpu} {per} if the layer is GPU-bound and {host} if host-bound; " + _because(
-            gpu_r, kernel)
-    recs = (f"GPU-bound alone: {_rec(gpu_r, kernel)}, host-bound alone: {_rec(host_r, kernel)}")
-    return (f"bottom line: {where} {gpu} {per} if the layer is GPU-bound and {host} if it is host-bound; no "
-            f"threshold is recommended until a step measurement says which regime holds ({recs})")
+        return f"bottom line: {both}; " + _because(gpu_r, kernel)
+    recs = f"GPU-bound alone: {_rec(gpu_r, kernel)}, host-bound alone: {_rec(host_r, kernel)}"
+    return (f"bottom line: {both}; no threshold is recommended until a step measurement says which regime holds "
+            f"({recs})")
+
+
+def _regime_effect(row: StakeRow, full: StakeRow | None, *, host: bool, first: bool) -> str:
+    """``gains 0.79 ms per 2,048-token prefill chunk and gains 2.60 ms per full 8,192-token chunk`` in one regime
+    (``first``: with the units spelled out; else ``costs 1.13 ms and costs 2.10 ms``)."""
+    at = _chunk(row, host)
+    full_effect = _chunk(full, host) if full is not None else None
+    if not first:
+        return f"{at}" + (f" and {full_effect}" if full_effect else "")
+    text = f"{at} per {row.tokens:,.0f}-token prefill chunk"
+    if full is not None and full_effect:
+        text += f" and {full_effect} per full {full.tokens:,.0f}-token chunk"
+    return text
+
+
+def _full_chunk(kernel: KernelStatus, gate_threshold: int, layers: int, host: bool) -> StakeRow | None:
+    """The stake at the largest batch the deployment forms (``kernel.maxNumBatchedTokens``), when it is above
+    the gate threshold and inside the measured range (never extrapolated)."""
+    from spx.analysis.band import stake_at
+
+    m = kernel.max_num_batched_tokens
+    if m is None or m <= gate_threshold:
+        return None
+    row = stake_at(kernel.points, "largest batch", float(m), layers, host=host)
+    return row if row.saving_ms_per_chunk is not None else None
 
 
 def _rec(r: RegimeSummary | None, kernel: KernelStatus) -> str:
@@ -179,8 +202,7 @@ def decision_lines(kernel: KernelStatus, verdict: str | None, reasons: Sequence[
                    step: StepStatus | None = None, cpu: bool = False) -> list[str]:
     """The lines printed under the verdict, in this order: the deciding reason, what decided, the bottom
     line, the next step (each only when known)."""
-    shown = shown_reasons(kernel, reasons)
-    lines = [f"because: {shown[0]}"] if shown else []
+    lines = [f"because: {reasons[0]}"] if reasons else []
     for line in (decided_by_line(kernel, verdict), bottom_line(kernel, verdict, gate_threshold, step=step, cpu=cpu),
                  next_step_line(kernel, verdict)):
         if line:
@@ -201,7 +223,8 @@ def print_verdict_line(console: Console, verdict: str | None, partial: bool = Fa
         why = "partial run: no verdict from a run that stopped early" if partial else "the run did not complete"
         console.print(f"[bold red]verdict: none[/] ({why})")
     else:
-        console.print(f"verdict: [{VERDICT_STYLE.get(verdict, 'bold')}]{verdict}[/]")
+        style = next((v for k, v in VERDICT_STYLE.items() if k == verdict), "bold")
+        console.print(f"verdict: [{style}]{verdict}[/]")
 
 
 def print_report(
@@ -233,7 +256,7 @@ def print_report(
             console.print(caption, markup=False)
     for line in [*crossover_lines(kernel, gate_threshold_tokens), *uncertainty_lines(kernel, stakes=not cpu)]:
         console.print(line, highlight=False, markup=False)
-    if shown := shown_reasons(kernel, reasons):
+    if reasons:
         console.print("reasons:", highlight=False, markup=False)
-    for r in shown:
+    for r in reasons:
         console.print(f"  • {r}", highlight=False, markup=False)

@@ -113,6 +113,8 @@ def plot_crossover(
                           label="indifference band" if a is ax else None)
         if ax_delta is not None:
             _delta_panel(ax_delta, pts, host=host_deltas_differ(pts))
+            if gate_threshold_tokens is not None:
+                ax_delta.axvline(gate_threshold_tokens, color="tab:gray", linestyle="-.", alpha=0.8)
         if ax2 is not None:
             _speedup_panel(ax2, pts)
         ax.set_xscale("log", base=2)

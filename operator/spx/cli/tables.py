@@ -345,13 +345,13 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
         lines[0] = "GPU-bound " + lines[0]
         lines[1] = "GPU-bound " + lines[1]
         gpu = regime_of(kernel, "gpu-bound")
-        if gpu is not None and gpu.verdict is not None:
-            lines.append(f"GPU-bound regime (the step moves by Δg) alone: {gpu.verdict}")
+        if gpu is not None:
+            lines.append("GPU-bound regime (the step moves by Δg, GPU spans): " + _regime_verdict(gpu))
         cross = (f"split wins from ≈ {fmt_tokens(host.crossover_tokens)} tokens (confidence {host.crossover_confidence})"
                  if host.crossover_tokens is not None else "none in the measured range")
         rec = f"{host.recommended_threshold_tokens:,} tokens" if host.recommended_threshold_tokens is not None else "none"
         lines.append(f"host-bound regime (the step moves by Δh, host issue times): crossover {cross}; "
-                     f"recommended threshold {rec}; alone: {host.verdict or '-'}")
+                     f"recommended threshold {rec}; " + _regime_verdict(host))
         if kernel.regimes_agree is not None:
             lines.append("the regimes agree about the gate threshold" if kernel.regimes_agree else
                          "the regimes disagree about the gate threshold: only a step measurement decides")
@@ -361,6 +361,14 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
     if gate_threshold_tokens is not None:
         lines.append(f"gate threshold (deployed/proposed): {gate_threshold_tokens:,} tokens")
     return lines
+
+
+def _regime_verdict(r: RegimeSummary) -> str:
+    """``at and above the gate threshold: Pass (gated Inconclusive: …)``: the regime's speed verdict, and its
+    gate verdict where a cap (modelled gather, CPU timings) changed it."""
+    speed = r.speed_verdict or r.verdict or "-"
+    gated = f" (gated {r.verdict}: capped)" if r.verdict is not None and r.verdict != speed else ""
+    return f"at and above the gate threshold alone: {speed}{gated}"
 
 
 def regime_of(kernel: KernelStatus, name: KernelRegime) -> RegimeSummary | None:
