@@ -85,13 +85,17 @@ def host_deltas_differ(points: Sequence[KernelPoint]) -> bool:
 
 
 def fmt_delta(value: float | None) -> str:
-    """A signed difference in µs (split − replicated; negative: the split is shorter); ``—`` when unknown."""
-    return "—" if value is None else f"{value:+.1f}"
+    """A signed difference in µs (split − replicated; negative: the split is shorter), one decimal below 1000 µs,
+    none above (and no thousands separator: a CPU smoke run's table stays within 120 columns); ``—`` when
+    unknown."""
+    if value is None:
+        return "—"
+    return f"{value:+.0f}" if abs(value) >= 1000 else f"{value:+.1f}"
 
 
 def fmt_delta_interval(low: float | None, high: float | None) -> str:
-    """A difference's interval ``[low, high]`` in µs, signed; ``—`` when unknown."""
-    return "—" if low is None or high is None else f"[{low:+.1f}, {high:+.1f}]"
+    """A difference's interval ``[low, high]`` in µs, signed (:func:`fmt_delta`); ``—`` when unknown."""
+    return "—" if low is None or high is None else f"[{fmt_delta(low)}, {fmt_delta(high)}]"
 
 
 def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
@@ -127,6 +131,8 @@ def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
         notes.append(f"every point timed {modes[0]}")
     if host and not host_differs:
         notes.append("Δh = Δg at every point (the host issue times add nothing to the GPU spans)")
+    if host_differs and "graph" in modes:
+        notes.append("graph points have one figure, Δg (a replay's host cost does not depend on what it holds)")
     return names, ["; ".join(notes)] if notes else []
 
 
