@@ -135,13 +135,25 @@ def bottom_line(kernel: KernelStatus, verdict: str | None, gate_threshold: int |
                 + _because(regime_of(kernel, "gpu-bound"), kernel))
     effect = _step_effect(step, gate_threshold) if kernel.decided_by == "step" else None
     if effect is not None:
-        holds = regime_of(kernel, effect.regime) if effect.regime in ("gpu-bound", "host-bound") else None
-        return (f"bottom line: on this node the step A/B measured the split at {t} tokens "
-                f"{'gaining' if effect.effect_ms < 0 else 'costing'} {abs(effect.effect_ms):.2f} ms per {t}-token "
-                f"prefill step [{effect.effect_low_ms:+.2f}, {effect.effect_high_ms:+.2f}] ({effect.per_layer_us:+.1f} µs "
-                f"per layer, {effect.regime}); " + (_because(holds, kernel) if holds else
-                                                     f"the step A/B decides the threshold {t}"))
+        return _step_bottom_line(kernel, effect)
     return _kernel_bottom_line(kernel, gate_threshold)
+
+
+def _step_bottom_line(kernel: KernelStatus, effect: StepEffect) -> str:
+    """The bottom line from the step A/B's effect at the gate threshold (it decided: the regimes disagree)."""
+    t = f"{effect.threshold_tokens:,}"
+    verb = {"gain": "gaining", "loss": "costing"}.get(effect.outcome, "moving")
+    regime = effect.regime if effect.regime in ("gpu-bound", "host-bound", "between") else "regime undetermined"
+    head = (f"bottom line: on this node the step A/B measured the split at {t} tokens {verb} "
+            f"{abs(effect.effect_ms):.2f} ms per {t}-token prefill step, 95 % interval [{effect.effect_low_ms:+.2f}, "
+            f"{effect.effect_high_ms:+.2f}] ms ({effect.per_layer_us:+.1f} µs per layer; {regime})")
+    holds = regime_of(kernel, effect.regime) if effect.regime in ("gpu-bound", "host-bound") else None
+    advice = (f"; {_because(holds, kernel)}" if holds is not None else "")
+    if effect.outcome == "gain":
+        return f"{head}; threshold {t} stands: the split gains there" + advice
+    if effect.outcome == "loss":
+        return f"{head}; do not split from {t}: the split costs there" + advice
+    return f"{head}; within the noise at {t}: neither a gain nor a loss"
 
 
 def _kernel_bottom_line(kernel: KernelStatus, gate_threshold: int) -> str:
