@@ -12,7 +12,7 @@ a zero-width interval at its ``speedup``. Definitions (tokens are M, the batch's
 - **indifference band**: the same with the any-prior intervals: the token range where the split's
   effect on this projection is within what is not known (samples, the prior's fit, the priors' spread).
 - **confidence** (:func:`confidence`): ``none`` (no crossover), ``within-spread`` (a bracketing
-  point's own interval contains 1.0, or its IQRs overlap), ``priors-disagree`` (a bracketing point's
+  point's own interval contains 1.0, or, for a point without an interval, its IQRs overlap), ``priors-disagree`` (a bracketing point's
   any-prior interval contains 1.0), ``unbracketed`` (the last losing and first winning measured counts
   are further apart than ±``bracket_rel`` of the break-even and than the floor: an unmeasured gap,
   :func:`spx.analysis.crossover.bracket_gap`), else ``resolved``; every failing check is given as a
@@ -169,7 +169,8 @@ def confidence(
         found.append(("unbracketed", gap))
     for p in bracket:
         lo, hi = bound(p, "low"), bound(p, "high")
-        if not p.decided or lo <= 1.0 <= hi:
+        iqr_only = p.speedup_low is None or p.speedup_high is None  # no interval: the IQRs decide
+        if (iqr_only and not p.decided) or lo <= 1.0 <= hi:
             found.append(("within-spread", (
                 f"at {p.tokens:,} tokens the speed-up {p.speedup:.3f}× has interval [{lo:.3f}, {hi:.3f}]"
                 + (" that overlaps 1.0" if lo <= 1.0 <= hi else " and the candidates' IQRs overlap"))))
@@ -279,7 +280,7 @@ def uncertainty(
     """Confidence and the ``kernel.uncertainty`` section of a sweep (definitions: module docstring).
 
     Stake rows: the band's closed edges, the recommended threshold, the interval rule's threshold,
-    the gate threshold and vLLM's default 2048 (one row per token count, its labels joined; rows outside
+    the gate threshold and vLLM's default 2048 when the gate's differs (one row per token count, its labels joined; rows outside
     the measured range carry no values), with the host-bound regime's columns when ``host``. When no point carries an interval (a table without samples) the
     crossover interval and the band are left unset: their width is unknown, not zero.
 
@@ -304,7 +305,8 @@ def uncertainty(
     if lb is not None:
         marks.append(("lower-bound threshold", float(lb)))
     marks.append(("gate threshold", float(gate_threshold_tokens)))
-    marks.append(("vLLM default", float(VLLM_DEFAULT_THRESHOLD_TOKENS)))
+    if gate_threshold_tokens != VLLM_DEFAULT_THRESHOLD_TOKENS:  # (at 2048 the gate threshold's row is it)
+        marks.append(("vLLM default", float(VLLM_DEFAULT_THRESHOLD_TOKENS)))
     return conf, CrossoverUncertainty(
         level=level,
         confidence_reasons=reasons,

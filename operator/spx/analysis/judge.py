@@ -33,7 +33,6 @@ from spx.api.accuracy import AccuracyStatus
 from spx.api.result import KernelResult, ResultSummary
 from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
-from spx.api.step import StepStatus
 from spx.api.status import (
     Condition,
     DecidedReason,
@@ -44,6 +43,7 @@ from spx.api.status import (
     KernelStatus,
     Verdict,
 )
+from spx.api.step import StepStatus
 
 #: Said in every partial run's reasons and status message.
 PARTIAL = "partial run"

@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spx.analysis.crossover import Crossover, find_crossover, sorted_points, speedup_range, split_wins
 from spx.analysis.band import bound
+from spx.analysis.crossover import Crossover, find_crossover, sorted_points, speedup_range, split_wins
 from spx.api.gate import GateSpec
 from spx.api.status import GatherSource, KernelPoint, Verdict
 

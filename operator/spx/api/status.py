@@ -17,8 +17,8 @@ from spx.api.serving import ServingStatus
 from spx.api.step import StepStatus
 from spx.vocabulary import DECIDED_BY, DECIDED_BY_MEANINGS, DECIDED_REASONS, PHASES, VERDICTS, one_of
 from spx.vocabulary import DecidedBy as DecidedBy
-from spx.vocabulary import KernelRegime as KernelRegime
 from spx.vocabulary import DecidedReason as DecidedReason  # re-exported: the status's types
+from spx.vocabulary import KernelRegime as KernelRegime
 from spx.vocabulary import Phase as Phase
 from spx.vocabulary import Verdict as Verdict
 
