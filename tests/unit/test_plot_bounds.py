@@ -64,7 +64,7 @@ def test_the_decision_comes_first_and_names_the_next_step() -> None:
     assert lines[2] == "decided by: nothing: no measurement decided"
     assert lines[3] == (
         "bottom line: on this node (40 layers) the split at 2,048 tokens gains 0.80 ms per 2,048-token prefill chunk "
-        "and gains 2.60 ms per full 8,192-token chunk if the layer is GPU-bound, and costs 2.00 ms and costs 2.00 ms "
+        "and gains 2.60 ms per full 8,192-token chunk if the step is GPU-bound, and costs 2.00 ms and costs 2.00 ms "
         "if it is host-bound; no threshold is recommended until a step measurement says which regime holds "
         "(GPU-bound alone: 512, host-bound alone: none)")
     assert lines[4].startswith("next step: ") and "spec.serving.step" in lines[4] and "spx serving" in lines[4]

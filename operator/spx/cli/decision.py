@@ -68,12 +68,17 @@ def decided_by_line(kernel: KernelStatus, verdict: str | None) -> str | None:
     return f"decided by: {DECIDED_BY_TEXT.get(kernel.decided_by, kernel.decided_by)}"
 
 
-def next_step_line(kernel: KernelStatus, verdict: str | None) -> str | None:
-    """``next step: …``: the status's ``nextStep``, else, where the regimes disagree and nothing decided, the
-    step A/B (:data:`STEP_NEXT`); ``None`` when the verdict stands."""
+def next_step_line(kernel: KernelStatus, verdict: str | None, gate_threshold: int | None = None) -> str | None:
+    """``next step: …``: the status's ``nextStep``; else, when nothing decided, the first of: extend a sweep
+    that stops below the gate threshold, the step A/B where the regimes disagree (:data:`STEP_NEXT`), measure
+    a modelled gather (:data:`GATHER_NEXT`); ``None`` when the verdict stands."""
     if kernel.next_step:
         return f"next step: {kernel.next_step}"
     undecided = verdict == "Inconclusive" and kernel.decided_by in (None, "none")
+    largest = max((p.tokens for p in kernel.points), default=None)
+    if undecided and gate_threshold is not None and largest is not None and largest < gate_threshold:
+        return (f"next step: extend the sweep to the gate threshold: add {gate_threshold} (and larger counts, up to "
+                f"the deployment's largest batch) to sweep.tokens; the largest measured is {largest:,}")
     if undecided and regimes_disagree(kernel):
         return f"next step: {STEP_NEXT}"
     if undecided and kernel.gather_source == "modelled":
@@ -171,7 +176,7 @@ def _kernel_bottom_line(kernel: KernelStatus, gate_threshold: int) -> str:
     gpu_r, host_r = regime_of(kernel, "gpu-bound"), regime_of(kernel, "host-bound")
     if not host_shown:
         return f"bottom line: {where} {gpu}; " + _because(gpu_r, kernel)
-    both = (f"{where} {gpu} if the layer is GPU-bound, and {_regime_effect(row, full, host=True, first=False)} "
+    both = (f"{where} {gpu} if the step is GPU-bound, and {_regime_effect(row, full, host=True, first=False)} "
             "if it is host-bound")
     if not regimes_disagree(kernel):
         return f"bottom line: {both}; " + _because(gpu_r, kernel)
@@ -216,7 +221,7 @@ def decision_lines(kernel: KernelStatus, verdict: str | None, reasons: Sequence[
     line, the next step (each only when known)."""
     lines = [f"because: {reasons[0]}"] if reasons else []
     for line in (decided_by_line(kernel, verdict), bottom_line(kernel, verdict, gate_threshold, step=step, cpu=cpu),
-                 next_step_line(kernel, verdict)):
+                 next_step_line(kernel, verdict, gate_threshold)):
         if line:
             lines.append(line)
     return lines
