@@ -80,41 +80,10 @@ def plot_crossover(
     ax_delta = axes[1][0] if deltas else None
     ax2 = axes[-1][0] if intervals else None
     try:
-        ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label="replicated (GPU span)")
-        ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label="split + all-gather (GPU span)")
-        gathered = [(p.tokens, p.gather_us) for p in pts if p.gather_us is not None and p.gather_us > 0]
-        if gathered:
-            ax.plot(  # with a marker: a single gathered point is drawn too
-                [t for t, _ in gathered], [g for _, g in gathered], "x:", color="tab:orange", alpha=0.7,
-                label=f"all-gather alone ({kernel.gather_source or '?'})",
-            )
-        host = regime_of(kernel, "host-bound") if host_deltas_differ(pts) else None
-        if host is not None and host.crossover_tokens is not None:
-            for a in [ax, *([ax_delta] if ax_delta is not None else [])]:
-                a.axvline(host.crossover_tokens, color="tab:red", linestyle=":",
-                          label=f"host-bound break-even ≈ {host.crossover_tokens:,.0f} tokens" if a is ax else None)
-        if kernel.max_cudagraph_capture_size is not None and any(p.execution == "graph" for p in pts):
-            ax.axvline(kernel.max_cudagraph_capture_size, color="black", linestyle="--", alpha=0.5,
-                       label=f"vLLM CUDA-graph limit {kernel.max_cudagraph_capture_size:,} (eager above)")
-        if kernel.crossover_tokens is not None:
-            ax.axvline(kernel.crossover_tokens, color="tab:green", linestyle=":",
-                       label=f"{'GPU-bound ' if host is not None else ''}break-even ≈ {kernel.crossover_tokens:,.0f} tokens")
-        if kernel.recommended_threshold_tokens is not None:
-            ax.axvline(kernel.recommended_threshold_tokens, color="tab:green", linestyle="-.",
-                       label=f"recommended threshold {kernel.recommended_threshold_tokens:,}")
-        if gate_threshold_tokens is not None and gate_threshold_tokens != kernel.recommended_threshold_tokens:
-            ax.axvline(gate_threshold_tokens, color="tab:gray", linestyle="-.", alpha=0.8,
-                       label=f"gate threshold {gate_threshold_tokens:,}")
-        u = kernel.uncertainty
-        band = (u.band_low_tokens, u.band_high_tokens) if u is not None else (None, None)
-        if band[0] is not None and band[1] is not None:
-            for a in [ax, *(a for a in (ax_delta, ax2) if a is not None)]:
-                a.axvspan(band[0], band[1], color="tab:gray", alpha=0.15, lw=0,
-                          label="indifference band" if a is ax else None)
+        _times_panel(ax, kernel, pts)
+        _marks(ax, [a for a in (ax_delta, ax2) if a is not None], kernel, pts, gate_threshold_tokens)
         if ax_delta is not None:
             _delta_panel(ax_delta, pts, host=host_deltas_differ(pts))
-            if gate_threshold_tokens is not None:
-                ax_delta.axvline(gate_threshold_tokens, color="tab:gray", linestyle="-.", alpha=0.8)
         if ax2 is not None:
             _speedup_panel(ax2, pts)
         ax.set_xscale("log", base=2)
@@ -134,6 +103,47 @@ def plot_crossover(
     finally:
         plt.close(fig)
     return out
+
+
+def _times_panel(ax: Any, kernel: KernelStatus, pts: list[KernelPoint]) -> None:
+    """Replicated and split GPU spans, and the all-gather alone where known."""
+    tokens = [p.tokens for p in pts]
+    ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label="replicated (GPU span)")
+    ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label="split + all-gather (GPU span)")
+    gathered = [(p.tokens, p.gather_us) for p in pts if p.gather_us is not None and p.gather_us > 0]
+    if gathered:
+        ax.plot(  # with a marker: a single gathered point is drawn too
+            [t for t, _ in gathered], [g for _, g in gathered], "x:", color="tab:orange", alpha=0.7,
+            label=f"all-gather alone ({kernel.gather_source or '?'})",
+        )
+
+
+def _marks(ax: Any, lower: list[Any], kernel: KernelStatus, pts: list[KernelPoint], gate: int | None) -> None:
+    """Vertical lines (break-evens, thresholds, the capture limit) on the times panel, the gate threshold and
+    the host-bound break-even on the ``lower`` panels too, and the indifference band shaded on every panel."""
+    host = regime_of(kernel, "host-bound") if host_deltas_differ(pts) else None
+    if host is not None and host.crossover_tokens is not None:
+        for a in [ax, *lower]:
+            a.axvline(host.crossover_tokens, color="tab:red", linestyle=":",
+                      label=f"host-bound break-even ≈ {host.crossover_tokens:,.0f} tokens" if a is ax else None)
+    if kernel.max_cudagraph_capture_size is not None and any(p.execution == "graph" for p in pts):
+        ax.axvline(kernel.max_cudagraph_capture_size, color="black", linestyle="--", alpha=0.5,
+                   label=f"vLLM CUDA-graph limit {kernel.max_cudagraph_capture_size:,} (eager above)")
+    if kernel.crossover_tokens is not None:
+        ax.axvline(kernel.crossover_tokens, color="tab:green", linestyle=":",
+                   label=f"{'GPU-bound ' if host is not None else ''}break-even ≈ {kernel.crossover_tokens:,.0f} tokens")
+    if kernel.recommended_threshold_tokens is not None:
+        ax.axvline(kernel.recommended_threshold_tokens, color="tab:green", linestyle="-.",
+                   label=f"recommended threshold {kernel.recommended_threshold_tokens:,}")
+    if gate is not None and gate != kernel.recommended_threshold_tokens:
+        for a in [ax, *lower]:
+            a.axvline(gate, color="tab:gray", linestyle="-.", alpha=0.8,
+                      label=f"gate threshold {gate:,}" if a is ax else None)
+    u = kernel.uncertainty
+    if u is not None and u.band_low_tokens is not None and u.band_high_tokens is not None:
+        for a in [ax, *lower]:
+            a.axvspan(u.band_low_tokens, u.band_high_tokens, color="tab:gray", alpha=0.15, lw=0,
+                      label="indifference band" if a is ax else None)
 
 
 def _delta_panel(ax: Any, pts: list[KernelPoint], *, host: bool) -> None:
