@@ -16,6 +16,11 @@ string ``enum``.
 - phases, waiting and terminal (:data:`PHASES`, :data:`WAITING_PHASES`, :data:`TERMINAL_PHASES`);
 - GEMM and all-gather backends of the kernel microbenchmark (:data:`GEMM_BACKENDS`,
   :data:`GATHER_BACKENDS`, with :data:`GEMM_BACKEND_MEANINGS` / :data:`GATHER_BACKEND_MEANINGS`);
+- how the kernel bench times (:data:`TIMERS`, :data:`DEVICES`, :data:`EXECUTIONS`, :data:`EXECUTION_MODES`) and
+  the weight formats (:data:`WEIGHT_FORMATS`, :data:`MXFP8`);
+- the threshold's rounding and rule, the interpolation and the gather priors;
+- the command line's output formats, shells and log formats;
+- the files of a run directory (:data:`RESULT_FILE`, :data:`STATUS_FILE`, :data:`POINTS_FILE`, …);
 - the spx vLLM plugin's environment variables and the marker of the line it logs
   (:data:`PLUGIN_ENV_THRESHOLD`, :data:`PLUGIN_ENV_TARGET`, :data:`PLUGIN_LOG_MARKER`, :data:`ARM_ENV`).
 """
@@ -30,7 +35,9 @@ from typing import Final, Literal, TypeVar, get_args
 #: The gate's verdict (``status.verdict``; the reason of ``Decided`` True when a verdict was reached).
 Verdict = Literal["Pass", "Fail", "Inconclusive"]
 #: The reason of ``Decided`` True when the run ended without a verdict.
-FailureReason = Literal["InvalidSpec", "BenchmarkFailed", "InfraFailed"]
+#: The failure reasons a bench pod's end can give (``spx.controller.decide.observation``); InvalidSpec is admission's.
+PodFailureReason = Literal["BenchmarkFailed", "InfraFailed"]
+FailureReason = Literal["InvalidSpec", PodFailureReason]
 #: Every reason of the terminal ``Decided`` condition: the verdict, or why there is none.
 DecidedReason = Literal[Verdict, FailureReason]
 
@@ -102,6 +109,128 @@ GATHER_BACKEND_MEANINGS: Final[Mapping[GatherBackend, str]] = {
     "vllm": "vLLM's sp_all_gather, its custom all-gather below the size limit and NCCL above",
     "modelled": "latency plus bytes over bus bandwidth, spec.kernel.gatherModel",
 }
+
+#: A backend that actually ran (``KernelResult.gemmBackend``): ``auto`` resolved.
+ResolvedGemmBackend = Literal["humming", "marlin", "torch-bf16", "torch-fp8", "vllm"]
+#: The all-gather that ran (``KernelResult.gatherBackend``): ``auto`` resolved, ``none`` at TP 1.
+ResolvedGatherBackend = Literal["nccl", "gloo", "vllm", "modelled", "none"]
+RESOLVED_GATHER_BACKENDS: Final[tuple[ResolvedGatherBackend, ...]] = get_args(ResolvedGatherBackend)
+#: Where a gather time comes from (``gatherSource``, ``gatherHostSource``).
+GatherSource = Literal["measured", "modelled"]
+GATHER_SOURCES: Final[tuple[GatherSource, ...]] = get_args(GatherSource)
+
+#: GEMM backends that are CUDA kernels only (``spx.api.combinations`` refuses them on ``device: cpu``).
+CudaGemmBackend = Literal["humming", "marlin", "torch-fp8"]
+CUDA_GEMM_BACKENDS: Final[tuple[CudaGemmBackend, ...]] = get_args(CudaGemmBackend)
+#: All-gather backends that need CUDA GPUs (refused on ``device: cpu``; gloo and vLLM's run on CPU).
+CudaGatherBackend = Literal["nccl"]
+CUDA_GATHER_BACKENDS: Final[tuple[CudaGatherBackend, ...]] = get_args(CudaGatherBackend)
+#: GEMM backends that run vLLM's MXFP8 W8A16 path (32×32 blocks, e8m0 scales).
+MxfpGemmBackend = Literal["humming", "marlin"]
+MXFP8_GEMM_BACKENDS: Final[tuple[MxfpGemmBackend, ...]] = get_args(MxfpGemmBackend)
+
+# --- how the kernel microbenchmark times -----------------------------------------------------------
+
+#: A timer that ran (``KernelResult.timer``): CUPTI kernel spans, CUDA events, or the host's wall clock.
+ResolvedTimer = Literal["cupti", "cuda-events", "host"]
+#: The timers of CUDA kernels (refused on ``device: cpu``).
+CudaTimer = Literal["cupti", "cuda-events"]
+CUDA_TIMERS: Final[tuple[CudaTimer, ...]] = get_args(CudaTimer)
+#: ``spec.kernel.timer``: ``auto`` is cupti on GPUs, host on CPU (``spx.bench.context``).
+Timer = Literal["auto", ResolvedTimer]
+TIMERS: Final[tuple[Timer, ...]] = get_args(Timer)
+
+#: A device that ran (``KernelResult.device``, ``torch.device.type``).
+ResolvedDevice = Literal["cuda", "cpu"]
+#: ``spec.kernel.device`` and ``spx run --device``: ``auto`` is cuda when a GPU is visible.
+Device = Literal["auto", ResolvedDevice]
+DEVICES: Final[tuple[Device, ...]] = get_args(Device)
+
+#: How one point was timed (``PointResult.execution``, ``KernelPoint.execution``): CUDA-graph replays, or
+#: op by op as vLLM 0.33 runs batches above its largest capture size (``spx.analysis.execution``).
+ExecutionMode = Literal["graph", "eager"]
+EXECUTION_MODES: Final[tuple[ExecutionMode, ...]] = get_args(ExecutionMode)
+#: ``spec.kernel.execution`` (and ``KernelResult.execution``): ``auto`` times each point as vLLM would run it.
+Execution = Literal["auto", ExecutionMode]
+EXECUTIONS: Final[tuple[Execution, ...]] = get_args(Execution)
+#: The timing protocol of one point (``spx.bench.timing.TimingProtocol.mode``): ``host`` on CPU.
+TimingMode = Literal[ExecutionMode, "host"]
+#: Whether vLLM runs the compressor's and indexer's GEMMs on auxiliary streams at a batch size.
+StreamMode = Literal["parallel", "sequential"]
+#: A stage-bench row's streams (``StageRow.streams``): ``none`` for a layer without auxiliary GEMMs.
+StageStreams = Literal[StreamMode, "none"]
+
+# --- weights --------------------------------------------------------------------------------------
+
+#: ``spec.projection.weightFormat`` (``spx.api.projection.WEIGHT_FORMAT_BLOCK`` gives each block edge).
+WeightFormat = Literal["mxfp8-block32-ue8m0", "fp8-block128-ue8m0", "bf16"]
+WEIGHT_FORMATS: Final[tuple[WeightFormat, ...]] = get_args(WeightFormat)
+#: DeepSeek-V4.1's format: FP8 e4m3, one UE8M0 scale per 32×32 block (the default; Humming and Marlin run it).
+MXFP8: Final[WeightFormat] = WEIGHT_FORMATS[0]
+#: DeepSeek-V3's layout: one UE8M0 scale per 128×128 block (cuBLASLt's blockwise W8A8 takes it).
+FP8_BLOCK128: Final[WeightFormat] = WEIGHT_FORMATS[1]
+#: Unquantised weights.
+BF16: Final[WeightFormat] = WEIGHT_FORMATS[2]
+
+# --- the threshold and the prediction --------------------------------------------------------------
+
+#: ``spec.gate.thresholdRounding`` and ``spx predict --rounding``.
+ThresholdRounding = Literal["next-power-of-two", "next-multiple-of-tp", "none"]
+THRESHOLD_ROUNDINGS: Final[tuple[ThresholdRounding, ...]] = get_args(ThresholdRounding)
+#: ``spec.gate.thresholdRule``: the interpolated break-even (``break-even``), or the smallest measured count
+#: from which the speedup's lower bound stays ≥ 1 (``lower-bound``; ``spx.analysis.band``).
+ThresholdRule = Literal["break-even", "lower-bound"]
+THRESHOLD_RULES: Final[tuple[ThresholdRule, ...]] = get_args(ThresholdRule)
+#: How the break-even is interpolated between measured counts (``spx.analysis.crossover``).
+Interpolation = Literal["log-log", "linear"]
+INTERPOLATIONS: Final[tuple[Interpolation, ...]] = get_args(Interpolation)
+#: ``spec.kernel.gatherModel.prior``: the modelled all-gather's parameters.
+GatherPrior = Literal["h20-calibrated", "datasheet"]
+GATHER_PRIORS: Final[tuple[GatherPrior, ...]] = get_args(GatherPrior)
+#: ``spx predict --gather``: the gather derived from the seed's table, or one of the priors.
+PredictGather = Literal["h20-derived", GatherPrior]
+PREDICT_GATHERS: Final[tuple[PredictGather, ...]] = get_args(PredictGather)
+
+# --- the command line -----------------------------------------------------------------------------
+
+#: ``-o/--output`` of every ``spx`` command that prints a document.
+OutputFormat = Literal["text", "json", "yaml"]
+OUTPUT_FORMATS: Final[tuple[OutputFormat, ...]] = get_args(OutputFormat)
+#: ``spx completion SHELL``.
+CompletionShell = Literal["bash", "zsh", "tcsh"]
+COMPLETION_SHELLS: Final[tuple[CompletionShell, ...]] = get_args(CompletionShell)
+#: ``spx operator --log-format`` (kopf's log formats).
+LogFormat = Literal["json", "plain", "full"]
+LOG_FORMATS: Final[tuple[LogFormat, ...]] = get_args(LogFormat)
+
+# --- a run directory (``spx run --out DIR``, the bench pod's ``/results``) -----------------------------
+
+#: The kernel bench's result document (``spx.api.result.KernelResult``).
+RESULT_FILE: Final = "result.json"
+#: The run's status (``spx.api.status.ExperimentStatus``), what ``spx gate DIR`` reads.
+STATUS_FILE: Final = "status.json"
+#: The points measured so far, one JSON line each, appended while the sweep runs.
+POINTS_FILE: Final = "points.partial.jsonl"
+#: The ranks' logs (one folder per rank, torchrun's layout) and the launcher's log beside them.
+LOGS_DIR: Final = "logs"
+LAUNCHER_LOG: Final = "launcher.log"
+#: Held by the ``spx run`` writing into the folder (``spx.cli.outdir``).
+LOCK_FILE: Final = ".spx.lock"
+#: The crossover plot ``spx run`` and ``spx report`` draw.
+PLOT_FILE: Final = "crossover.png"
+#: The serving A/B's folder and documents (``spx.serving.ab``).
+SERVING_DIR: Final = "serving"
+SERVING_RESULT_FILE: Final = "serving-result.json"
+ACCURACY_RESULT_FILE: Final = "accuracy-result.json"
+#: In each serving arm's folder: the vLLM server's log and the GSM8K replies.
+SERVER_LOG: Final = "server.log"
+GSM8K_REPLIES_FILE: Final = "gsm8k-replies.jsonl"
+#: The step A/B's document (``spx.api.step.StepResult``).
+STEP_RESULT_FILE: Final = "step-result.json"
+#: What ``spx run`` writes into its ``--out`` (an ``--overwrite`` removes exactly these).
+RUN_OUTPUTS: Final[tuple[str, ...]] = (RESULT_FILE, STATUS_FILE, PLOT_FILE, POINTS_FILE, SERVING_DIR)
+#: Files whose presence marks a folder as a run's directory.
+RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE)
 
 # --- the spx vLLM plugin (spx.bench.vllm_plugin) --------------------------------------------------
 

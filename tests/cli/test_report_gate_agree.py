@@ -21,7 +21,8 @@ from spx.api.accuracy import AccuracyStatus
 from spx.api.serving import ServingArmRun, ServingPointRun, ServingResult, ServingSpec, ServingStatus
 from spx.api.step import StepEffect, StepStatus
 from spx.cli import main
-from spx.runner.experiment import SERVING_DIR, build_status, write_status
+from spx.runner.experiment import build_status, write_status
+from spx.vocabulary import SERVING_DIR, SERVING_RESULT_FILE
 from spx_testing.factories import kernel_result
 
 T = 2048
@@ -95,7 +96,7 @@ def case_kernel_and_serving_document(out: Path) -> None:
     doc = failed_serving_result()
     write_run(out, kernel_result(), serving=summarize_serving(doc))
     (out / SERVING_DIR).mkdir()
-    (out / SERVING_DIR / "serving-result.json").write_text(doc.model_dump_json(by_alias=True))
+    (out / SERVING_DIR / SERVING_RESULT_FILE).write_text(doc.model_dump_json(by_alias=True))
 
 
 def case_kernel_and_failed_accuracy(out: Path) -> None:

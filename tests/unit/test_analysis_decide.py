@@ -79,8 +79,15 @@ def test_a_pass_above_the_largest_batch_is_refused_as_vacuous() -> None:
     assert "vacuous" in d.reasons[0]
     assert decide(outcome(OK), outcome(OK), gate, max_batched_tokens=16384).verdict == "Pass"  # at it: engages
     assert decide(outcome(NO), outcome(NO), gate, max_batched_tokens=8192) == Decision(
-        "Fail", "kernel", ("Fail reason", "both regimes agree: Fail (GPU-bound (Δg): Fail; host-bound (Δh): Fail)",
-                           "host-bound: Fail reason"), True)
+        "Fail", "kernel", ("Fail reason", "decided by the kernel sweep: both regimes agree: Fail (GPU-bound (Δg): "
+                           "Fail; host-bound (Δh): Fail)", "host-bound: Fail reason"), True)
+
+
+def test_a_step_that_contradicts_agreeing_regimes_is_noted_not_obeyed() -> None:
+    d = decide(outcome(NO), outcome(NO), GATE, step=GAIN)
+    assert (d.verdict, d.decided_by) == ("Fail", "kernel")
+    assert any(r.startswith("note: the step A/B on the deployment says Pass") for r in d.reasons)
+    assert not any(r.startswith("note:") for r in decide(outcome(OK), outcome(OK), GATE, step=GAIN).reasons)
 
 
 def _serving(*extra: str) -> ExperimentSpec:

@@ -172,7 +172,7 @@ def test_the_gate_threshold_is_measured_first_where_the_decision_is() -> None:
     planner measures 3072 before anything else (the verdict is judged from it up); once measured, not again."""
     pts = sweep([(256, 0.95), (288, 0.99), (320, 1.01), (1024, 1.3), (8192, 1.6)])
     plan = plan_refinement(pts, 8, bounds=False, gate_threshold=3072)
-    assert plan.points[0].tokens == 3072 and "the decision: measure gate.thresholdTokens 3,072 itself" in plan.points[0].reason
+    assert plan.points[0].tokens == 3072 and "the decision: measure gate.thresholdTokens 3,072 itself (judged from it up)" in plan.points[0].reason
     done = plan_refinement([*pts, *sweep([(3072, 1.4)])], 8, bounds=False, gate_threshold=3072)
     assert 3072 not in [p.tokens for p in done.points]
     assert plan_refinement(pts, 8, bounds=False, gate_threshold=16384).points == ()  # outside the range: not probed

@@ -20,11 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 from spx.api.status import CrossoverConfidence, KernelPoint
-
-Interpolation = Literal["log-log", "linear"]
+from spx.vocabulary import Interpolation as Interpolation
 
 
 def speedup(replicated_us: float, split_us: float) -> float:

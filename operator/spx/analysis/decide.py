@@ -10,7 +10,8 @@ batch the deployment forms. Rules, in order:
    (``kernel``; ``none`` when it is Inconclusive).
 3. **the regimes agree** on the speed verdict at and above ``gate.thresholdTokens`` (verdicts are
    compared, before the modelled-gather and CPU caps; never rounded thresholds): that verdict, capped as
-   the kernel's (``kernel``; ``none`` when Inconclusive).
+   the kernel's (``kernel``; ``none`` when Inconclusive). A step A/B that contradicts it is noted in the
+   reasons, not obeyed.
 4. **the regimes disagree**: the step A/B at the gate threshold decides (``step``): **Pass** when every
    effect at ``T`` (and ``T + 1``, the pad path) is a gain beyond its interval (high end < 0), **Fail**
    when one is a loss beyond its interval (low end > 0), **Inconclusive** when an interval straddles 0.
@@ -155,10 +156,10 @@ def _decide_speed(gpu: GateOutcome, host: GateOutcome | None, gate: GateSpec, st
     if host is None:
         return Decision(gpu.verdict, "kernel" if gpu.verdict != "Inconclusive" else "none", gpu.reasons)
     if gpu.speed_verdict == host.speed_verdict:
-        head = f"both regimes agree: {gpu.speed_verdict} ({_regime_line(gpu, host)})"
+        head = f"decided by the kernel sweep: both regimes agree: {gpu.speed_verdict} ({_regime_line(gpu, host)})"
         by: DecidedBy = "kernel" if gpu.verdict != "Inconclusive" else "none"
-        return Decision(gpu.verdict, by, (*_first(gpu.reasons), head, *_rest(gpu.reasons),
-                                          *(f"host-bound: {r}" for r in host.reasons[:3])), True)
+        return Decision(gpu.verdict, by, (*_first(gpu.reasons), head, *_step_note(step, gate, gpu.speed_verdict),
+                                          *_rest(gpu.reasons), *(f"host-bound: {r}" for r in host.reasons[:3])), True)
     head = (f"the kernel regimes disagree at and above thresholdTokens {gate.threshold_tokens} "
             f"({_regime_line(gpu, host)}): the split's effect depends on whether the step is GPU- or host-bound")
     detail = (*(f"GPU-bound: {r}" for r in gpu.reasons[:4]), *(f"host-bound: {r}" for r in host.reasons[:4]))
@@ -167,6 +168,15 @@ def _decide_speed(gpu: GateOutcome, host: GateOutcome | None, gate: GateSpec, st
         return Decision("Inconclusive", "none", (head, f"{why}: the step A/B decides; next: {then}", *detail),
                         False, then)
     return Decision(verdict, "step", (f"decided by the step A/B: {why}", head, *detail), False, then)
+
+
+def _step_note(step: StepStatus | None, gate: GateSpec, kernel_speed: Verdict) -> tuple[str, ...]:
+    """A note when a usable step A/B contradicts agreeing kernel regimes (it does not change the verdict: rule 3)."""
+    verdict, why, _ = step_decision(step, gate)
+    if verdict in (None, "Inconclusive") or verdict == kernel_speed:
+        return ()
+    return (f"note: the step A/B on the deployment says {verdict} ({why}) where both kernel regimes say "
+            f"{kernel_speed}: the kernel verdict stands; check what the step adds (the real gather, pad, overlap)",)
 
 
 def _first(reasons: Sequence[str]) -> tuple[str, ...]:

@@ -124,6 +124,31 @@ def cap_partial(kernel: KernelStatus) -> tuple[KernelStatus, list[str]]:
     ]
 
 
+def _largest_batch(spec: ExperimentSpec) -> tuple[int | None, list[str]]:
+    """The deployment's largest batch (:func:`spx.analysis.decide.max_num_batched_tokens`) and a reason when
+    ``spec.serving.extraArgs`` has a malformed value (then not checked, and said so)."""
+    try:
+        return max_num_batched_tokens(spec), []
+    except ValueError as err:
+        return None, [f"the deployment's largest batch is unknown: {err}"]
+
+
+def _partial(ev: Evaluation, spec: ExperimentSpec, result: KernelResult | ResultSummary, measured: int,
+             serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
+    """The judgement of a partial run (module rule 2): no verdict, what its points support and show."""
+    kernel, withdrawn = cap_partial(ev.kernel)
+    total = len(spec.sweep.tokens)
+    why = result.error or "the run did not complete (no error recorded)"
+    refine = spec.sweep.refine
+    counted = (f"{measured} of {total} token counts" if refine is None else
+               f"{measured} of {total} listed + up to {refine.max_added_points} adaptive token counts")
+    head = f"{PARTIAL}: {counted} measured before it stopped ({why}); a partial run publishes no verdict"
+    shows = f"the measured points alone would be judged {ev.verdict}" + (f": {ev.reasons[0]}" if ev.reasons else "")
+    return Judgement(kernel=kernel, verdict=None, reason="BenchmarkFailed", reasons=[head, *withdrawn, shows],
+                     message=f"benchmark failed ({head})", partial=True, measured_verdict=ev.verdict,
+                     serving=serving, accuracy=accuracy)
+
+
 def _fail(reason: str, kernel: KernelStatus | None = None, *, partial: bool = False) -> Judgement:
     return Judgement(kernel=kernel, verdict=None, reason="BenchmarkFailed", reasons=[reason],
                      message=f"benchmark failed: {reason}", partial=partial)
@@ -157,12 +182,7 @@ def judge(
     """
     if result is None:
         return _fail("the run left no result")
-    try:
-        max_batched: int | None = max_num_batched_tokens(spec)
-    except ValueError as err:  # a malformed --max-num-batched-tokens: not checked, and said so
-        max_batched, spec_note = None, [f"the deployment's largest batch is unknown: {err}"]
-    else:
-        spec_note = []
+    max_batched, spec_note = _largest_batch(spec)
     try:
         points = _points(result)
         ev = evaluate(
@@ -179,19 +199,7 @@ def judge(
     if not points:
         return _fail(result.error or "the result has no points", partial=partial)
     if partial:
-        kernel, withdrawn = cap_partial(ev.kernel)
-        total = len(spec.sweep.tokens)
-        why = result.error or "the run did not complete (no error recorded)"
-        refine = spec.sweep.refine
-        counted = (f"{len(points)} of {total} token counts" if refine is None else
-                   f"{len(points)} of {total} listed + up to {refine.max_added_points} adaptive token counts")
-        head = (f"{PARTIAL}: {counted} measured before it stopped ({why}); "
-                "a partial run publishes no verdict")
-        shows = f"the measured points alone would be judged {ev.verdict}" + (
-            f": {ev.reasons[0]}" if ev.reasons else "")
-        return Judgement(kernel=kernel, verdict=None, reason="BenchmarkFailed", reasons=[head, *withdrawn, shows],
-                         message=f"benchmark failed ({head})", partial=True, measured_verdict=ev.verdict,
-                         serving=serving, accuracy=accuracy)
+        return _partial(ev, spec, result, len(points), serving, accuracy)
     verdict, reasons, kernel = ev.verdict, [*ev.reasons, *spec_note], ev.kernel
     if require_vllm and spec.serving is not None:
         if serving is None and spec.serving.points:

@@ -256,8 +256,7 @@ def plan_refinement(
     notes: list[str] = []
     thr = gate_threshold
     if thr is not None and thr not in measured and ordered[0].tokens < thr < ordered[-1].tokens:
-        verify[thr] = {f"the decision: measure gate.thresholdTokens {thr:,} itself (the verdict is judged from it up)":
-                       ["gate threshold"]}
+        verify[thr] = {f"the decision: measure gate.thresholdTokens {thr:,} itself (judged from it up)": ["gate threshold"]}
     for name, which, pessimistic in CURVES if bounds else CURVES[:1]:
         _curve_proposals(name, ordered, which, pessimistic, tp, floor, bracket_rel, verify, narrow, notes)
     if host_points is not None:

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spx.api.stage import STAGE_CANDIDATES, StageResult, StageRow, StageTimes
+from spx.vocabulary import KERNEL_REGIMES
 
-BOUNDS = ("gpu-bound", "host-bound")
+BOUNDS = KERNEL_REGIMES  #: the stage is totalled in both regimes (spx.vocabulary.KERNEL_REGIMES)
 
 
 def bound_us(times: StageTimes, bound: str) -> float | None:

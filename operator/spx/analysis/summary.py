@@ -97,6 +97,17 @@ class RegimeRun:
     recommended: int | None
     outcome: GateOutcome
 
+    def kernel_status(self, points: list[KernelPoint], gate: GateSpec, gather_source: GatherSource,
+                      gemm_backend: str | None, timer: str | None) -> KernelStatus:
+        """The status' kernel section with this regime at the top level (the GPU-bound one's)."""
+        be = self.crossover.break_even
+        return KernelStatus(
+            points=points, crossover_tokens=be.tokens if be else None,
+            first_winning_tokens=self.crossover.first_winning_tokens, crossover_confidence=self.crossover.confidence,
+            recommended_threshold_tokens=self.recommended, threshold_rounding=gate.threshold_rounding,
+            gather_source=gather_source, gemm_backend=gemm_backend, timer=timer,
+        )
+
     def summary(self) -> RegimeSummary:
         """The status' :class:`~spx.api.status.RegimeSummary`."""
         be = self.crossover.break_even
@@ -104,7 +115,7 @@ class RegimeRun:
             regime=self.regime, crossover_tokens=be.tokens if be else None,
             first_winning_tokens=self.crossover.first_winning_tokens, crossover_confidence=self.crossover.confidence,
             recommended_threshold_tokens=self.recommended, speed_verdict=self.outcome.speed_verdict,
-            verdict=self.outcome.verdict, reasons=[r[:1000] for r in self.outcome.reasons[:16]],
+            verdict=self.outcome.verdict, reasons=[r[:500] for r in self.outcome.reasons[:8]],
         )
 
 
@@ -179,22 +190,8 @@ def evaluate(
                       max_batched_tokens=max_batched_tokens)
     _, unc = uncertainty(ordered, recommended_threshold_tokens=gpu.recommended,
                          gate_threshold_tokens=gate.threshold_tokens, layers=layers, floor_tokens=tp, host=two)
-    be = gpu.crossover.break_even
-    kernel = KernelStatus(
-        points=ordered,
-        crossover_tokens=be.tokens if be else None,
-        first_winning_tokens=gpu.crossover.first_winning_tokens,
-        crossover_confidence=gpu.crossover.confidence,
-        recommended_threshold_tokens=gpu.recommended,
-        threshold_rounding=gate.threshold_rounding,
-        gather_source=gather_source,
-        gemm_backend=gemm_backend,
-        timer=timer,
-        regimes=[r.summary() for r in (gpu, host) if r is not None],
-        regimes_agree=decision.regimes_agree,
-        decided_by=decision.decided_by,
-        next_step=decision.next_step,
-        max_num_batched_tokens=max_batched_tokens,
-        uncertainty=unc,
-    )
+    kernel = gpu.kernel_status(ordered, gate, gather_source, gemm_backend, timer).model_copy(update={
+        "regimes": [r.summary() for r in (gpu, host) if r is not None], "regimes_agree": decision.regimes_agree,
+        "decided_by": decision.decided_by, "next_step": decision.next_step,
+        "max_num_batched_tokens": max_batched_tokens, "uncertainty": unc})
     return Evaluation(kernel=kernel, verdict=decision.verdict, reasons=list(decision.reasons))

@@ -108,32 +108,30 @@ def threshold_reasons(
                 "speedup's interval (samples, gather prior): the break-even is uncertain; measure between these "
                 "counts (sweep.refine), take more samples where an interval overlaps 1.0, or measure the gather"
             )
+    reasons.append(_move_reason(points, thr, rec, crossover, advise_move))
+    return reasons
+
+
+def _move_reason(points: Sequence[KernelPoint], thr: int, rec: int, crossover: Crossover, advise_move: bool) -> str:
+    """How the recommended threshold ``rec`` compares with ``thr`` (no advice to move it unless ``advise_move``)."""
     fw = crossover.first_winning_tokens
     if not advise_move:
-        reasons.append(f"recommended threshold {rec} in this regime (thresholdTokens {thr}): no advice to move the "
-                       "threshold while the regimes disagree")
-    elif rec < thr:
+        return (f"recommended threshold {rec} in this regime (thresholdTokens {thr}): no advice to move the "
+                "threshold while the regimes disagree")
+    if rec < thr:
         winners = [p for p in points if fw is not None and fw <= p.tokens < thr]
-        if winners:
-            reasons.append(
-                f"split already wins from {fw} tokens; threshold {thr} leaves speedup on the table at "
-                + (f"{winners[0].tokens} tokens" if len(winners) == 1 else f"{winners[0].tokens}-{winners[-1].tokens} tokens")
-                + f" ({_speedups(winners)})"
-            )
-        else:
-            reasons.append(
-                f"recommended threshold {rec} is below threshold {thr}, but no measured count in "
-                f"[{rec}, {thr}) confirms that the split wins there"
-            )
-    elif rec > thr:
+        if not winners:
+            return (f"recommended threshold {rec} is below threshold {thr}, but no measured count in "
+                    f"[{rec}, {thr}) confirms that the split wins there")
+        at = f"{winners[0].tokens} tokens" if len(winners) == 1 else f"{winners[0].tokens}-{winners[-1].tokens} tokens"
+        return f"split already wins from {fw} tokens; threshold {thr} leaves speedup on the table at {at} ({_speedups(winners)})"
+    if rec > thr:
         losers = [p for p in points if thr <= p.tokens < rec and not split_wins(p)]
         detail = f": the split does not win at {_speedups(losers)}" if losers else ""
-        reasons.append(
-            f"recommended threshold {rec} is above threshold {thr} (break-even {be.tokens:.1f} tokens){detail}"
-        )
-    else:
-        reasons.append(f"recommended threshold {rec} equals threshold {thr}")
-    return reasons
+        be = crossover.break_even
+        at_be = f" (break-even {be.tokens:.1f} tokens)" if be is not None else ""
+        return f"recommended threshold {rec} is above threshold {thr}{at_be}{detail}"
+    return f"recommended threshold {rec} equals threshold {thr}"
 
 
 def _correctness(ordered: Sequence[KernelPoint], gate: GateSpec) -> tuple[list[str], list[str]]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, StrictInt
 
 from spx.api.base import CamelModel, FiniteFloat
+from spx.vocabulary import ThresholdRounding as ThresholdRounding
+from spx.vocabulary import ThresholdRule
 
 #: vLLM ≥ 0.33 ``_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` (``vllm/models/deepseek_v41/attention.py``).
 VLLM_DEFAULT_THRESHOLD_TOKENS = 2048
@@ -16,11 +16,6 @@ VLLM_DEFAULT_THRESHOLD_TOKENS = 2048
 #: (``UsageContext.OPENAI_API_SERVER: 8192``; 2048 on smaller GPUs, 16384 for the offline ``LLM`` class).
 #: No batch is larger, so a split threshold above it never engages.
 VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
-
-ThresholdRounding = Literal["next-power-of-two", "next-multiple-of-tp", "none"]
-#: How the recommended threshold is chosen (``spx.analysis.band``): from the interpolated break-even
-#: (``break-even``), or the smallest measured count from which the speedup's lower bound stays ≥ 1.
-ThresholdRule = Literal["break-even", "lower-bound"]
 
 
 class GateSpec(CamelModel):

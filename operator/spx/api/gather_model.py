@@ -7,8 +7,8 @@ from typing import Final, Literal
 from pydantic import Field
 
 from spx.api.base import CamelModel, FiniteFloat
+from spx.vocabulary import GatherPrior
 
-GatherPrior = Literal["h20-calibrated", "datasheet"]
 GatherRegime = Literal["custom", "nccl"]
 
 #: vLLM's custom all-gather handles shards up to 2 MiB; larger shards go to NCCL (``sp_all_gather`` in

@@ -26,6 +26,14 @@ from typing import Final, Literal
 from pydantic import Field, model_validator
 
 from spx.api.base import CamelModel
+from spx.vocabulary import (
+    ExecutionMode,
+    GatherSource,
+    ResolvedDevice,
+    ResolvedGemmBackend,
+    ResolvedTimer,
+    StageStreams,
+)
 
 #: Candidates of the stage: everything replicated; ``fused_wqa_wkv`` split; that and the two light GEMMs split.
 STAGE_CANDIDATES: Final = ("replicated", "split", "split-all")
@@ -120,8 +128,8 @@ class StageRow(CamelModel):
     kind: str
     layers: int = Field(ge=1)
     tokens: int = Field(gt=0)
-    execution: Literal["graph", "eager"]
-    streams: Literal["parallel", "sequential", "none"]
+    execution: ExecutionMode
+    streams: StageStreams
     candidates: dict[str, StageTimes]
 
 
@@ -129,10 +137,10 @@ class StageResult(CamelModel):
     """``spx stage``'s document: rows per layer kind and token count (rank 0)."""
 
     schema_version: Literal["spx.dev/stage-result/v1"] = "spx.dev/stage-result/v1"
-    gemm_backend: str
-    gather_source: str
-    device: str
-    timer: str
+    gemm_backend: ResolvedGemmBackend
+    gather_source: GatherSource
+    device: ResolvedDevice
+    timer: ResolvedTimer
     chunk_tokens: int
     rows: list[StageRow] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)

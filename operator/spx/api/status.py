@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -15,14 +15,14 @@ from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
 from spx.api.step import StepStatus
-from spx.vocabulary import DECIDED_BY, DECIDED_BY_MEANINGS, DECIDED_REASONS, PHASES, VERDICTS, one_of
+from spx.vocabulary import DECIDED_BY, DECIDED_BY_MEANINGS, DECIDED_REASONS, PHASES, VERDICTS, ExecutionMode, one_of
 from spx.vocabulary import DecidedBy as DecidedBy
 from spx.vocabulary import DecidedReason as DecidedReason  # re-exported: the status's types
+from spx.vocabulary import GatherSource as GatherSource
 from spx.vocabulary import KernelRegime as KernelRegime
 from spx.vocabulary import Phase as Phase
 from spx.vocabulary import Verdict as Verdict
 
-GatherSource = Literal["measured", "modelled"]
 #: spx's conditions, then kstatus's (the vocabulary: :mod:`spx.api.conditions`).
 ConditionType = Literal["Scheduled", "Completed", "Decided", "Ready", "Reconciling", "Stalled"]
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -91,13 +91,33 @@ class Environment(CamelModel):
     """Names of the GPU kernels the candidates ran (from the profiler)."""
 
 
+#: Fields of the per-op ``max(host, span)`` curve, withdrawn by issue #28 (it describes no regime): dropped
+#: when an older ``status.json`` is read, so documents written before stay readable (re-judge them with
+#: ``spx report DIR`` for the regimes' figures).
+WITHDRAWN_POINT_FIELDS = ("replicatedHostBoundUs", "splitHostBoundUs", "hostBoundDecided")
+WITHDRAWN_KERNEL_FIELDS = ("hostBound", "verdictBound")
+
+
+def _drop_withdrawn(data: Any, keys: tuple[str, ...]) -> Any:
+    """``data`` (a wire dict) without ``keys``; anything else unchanged."""
+    if isinstance(data, dict) and any(k in data for k in keys):
+        return {k: v for k, v in data.items() if k not in keys}
+    return data
+
+
 class KernelPoint(CamelModel):
     """One token count of the sweep, summarised.
 
     Times are µs per call, the median over samples of the max over ranks. ``speedup`` is
     ``replicated_us / split_us`` (> 1: the split wins). ``iqr_pct`` is the larger of the two
-    candidates' interquartile range over median, in percent.
+    candidates' interquartile range over median, in percent. Δg and Δh: docs/kernel-benchmark.md, "Regimes".
     """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _withdrawn(cls, data: Any) -> Any:
+        """Drop the withdrawn max(host, span) fields of an older document (:data:`WITHDRAWN_POINT_FIELDS`)."""
+        return _drop_withdrawn(data, WITHDRAWN_POINT_FIELDS)
 
     tokens: int = Field(gt=0)
     """Token count M."""
@@ -121,7 +141,7 @@ class KernelPoint(CamelModel):
     """Max |split − replicated| over the outputs."""
     decided: bool = True
     """False when the speedup lies within the spread and the point cannot decide the verdict."""
-    execution: Literal["graph", "eager"] | None = None
+    execution: ExecutionMode | None = None
     """How the point was timed: graph (CUDA-graph replays) or eager (op by op, as vLLM runs batches above its capture limit)."""
     replicated_host_us: float | None = Field(default=None, ge=0)
     """Median host time (µs) to issue the replicated candidate, measured with the GPU kept busy (eager points)."""
@@ -175,8 +195,8 @@ class RegimeSummary(CamelModel):
     """What this regime's times alone say at and above gate.thresholdTokens, before the modelled-gather and CPU caps: the verdicts compared between regimes."""
     verdict: Verdict | None = None
     """The gate verdict on this regime's times alone (caps applied)."""
-    reasons: list[str] = Field(default_factory=list, max_length=16)
-    """This regime's deciding reasons, most important first."""
+    reasons: list[str] = Field(default_factory=list, max_length=8)
+    """This regime's reasons (at most 8 of at most 500 characters), most important first."""
 
 
 class StakeRow(CamelModel):
@@ -307,6 +327,12 @@ class KernelStatus(CamelModel):
     """vLLM's CUDA-graph capture limit the sweep used: points above it were timed eagerly (execution auto)."""
     uncertainty: CrossoverUncertainty | None = None
     """The crossover as an interval, the indifference band, the stake and the interval rule's threshold."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _withdrawn(cls, data: Any) -> Any:
+        """Drop the withdrawn max(host, span) fields of an older document (:data:`WITHDRAWN_KERNEL_FIELDS`)."""
+        return _drop_withdrawn(data, WITHDRAWN_KERNEL_FIELDS)
 
     @model_validator(mode="after")
     def _round_crossover(self) -> Self:

@@ -25,6 +25,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from spx.analysis.stats import candidate_stats
 from spx.api.base import utc_now
@@ -36,6 +37,10 @@ from spx.bench.correctness import check_correctness, check_reference
 from spx.bench.fingerprint import collect_environment
 from spx.bench.gemm import reference_tolerance
 from spx.bench.timing import bench_time
+from spx.vocabulary import GatherSource
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["CANDIDATES", "FAULT_ENV", "FAULT_TOKENS_ENV", "BenchContext", "PointPlan", "measure_point",
            "preflight", "run_kernel_bench", "setup"]
@@ -73,9 +78,9 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
     protocol = timing_protocol(ctx, mode)
     checked: dict[str, float] = {}
 
-    def check(outputs: dict[str, object]) -> None:
-        checked["err"], checked["ref"] = check_correctness(ctx, outputs["replicated"], outputs["split"], plan)  # type: ignore[arg-type]
-        checked["rel"] = check_reference(ctx, cands, outputs["replicated"])  # type: ignore[arg-type]
+    def check(outputs: dict[str, torch.Tensor]) -> None:
+        checked["err"], checked["ref"] = check_correctness(ctx, outputs["replicated"], outputs["split"], plan)
+        checked["rel"] = check_reference(ctx, cands, outputs["replicated"])
 
     timing = bench_time(cands.launches(), protocol, check)
     samples = ctx.spec.kernel.samples
@@ -85,7 +90,7 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         walls = cands.gather_walls[-samples:]
         gather = walls if protocol.reduce_max is None else _reduced(protocol.reduce_max, walls)
     gather_host: float | None = None
-    gather_host_source = "measured" if cands.gathered else None
+    gather_host_source: GatherSource | None = "measured" if cands.gathered else None
     if ctx.gather_source == "modelled" and ctx.tp > 1:
         model = ctx.spec.kernel.gather_model
         g = model.gather_us(plan.padded_tokens, ctx.spec.projection.output_size, ctx.dtype.itemsize, ctx.tp)
@@ -113,7 +118,7 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         split=split_stats,
         shard_gemm_us=max(0.0, split_stats.median_us - gather_med),
         gather_us=gather_med if ctx.timer != "cuda-events" or ctx.gather_source == "modelled" else None,
-        gather_source=ctx.gather_source,  # type: ignore[arg-type]
+        gather_source=ctx.gather_source,
         gather_path=gather_path(ctx, plan.padded_tokens),
         max_abs_error=checked["err"],
         max_abs_reference=checked["ref"],
@@ -121,7 +126,7 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         execution=mode,
         execution_reason=why[:256],
         gather_host_us=gather_host,
-        gather_host_source=gather_host_source,  # type: ignore[arg-type]
+        gather_host_source=gather_host_source,
         uncovered_samples=timing.uncovered,
     )
 
@@ -201,9 +206,9 @@ def run_kernel_bench(
             gemm_backend_reason=ctx.gemm_backend_reason,
             reference_tolerance=reference_tolerance(ctx.gemm_backend, spec.projection.weight_format),
             gather_backend=ctx.gather_backend,
-            gather_source=ctx.gather_source,  # type: ignore[arg-type]
+            gather_source=ctx.gather_source,
             timer=ctx.timer,
-            device=ctx.device.type,
+            device=ctx.device_type,
             cuda_graphs=ctx.cuda_graphs,
             execution=spec.kernel.execution,
             max_cudagraph_capture_size=ctx.capture_size,

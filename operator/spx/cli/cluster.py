@@ -47,7 +47,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file} has no spec.serving, so there is no vLLM bench to run; add a spec.serving "
                          "section (docs/serving.md)")
     from spx.cli import outdir
-    from spx.serving.ab import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE
+    from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE
 
     with outdir.locked(args.out):  # one run at a time per --out, as spx run
         earlier = [n for n in (SERVING_RESULT_FILE, ACCURACY_RESULT_FILE) if (args.out / n).exists()]

@@ -34,7 +34,7 @@ from typing import Any, cast
 from spx.api.exit_codes import EXIT_FAIL, EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.api.exit_codes import EXIT_OK as EXIT_PASS
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.vocabulary import TERMINAL_PHASES, Verdict, one_of
+from spx.vocabulary import OUTPUT_FORMATS, STATUS_FILE, TERMINAL_PHASES, Verdict, one_of
 
 #: The exit code of each verdict (every verdict of :data:`spx.vocabulary.VERDICTS`; a test checks).
 EXIT_BY_VERDICT: dict[Verdict, int] = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "Inconclusive": EXIT_UNDECIDED}
@@ -145,7 +145,7 @@ def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
 
     raw = str(path)
     path = Path(raw)
-    target = os.path.join(raw, "status.json") if path.is_dir() else raw
+    target = os.path.join(raw, STATUS_FILE) if path.is_dir() else raw
     try:
         data = json.loads(Path(target).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -189,7 +189,7 @@ def check_status(data: dict[str, Any], target: str, whole_object: bool = False) 
     kind = str(data.get("schemaVersion") or "")
     if is_run_result(data):
         run_dir = os.path.dirname(target) or "."
-        raise GateError(f"{target} is a run's result, not a status: pass {os.path.join(run_dir, 'status.json')} "
+        raise GateError(f"{target} is a run's result, not a status: pass {os.path.join(run_dir, STATUS_FILE)} "
                         f"or the run directory {run_dir}")
     if kind:
         raise GateError(f"{target} is a {kind[:60]} document, not an experiment status: pass a run's status.json, "
@@ -324,7 +324,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval", type=float, default=10.0, metavar="SECONDS", help="poll interval with --wait (default 10)"
     )
-    parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default=None,
+    parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default=None,
                         help="output format (default text); json/yaml: one document, schema docs/schemas/gate.schema.json")
     parser.add_argument("--json", action="store_true", help="the same as -o json (not with another -o)")
 

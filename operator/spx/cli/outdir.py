@@ -23,10 +23,9 @@ from pathlib import Path
 
 from spx.api.base import utc_now
 from spx.cli.common import UsageError
+from spx.vocabulary import LOCK_FILE, LOGS_DIR, POINTS_FILE, RESULT_FILE, RUN_MARKERS, RUN_OUTPUTS
 
-LOCK_FILE = ".spx.lock"
 #: Files a run writes into --out; an earlier run's are replaced by --overwrite (never others).
-RUN_OUTPUTS = ("result.json", "status.json", "crossover.png", "points.partial.jsonl", "serving")
 #: Where ``--overwrite`` keeps the earlier run until the new one has replaced it (:func:`settle`).
 REPLACED_DIR = ".spx-replaced"
 
@@ -129,7 +128,7 @@ def prepare(out: Path, overwrite: bool) -> Path | None:
         )
     shutil.rmtree(aside, ignore_errors=True)  # an empty one, left by a run killed while it set the earlier aside
     aside.mkdir()
-    for name in (*earlier, "logs"):
+    for name in (*earlier, LOGS_DIR):
         if (out / name).exists():
             os.rename(out / name, aside / name)
     return aside
@@ -140,7 +139,7 @@ def enclosing_run(out: Path) -> Path | None:
     ``points.partial.jsonl`` or lock), else ``None``: a run inside another's directory (e.g. in its
     ``logs/``) would be deleted by an ``--overwrite`` of the outer one."""
     for parent in out.absolute().parents:
-        if any((parent / name).exists() for name in ("status.json", "result.json", "points.partial.jsonl", LOCK_FILE)):
+        if any((parent / name).exists() for name in RUN_MARKERS):
             return parent
     return None
 
@@ -166,7 +165,7 @@ def run_in_progress(out: Path) -> str | None:
 def partial_points(out: Path) -> int:
     """How many points ``out/points.partial.jsonl`` holds (lines; 0 when absent): a killed run's only record."""
     try:
-        return sum(1 for line in (out / "points.partial.jsonl").read_bytes().splitlines() if line.strip())
+        return sum(1 for line in (out / POINTS_FILE).read_bytes().splitlines() if line.strip())
     except OSError:
         return 0
 
@@ -179,7 +178,7 @@ def measured(out: Path) -> bool:
     if partial_points(out):
         return True
     try:
-        return bool(json.loads((out / "result.json").read_text(encoding="utf-8")).get("points"))
+        return bool(json.loads((out / RESULT_FILE).read_text(encoding="utf-8")).get("points"))
     except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
@@ -192,7 +191,7 @@ def settle(out: Path, aside: Path | None, *, keep_new: bool) -> None:
     if keep_new:
         shutil.rmtree(aside, ignore_errors=True)
         return
-    for name in (*RUN_OUTPUTS, "logs"):
+    for name in (*RUN_OUTPUTS, LOGS_DIR):
         _remove(out / name)
     for entry in aside.iterdir():
         os.rename(entry, out / entry.name)

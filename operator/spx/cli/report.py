@@ -39,6 +39,7 @@ from spx.cli.common import (
 )
 from spx.cli.documents import ReportDocument
 from spx.cli.registry import command
+from spx.vocabulary import PLOT_FILE, RESULT_FILE, STATUS_FILE
 
 M = TypeVar("M", KernelResult, ExperimentStatus)
 
@@ -85,7 +86,7 @@ def check_plot_path(path: Path) -> None:
         UsageError: names ``--plot`` and what is in the way.
     """
     if path.is_dir():
-        raise UsageError(f"--plot {path}: is a directory; give the PNG file to write, e.g. {path / 'crossover.png'}")
+        raise UsageError(f"--plot {path}: is a directory; give the PNG file to write, e.g. {path / PLOT_FILE}")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -233,9 +234,9 @@ def load_run(target: Path) -> LoadedRun:
     if not target.exists():
         raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
     directory = target if target.is_dir() else target.parent
-    is_status = target.is_file() and (target.name == "status.json" or is_status_document(load_json(target)))
-    result_path = target if target.is_file() and not is_status else directory / "result.json"
-    status_path = target if is_status else directory / "status.json"
+    is_status = target.is_file() and (target.name == STATUS_FILE or is_status_document(load_json(target)))
+    result_path = target if target.is_file() and not is_status else directory / RESULT_FILE
+    status_path = target if is_status else directory / STATUS_FILE
     if result_path.is_file():
         result = _validated(KernelResult, result_path)
         status = _vllm_part(status_path) if status_path.is_file() else None
@@ -384,7 +385,7 @@ def _plot(args: argparse.Namespace, console: Console, kernel: KernelStatus, dire
     Raises:
         UsageError: ``--plot PATH`` cannot be written.
     """
-    plot = Path(args.plot) if args.plot else directory / "crossover.png"
+    plot = Path(args.plot) if args.plot else directory / PLOT_FILE
     if not args.plot and not args.no_plot and plot.exists():
         console.print(f"plot: {plot} (the run's own, kept; --plot PATH draws this report's)", highlight=False,
                       markup=False)

@@ -20,6 +20,7 @@ from spx.api.accuracy import AccuracyResult, AccuracyStatus
 from spx.api.serving import ServingResult, ServingStatus
 from spx.api.status import ExperimentStatus
 from spx.api.step import StepStatus
+from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_DIR, SERVING_RESULT_FILE
 
 D = TypeVar("D", ServingResult, AccuracyResult)
 
@@ -39,8 +40,6 @@ class VllmSections:
 
 def _document(directory: Path, name: str) -> Path | None:
     """``directory/name`` or ``directory/serving/name`` (where ``spx run --serving`` writes it), if a file."""
-    from spx.runner.experiment import SERVING_DIR
-
     for path in (directory / name, directory / SERVING_DIR / name):
         if path.is_file():
             return path
@@ -55,7 +54,6 @@ def read_vllm_sections(directory: Path, status: ExperimentStatus | None) -> Vllm
     """
     from spx.analysis.accuracy import summarize as summarize_accuracy
     from spx.analysis.serving import summarize as summarize_serving
-    from spx.serving.ab import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE
 
     out = VllmSections()
     serving = _read(directory, SERVING_RESULT_FILE, ServingResult, out)

@@ -32,7 +32,7 @@ from spx.cli.common import (
 )
 from spx.cli.registry import command
 from spx.cli.report import draw_plot, gpu_label, table_title
-from spx.vocabulary import GEMM_BACKENDS, one_of
+from spx.vocabulary import DEVICES, GEMM_BACKENDS, PLOT_FILE, RESULT_FILE, SERVING_DIR, STATUS_FILE, one_of
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -46,7 +46,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, metavar="N",
                    help="ranks to start (default: visible GPUs, else 2 on CPU; capped at TP); fewer than TP: gather auto "
                         "models the all-gather, an explicit nccl/gloo/vllm is refused")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"),
+    p.add_argument("--device", choices=DEVICES,
                    help="override spec.kernel.device; --device cpu runs a GPU-sized spec on CPU anyway (a smoke run)")
     p.add_argument("--gemm-backend", metavar="B", help=f"override spec.kernel.gemmBackend ({one_of(GEMM_BACKENDS)})")
     p.add_argument("--samples", type=int, metavar="N", help="override spec.kernel.samples")
@@ -194,7 +194,7 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
         console.print(line, highlight=False, markup=False)
     if outcome.status.verdict is not None:
         console.print(f"verdict over every gate: {outcome.status.verdict}", highlight=False, markup=False)
-    console.print(f"results: {out / 'status.json'}, {out / 'serving'}", highlight=False, markup=False)
+    console.print(f"results: {out / STATUS_FILE}, {out / SERVING_DIR}", highlight=False, markup=False)
     return EXIT_FAIL if outcome.vllm_error else EXIT_OK
 
 
@@ -217,10 +217,10 @@ def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, 
         gate_threshold_tokens=spec.gate.threshold_tokens, notes=notes, partial=partial,
     )
     if judgement.kernel is not None and judgement.kernel.points:
-        draw_plot(console, judgement.kernel, out / "crossover.png", name=name, gpu=gpu_label(result.environment, cpu),
+        draw_plot(console, judgement.kernel, out / PLOT_FILE, name=name, gpu=gpu_label(result.environment, cpu),
                   gemm_backend=result.gemm_backend, gather_source=result.gather_source, cpu=cpu,
                   gate_threshold=spec.gate.threshold_tokens, tp=tp, partial=partial)
-    console.print(f"results: {out / 'status.json'}, {out / 'result.json'}", highlight=False, markup=False)
+    console.print(f"results: {out / STATUS_FILE}, {out / RESULT_FILE}", highlight=False, markup=False)
     if jsonl:
         wire.write_line(stdout, "result", dump_model(result))
 
@@ -237,7 +237,7 @@ def _report_failure(outcome: ExperimentOutcome, spec: ExperimentSpec) -> None:
         path, what = traceback_log(f)
         err.print(f"rank {f.rank} log ({what}): {path}", highlight=False, markup=False)
     err.print(
-        f"partial result kept: {run.out_dir / 'result.json'} ({len(result.points)} of {len(spec.sweep.tokens)} "
+        f"partial result kept: {run.out_dir / RESULT_FILE} ({len(result.points)} of {len(spec.sweep.tokens)} "
         f"token counts); logs: {run.log_dir}",
         highlight=False, markup=False,
     )

@@ -5,7 +5,7 @@ takes its kubelet along: a log read after the fact can find nothing (404). So th
 log stream of every running bench pod (``GET pods/{name}/log?follow=true``, the API server proxying
 the kubelet's stream) from the moment it runs, and keeps every line it received — the points and
 the partial summary the bench writes up to its exit, its SIGTERM grace period included. The kept
-text is what :class:`~spx.controller.decision.Results` calls ``progress_log``.
+text is what :class:`~spx.controller.decide.decision.Results` calls ``progress_log``.
 
 Bounded: at most ``limit_bytes`` are kept per pod (the head, then the newest lines, where the
 result is); a stream that breaks while the pod still runs is re-opened (from the start: the kubelet
@@ -21,8 +21,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from spx.controller.build.naming import CONTAINER_NAME
 from spx.controller.kube import ApiError, KubeClient, resource_path
-from spx.controller.naming import CONTAINER_NAME
 
 logger = logging.getLogger("spx.controller.logs")
 

@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
 from spx.api.policy import Policy, check_bench_image, policy_from_env
-from spx.controller.observation import Timeouts
+from spx.controller.decide.observation import Timeouts
 from spx.controller.workqueue import HOLD_S
 
 DEFAULT_BENCH_IMAGE = "ghcr.io/spx-dev/spx-bench:0.1.0"
@@ -77,7 +77,7 @@ class OperatorSettings(BaseSettings):
         default_factory=Policy)
     crd_check: bool = _env("SPX_CRD_CHECK",
                            "refuse to start unless the installed CRD carries this operator's schema version "
-                           "(spx.controller.crd_check); false only for development API servers without the CRD",
+                           "(spx.controller.decide.crd_check); false only for development API servers without the CRD",
                            default=True)
     workers: int = _env("SPX_RECONCILE_WORKERS", "concurrent reconciles (never the same experiment twice at once)",
                         default=64, ge=1)
@@ -220,7 +220,7 @@ class OperatorSettings(BaseSettings):
 
     @property
     def timeouts(self) -> Timeouts:
-        """The limits :func:`spx.controller.pod_outcome.observe` classifies a run against."""
+        """The limits :func:`spx.controller.decide.pod_outcome.observe` classifies a run against."""
         return Timeouts(schedule_timeout_s=self.schedule_timeout_s, image_pull_timeout_s=self.image_pull_timeout_s,
                         max_disruptions=self.max_disruptions)
 

@@ -25,13 +25,12 @@ from spx.analysis.judge import CPU_NOTE, Judgement, judge, local_status
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, dump_model, wire
 from spx.api.base import utc_now
 from spx.runner.local import LocalRunOutcome, RunProgress, run_local
+from spx.vocabulary import SERVING_DIR, STATUS_FILE
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
     from spx.api.serving import ServingResult, ServingStatus
 
-STATUS_FILE = "status.json"
-SERVING_DIR = "serving"
 #: Start of ``KernelResult.error`` when Ctrl-C stopped the run (:func:`spx.runner.local.run_local`).
 INTERRUPTED_PREFIX = "interrupted (SIGINT)"
 

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from spx.api import ExperimentSpec, KernelResult, PointResult
+from spx.vocabulary import LAUNCHER_LOG, LOGS_DIR, POINTS_FILE
 
-POINTS_FILE = "points.partial.jsonl"
-LAUNCHER_LOG = "launcher.log"
 #: Loggers of the launcher whose records go to ``logs/launcher.log`` during a run.
 LAUNCHER_LOGGERS = ("torch.distributed", "torch.multiprocessing")
 #: Seconds the agent waits after SIGTERM before it SIGKILLs the remaining ranks.
@@ -209,7 +208,7 @@ def launch(spec: ExperimentSpec, out: Path, nproc: int, experiment: str, bench: 
     from torch.distributed.launcher.api import elastic_launch
 
     with ranks_ignore_terminal_interrupt():
-        returns = elastic_launch(launch_config(nproc, out / "logs"), rank_entry)(
+        returns = elastic_launch(launch_config(nproc, out / LOGS_DIR), rank_entry)(
             spec.model_dump_json(by_alias=True), str(out), experiment, bench
         )
     return returns if isinstance(returns, dict) else {}

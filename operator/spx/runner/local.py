@@ -31,7 +31,7 @@ from typing import Protocol
 from spx.api import Environment, ExperimentSpec, KernelResult, PointResult
 from spx.api.base import utc_now
 from spx.runner.forensics import RankFailure, rank_failures
-from spx.runner.launch import BENCH_ENTRY, POINTS_FILE, launch, launch_environment, launcher_logging
+from spx.runner.launch import BENCH_ENTRY, launch, launch_environment, launcher_logging
 from spx.runner.sizing import (
     RunEstimate,
     RunnerError,
@@ -42,9 +42,7 @@ from spx.runner.sizing import (
     resolve_device,
     visible_gpus,
 )
-
-RESULT_FILE = "result.json"
-LOGS_DIR = "logs"
+from spx.vocabulary import LOGS_DIR, POINTS_FILE, RESULT_FILE
 
 PointCallback = Callable[[PointResult], None]
 

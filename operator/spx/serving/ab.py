@@ -43,10 +43,13 @@ from spx.serving.gpus import nvidia_smi_argv, wait_gpus_free
 from spx.serving.gsm8k import Gsm8kData, load_gsm8k, run_gsm8k
 from spx.serving.point import run_point
 from spx.serving.server import ServerError, VllmServer, port_open
-from spx.vocabulary import PLUGIN_LOG_MARKER  # the line the spx plugin logs once it set the threshold
-
-SERVING_RESULT_FILE = "serving-result.json"
-ACCURACY_RESULT_FILE = "accuracy-result.json"
+from spx.vocabulary import (
+    ACCURACY_RESULT_FILE,
+    GSM8K_REPLIES_FILE,
+    PLUGIN_LOG_MARKER,  # the line the spx plugin logs once it set the threshold
+    SERVER_LOG,
+    SERVING_RESULT_FILE,
+)
 
 
 def _stderr_log(msg: str) -> None:
@@ -156,7 +159,7 @@ class ArmRunner:
             self.docs.save()
             return reason
         argv = server_command(self.spec, self.opts.vllm_command)
-        server = VllmServer(argv, server_env(self.spec, self.arm, self.base_env), self.arm_dir / "server.log")
+        server = VllmServer(argv, server_env(self.spec, self.arm, self.base_env), self.arm_dir / SERVER_LOG)
         run.server_command, run.server_log = argv, str(server.log_path)
         self.opts.log(f"{self.label}: starting: {' '.join(argv)}")
         try:
@@ -215,7 +218,7 @@ class ArmRunner:
             assert self.spec.accuracy is not None
             acc_run = run_gsm8k(
                 f"http://{s.host}:{s.port}", s.api_model_name, self.spec.accuracy, self.gsm8k,
-                self.arm_dir / "gsm8k-replies.jsonl", arm=self.arm.name, variant=self.arm.variant,
+                self.arm_dir / GSM8K_REPLIES_FILE, arm=self.arm.name, variant=self.arm.variant,
                 threshold=run.threshold, log=self.opts.log,
             )
             if acc_run.error is None and not server.alive():
