@@ -148,11 +148,11 @@ def _step_bottom_line(kernel: KernelStatus, effect: StepEffect) -> str:
     """The bottom line from the step A/B's effect at the gate threshold (it decided: the regimes disagree)."""
     t = f"{effect.threshold_tokens:,}"
     verb = {"gain": "gaining", "loss": "costing"}.get(effect.outcome, "moving")
-    regime = effect.regime if effect.regime in ("gpu-bound", "host-bound", "between") else "regime undetermined"
+    regime = "regime undetermined" if effect.regime == "undetermined" else effect.regime
     head = (f"bottom line: on this node the step A/B measured the split at {t} tokens {verb} "
             f"{abs(effect.effect_ms):.2f} ms per {t}-token prefill step, 95 % interval [{effect.effect_low_ms:+.2f}, "
             f"{effect.effect_high_ms:+.2f}] ms ({effect.per_layer_us:+.1f} µs per layer; {regime})")
-    holds = regime_of(kernel, effect.regime) if effect.regime in ("gpu-bound", "host-bound") else None
+    holds = next((r for r in kernel.regimes if r.regime == effect.regime), None)
     advice = (f"; {_because(holds, kernel)}" if holds is not None else "")
     if effect.outcome == "gain":
         return f"{head}; threshold {t} stands: the split gains there" + advice
