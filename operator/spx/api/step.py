@@ -43,8 +43,10 @@ StepRegime = Literal["gpu-bound", "host-bound", "between", "undetermined"]
 StepOutcome = Literal["gain", "loss", "indifferent"]
 #: The role of a request's length in a round.
 StepLengthRole = Literal["base", "split", "pad"]
-#: The role of a server in the design.
-StepServerRole = Literal["treated", "control"]
+#: The role of a server in the design: ``treated`` splits at T, ``control`` never splits, ``positive-control``
+#: never splits but has a chunk budget of T tokens (``--max-num-batched-tokens T``), so that T + 1 tokens take a
+#: second prefill step: an effect the design must detect (``StepSpec.positive_control``).
+StepServerRole = Literal["treated", "control", "positive-control"]
 
 
 class StepSpec(CamelModel):
@@ -68,7 +70,9 @@ class StepSpec(CamelModel):
     request_timeout_seconds: int = Field(default=600, ge=1, le=24 * 3600)
     """Seconds one request may take."""
     seed: int = Field(default=0, ge=0)
-    """Seed of the token IDs and of each round's order."""
+    """Seed of the token IDs, of each round's order and of the bootstrap."""
+    positive_control: bool = False
+    """Also run a server that never splits with a chunk budget of gate.thresholdTokens (--max-num-batched-tokens T): at T + 1 tokens it takes a second prefill step, an effect the design must detect on this deployment (status.step.positiveControls)."""
 
 
 # --------------------------------------------------------------------------- result document
@@ -82,6 +86,8 @@ class StepRequest(CamelModel):
     which must equal ``length``.
     """
 
+    threshold_tokens: int = Field(gt=0)
+    """The T whose round this request belongs to (its lengths are T − TP, T and T + 1)."""
     round: int = Field(ge=0)
     order: int = Field(ge=0)
     role: StepLengthRole
@@ -102,7 +108,11 @@ class StepServerRun(CamelModel):
     """The T whose lengths this server measured (a control server measures every T's lengths)."""
     server_command: list[str] = Field(default_factory=list)
     server_log: str | None = None
+    server_exit_code: int | None = None
+    healthy_after_seconds: float | None = Field(default=None, ge=0)
     threshold_confirmed: bool | None = None
+    wall_seconds: float | None = Field(default=None, ge=0)
+    """Seconds from the first warm-up request to the last request."""
     requests: list[StepRequest] = Field(default_factory=list)
     error: str | None = None
 
@@ -165,6 +175,10 @@ class StepEffect(CamelModel):
     """The kernel sweep's Δg at this length, µs per layer (split − replicated GPU span)."""
     kernel_host_us: float | None = None
     """The kernel sweep's Δh at this length, µs per layer (split − replicated host issue time)."""
+    server: str = "treated"
+    """The server measured against the control (its name in step-result.json)."""
+    control_rounds: int = Field(default=0, ge=0)
+    """Rounds of the control server used."""
     regime: StepRegime = "undetermined"
     """Which kernel regime the step effect matches."""
     outcome: StepOutcome = "indifferent"
@@ -176,8 +190,12 @@ class StepStatus(CamelModel):
 
     effects: list[StepEffect] = Field(default_factory=list)
     """One per threshold and length (T, and T + 1 with pad)."""
+    positive_controls: list[StepEffect] = Field(default_factory=list)
+    """The positive control's effects (StepSpec.positiveControl): at T + 1 a second prefill step, which must come out a loss."""
     complete: bool = False
     """True when every server answered every round."""
+    statistic: str = "median"
+    """The location compared: the median over rounds of each server's within-round differences."""
     cpu_timings: bool = False
     """The servers ran on CPU: the effects prove the machinery, they say nothing about GPUs."""
     failures: list[str] = Field(default_factory=list)

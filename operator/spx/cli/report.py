@@ -332,6 +332,34 @@ def apply_overrides(run: LoadedRun, experiment: str | None, threshold_tokens: in
         run.spec = validate_spec(raw, source="gate with --threshold-tokens")
 
 
+def _report_benches(status: ExperimentStatus, path: Path, output: str) -> int:
+    """The report of a run of the vLLM benches alone (``spx serving OUT``): its verdict and sections, as printed
+    by ``spx serving`` (:mod:`spx.cli.serving_lines`); text only (the report document describes a kernel run)."""
+    from spx.cli.serving_lines import bench_lines
+
+    if output != "text":
+        raise UsageError(f"{path} is a run of the vLLM benches alone (spx serving): -o {output} describes a kernel "
+                         f"run; read {path} itself, or spx gate {path.parent} -o {output}")
+    for line in bench_lines(status):
+        print(line)
+    return EXIT_OK
+
+
+def benches_only(target: Path) -> tuple[ExperimentStatus, Path] | None:
+    """``(status, its path)`` when ``target`` is a run of the vLLM benches alone (``spx serving OUT``): a status.json
+    without kernel points but with a serving, accuracy or step section, and no result.json beside it."""
+    directory = target if target.is_dir() else target.parent
+    path = target if target.is_file() else directory / STATUS_FILE
+    if not path.is_file() or (directory / RESULT_FILE).is_file() or path.name == RESULT_FILE:
+        return None
+    data = load_json(path)
+    if not is_status_document(data) or (data.get("kernel") or {}).get("points"):
+        return None
+    if not any(data.get(k) for k in VLLM_SECTIONS):
+        return None
+    return _validated(ExperimentStatus, path), path
+
+
 def _report(args: argparse.Namespace) -> int:
     """``spx report``: load, re-judge with the folder's vLLM results (:mod:`spx.cli.report_vllm`), print or emit."""
     from spx.cli.decision import print_report
@@ -342,9 +370,12 @@ def _report(args: argparse.Namespace) -> int:
         raise UsageError(f"--plot {args.plot} and --no-plot contradict each other: give one of them")
     if args.plot:
         check_plot_path(Path(args.plot))
+    if benches := benches_only(Path(args.dir)):
+        return _report_benches(benches[0], benches[1], args.output)
     run = load_run(Path(args.dir))
     apply_overrides(run, args.experiment, args.threshold_tokens)
-    vllm = read_vllm_sections(run.directory, run.status)
+    vllm = read_vllm_sections(run.directory, run.status, allow_cpu_timings=run.spec.gate.allow_cpu_timings,
+                              kernel=lambda: judge(run.result, run.spec).kernel)
     run.warnings += vllm.warnings
     for w in run.warnings:
         warn(w)
