@@ -47,7 +47,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file} has no spec.serving, so there is no vLLM bench to run; add a spec.serving "
                          "section (docs/serving.md)")
     from spx.cli import outdir
-    from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE, STEP_RESULT_FILE
+    from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE, STATUS_FILE, STEP_RESULT_FILE
 
     with outdir.locked(args.out):  # one run at a time per --out, as spx run
         earlier = [n for n in (SERVING_RESULT_FILE, ACCURACY_RESULT_FILE, STEP_RESULT_FILE) if (args.out / n).exists()]
@@ -63,7 +63,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
 
     for line in bench_lines(outcome.status):
         print(line)
-    print(f"status: {args.out / 'status.json'} (spx report / spx gate {args.out})")
+    print(f"status: {args.out / STATUS_FILE} (spx report / spx gate {args.out})")
     return EXIT_OK if outcome.complete else EXIT_FAIL
 
 

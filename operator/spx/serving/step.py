@@ -36,9 +36,8 @@ from spx.api.step import StepLengthRole, StepRequest, StepResult, StepServerRun,
 from spx.serving.commands import server_command, server_env, serving_of
 from spx.serving.gpus import wait_gpus_free
 from spx.serving.server import ServerError, VllmServer, port_open
-from spx.vocabulary import PLUGIN_LOG_MARKER
+from spx.vocabulary import PLUGIN_LOG_MARKER, SERVER_LOG, STEP_RESULT_FILE
 
-STEP_RESULT_FILE = "step-result.json"
 NO_PREFIX_CACHING = "--no-enable-prefix-caching"
 #: Text whose token IDs the prompts are drawn from (any ordinary text the tokenizer splits into many IDs).
 ID_SOURCE_TEXT = (
@@ -232,7 +231,7 @@ class StepRunner:
         argv = [*server_command(self.spec, self.vllm_command), NO_PREFIX_CACHING, *planned.extra_args]
         arm = (ServingArmSpec(name=planned.name, variant="main") if planned.threshold == OFF else
                ServingArmSpec(name=planned.name, variant="split", threshold_tokens=planned.threshold_tokens))
-        server = VllmServer(argv, server_env(self.spec, arm, self.env), server_dir / "server.log")
+        server = VllmServer(argv, server_env(self.spec, arm, self.env), server_dir / SERVER_LOG)
         run.server_command, run.server_log = argv, str(server.log_path)
         log(f"step A/B: {planned.name} ({planned.role}, threshold {planned.threshold}): starting: {' '.join(argv)}")
         client = Client(s.host, s.port, s.api_model_name, _step(self.spec).request_timeout_seconds)
