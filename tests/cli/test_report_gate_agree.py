@@ -19,10 +19,10 @@ from spx.analysis.serving import summarize as summarize_serving
 from spx.api import KernelResult
 from spx.api.accuracy import AccuracyStatus
 from spx.api.serving import ServingArmRun, ServingPointRun, ServingResult, ServingSpec, ServingStatus
-from spx.api.step import StepEffect, StepStatus
+from spx.api.step import StepEffect, StepRequest, StepResult, StepServerRun, StepSpec, StepStatus
 from spx.cli import main
 from spx.runner.experiment import build_status, write_status
-from spx.vocabulary import SERVING_DIR, SERVING_RESULT_FILE
+from spx.vocabulary import SERVING_DIR, SERVING_RESULT_FILE, STEP_RESULT_FILE
 from spx_testing.factories import kernel_result
 
 T = 2048
@@ -62,6 +62,27 @@ def failed_serving_result() -> ServingResult:
             for name, variant, value in (("B1", "split", 80.0), ("A1", "main", 100.0), ("A2", "main", 100.0),
                                          ("B2", "split", 80.0))]
     return ServingResult(serving=serving, gate_threshold_tokens=T, arms=arms, complete=True)
+
+
+def step_document(split_extra_ms: float) -> StepResult:
+    """A step A/B's own document: a control server (split off) and a treated one (split at T) whose T- and
+    (T + 1)-token requests take ``split_extra_ms`` longer than the control's (negative: the split gains), 40 rounds
+    with a little seeded noise."""
+    import random
+
+    from spx.analysis.step import lengths
+
+    rng = random.Random(7)
+
+    def server(role: str, extra: float) -> StepServerRun:
+        requests = [StepRequest(threshold_tokens=T, round=r, order=i, role=kind, length=n, prompt_tokens=n,
+                                latency_ms=30.0 + 0.01 * n + (extra if kind != "base" else 0.0) + rng.gauss(0, 0.2))
+                    for r in range(40) for i, (kind, n) in enumerate(lengths(T, 8, True).items())]
+        return StepServerRun(name=role, role=role, threshold=str(T) if role == "treated" else "off",  # type: ignore[arg-type]
+                             threshold_tokens=T, requests=requests)
+
+    return StepResult(step=StepSpec(layers=40, seed=3), tensor_parallel_size=8, thresholds=[T], device="cuda",
+                      servers=[server("control", 0.0), server("treated", split_extra_ms)], complete=True)
 
 
 def write_run(out: Path, result: KernelResult, *, serving: ServingStatus | None = None,
@@ -109,6 +130,19 @@ def case_kernel_and_step_gain(out: Path) -> None:
     write_run(out, host_bound_result(), step=step_status(-2.0, -1.0))
 
 
+def case_kernel_and_step_document(out: Path) -> None:
+    """The step A/B's own document under serving/, summarised as ``spx run --serving`` does: against the
+    kernel sweep's Δg and Δh; the split gains 1.5 ms per step."""
+    from spx.analysis.step import kernel_deltas
+    from spx.analysis.step import summarize as summarize_step
+
+    result, doc = host_bound_result(), step_document(-1.5)
+    step = summarize_step(doc, kernel_deltas(judge(result, result.spec).kernel))
+    write_run(out, result, step=step)
+    (out / SERVING_DIR).mkdir()
+    (out / SERVING_DIR / STEP_RESULT_FILE).write_text(doc.model_dump_json(by_alias=True))
+
+
 def case_kernel_and_step_loss(out: Path) -> None:
     write_run(out, host_bound_result(), step=step_status(1.0, 2.0))
 
@@ -129,6 +163,7 @@ CASES = [
     pytest.param(case_kernel_and_failed_accuracy, "Fail", "accuracy", id="kernel+accuracy"),
     pytest.param(case_kernel_and_step_gain, "Pass", "step", id="kernel+step-gain"),
     pytest.param(case_kernel_and_step_loss, "Fail", "step", id="kernel+step-loss"),
+    pytest.param(case_kernel_and_step_document, "Pass", "step", id="kernel+step-document"),
     pytest.param(case_regimes_disagree_no_step, "Inconclusive", "none", id="regimes-disagree-no-step"),
     pytest.param(case_partial, None, None, id="partial"),
 ]
@@ -146,6 +181,8 @@ def test_report_and_gate_agree_on_the_same_folder(tmp_path: Path, capsys: pytest
         return
     assert report.get("verdict") == verdict
     assert (report["kernel"] or {}).get("decidedBy") == decided_by or verdict is None
+    if make is case_kernel_and_step_document:
+        assert report["judgedWith"] == ["step A/B (serving/step-result.json)"]
     if verdict is None:
         assert report["partial"] is True and gate["decided"] is True and gate.get("verdict") is None
 
