@@ -193,7 +193,7 @@ def _gpu_kernel() -> KernelStatus:
     (None, []),
     (240, []),
     (130, ["rows/rank", "any prior"]),
-    (120, ["rows/rank", "any prior", "max error"]),
+    (120, ["rows/rank", "any prior"]),
     (100, ["rows/rank", "gather µs", "any prior", "spread %", "max error"]),
     (80, ["rows/rank", "gather µs", "any prior", "spread %", "max error", "mode", "host rep µs", "host split µs"]),
     (60, ["rows/rank", "gather µs", "95 % interval", "any prior", "spread %", "max error", "mode", "host rep µs",

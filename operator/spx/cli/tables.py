@@ -85,12 +85,11 @@ def host_deltas_differ(points: Sequence[KernelPoint]) -> bool:
 
 
 def fmt_delta(value: float | None) -> str:
-    """A signed difference in µs (split − replicated; negative: the split is shorter), one decimal below 1000 µs,
-    none above (and no thousands separator: a CPU smoke run's table stays within 120 columns); ``—`` when
-    unknown."""
+    """A signed difference in µs (split − replicated; negative: the split is shorter): one decimal below 100 µs,
+    none from 100 µs (a CPU smoke run's thousands stay narrow); ``—`` when unknown."""
     if value is None:
         return "—"
-    return f"{value:+.0f}" if abs(value) >= 1000 else f"{value:+.1f}"
+    return f"{value:+.0f}" if abs(value) >= 100 else f"{value:+.1f}"
 
 
 def fmt_delta_interval(low: float | None, high: float | None) -> str:
