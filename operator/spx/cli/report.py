@@ -1,5 +1,7 @@
-"""``spx report DIR``: re-judge a finished (or partial) run, re-print its table, draw its plot (DIR/crossover.png
-when the run has none, or ``--plot PATH``; a run's own plot is never replaced unless ``--plot`` names it)."""
+"""``spx report DIR``: re-judge a finished (or partial) run with the vLLM results its folder holds
+(:mod:`spx.cli.report_vllm`: the verdict ``spx gate DIR`` reads), print the decision first
+(:mod:`spx.cli.decision`) and its table, draw its plot (DIR/crossover.png when the run has none, or
+``--plot PATH``; a run's own plot is never replaced unless ``--plot`` names it)."""
 
 from __future__ import annotations
 
@@ -182,8 +184,9 @@ def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source:
     return out
 
 
-@command("report", "Re-print the table of a finished run, re-running the analysis; draw its plot when the run "
-         "has none, or to --plot PATH.", _report_args)
+@command("report", "Re-judge a finished run (with the serving, GSM8K and step A/B results its folder holds, as spx "
+         "gate reads it): the decision first, then its table; draw its plot when the run has none, or to --plot "
+         "PATH.", _report_args)
 def cmd_report(args: argparse.Namespace) -> int:
     """The report; with ``-o json|yaml`` an input error is a document with ``problems`` (exit 3), as ``spx validate``."""
     return with_error_document(args.output, lambda: _report(args),
