@@ -105,6 +105,6 @@ def test_the_next_step(status: KernelStatus, verdict: str, gate: int, fragment: 
 
 def test_the_deciding_reason_comes_first_then_what_decided() -> None:
     lines = decision_lines(kernel(), "Inconclusive", ["the kernel regimes disagree", "GPU-bound: …"], 2048)
-    assert lines[:2] == ["because: the kernel regimes disagree", "decided by: nothing: no measurement decided"]
+    assert lines[:2] == ["because: the kernel regimes disagree", "decided by: none (no measurement decided: Inconclusive, kernel.nextStep names what would)"]
     assert lines[2].startswith("bottom line: ") and lines[3].startswith("next step: ")
     assert decided_by_line(kernel(decided_by=None), "Pass") is None

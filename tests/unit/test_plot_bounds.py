@@ -61,7 +61,7 @@ def test_the_decision_comes_first_and_names_the_next_step() -> None:
     lines = console.export_text().splitlines()
     assert lines[0] == "verdict: Inconclusive"
     assert lines[1].startswith("because: ") and "regimes disagree" in lines[1]
-    assert lines[2] == "decided by: nothing: no measurement decided"
+    assert lines[2] == "decided by: none (no measurement decided: Inconclusive, kernel.nextStep names what would)"
     assert lines[3] == (
         "bottom line: on this node (40 layers) the split at 2,048 tokens gains 0.80 ms per 2,048-token prefill chunk "
         "and gains 2.60 ms per full 8,192-token chunk if the step is GPU-bound, and costs 2.00 ms and costs 2.00 ms "

@@ -32,17 +32,7 @@ from spx.cli.tables import (
     terminal_width,
     uncertainty_lines,
 )
-
-#: What decided a verdict, as the report's first line says it (``kernel.decidedBy``).
-DECIDED_BY_TEXT = {
-    "correctness": "correctness (the split's output differs from the replicated one)",
-    "kernel": "the kernel sweep (both regimes agree, or only one applies)",
-    "step": "the step A/B on the deployment (the kernel regimes disagree)",
-    "deployment": "the deployment (the threshold lies above the largest batch it forms)",
-    "serving": "the serving A/B (it demoted the kernel verdict)",
-    "accuracy": "GSM8K (it demoted the kernel verdict)",
-    "none": "nothing: no measurement decided",
-}
+from spx.vocabulary import DECIDED_BY_MEANINGS
 
 #: A regime as the bottom line names it.
 REGIME_NAME = {"gpu-bound": "GPU-bound", "host-bound": "host-bound"}
@@ -62,10 +52,11 @@ def regimes_disagree(kernel: KernelStatus) -> bool:
 
 
 def decided_by_line(kernel: KernelStatus, verdict: str | None) -> str | None:
-    """``decided by: …`` for ``kernel.decidedBy`` (``None`` when the status does not say)."""
+    """``decided by: step (the step A/B on the deployment: …)``: ``kernel.decidedBy`` and its meaning
+    (:data:`spx.vocabulary.DECIDED_BY_MEANINGS`); ``None`` when the status does not say."""
     if verdict is None or kernel.decided_by is None:
         return None
-    return f"decided by: {DECIDED_BY_TEXT.get(kernel.decided_by, kernel.decided_by)}"
+    return f"decided by: {kernel.decided_by} ({DECIDED_BY_MEANINGS[kernel.decided_by]})"
 
 
 def next_step_line(kernel: KernelStatus, verdict: str | None, gate_threshold: int | None = None) -> str | None:
