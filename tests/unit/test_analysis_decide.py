@@ -80,7 +80,7 @@ def test_a_pass_above_the_largest_batch_is_refused_as_vacuous() -> None:
     assert decide(outcome(OK), outcome(OK), gate, max_batched_tokens=16384).verdict == "Pass"  # at it: engages
     assert decide(outcome(NO), outcome(NO), gate, max_batched_tokens=8192) == Decision(
         "Fail", "kernel", ("Fail reason", "decided by the kernel sweep: both regimes agree: Fail (GPU-bound (Δg): "
-                           "Fail; host-bound (Δh): Fail)", "host-bound: Fail reason"), True)
+                           "Fail; host-bound (Δh): Fail)"), True)  # (the host's reason is the GPU's: said once)
 
 
 def test_a_step_that_contradicts_agreeing_regimes_is_noted_not_obeyed() -> None:
@@ -165,3 +165,15 @@ def test_off_alignment_points_are_gated() -> None:
     ev = evaluate([*pts[:2], pad, *pts[3:]], GATE, "measured", 8, device="cuda")
     assert ev.kernel.regimes[0].speed_verdict == "Fail"
     assert any("at 2049 tokens the speedup is 0.91×" in r for r in ev.kernel.regimes[0].reasons)
+
+
+def test_agreeing_capped_regimes_say_so_and_repeat_no_reason() -> None:
+    """Both regimes fail on speed on a CPU run (capped to Inconclusive): the head says the speeds agree and the
+    verdict is capped, not "decided by the kernel"; a host-bound reason equal to a GPU-bound one is said once."""
+    gpu = GateOutcome("Inconclusive", ("slow at 2048", "CPU smoke run: capped"), "Fail")
+    host = GateOutcome("Inconclusive", ("slow at 2048 (host)", "CPU smoke run: capped"), "Fail")
+    d = decide(gpu, host, GATE)
+    assert (d.verdict, d.decided_by) == ("Inconclusive", "none")
+    assert d.reasons[1].startswith("both regimes agree on the speeds") and "reported as Inconclusive" in d.reasons[1]
+    assert d.reasons.count("CPU smoke run: capped") == 1 and "host-bound: slow at 2048 (host)" in d.reasons
+    assert "host-bound: CPU smoke run: capped" not in d.reasons

@@ -75,6 +75,11 @@ def test_kernel_matrix(points: list[PointResult], complete: bool, error: str | N
             assert error in j.message
 
 
+def test_a_partial_run_names_no_deciding_measurement() -> None:
+    j = judge(result(BRACKET, complete=False), SPEC)
+    assert j.verdict is None and j.kernel is not None and j.kernel.decided_by is None
+
+
 def test_partial_from_one_point_withdraws_the_threshold_and_says_what_the_point_shows() -> None:
     j = judge(result(ONE_WIN, False, "interrupted (SIGINT)"), SPEC)
     assert j.kernel is not None and j.kernel.crossover_tokens is None
@@ -200,4 +205,5 @@ def test_a_step_measurement_decides_when_the_regimes_disagree() -> None:
     loss = StepStatus(effects=[effect(0.4, 1.6, "split"), effect(0.5, 1.9, "pad")], complete=True)
     j = judge(eager, SPEC, step=loss)
     assert (j.verdict, j.kernel.decided_by if j.kernel else None) == ("Fail", "step")
+    assert local_status(j, now="2026-01-01T00:00:00Z").step == loss  # status.json carries what decided
     assert j.reasons[0].startswith("decided by the step A/B: the split lengthens the step beyond its interval")

@@ -113,8 +113,8 @@ def step_decision(step: StepStatus | None, gate: GateSpec) -> tuple[Verdict | No
     if straddle:
         rounds = max(e.rounds for e in effects)
         return "Inconclusive", ("the step effect's interval straddles 0: " + "; ".join(map(_ms, straddle))), (
-            f"more rounds of the step A/B (spec.serving.step.rounds, {rounds} used) narrow the interval; "
-            "an effect this small is below what the deployment can tell apart")
+            f"more rounds of the step A/B (spec.serving.step.rounds, {rounds} used) narrow the interval; if it still "
+            "straddles 0, the split's effect on the step at this threshold is within the deployment's noise")
     return "Pass", "the split shortens the step beyond its interval: " + "; ".join(map(_ms, effects)), None
 
 
@@ -156,10 +156,13 @@ def _decide_speed(gpu: GateOutcome, host: GateOutcome | None, gate: GateSpec, st
     if host is None:
         return Decision(gpu.verdict, "kernel" if gpu.verdict != "Inconclusive" else "none", gpu.reasons)
     if gpu.speed_verdict == host.speed_verdict:
-        head = f"decided by the kernel sweep: both regimes agree: {gpu.speed_verdict} ({_regime_line(gpu, host)})"
+        head = (f"decided by the kernel sweep: both regimes agree: {gpu.speed_verdict} ({_regime_line(gpu, host)})"
+                if gpu.verdict == gpu.speed_verdict else
+                f"both regimes agree on the speeds ({_regime_line(gpu, host)}), reported as {gpu.verdict} (below)")
         by: DecidedBy = "kernel" if gpu.verdict != "Inconclusive" else "none"
+        own = [f"host-bound: {r}" for r in host.reasons if r not in gpu.reasons][:3]  # (the same line said once)
         return Decision(gpu.verdict, by, (*_first(gpu.reasons), head, *_step_note(step, gate, gpu.speed_verdict),
-                                          *_rest(gpu.reasons), *(f"host-bound: {r}" for r in host.reasons[:3])), True)
+                                          *_rest(gpu.reasons), *own), True)
     head = (f"the kernel regimes disagree at and above thresholdTokens {gate.threshold_tokens} "
             f"({_regime_line(gpu, host)}): the split's effect depends on whether the step is GPU- or host-bound")
     detail = (*(f"GPU-bound: {r}" for r in gpu.reasons[:4]), *(f"host-bound: {r}" for r in host.reasons[:4]))

@@ -69,6 +69,7 @@ class Judgement:
         measured_verdict: for a partial run, the kernel verdict its points alone would get: shown by
             ``spx report``, never published as ``verdict``.
         serving, accuracy: the sections as judged (a missing expected one filled in as undecided).
+        step: the step A/B's section as given (``status.step``).
     """
 
     kernel: KernelStatus | None
@@ -80,6 +81,7 @@ class Judgement:
     measured_verdict: Verdict | None = None
     serving: ServingStatus | None = None
     accuracy: AccuracyStatus | None = None
+    step: StepStatus | None = None
 
     @property
     def decided_message(self) -> str:
@@ -134,9 +136,10 @@ def _largest_batch(spec: ExperimentSpec) -> tuple[int | None, list[str]]:
 
 
 def _partial(ev: Evaluation, spec: ExperimentSpec, result: KernelResult | ResultSummary, measured: int,
-             serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
+             serving: ServingStatus | None, accuracy: AccuracyStatus | None, step: StepStatus | None) -> Judgement:
     """The judgement of a partial run (module rule 2): no verdict, what its points support and show."""
     kernel, withdrawn = cap_partial(ev.kernel)
+    kernel = kernel.model_copy(update={"decided_by": None, "next_step": None})  # no verdict: nothing decided it
     total = len(spec.sweep.tokens)
     why = result.error or "the run did not complete (no error recorded)"
     refine = spec.sweep.refine
@@ -146,7 +149,7 @@ def _partial(ev: Evaluation, spec: ExperimentSpec, result: KernelResult | Result
     shows = f"the measured points alone would be judged {ev.verdict}" + (f": {ev.reasons[0]}" if ev.reasons else "")
     return Judgement(kernel=kernel, verdict=None, reason="BenchmarkFailed", reasons=[head, *withdrawn, shows],
                      message=f"benchmark failed ({head})", partial=True, measured_verdict=ev.verdict,
-                     serving=serving, accuracy=accuracy)
+                     serving=serving, accuracy=accuracy, step=step)
 
 
 def _fail(reason: str, kernel: KernelStatus | None = None, *, partial: bool = False) -> Judgement:
@@ -199,7 +202,7 @@ def judge(
     if not points:
         return _fail(result.error or "the result has no points", partial=partial)
     if partial:
-        return _partial(ev, spec, result, len(points), serving, accuracy)
+        return _partial(ev, spec, result, len(points), serving, accuracy, step)
     verdict, reasons, kernel = ev.verdict, [*ev.reasons, *spec_note], ev.kernel
     if require_vllm and spec.serving is not None:
         if serving is None and spec.serving.points:
@@ -213,7 +216,7 @@ def judge(
         kernel = kernel.model_copy(update={"decided_by": by}) if by else kernel
     first = reasons[0] if reasons else verdict
     return Judgement(kernel=kernel, verdict=verdict, reason=verdict, reasons=reasons, message=f"{verdict}: {first}",
-                     serving=serving, accuracy=accuracy)
+                     serving=serving, accuracy=accuracy, step=step)
 
 
 def _condition(type_: str, status: str, reason: str, message: str, now: str) -> Condition:
@@ -255,6 +258,7 @@ def local_status(
         kernel=judgement.kernel,
         serving=judgement.serving,
         accuracy=judgement.accuracy,
+        step=judgement.step,
         verdict=judgement.verdict,
         verdict_reasons=list(judgement.reasons),
     )
