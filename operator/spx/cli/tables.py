@@ -369,8 +369,7 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
 
 
 def _regime_verdict(r: RegimeSummary) -> str:
-    """``at and above the gate threshold: Pass (gated Inconclusive: …)``: the regime's speed verdict, and its
-    gate verdict where a cap (modelled gather, CPU timings) changed it."""
+    """The regime's speed verdict at and above the gate threshold, and its gate verdict where a cap changed it."""
     speed = r.speed_verdict or r.verdict or "-"
     gated = f" (gated {r.verdict}: capped)" if r.verdict is not None and r.verdict != speed else ""
     return f"at and above the gate threshold alone: {speed}{gated}"
