@@ -79,8 +79,8 @@ def test_a_pass_above_the_largest_batch_is_refused_as_vacuous() -> None:
     assert "vacuous" in d.reasons[0]
     assert decide(outcome(OK), outcome(OK), gate, max_batched_tokens=16384).verdict == "Pass"  # at it: engages
     assert decide(outcome(NO), outcome(NO), gate, max_batched_tokens=8192) == Decision(
-        "Fail", "kernel", ("Fail reason", "decided by the kernel sweep: both regimes agree: Fail (GPU-bound (Δg): "
-                           "Fail; host-bound (Δh): Fail)"), True)  # (the host's reason is the GPU's: said once)
+        "Fail", "kernel", ("decided by the kernel sweep: both regimes agree: Fail (GPU-bound (Δg): Fail; host-bound "
+                           "(Δh): Fail)", "Fail reason"), True)  # (the host's reason is the GPU's: said once)
 
 
 def test_a_step_that_contradicts_agreeing_regimes_is_noted_not_obeyed() -> None:
@@ -170,10 +170,24 @@ def test_off_alignment_points_are_gated() -> None:
 def test_agreeing_capped_regimes_say_so_and_repeat_no_reason() -> None:
     """Both regimes fail on speed on a CPU run (capped to Inconclusive): the head says the speeds agree and the
     verdict is capped, not "decided by the kernel"; a host-bound reason equal to a GPU-bound one is said once."""
-    gpu = GateOutcome("Inconclusive", ("slow at 2048", "CPU smoke run: capped"), "Fail")
-    host = GateOutcome("Inconclusive", ("slow at 2048 (host)", "CPU smoke run: capped"), "Fail")
+    gpu = GateOutcome("Inconclusive", ("CPU smoke run: capped", "slow at 2048"), "Fail")  # (the cap's reason first)
+    host = GateOutcome("Inconclusive", ("CPU smoke run: capped", "slow at 2048 (host)"), "Fail")
     d = decide(gpu, host, GATE)
     assert (d.verdict, d.decided_by) == ("Inconclusive", "none")
-    assert d.reasons[1].startswith("both regimes agree on the speeds") and "reported as Inconclusive" in d.reasons[1]
-    assert d.reasons.count("CPU smoke run: capped") == 1 and "host-bound: slow at 2048 (host)" in d.reasons
-    assert "host-bound: CPU smoke run: capped" not in d.reasons
+    assert d.reasons[0] == ("both regimes agree on the speeds (GPU-bound (Δg): Fail; host-bound (Δh): Fail), "
+                            "reported as Inconclusive: CPU smoke run: capped")
+    assert d.reasons[1:] == ("slow at 2048", "host-bound: slow at 2048 (host)")
+    unresolved = decide(outcome(MAYBE), outcome(MAYBE), GATE)
+    assert unresolved.reasons[0].startswith("neither regime decides the speed") and unresolved.decided_by == "none"
+
+
+def test_the_stake_has_both_regimes_at_the_gate_threshold_and_at_vllms_2048() -> None:
+    pts = two_regimes([512, 1024, 2048, 3072, 4096, 8192], host_wins_from=8192)
+    ev = evaluate(pts, GateSpec(thresholdTokens=3072), "measured", 8, device="cuda")
+    rows = {r.label: r for r in ev.kernel.uncertainty.stake}  # type: ignore[union-attr]
+    assert {"gate threshold", "vLLM default"} <= set(rows)
+    for label in ("gate threshold", "vLLM default"):
+        row = rows[label]
+        assert row.saving_ms_per_chunk == pytest.approx(20.0 * 40 / 1000)  # −Δg × 40 layers
+        assert row.host_saving_ms_per_chunk == pytest.approx(-30.0 * 40 / 1000)  # −Δh × 40 layers
+        assert row.host_saving_low_us == pytest.approx(-34.0) and row.host_saving_high_us == pytest.approx(-26.0)

@@ -339,7 +339,7 @@ def test_report_and_gate_on_a_run_in_progress_say_so(tmp_path: Path, capsys: pyt
     """While a run holds --out's lock its status.json does not exist yet: report says a run is in progress
     (exit 3), gate says it is undecided (exit 2, so --wait polls on) — not "no such file" (exit 3)."""
     from spx.cli import outdir
-    from spx.cli.gate import EXIT_UNDECIDED, evaluate
+    from spx.cli.gate import EXIT_UNDECIDED, read_and_decide
 
     out = tmp_path / "run"
     with outdir.locked(out):
@@ -347,7 +347,7 @@ def test_report_and_gate_on_a_run_in_progress_say_so(tmp_path: Path, capsys: pyt
         assert main(["report", str(out), "--no-plot"]) == EXIT_USAGE
         assert f"a run is in progress in {out} (pid {os.getpid()}" in " ".join(capsys.readouterr().err.split())
         for target in (str(out), str(out / "status.json")):
-            result = evaluate(target)
+            result = read_and_decide(target)
             assert result.exit_code == EXIT_UNDECIDED and not result.decided and result.retry
             assert "a run is in progress" in result.message
     assert outdir.run_in_progress(out) is None  # released

@@ -40,8 +40,10 @@ from spx.analysis.crossover import DEFAULT_BRACKET_REL, Interpolation, bracket_g
 from spx.analysis.gather_prior import interpolate_time
 from spx.analysis.interval import PointInterval
 from spx.analysis.regimes import HOST_BOUND, regime_delta
+from spx.analysis.threshold import recommended_threshold_tokens
 from spx.api.gate import VLLM_DEFAULT_THRESHOLD_TOKENS
 from spx.api.status import CrossoverConfidence, CrossoverUncertainty, KernelPoint, StakeRow
+from spx.vocabulary import ThresholdRounding, ThresholdRule
 
 #: DeepSeek-V4.1's decoder layers (``num_hidden_layers`` of its config), each running
 #: ``fused_wqa_wkv`` once per forward: the stake of one prefill chunk is 40× the per-layer one.
@@ -137,6 +139,25 @@ def lower_bound_threshold(points: Iterable[KernelPoint]) -> int | None:
             break
         first = p.tokens
     return first
+
+
+def recommended_threshold(
+    points: Iterable[KernelPoint], break_even: float | None, rule: ThresholdRule, rounding: ThresholdRounding,
+    tensor_parallel_size: int,
+) -> int | None:
+    """The threshold to recommend (tokens), by ``spec.gate.thresholdRule``: the one rule ``spx run``/``spx report``
+    (:func:`spx.analysis.summary.evaluate`) and ``spx predict`` (:mod:`spx.analysis.predict`) apply.
+
+    ``break-even``: ``break_even`` (the interpolated crossover, tokens) rounded up by ``rounding``;
+    ``lower-bound``: :func:`lower_bound_threshold` of ``points`` rounded up the same way. ``None`` when the
+    rule finds no count (no break-even; a lower bound < 1 at the largest count).
+
+    Raises:
+        ValueError: a repeated token count, ``tensor_parallel_size < 1``
+            (:func:`spx.analysis.threshold.recommended_threshold_tokens`).
+    """
+    tokens = lower_bound_threshold(points) if rule == "lower-bound" else break_even
+    return recommended_threshold_tokens(tokens, rounding, tensor_parallel_size) if tokens else None
 
 
 def confidence(

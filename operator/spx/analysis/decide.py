@@ -156,13 +156,7 @@ def _decide_speed(gpu: GateOutcome, host: GateOutcome | None, gate: GateSpec, st
     if host is None:
         return Decision(gpu.verdict, "kernel" if gpu.verdict != "Inconclusive" else "none", gpu.reasons)
     if gpu.speed_verdict == host.speed_verdict:
-        head = (f"decided by the kernel sweep: both regimes agree: {gpu.speed_verdict} ({_regime_line(gpu, host)})"
-                if gpu.verdict == gpu.speed_verdict else
-                f"both regimes agree on the speeds ({_regime_line(gpu, host)}), reported as {gpu.verdict} (below)")
-        by: DecidedBy = "kernel" if gpu.verdict != "Inconclusive" else "none"
-        own = [f"host-bound: {r}" for r in host.reasons if r not in gpu.reasons][:3]  # (the same line said once)
-        return Decision(gpu.verdict, by, (*_first(gpu.reasons), head, *_step_note(step, gate, gpu.speed_verdict),
-                                          *_rest(gpu.reasons), *own), True)
+        return _agreeing(gpu, host, gate, step)
     head = (f"the kernel regimes disagree at and above thresholdTokens {gate.threshold_tokens} "
             f"({_regime_line(gpu, host)}): the split's effect depends on whether the step is GPU- or host-bound")
     detail = (*(f"GPU-bound: {r}" for r in gpu.reasons[:4]), *(f"host-bound: {r}" for r in host.reasons[:4]))
@@ -171,6 +165,22 @@ def _decide_speed(gpu: GateOutcome, host: GateOutcome | None, gate: GateSpec, st
         return Decision("Inconclusive", "none", (head, f"{why}: the step A/B decides; next: {then}", *detail),
                         False, then)
     return Decision(verdict, "step", (f"decided by the step A/B: {why}", head, *detail), False, then)
+
+
+def _agreeing(gpu: GateOutcome, host: GateOutcome, gate: GateSpec, step: StepStatus | None) -> Decision:
+    """Module rule 3: the regimes reach the same speed verdict; the head says what that decided."""
+    line = _regime_line(gpu, host)
+    body: Sequence[str] = gpu.reasons
+    if gpu.verdict != "Inconclusive":
+        head = f"decided by the kernel sweep: both regimes agree: {gpu.verdict} ({line})"
+    elif gpu.speed_verdict != "Inconclusive":  # capped: gate_verdict put the cap's reason first
+        head = f"both regimes agree on the speeds ({line}), reported as Inconclusive: {gpu.reasons[0]}"
+        body = gpu.reasons[1:]
+    else:
+        head = f"neither regime decides the speed ({line})"
+    own = [f"host-bound: {r}" for r in host.reasons if r not in gpu.reasons][:3]  # (the same line said once)
+    by: DecidedBy = "kernel" if gpu.verdict != "Inconclusive" else "none"
+    return Decision(gpu.verdict, by, (head, *_step_note(step, gate, gpu.speed_verdict), *body, *own), True)
 
 
 def _step_note(step: StepStatus | None, gate: GateSpec, kernel_speed: Verdict) -> tuple[str, ...]:
@@ -182,9 +192,3 @@ def _step_note(step: StepStatus | None, gate: GateSpec, kernel_speed: Verdict) -
             f"{kernel_speed}: the kernel verdict stands; check what the step adds (the real gather, pad, overlap)",)
 
 
-def _first(reasons: Sequence[str]) -> tuple[str, ...]:
-    return tuple(reasons[:1])
-
-
-def _rest(reasons: Sequence[str]) -> tuple[str, ...]:
-    return tuple(reasons[1:])

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from spx.analysis.band import V41_NUM_LAYERS, lower_bound_threshold, uncertainty, with_intervals
+from spx.analysis.band import V41_NUM_LAYERS, recommended_threshold, uncertainty, with_intervals
 from spx.analysis.crossover import Crossover, decided_from_quartiles, find_crossover, sorted_points, speedup
 from spx.analysis.decide import decide
 from spx.analysis.interval import point_interval
 from spx.analysis.regimes import GPU_BOUND, HOST_BOUND, has_host_regime, host_medians, point_deltas, regime_points
-from spx.analysis.threshold import recommended_threshold_tokens
 from spx.analysis.verdict import GateOutcome, gate_verdict
 from spx.api.gate import GateSpec
 from spx.api.result import KernelResult, PointResult
@@ -119,20 +118,13 @@ class RegimeRun:
         )
 
 
-def recommended_for(points: list[KernelPoint], crossover: Crossover, gate: GateSpec, tp: int) -> int | None:
-    """The recommended threshold of one regime's points under ``gate.thresholdRule`` and its rounding."""
-    if gate.threshold_rule == "lower-bound":
-        lb = lower_bound_threshold(points)
-        return recommended_threshold_tokens(lb, gate.threshold_rounding, tp) if lb else None
-    be = crossover.break_even
-    return recommended_threshold_tokens(be.tokens, gate.threshold_rounding, tp) if be else None
-
-
 def judge_regime(regime: KernelRegime, points: list[KernelPoint], gate: GateSpec, gather_source: GatherSource,
                  tp: int, cpu: bool, advise_move: bool = True) -> RegimeRun:
     """Crossover (with its confidence), recommended threshold and gate outcome of one regime's points."""
     crossover = find_crossover(points, floor_tokens=tp)
-    recommended = recommended_for(points, crossover, gate, tp)
+    be = crossover.break_even
+    recommended = recommended_threshold(points, be.tokens if be else None, gate.threshold_rule,
+                                        gate.threshold_rounding, tp)  # the one rule, in either regime
     confidence, _ = uncertainty(points, recommended_threshold_tokens=recommended,
                                 gate_threshold_tokens=gate.threshold_tokens, floor_tokens=tp)
     crossover = replace(crossover, confidence=confidence)

@@ -20,7 +20,8 @@ Rules, in order of precedence:
      about GPUs. A Fail on correctness (``max_abs_error``) stays a Fail.
 3. **Pass** otherwise.
 
-Every verdict comes with human-readable reasons that cite the numbers; informative reasons (the
+Every verdict comes with human-readable reasons that cite the numbers, the deciding one first (a cap's
+reason when the cap turned a Pass or Fail on speed into Inconclusive); informative reasons (the
 break-even, how the recommended threshold compares with ``threshold_tokens``) follow the deciding ones.
 """
 
@@ -280,9 +281,10 @@ def gate_verdict(
         verdict = "Pass"
     # what the speeds alone would have decided; when the spread already leaves it Inconclusive the
     # cap changes nothing, so the reason says the timings could not decide either way
-    reasons = [*fail, *slow, *inconclusive,
-               *_cap_reasons("Fail" if slow else ("Inconclusive" if inconclusive else "Pass"), on_cpu, modelled,
-                             gather_source),
+    caps = _cap_reasons("Fail" if slow else ("Inconclusive" if inconclusive else "Pass"), on_cpu, modelled,
+                        gather_source)
+    capped = verdict == "Inconclusive" and speed_verdict != "Inconclusive"  # the cap decided: its reason first
+    reasons = [*(caps if capped else []), *fail, *slow, *inconclusive, *([] if capped else caps),
                *_informative(ordered, gated, gate, bool(slow)),
                *threshold_reasons(ordered, thr, crossover, recommended_threshold_tokens, gate.threshold_rounding,
                                   advise_move)]
