@@ -28,7 +28,10 @@ from spx.api.step import StepResult
 
 #: The gate's threshold T: base T − 1 (TP 1), split T, pad T + 1.
 T = 512
-ROUNDS = 100
+ROUNDS = 150
+#: The fast end of each latency distribution: on a loaded 2-core CI host 30–60 % of the requests are slowed
+#: by other processes (tens to hundreds of ms), which drowns a ~2 ms effect in the medians (docs/serving.md).
+QUANTILE = 0.05
 
 
 def _experiment(tmp: Path, model: Path, port: int) -> Path:
@@ -38,7 +41,8 @@ def _experiment(tmp: Path, model: Path, port: int) -> Path:
         "extraArgs": ["--tensor-parallel-size", "1", "--max-model-len", "4096", "-O0", "--dtype", "float32",
                       "--max-num-seqs", "8", "--max-num-batched-tokens", "4096"],
         "startupTimeoutSeconds": 900, "shutdownTimeoutSeconds": 60, "gpuReleaseTimeoutSeconds": 0,
-        "step": {"rounds": ROUNDS, "warmupRounds": 5, "positiveControl": True, "layers": 2, "seed": 7},
+        "step": {"rounds": ROUNDS, "warmupRounds": 5, "positiveControl": True, "layers": 2, "seed": 7,
+                 "quantile": QUANTILE},
     }
     doc = {"apiVersion": "bench.spx.dev/v1alpha1", "kind": "ShardedProjectionExperiment",
            "metadata": {"name": "tiny-step-ab"},
@@ -74,7 +78,7 @@ def test_step_ab_aa_is_indifferent_positive_control_detected_token_counts_exact(
 
     status = ExperimentStatus.model_validate(json.loads((out / "status.json").read_text()))
     step = status.step
-    assert step is not None and step.cpu_timings and step.complete
+    assert step is not None and step.cpu_timings and step.complete and step.statistic == "0.05-quantile"
     print(f"\nstep A/B stage: {wall:.0f} s; servers healthy after "
           f"{[round(s.healthy_after_seconds or 0) for s in result.servers]} s")
     for line in step.reasons:

@@ -1,14 +1,15 @@
 """The step A/B's analysis: requests → per-round differences → difference in differences → effect,
 interval, regime and outcome (:class:`spx.api.step.StepEffect`). Pure.
 
-For one threshold ``T`` and one measured length ``L`` (``T``, or ``T + 1``), each server's rounds give
-``d_r = latency(L) − latency(T − TP)`` (both requests of round ``r``, same server). The location is the
-**median** over rounds of ``d_r`` (robust to the odd slow request a loaded host produces); the effect is
-``median(d_treated) − median(d_control)``: the extra tokens' own cost is in both and cancels, the split's
-effect is in the treated server's only. Its 95 % interval is a percentile bootstrap (Efron & Tibshirani
-1993, ch. 13) that resamples each server's rounds independently, with replacement (the servers' rounds are
-independent samples; the pairing is *within* a round, which is why a round is the resampled unit), seeded
-by ``StepSpec.seed``.
+For one threshold ``T`` and one measured length ``L`` (``T``, or ``T + 1``), each server's rounds give a
+latency at ``L`` and at ``T − TP``, taken in the same round (interleaved, so a drift of the host moves both
+alike). The server's difference is ``Q(L) − Q(T − TP)`` with ``Q`` the ``StepSpec.quantile`` of its rounds
+(default 0.5, the median; a lower quantile reads the fast end of each distribution, where a shared host's
+interference, which only adds time, is rarest: Chen & Revels 2016, arXiv:1608.04295); the effect is the
+treated server's difference minus the control server's: the extra tokens' own cost is in both and cancels,
+the split's effect is in the treated server's only. Its 95 % interval is a percentile bootstrap (Efron &
+Tibshirani 1993, ch. 13) that resamples each server's rounds independently, with replacement (a round, with
+its requests of every length, is the unit), seeded by ``StepSpec.seed``.
 
 A request is used only when the server's ``usage.prompt_tokens`` equals the length asked for: anything else
 is a measurement error, named in the status' failures with the round dropped, never silently used (a
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -58,14 +58,19 @@ def lengths(threshold_tokens: int, tp: int, pad: bool) -> dict[StepLengthRole, i
 
 @dataclass(frozen=True)
 class Rounds:
-    """One server's usable within-round differences for one (T, L), ms; and what was refused."""
+    """One server's usable rounds for one (T, L): ``(latency(base), latency(L))`` pairs in ms; what was refused."""
 
-    diffs_ms: list[float]
+    pairs: list[tuple[float, float]]
     refused: list[str]
+
+    @property
+    def diffs_ms(self) -> list[float]:
+        """``latency(L) − latency(base)`` per round, ms."""
+        return [length - base for base, length in self.pairs]
 
 
 def round_differences(server: StepServerRun, threshold_tokens: int, role: StepLengthRole) -> Rounds:
-    """``latency(L) − latency(base)`` per round of ``server`` for threshold ``T`` (ms).
+    """The usable rounds of ``server`` for threshold ``T`` and ``role`` (ms).
 
     A round is used when both its ``role`` request and its base request answered with
     ``prompt_tokens == length``; otherwise it is refused with a named reason (request error, or a token
@@ -88,29 +93,53 @@ def round_differences(server: StepServerRun, threshold_tokens: int, role: StepLe
             bad_rounds.add(req.round)
         else:
             by_round.setdefault(req.round, {})[req.role] = req.latency_ms
-    diffs = [v[role] - v["base"] for r, v in sorted(by_round.items())
+    pairs = [(v["base"], v[role]) for r, v in sorted(by_round.items())
              if r not in bad_rounds and "base" in v and role in v]
-    return Rounds(diffs_ms=diffs, refused=refused)
+    return Rounds(pairs=pairs, refused=refused)
 
 
-def did(treated_ms: Sequence[float], control_ms: Sequence[float]) -> float:
-    """``median(treated) − median(control)`` of within-round differences (ms).
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0 < q ≤ 1) by linear interpolation between order statistics (Hyndman & Fan 1996
+    type 7, NumPy's default), as :mod:`spx.analysis.stats` uses.
+
+    Raises:
+        ValueError: no values.
+    """
+    if not values:
+        raise ValueError("no values")
+    xs = sorted(values)
+    h = (len(xs) - 1) * q
+    lo = math.floor(h)
+    return xs[lo] if lo + 1 >= len(xs) else xs[lo] + (h - lo) * (xs[lo + 1] - xs[lo])
+
+
+def did(treated: Sequence[tuple[float, float]], control: Sequence[tuple[float, float]], q: float = 0.5) -> float:
+    """The difference in differences of ``q``-quantiles (ms): ``[Q(L) − Q(base)]`` treated − the same on the control.
+
+    ``treated``/``control`` are ``(latency(base), latency(L))`` per round. ``q`` 0.5: the medians; a lower ``q``
+    reads the fast end of each distribution, where a shared host's interference (which only adds time) is
+    rarest (Chen & Revels 2016, "Robust benchmarking in noisy environments", arXiv:1608.04295).
 
     Raises:
         ValueError: either is empty.
     """
-    if not treated_ms or not control_ms:
+    if not treated or not control:
         raise ValueError("the difference in differences needs rounds on both servers")
-    return statistics.median(treated_ms) - statistics.median(control_ms)
+
+    def diff(pairs: Sequence[tuple[float, float]]) -> float:
+        return quantile([x for _, x in pairs], q) - quantile([b for b, _ in pairs], q)
+
+    return diff(treated) - diff(control)
 
 
-def bootstrap_interval(treated_ms: Sequence[float], control_ms: Sequence[float], *, seed: int,
-                       resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = CONFIDENCE) -> tuple[float, float]:
+def bootstrap_interval(treated: Sequence[tuple[float, float]], control: Sequence[tuple[float, float]], *, seed: int,
+                       q: float = 0.5, resamples: int = BOOTSTRAP_RESAMPLES,
+                       confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Percentile bootstrap interval of :func:`did`, resampling each server's rounds independently (ms)."""
     rng = random.Random(seed)
-    n_t, n_c = len(treated_ms), len(control_ms)
+    n_t, n_c = len(treated), len(control)
     stats = sorted(
-        did([treated_ms[rng.randrange(n_t)] for _ in range(n_t)], [control_ms[rng.randrange(n_c)] for _ in range(n_c)])
+        did([treated[rng.randrange(n_t)] for _ in range(n_t)], [control[rng.randrange(n_c)] for _ in range(n_c)], q)
         for _ in range(resamples))
     tail = (1.0 - confidence) / 2.0
     lo = stats[max(0, math.floor(tail * resamples))]
@@ -157,17 +186,17 @@ def _effect(treated: StepServerRun, control: StepServerRun, t: int, role: StepLe
     length = lengths(t, tp, True)[role]
     rt, rc = round_differences(treated, t, role), round_differences(control, t, role)
     refused = rt.refused + rc.refused
-    if len(rt.diffs_ms) < MIN_ROUNDS or len(rc.diffs_ms) < MIN_ROUNDS:
-        refused.append(f"T={t} {role} ({length} tokens): {len(rt.diffs_ms)} usable rounds on {treated.name}, "
-                       f"{len(rc.diffs_ms)} on {control.name}; at least {MIN_ROUNDS} each are needed: no effect")
+    if len(rt.pairs) < MIN_ROUNDS or len(rc.pairs) < MIN_ROUNDS:
+        refused.append(f"T={t} {role} ({length} tokens): {len(rt.pairs)} usable rounds on {treated.name}, "
+                       f"{len(rc.pairs)} on {control.name}; at least {MIN_ROUNDS} each are needed: no effect")
         return None, refused
-    eff = did(rt.diffs_ms, rc.diffs_ms)
-    lo, hi = bootstrap_interval(rt.diffs_ms, rc.diffs_ms, seed=spec.seed + t + length)
+    eff = did(rt.pairs, rc.pairs, spec.quantile)
+    lo, hi = bootstrap_interval(rt.pairs, rc.pairs, seed=spec.seed + t + length, q=spec.quantile)
     per = 1000.0 / spec.layers
     gpu, host = deltas(length) if deltas is not None else (None, None)
     return StepEffect(
-        threshold_tokens=t, role=role, length=length, base_length=base_length(t, tp), rounds=len(rt.diffs_ms),
-        control_rounds=len(rc.diffs_ms), server=treated.name, effect_ms=eff, effect_low_ms=lo, effect_high_ms=hi,
+        threshold_tokens=t, role=role, length=length, base_length=base_length(t, tp), rounds=len(rt.pairs),
+        control_rounds=len(rc.pairs), server=treated.name, effect_ms=eff, effect_low_ms=lo, effect_high_ms=hi,
         layers=spec.layers, per_layer_us=eff * per, per_layer_low_us=lo * per, per_layer_high_us=hi * per,
         kernel_gpu_us=gpu, kernel_host_us=host, regime=regime(eff * per, lo * per, hi * per, gpu, host),
         outcome=outcome(lo, hi),
@@ -228,8 +257,9 @@ def summarize(result: StepResult, deltas: KernelDeltas | None = None,
     if result.step.positive_control and not any(e.role == "pad" and e.outcome == "loss" for e in positives):
         reasons.insert(0, "the positive control was not detected: an effect of one extra prefill step is within "
                           "this run's noise, so an indifferent split effect says little; add rounds")
+    statistic = "median" if result.step.quantile == 0.5 else f"{result.step.quantile:g}-quantile"
     return StepStatus(effects=effects, positive_controls=positives, complete=result.complete and not failures,
-                      cpu_timings=cpu, failures=failures, reasons=reasons)
+                      statistic=statistic, cpu_timings=cpu, failures=failures, reasons=reasons)
 
 
 def _interpolate(xs: Sequence[int], ys: Sequence[float], x: int) -> float | None:

@@ -34,7 +34,8 @@ def serving_lines(serving: ServingStatus) -> list[str]:
 
 def step_lines(step: StepStatus) -> list[str]:
     """The step A/B: one line per effect and positive control (figure, 95 % interval, per layer, outcome)."""
-    lines = ["step A/B (difference in differences, median of within-round differences, 95 % bootstrap over rounds):"]
+    lines = [f"step A/B (difference in differences of each server's {step.statistic} latency per length, 95 % "
+             "bootstrap over rounds):"]
     lines += [f"  {r}" for r in step.reasons]
     lines += [f"  failed: {f}" for f in step.failures[:10]]
     return lines

@@ -39,6 +39,8 @@ from spx.serving.server import ServerError, VllmServer, port_open
 from spx.vocabulary import PLUGIN_LOG_MARKER, SERVER_LOG, STEP_RESULT_FILE
 
 NO_PREFIX_CACHING = "--no-enable-prefix-caching"
+#: After a failed request, how long to wait for the server to show whether it died with it.
+CRASH_GRACE_SECONDS = 2.0
 #: Text whose token IDs the prompts are drawn from (any ordinary text the tokenizer splits into many IDs).
 ID_SOURCE_TEXT = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -241,8 +243,11 @@ class StepRunner:
                 f"http://{s.host}:{s.port}/health", s.startup_timeout_seconds, self.health_poll_seconds)
             run.threshold_confirmed = PLUGIN_LOG_MARKER in server.log_text()
             run_rounds(client, run, planned, _step(self.spec), server_tp(self.spec))
-            if not server.alive():
+            failed = [r for r in run.requests if r.error is not None]
+            if failed and server.exited_within(CRASH_GRACE_SECONDS) or not server.alive():
                 raise server.died("during the step rounds")
+            if failed:
+                run.error = f"{len(failed)} of {len(run.requests)} requests failed; the first: {failed[0].error}"
         except (ServerError, StepRequestError) as err:
             run.error = str(err)[:2000]
         finally:
