@@ -108,3 +108,15 @@ def test_the_deciding_reason_comes_first_then_what_decided() -> None:
     assert lines[:2] == ["because: the kernel regimes disagree", "decided by: none (no measurement decided: Inconclusive, kernel.nextStep names what would)"]
     assert lines[2].startswith("bottom line: ") and lines[3].startswith("next step: ")
     assert decided_by_line(kernel(decided_by=None), "Pass") is None
+
+
+def test_where_the_regimes_agree_the_larger_threshold_is_recommended() -> None:
+    """Both regimes pass at 2048, the GPU-bound from ≈ 234 tokens (256), the host-bound from ≈ 1,500 (2048): the
+    split wins in both only from 2048, so that is the recommendation, not the GPU-bound 256."""
+    host = HOST.model_copy(update={"crossover_tokens": 1500.0, "recommended_threshold_tokens": 2048,
+                                   "speed_verdict": "Pass", "verdict": "Pass"})
+    status = kernel(regimes=[GPU, host], regimes_agree=True, decided_by="kernel")
+    line = bottom_line(status, "Pass", 2048)
+    assert line is not None and line.endswith(
+        "recommended threshold 2,048 tokens because the split wins in both regimes from there (GPU-bound break-even "
+        "≈ 234, host-bound ≈ 1,500 tokens)")

@@ -102,6 +102,20 @@ def _because(r: RegimeSummary | None, kernel: KernelStatus) -> str:
     return f"recommended threshold {rec:,} tokens because {wins} in the {name} regime"
 
 
+def _because_both(gpu: RegimeSummary | None, host: RegimeSummary | None, kernel: KernelStatus) -> str:
+    """Where the regimes agree: the larger of their recommended thresholds (the split wins in both from
+    there), because of both break-evens; none when either regime has none."""
+    if gpu is None or host is None:
+        return _because(gpu or host, kernel)
+    if gpu.recommended_threshold_tokens is None or host.recommended_threshold_tokens is None:
+        return ("no threshold is recommended: the split does not win at the largest measured count in the "
+                + ("GPU-bound" if gpu.recommended_threshold_tokens is None else "host-bound") + " regime")
+    rec = max(gpu.recommended_threshold_tokens, host.recommended_threshold_tokens)
+    return (f"recommended threshold {rec:,} tokens because the split wins in both regimes from there (GPU-bound "
+            f"break-even ≈ {fmt_tokens(gpu.crossover_tokens)}, host-bound ≈ {fmt_tokens(host.crossover_tokens)} "
+            "tokens)")
+
+
 def _chunk(row: StakeRow, host: bool) -> str | None:
     return _effect(row.host_saving_ms_per_chunk if host else row.saving_ms_per_chunk)
 
@@ -170,7 +184,7 @@ def _kernel_bottom_line(kernel: KernelStatus, gate_threshold: int) -> str:
     both = (f"{where} {gpu} if the step is GPU-bound, and {_regime_effect(row, full, host=True, first=False)} "
             "if it is host-bound")
     if not regimes_disagree(kernel):
-        return f"bottom line: {both}; " + _because(gpu_r, kernel)
+        return f"bottom line: {both}; " + _because_both(gpu_r, host_r, kernel)
     recs = f"GPU-bound alone: {_rec(gpu_r, kernel)}, host-bound alone: {_rec(host_r, kernel)}"
     return (f"bottom line: {both}; no threshold is recommended until a step measurement says which regime holds "
             f"({recs})")
