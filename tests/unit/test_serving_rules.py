@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from spx.analysis.benches import benches_verdict
 from spx.analysis.serving import (
-    benches_verdict,
     flag_int,
     max_batch_tokens,
     sampling_of,

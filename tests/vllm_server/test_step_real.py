@@ -27,7 +27,7 @@ from spx.api.status import ExperimentStatus
 from spx.api.step import StepResult
 
 #: The gate's threshold T: base T − 1 (TP 1), split T, pad T + 1.
-T = 512
+T = 128
 ROUNDS = 150
 #: The fast end of each latency distribution: on a loaded 2-core CI host 30–60 % of the requests are slowed
 #: by other processes (tens to hundreds of ms), which drowns a ~2 ms effect in the medians (docs/serving.md).

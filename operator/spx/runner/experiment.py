@@ -244,7 +244,7 @@ class BenchesOutcome:
 
 def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command: Sequence[str] = ("vllm",)) -> BenchesOutcome:
     """Only the vLLM serving A/B, GSM8K and step A/B of ``spec`` into ``out`` (``spx serving``), then their
-    verdict (:func:`spx.analysis.serving.benches_verdict`) into ``OUT/status.json``, which ``spx report`` and
+    verdict (:func:`spx.analysis.benches.benches_verdict`) into ``OUT/status.json``, which ``spx report`` and
     ``spx gate`` read.
 
     Raises:
@@ -252,7 +252,7 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
         OSError: a missing GSM8K dataset, ``out`` not writable.
     """
     from spx.analysis.accuracy import summarize as summarize_accuracy
-    from spx.analysis.serving import benches_verdict
+    from spx.analysis.benches import benches_verdict
     from spx.analysis.serving import summarize as summarize_serving
     from spx.analysis.step import summarize as summarize_step
     from spx.serving.ab import RunnerOptions, run_vllm_benchmarks

@@ -21,8 +21,9 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from spx.analysis.step import lengths
 from spx.api.base import utc_now
 from spx.api.serving import ServingArmSpec
 from spx.api.spec import ExperimentSpec
-from spx.api.step import StepLengthRole, StepRequest, StepResult, StepServerRun, StepSpec
+from spx.api.step import StepLengthRole, StepRequest, StepResult, StepServerRole, StepServerRun, StepSpec
 from spx.serving.commands import server_command, server_env, serving_of
 from spx.serving.gpus import wait_gpus_free
 from spx.serving.server import ServerError, VllmServer, port_open
@@ -49,6 +50,13 @@ ID_SOURCE_TEXT = (
 )
 
 
+Log = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(f"[spx serving] {msg}", file=sys.stderr, flush=True)
+
+
 class StepRequestError(RuntimeError):
     """One request of the step A/B failed (HTTP error, malformed answer)."""
 
@@ -58,7 +66,7 @@ class PlannedServer:
     """One server of the step A/B: its name, role, threshold env value, T and extra serve args."""
 
     name: str
-    role: str
+    role: StepServerRole
     threshold: str
     threshold_tokens: int
     measures: tuple[int, ...]
@@ -198,7 +206,7 @@ class StepRunner:
         tmp.write_text(json.dumps(result.to_wire(), indent=1) + "\n")
         tmp.replace(path)
 
-    def __call__(self, log: Any = print) -> StepResult:
+    def __call__(self, log: Log = _stderr) -> StepResult:
         """Run every planned server; never raises for a failed server (its error is in the result)."""
         step = _step(self.spec)
         result = StepResult(step=step, tensor_parallel_size=server_tp(self.spec),
@@ -207,7 +215,7 @@ class StepRunner:
         self.save(result)
         try:
             for index, planned in enumerate(plan(self.spec)):
-                run = StepServerRun(name=planned.name, role=planned.role,  # type: ignore[arg-type]
+                run = StepServerRun(name=planned.name, role=planned.role,
                                     threshold=planned.threshold, threshold_tokens=planned.threshold_tokens)
                 result.servers.append(run)
                 self._serve(planned, run, self.out_dir / "step" / f"{index + 1:02d}-{planned.name}", log)
@@ -225,7 +233,7 @@ class StepRunner:
             self.save(result)
         return result
 
-    def _serve(self, planned: PlannedServer, run: StepServerRun, server_dir: Path, log: Any) -> None:
+    def _serve(self, planned: PlannedServer, run: StepServerRun, server_dir: Path, log: Log) -> None:
         s = serving_of(self.spec)
         t_port = time.monotonic()
         while port_open(s.host, s.port) and time.monotonic() - t_port < s.shutdown_timeout_seconds:
@@ -260,7 +268,7 @@ class StepRunner:
 
 
 def run_step_ab(spec: ExperimentSpec, out_dir: Path, vllm_command: list[str], env: Mapping[str, str], *,
-                nvidia_smi: list[str] | None = None, log: Any = print) -> StepResult:
+                nvidia_smi: list[str] | None = None, log: Log = _stderr) -> StepResult:
     """Run the step A/B of ``spec`` into ``out_dir`` and return its result (also in ``step-result.json``).
 
     ``nvidia_smi``: its argv (``None``: none found, so the servers ran on CPU: ``device`` ``cpu``, the GPU
