@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -22,6 +23,7 @@ from spx.api import (
     KernelPoint,
     KernelResult,
     KernelStatus,
+    PointResult,
     ResultSummary,
     SpecError,
     dump_model,
@@ -41,7 +43,7 @@ from spx.cli.common import (
 )
 from spx.cli.documents import ReportDocument
 from spx.cli.registry import command
-from spx.vocabulary import PLOT_FILE, RESULT_FILE, STATUS_FILE
+from spx.vocabulary import PLOT_FILE, POINTS_FILE, RESULT_FILE, STATUS_FILE
 
 M = TypeVar("M", KernelResult, ExperimentStatus)
 
@@ -87,8 +89,14 @@ def check_plot_path(path: Path) -> None:
     Raises:
         UsageError: names ``--plot`` and what is in the way.
     """
+    from spx.cli.plot import plot_format
+
     if path.is_dir():
         raise UsageError(f"--plot {path}: is a directory; give the PNG file to write, e.g. {path / PLOT_FILE}")
+    try:
+        plot_format(path)
+    except ValueError as exc:
+        raise UsageError(f"--plot {path}: {exc}") from None
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -120,7 +128,8 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                         "measurement's TP and shapes are kept; a file that differs in them is warned about)")
     p.add_argument("--threshold-tokens", type=int, metavar="N", help="override spec.gate.thresholdTokens")
     p.add_argument("--plot", metavar="PATH",
-                   help="draw the plot to PATH, with any -o (exit 3 when it cannot be written); default: DIR/crossover.png, only "
+                   help="draw the plot to PATH in the format its extension names (.png, .svg, .pdf, .eps, .ps; another is refused), "
+                        "with any -o (exit 3 when it cannot be written); default: DIR/crossover.png, only "
                         "when DIR has none (a run's own plot is never replaced unless --plot names it); with -o json|yaml "
                         "the plot line goes to stderr")
     p.add_argument("--no-plot", action="store_true", help="do not draw a plot (not with --plot)")
@@ -152,7 +161,7 @@ def is_status_document(data: Any) -> bool:
             and bool({"phase", "conditions", "kernel", "verdict"} & data.keys()))
 
 
-def status_tp(points: list[KernelPoint], gpu_count: int | None) -> tuple[int, str]:
+def status_tp(points: Sequence[KernelPoint | PointResult], gpu_count: int | None) -> tuple[int, str]:
     """The TP a status's points were split over, and how it was found: the TPs (1–64) for which every point's
     ``rowsPerRank`` is ceil(tokens / TP), narrowed by the environment's GPU count; 8 (the default) when none fits."""
     fits = [tp for tp in range(1, 65) if all(p.rows_per_rank == rows_per_rank(p.tokens, tp) for p in points)]
@@ -164,6 +173,42 @@ def status_tp(points: list[KernelPoint], gpu_count: int | None) -> tuple[int, st
         return fits[0], f"the smallest that fits the points' rowsPerRank; TP{fits[1]}… fit too"
     default = ExperimentSpec().parallelism.tensor_parallel_size
     return default, "the default: no TP fits the points' rowsPerRank"
+
+
+def result_from_partial_points(path: Path, spec: ExperimentSpec | None) -> tuple[KernelResult, str]:
+    """A ``complete = False`` result of the points a run streamed to ``points.partial.jsonl`` (``path``) when its
+    ``result.json`` was never written (a full disk, SIGKILL, the OOM killer), and the warning that says so. The
+    spec is ``spec`` (``--experiment``) or the default one at the TP the points' ``rowsPerRank`` fit.
+
+    Raises:
+        UsageError: ``path`` cannot be read or holds no valid point.
+    """
+    points, bad = [], 0
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    for line in filter(bytes.strip, lines):
+        try:
+            points.append(PointResult.model_validate_json(line))
+        except ValueError:
+            bad += 1  # (the last line of a killed run may be cut short)
+    if not points:
+        raise UsageError(f"{path} holds no valid point ({bad} line(s) that are not one)")
+    tp, how = status_tp(points, None)
+    assumed = "the experiment given with --experiment"
+    if spec is None:
+        spec = validate_spec({"parallelism": {"tensorParallelSize": tp}, "sweep": {"tokens": [p.tokens for p in points]}},
+                             source=str(path))
+        assumed = f"TP{tp} ({how}) and the default shapes and gate; --experiment FILE gives the run's own"
+    result = KernelResult(experiment=path.parent.name, spec=spec, world_size=spec.parallelism.tensor_parallel_size,
+                          gemm_backend="?", gather_backend="?", gather_source=points[-1].gather_source, timer="?",
+                          device="?", cuda_graphs=False, points=points, complete=False,
+                          error="result.json was not written")
+    skipped = f" ({bad} line(s) that are not a point skipped)" if bad else ""
+    return result, (f"{path.parent / RESULT_FILE} was not written (the run ended first: a full disk, SIGKILL, the "
+                    f"OOM killer): reporting the {len(points)} point(s) it kept in {path.name}{skipped}, as a partial "
+                    f"run; assumed {assumed}")
 
 
 def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source: str) -> list[str]:
@@ -226,9 +271,11 @@ def _validated(model: type[M], path: Path) -> M:
         raise SpecError(describe_validation_error(err), str(path)) from None
 
 
-def load_run(target: Path) -> LoadedRun:
+def load_run(target: Path, override: ExperimentSpec | None = None) -> LoadedRun:
     """The run at ``target`` (a run's folder, its result.json or its status.json): its result.json when there is
-    one, else the status's points (with the assumptions said in ``warnings``).
+    one, else the status's points, else the points a killed run streamed to ``points.partial.jsonl`` (a partial
+    run, on ``override``'s spec when ``--experiment`` gave one: :func:`result_from_partial_points`); the
+    assumptions are said in ``warnings``.
 
     Raises:
         UsageError: nothing to report (names what is missing, a run in progress, killed partial points).
@@ -248,6 +295,9 @@ def load_run(target: Path) -> LoadedRun:
         run = _run_of_status(_validated(ExperimentStatus, status_path), status_path, directory)
     else:
         _refuse_empty(directory)
+        source = directory / POINTS_FILE
+        result, why = result_from_partial_points(source, override)
+        run = LoadedRun(result, source, result.spec, result.environment, directory.name, directory, None, [why])
     if not run.result.points:
         raise UsageError(f"{run.source} has no points to report")
     if repeated := repeated_tokens(run.result.points):
@@ -297,22 +347,19 @@ def _run_of_status(status: ExperimentStatus, status_path: Path, directory: Path)
     return LoadedRun(result, status_path, spec, env, name, directory, status, [warning])
 
 
-def _refuse_empty(directory: Path) -> NoReturn:
-    """Why a folder without result.json and status.json cannot be reported.
+def _refuse_empty(directory: Path) -> None:
+    """Refuse a folder without result.json and status.json, unless a killed run left its streamed points.
 
     Raises:
-        UsageError: always (a run in progress, a killed run's partial points, or nothing).
+        UsageError: a run in progress, or nothing to report (no ``points.partial.jsonl`` either).
     """
     from spx.cli.outdir import partial_points, run_in_progress
 
     if holder := run_in_progress(directory):
         raise UsageError(f"a run is in progress in {directory} ({holder}): its result.json and status.json are "
                          f"written when it ends; report it then (spx gate {directory} --wait SECONDS waits for it)")
-    if n := partial_points(directory):
-        raise UsageError(f"no result.json or status.json in {directory}, but points.partial.jsonl holds {n} "
-                         "measured point(s) of a run that ended without writing them (killed: SIGKILL, OOM, a "
-                         "lost node); they are not analysed: re-run with --out another directory to keep them")
-    raise UsageError(f"no result.json or status.json in {directory}")
+    if not partial_points(directory):
+        raise UsageError(f"no result.json or status.json in {directory}")
 
 
 def apply_overrides(run: LoadedRun, experiment: str | None, threshold_tokens: int | None) -> None:
@@ -375,7 +422,8 @@ def _report(args: argparse.Namespace) -> int:
         check_plot_path(Path(args.plot))
     if benches := benches_only(Path(args.dir)):
         return _report_benches(benches[0], benches[1], args.output)
-    run = load_run(Path(args.dir))
+    override = read_experiment(args.experiment).spec if args.experiment else None
+    run = load_run(Path(args.dir), override)
     apply_overrides(run, args.experiment, args.threshold_tokens)
     vllm = read_vllm_sections(run.directory, run.status, allow_cpu_timings=run.spec.gate.allow_cpu_timings,
                               kernel=lambda: judge(run.result, run.spec).kernel)
