@@ -43,7 +43,7 @@ from spx.cli.common import (
 )
 from spx.cli.documents import ReportDocument
 from spx.cli.registry import command
-from spx.vocabulary import PLOT_FILE, POINTS_FILE, RESULT_FILE, STATUS_FILE
+from spx.vocabulary import PLOT_FILE, POINTS_FILE, RESULT_FILE, STATUS_FILE, ResolvedDevice
 
 M = TypeVar("M", KernelResult, ExperimentStatus)
 
@@ -201,14 +201,17 @@ def result_from_partial_points(path: Path, spec: ExperimentSpec | None) -> tuple
         spec = validate_spec({"parallelism": {"tensorParallelSize": tp}, "sweep": {"tokens": [p.tokens for p in points]}},
                              source=str(path))
         assumed = f"TP{tp} ({how}) and the default shapes and gate; --experiment FILE gives the run's own"
+    # what ran is not recorded with the points: the spec's requests (auto), and the device the GPU timer's kernel
+    # names prove (a CPU run records none), so a CPU run keeps its CPU note
+    device: ResolvedDevice = "cuda" if spec.kernel.device == "cuda" or any(p.replicated.kernels for p in points) else "cpu"
     result = KernelResult(experiment=path.parent.name, spec=spec, world_size=spec.parallelism.tensor_parallel_size,
-                          gemm_backend="?", gather_backend="?", gather_source=points[-1].gather_source, timer="?",
-                          device="?", cuda_graphs=False, points=points, complete=False,
-                          error="result.json was not written")
+                          gemm_backend=spec.kernel.gemm_backend, gather_backend="auto",
+                          gather_source=points[-1].gather_source, timer="auto", device=device, cuda_graphs=False,
+                          points=points, complete=False, error="result.json was not written")
     skipped = f" ({bad} line(s) that are not a point skipped)" if bad else ""
     return result, (f"{path.parent / RESULT_FILE} was not written (the run ended first: a full disk, SIGKILL, the "
                     f"OOM killer): reporting the {len(points)} point(s) it kept in {path.name}{skipped}, as a partial "
-                    f"run; assumed {assumed}")
+                    f"run; assumed {assumed}; device {device} ({'GPU kernels recorded' if device == 'cuda' else 'no GPU kernel recorded'})")
 
 
 def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source: str) -> list[str]:
