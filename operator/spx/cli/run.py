@@ -214,7 +214,8 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
 def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, out: Path, console: Console,
                    stdout: TextIO, *, jsonl: bool) -> None:
     """The kernel bench's report and plot, printed before the vLLM step starts."""
-    from spx.cli.tables import partial_extent, print_report
+    from spx.cli.decision import print_report
+    from spx.cli.tables import partial_extent
     from spx.runner.experiment import is_cpu
 
     result, judgement, tp = outcome.result, outcome.judgement, spec.parallelism.tensor_parallel_size

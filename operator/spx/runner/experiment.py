@@ -219,8 +219,13 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
                            if benches.serving is not None else None)
         outcome.accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
         outcome.step = summarize_step(benches.step, kernel_deltas(outcome.judgement.kernel)) if benches.step is not None else None
+    # the step A/B decides where the kernel regimes disagree: judged with it, so that status.verdict (what
+    # spx gate reads) is the verdict spx report reaches on this folder
     outcome.status = build_status(outcome.result, judge(outcome.result, spec, serving=outcome.serving,
-                                                        accuracy=outcome.accuracy, require_vllm=True, step=outcome.step))
+                                                        accuracy=outcome.accuracy, step=outcome.step,
+                                                        require_vllm=True))
+    if outcome.step is not None:
+        outcome.status = outcome.status.model_copy(update={"step": outcome.step})
 
 
 @dataclass
