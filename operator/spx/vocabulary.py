@@ -57,6 +57,15 @@ WAITING_PHASES: Final[tuple[WaitingPhase, ...]] = get_args(WaitingPhase)
 TERMINAL_PHASES: Final[tuple[TerminalPhase, ...]] = get_args(TerminalPhase)
 PHASES: Final[tuple[Phase, ...]] = WAITING_PHASES + TERMINAL_PHASES
 
+# --- the candidates ------------------------------------------------------------------------------
+
+#: The kernel bench's two candidates: every rank projects all M rows, or its token shard then an all-gather.
+Candidate = Literal["replicated", "split"]
+CANDIDATES: Final[tuple[Candidate, ...]] = get_args(Candidate)
+#: The stage bench's candidates (``spx.api.stage``): also ``split-all``, the two light GEMMs split as well.
+StageCandidate = Literal[Candidate, "split-all"]
+STAGE_CANDIDATES: Final[tuple[StageCandidate, ...]] = get_args(StageCandidate)
+
 # --- kernel microbenchmark backends ----------------------------------------------------------------
 
 #: ``spec.kernel.gemmBackend`` (``spx.bench.gemm`` builds each; docs/kernel-benchmark.md).

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spx.api.stage import STAGE_CANDIDATES, StageResult, StageRow, StageTimes
+from spx.api.stage import StageResult, StageRow, StageTimes
+from spx.vocabulary import STAGE_CANDIDATES
 
 BOUNDS = ("gpu-bound", "host-bound")
 

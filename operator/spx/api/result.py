@@ -32,7 +32,6 @@ from spx.vocabulary import (
 
 RESULT_SCHEMA_VERSION: Final = "spx.dev/kernel-result/v1"
 
-Candidate = Literal["replicated", "split"]
 
 
 class CandidateStats(CamelModel):

@@ -28,13 +28,13 @@ from spx.analysis.bounds import host_bound_samples
 from spx.analysis.execution import stream_mode
 from spx.api.result import CandidateStats
 from spx.api.spec import ExperimentSpec
-from spx.api.stage import STAGE_CANDIDATES, LayerKindSpec, StageResult, StageRow, StageSpec, StageTimes
+from spx.api.stage import LayerKindSpec, StageResult, StageRow, StageSpec, StageTimes
 from spx.bench.candidates import PointPlan, activations, gather_fn
 from spx.bench.context import BenchContext, point_execution, setup, timing_protocol, warm_up_gpu
 from spx.bench.fingerprint import host_cpu_model
 from spx.bench.sequence_parallel import resolve_sp_shard, sp_trim
 from spx.bench.timing import bench_time
-from spx.vocabulary import EXECUTIONS, StageStreams
+from spx.vocabulary import EXECUTIONS, STAGE_CANDIDATES, StageStreams
 
 if TYPE_CHECKING:
     import torch
