@@ -34,7 +34,7 @@ from typing import Final, Literal, TypeVar, get_args
 #: The gate's verdict (``status.verdict``; the reason of ``Decided`` True when a verdict was reached).
 Verdict = Literal["Pass", "Fail", "Inconclusive"]
 #: The reason of ``Decided`` True when the run ended without a verdict.
-#: The failure reasons a bench pod's end can give (``spx.controller.observation``); InvalidSpec is admission's.
+#: The failure reasons a bench pod's end can give (``spx.controller.decide.observation``); InvalidSpec is admission's.
 PodFailureReason = Literal["BenchmarkFailed", "InfraFailed"]
 FailureReason = Literal["InvalidSpec", PodFailureReason]
 #: Every reason of the terminal ``Decided`` condition: the verdict, or why there is none.

@@ -1,6 +1,6 @@
 """The shipped GitOps health checks, run as the tools run them: the Argo CD Lua health check in a real Lua
 (``lupa``, Lua 5.x from PyPI) and the Flux ``healthCheckExprs`` in a real CEL interpreter (``cel-python``),
-against statuses the operator writes (built by its own condition steps, ``spx.controller.conditions``),
+against statuses the operator writes (built by its own condition steps, ``spx.controller.decide.conditions``),
 and against an experiment the operator has not written yet.
 """
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from spx.api.status import ExperimentStatus
-from spx.controller import conditions as cond
+from spx.controller.decide import conditions as cond
 
 GITOPS = __import__("spx_testing.chartlib", fromlist=["CHART"]).CHART / "gitops"
 NOW = "2026-12-01T00:00:00Z"

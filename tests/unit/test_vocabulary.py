@@ -162,7 +162,7 @@ def test_one_of() -> None:
 
 #: Literals that spell a vocabulary's values but are another vocabulary: (file, values).
 _OTHER_VOCABULARIES = {
-    ("controller/objects.py", frozenset(TERMINAL_PHASES)),  # Kubernetes pod phases share the two names
+    ("controller/decide/objects.py", frozenset(TERMINAL_PHASES)),  # Kubernetes pod phases share the two names
 }
 
 

@@ -21,7 +21,7 @@ is the runner's check on the machine itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -33,10 +33,6 @@ from spx.vocabulary import (
     MXFP8,
     MXFP8_GEMM_BACKENDS,
 )
-
-if TYPE_CHECKING:  # the spec's validator imports this module: no import back at run time
-    from spx.api.spec import ExperimentSpec
-
 
 
 def _and(values: tuple[str, ...]) -> str:
@@ -118,20 +114,22 @@ def _field_path(path: str, model: type[BaseModel]) -> tuple[list[str], Any]:
     return attrs, default
 
 
-def _value(spec: ExperimentSpec, path: str) -> Any:
+def _value(spec: BaseModel, path: str) -> Any:
     obj: Any = spec
     for attr in _field_path(path, type(spec))[0]:
         obj = getattr(obj, attr)
     return obj
 
 
-def refused(combination: Combination, spec: ExperimentSpec) -> bool:
-    """True when every condition of ``combination`` holds for ``spec``."""
+def refused(combination: Combination, spec: BaseModel) -> bool:
+    """True when every condition of ``combination`` holds for ``spec`` (an :class:`~spx.api.spec.ExperimentSpec`;
+    typed as its base so this module, which the spec's validator imports, imports nothing back)."""
     return all((_value(spec, c.path) in c.values) != c.negate for c in combination.when)
 
 
-def combination_problems(spec: ExperimentSpec) -> list[str]:
-    """The message of every :data:`COMBINATIONS` entry ``spec`` falls into (empty: none), all at once."""
+def combination_problems(spec: BaseModel) -> list[str]:
+    """The message of every :data:`COMBINATIONS` entry ``spec`` (an :class:`~spx.api.spec.ExperimentSpec`) falls
+    into (empty: none), all at once."""
     return [c.message for c in COMBINATIONS if refused(c, spec)]
 
 

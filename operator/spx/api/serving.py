@@ -146,7 +146,7 @@ class ServingGateSpec(CamelModel):
     """Largest allowed TTFT increase of split vs main, in percent (default +1)."""
 
 
-#: Paths the bench Job mounts itself (:mod:`spx.controller.manifests`: the experiment file, the scratch
+#: Paths the bench Job mounts itself (:mod:`spx.controller.build.manifests`: the experiment file, the scratch
 #: directory, the memory-backed ``/dev/shm`` and the termination message file): the model volume may be
 #: mounted neither there nor under them.
 RESERVED_MOUNT_PATHS: Final = ("/etc/spx", "/var/run/spx", "/tmp", "/dev/shm", "/dev/termination-log")

@@ -16,7 +16,7 @@ so the reader's validation names the field. The reader refuses those tokens too 
 wrote them): the line is reported as a problem, never silently turned into a number.
 
 Pure: strings in, plain JSON values out; validation into models is the reader's caller's business
-(:mod:`spx.controller.results`). The writer's side of the termination message is here too
+(:mod:`spx.controller.decide.results`). The writer's side of the termination message is here too
 (:func:`build_summary`, the bounded :class:`~spx.api.result.ResultSummary` of a run), beside
 :func:`parse_summary`, which reads it.
 """

@@ -3,7 +3,7 @@
 kopf's watches feed the store; a watch that restarts through a re-list (``410 Gone``, a reconnect)
 reports no deletions, so a Job deleted during the gap would stay in a watch-fed cache forever.
 :func:`relist` lists experiments, then Jobs, then pods, makes the store agree
-(:meth:`~spx.controller.store.Store.reconcile_list`) and says which experiments lost a Job or pod.
+(:meth:`~spx.controller.decide.store.Store.reconcile_list`) and says which experiments lost a Job or pod.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spx.api.spec import KIND, PLURAL
+from spx.controller.build.naming import MANAGED_SELECTOR
+from spx.controller.decide.objects import meta
+from spx.controller.decide.store import Key, Store
 from spx.controller.kube import KubeClient, resource_path
-from spx.controller.naming import MANAGED_SELECTOR
-from spx.controller.store import Key, Store, meta
 from spx.controller.writes import EXPERIMENT_API
 
 logger = logging.getLogger("spx.controller")

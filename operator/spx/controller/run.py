@@ -71,7 +71,7 @@ def run_operator(args: argparse.Namespace, preflight: Callable[[str | None], obj
         preflight(settings.kube_server)
     import kopf
 
-    from spx.controller import crd_check
+    from spx.controller.decide import crd_check
     from spx.controller.handlers import CrdMismatch  # (the import registers the handlers)
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])

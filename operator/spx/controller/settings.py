@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
 from spx.api.policy import Policy, check_bench_image, policy_from_env
-from spx.controller.observation import Timeouts
+from spx.controller.decide.observation import Timeouts
 from spx.controller.workqueue import HOLD_S
 
 DEFAULT_BENCH_IMAGE = "ghcr.io/spx-dev/spx-bench:0.1.0"
@@ -63,6 +63,11 @@ class OperatorSettings(BaseSettings):
     image_pull_timeout_s: float = _env("SPX_IMAGE_PULL_TIMEOUT_SECONDS",
                                        "seconds of image-pull / container-creation errors before InfraFailed",
                                        default=Timeouts.image_pull_timeout_s, gt=0)
+    replacement_timeout_s: float = _env(
+        "SPX_REPLACEMENT_TIMEOUT_SECONDS",
+        "seconds the Job controller may take to replace a disrupted (evicted) pod before PodCreateFailed, counted "
+        "from the disruption; never less than the Job controller's pod back-off plus a slack, whatever "
+        "SPX_IMAGE_PULL_TIMEOUT_SECONDS is", default=Timeouts.replacement_timeout_s, gt=0)
     max_disruptions: int = _env("SPX_MAX_DISRUPTIONS", "pod disruptions (evictions) retried before InfraFailed",
                                 default=Timeouts.max_disruptions, ge=0)
     metrics_port: int = _env("SPX_METRICS_PORT", "port of the Prometheus endpoint /metrics; 0 disables it",
@@ -77,7 +82,7 @@ class OperatorSettings(BaseSettings):
         default_factory=Policy)
     crd_check: bool = _env("SPX_CRD_CHECK",
                            "refuse to start unless the installed CRD carries this operator's schema version "
-                           "(spx.controller.crd_check); false only for development API servers without the CRD",
+                           "(spx.controller.decide.crd_check); false only for development API servers without the CRD",
                            default=True)
     workers: int = _env("SPX_RECONCILE_WORKERS", "concurrent reconciles (never the same experiment twice at once)",
                         default=64, ge=1)
@@ -187,7 +192,8 @@ class OperatorSettings(BaseSettings):
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("max_concurrent", "schedule_timeout_s", "image_pull_timeout_s", "max_disruptions", "metrics_port",
+    @field_validator("max_concurrent", "schedule_timeout_s", "image_pull_timeout_s", "replacement_timeout_s",
+                     "max_disruptions", "metrics_port",
                      "workers", "admission_hold_s", "resync_s", "log_limit_bytes", "progress_log_interval_s", "watch_server_timeout_s",
                      "watch_client_timeout_s", "watch_inactivity_timeout_s", "request_timeout_s",
                      "conflict_backoff_s", "conflict_backoff_max_s", "bench_image", "bench_image_pull_policy",
@@ -220,9 +226,9 @@ class OperatorSettings(BaseSettings):
 
     @property
     def timeouts(self) -> Timeouts:
-        """The limits :func:`spx.controller.pod_outcome.observe` classifies a run against."""
+        """The limits :func:`spx.controller.decide.pod_outcome.observe` classifies a run against."""
         return Timeouts(schedule_timeout_s=self.schedule_timeout_s, image_pull_timeout_s=self.image_pull_timeout_s,
-                        max_disruptions=self.max_disruptions)
+                        max_disruptions=self.max_disruptions, replacement_timeout_s=self.replacement_timeout_s)
 
 
 def env_var(field_name: str) -> str:

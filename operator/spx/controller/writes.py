@@ -21,9 +21,9 @@ from typing import Any
 
 from spx.api.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from spx.api.status import ExperimentStatus
-from spx.controller.conclusion import JobCreation
+from spx.controller.decide.decision import JobCreation
+from spx.controller.decide.objects import meta as _meta
 from spx.controller.kube import ApiError, KubeClient, resource_path
-from spx.controller.objects import meta as _meta
 
 logger = logging.getLogger("spx.controller.writes")
 

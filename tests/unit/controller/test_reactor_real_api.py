@@ -217,8 +217,8 @@ def test_a_result_configmap_of_a_log_full_of_broken_lines_is_accepted(namespace:
     problem per line used to push ``problems.txt`` past the API server's 1 MiB ConfigMap limit — the write
     was refused (422) on every retry and the run never decided. The problems are bounded; the log comes
     first and the real API server accepts the ConfigMap."""
-    from spx.controller.result_configmap import build_result_configmap
-    from spx.controller.results import collect
+    from spx.controller.build.result_configmap import build_result_configmap
+    from spx.controller.decide.results import collect
 
     pad = "x" * 100
     log = "".join(f'{{"kind": "point", "point": {{"tokens": {i}, "medianUs": NaN, "pad": "{pad}"}}}}\n'
@@ -249,9 +249,10 @@ def test_fm5_the_job_controller_marks_a_preemption_as_a_new_suspension(namespace
     import datetime as dt
 
     from spx.api.loading import validate_spec
-    from spx.controller import conclusion as c
-    from spx.controller.conditions import parse_time
-    from spx.controller.job_status import suspended_since
+    from spx.controller.decide import conclusion as c
+    from spx.controller.decide import decision as dec
+    from spx.controller.decide.conditions import parse_time
+    from spx.controller.decide.job_status import suspended_since
 
     body = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "preempted-g1", "namespace": namespace},
             "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
@@ -290,7 +291,7 @@ def test_fm5_the_job_controller_marks_a_preemption_as_a_new_suspension(namespace
     spec = validate_spec({**SPEC, "scheduling": {"queueName": "gpus", "admissionTimeoutSeconds": 60}})
     at = parse_time(suspended_since(again))
     assert at is not None
-    base = c.Observed(name="preempted", namespace=namespace, uid="exp-uid", generation=1, spec=spec,
+    base = dec.Observed(name="preempted", namespace=namespace, uid="exp-uid", generation=1, spec=spec,
                       status=ExperimentStatus(phase="Running", observed_generation=1, job_name="preempted-g1"),
                       now=at + dt.timedelta(seconds=59.5), jobs=[again])
     assert c.conclude(base).outcome == "suspended"
