@@ -154,6 +154,11 @@ FP8_BLOCK128: Final[WeightFormat] = WEIGHT_FORMATS[1]
 #: Unquantised weights.
 BF16: Final[WeightFormat] = WEIGHT_FORMATS[2]
 
+#: The modelled all-gather's regimes: vLLM's custom all-gather up to 2 MiB per shard, NCCL above
+#: (``spx.api.gather_model``).
+GatherRegime = Literal["custom", "nccl"]
+GATHER_REGIMES: Final[tuple[GatherRegime, ...]] = get_args(GatherRegime)
+
 # --- the threshold and the prediction --------------------------------------------------------------
 
 #: ``spec.gate.thresholdRounding`` and ``spx predict --rounding``.
@@ -173,7 +178,18 @@ GATHER_PRIORS: Final[tuple[GatherPrior, ...]] = get_args(GatherPrior)
 PredictGather = Literal["h20-derived", GatherPrior]
 PREDICT_GATHERS: Final[tuple[PredictGather, ...]] = get_args(PredictGather)
 
+# --- the serving A/B ------------------------------------------------------------------------------
+
+#: ``spec.serving.arms[].variant``: vLLM as released (``main``) or with the split threshold under test.
+ArmVariant = Literal["main", "split"]
+ARM_VARIANTS: Final[tuple[ArmVariant, ...]] = get_args(ArmVariant)
+
 # --- the command line -----------------------------------------------------------------------------
+
+#: ``spx``'s commands, in the order ``spx --help`` lists them (``spx.cli.registry``; their exit codes:
+#: ``spx.api.exit_codes``).
+CommandName = Literal["run", "validate", "report", "predict", "gate", "crd", "serving", "operator", "completion"]
+COMMAND_NAMES: Final[tuple[CommandName, ...]] = get_args(CommandName)
 
 #: ``-o/--output`` of every ``spx`` command that prints a document.
 OutputFormat = Literal["text", "json", "yaml"]

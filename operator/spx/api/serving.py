@@ -21,11 +21,11 @@ from pydantic import Field, field_validator, model_validator
 
 from spx.api.base import CamelModel, FiniteFloat
 from spx.api.step import StepSpec
-from spx.vocabulary import RESERVED_SERVER_ENV
+from spx.vocabulary import ARM_VARIANTS, RESERVED_SERVER_ENV
+from spx.vocabulary import ArmVariant as ArmVariant  # re-exported: the serving documents' type
 
 SERVING_RESULT_SCHEMA_VERSION: Final = "spx.dev/serving-result/v1"
 
-ArmVariant = Literal["main", "split"]
 #: What a point reports, as named in ``vllm bench serve``'s saved JSON (``mean_<metric>_ms`` for the
 #: latencies, ``<metric>`` for the throughputs).
 ServingMetric = Literal[
@@ -247,7 +247,7 @@ class ServingSpec(CamelModel):
         if dupes:
             raise ValueError(f"serving.arms: arm names must be unique, {dupes} repeat")
         variants = {a.variant for a in self.arms}
-        if variants != {"main", "split"}:
+        if variants != set(ARM_VARIANTS):
             raise ValueError(
                 f"serving.arms needs at least one main and one split arm (got only {sorted(variants)})"
             )
