@@ -224,9 +224,9 @@ class ResultSummary(CamelModel):
     points: list[KernelPoint] = Field(default_factory=list)
     environment: Environment = Field(default_factory=Environment)
     world_size: int = Field(ge=1)
-    gemm_backend: str
+    gemm_backend: GemmBackend
     gather_source: GatherSource
-    timer: str
+    timer: Timer
     complete: bool = True
     error: str | None = Field(default=None, max_length=512)
     serving: ServingStatus | None = None
