@@ -8,17 +8,22 @@ every vLLM process, and importing ``spx.api`` builds all its pydantic models (2.
 from that type (``typing.get_args``, so the two cannot drift) and, where users choose a value, a
 one-line meaning per value. The pattern follows kopf's ``causes.Reason`` (an enum with derived tuples "to prevent a direct
 usage of strings, and typos"), written as ``Literal`` types so the published schema stays a plain
-string ``enum``.
+string ``enum``. ``tests/unit/test_vocabulary.py::test_no_module_spells_a_vocabulary_out_again`` finds every
+vocabulary here by introspection and fails on a second spelling of one anywhere else in the package.
 
 - verdicts and the reasons of the terminal ``Decided`` condition (:data:`VERDICTS`,
   :data:`FAILURE_REASONS`, :data:`DECIDED_REASONS`);
 - phases, waiting and terminal (:data:`PHASES`, :data:`WAITING_PHASES`, :data:`TERMINAL_PHASES`);
 - GEMM and all-gather backends of the kernel microbenchmark (:data:`GEMM_BACKENDS`,
   :data:`GATHER_BACKENDS`, with :data:`GEMM_BACKEND_MEANINGS` / :data:`GATHER_BACKEND_MEANINGS`);
+- the candidates (:data:`CANDIDATES`, :data:`STAGE_CANDIDATES`), the resolved backends and the gather's
+  source, the values that need CUDA (:data:`CUDA_TIMERS`, :data:`CUDA_GATHER_BACKENDS`, :data:`CUDA_GEMM_BACKENDS`);
 - how the kernel bench times (:data:`TIMERS`, :data:`DEVICES`, :data:`EXECUTIONS`, :data:`EXECUTION_MODES`) and
   the weight formats (:data:`WEIGHT_FORMATS`, :data:`MXFP8`);
-- the threshold's rounding and rule, the interpolation and the gather priors;
-- the command line's output formats, shells and log formats;
+- the threshold's rounding and rule, the interpolation, the gather priors and regimes;
+- the serving arms' variants (:data:`ARM_VARIANTS`);
+- the command line: command names, output formats, shells and log formats (the exit codes, with their
+  per-command meanings, are :mod:`spx.api.exit_codes`);
 - the files of a run directory (:data:`RESULT_FILE`, :data:`STATUS_FILE`, :data:`POINTS_FILE`, …);
 - the spx vLLM plugin's environment variables and the marker of the line it logs
   (:data:`PLUGIN_ENV_THRESHOLD`, :data:`PLUGIN_ENV_TARGET`, :data:`PLUGIN_LOG_MARKER`, :data:`ARM_ENV`).
@@ -33,9 +38,9 @@ from typing import Final, Literal, TypeVar, get_args
 
 #: The gate's verdict (``status.verdict``; the reason of ``Decided`` True when a verdict was reached).
 Verdict = Literal["Pass", "Fail", "Inconclusive"]
-#: The reason of ``Decided`` True when the run ended without a verdict.
 #: The failure reasons a bench pod's end can give (``spx.controller.decide.observation``); InvalidSpec is admission's.
 PodFailureReason = Literal["BenchmarkFailed", "InfraFailed"]
+#: The reason of ``Decided`` True when the run ended without a verdict.
 FailureReason = Literal["InvalidSpec", PodFailureReason]
 #: Every reason of the terminal ``Decided`` condition: the verdict, or why there is none.
 DecidedReason = Literal[Verdict, FailureReason]
