@@ -235,6 +235,23 @@ RUN_OUTPUTS: Final[tuple[str, ...]] = (RESULT_FILE, STATUS_FILE, PLOT_FILE, POIN
 #: Files whose presence marks a folder as a run's directory.
 RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE)
 
+# --- the bench pod's own mounts (``spx.controller.build.manifests``, ``pod_security``) ----------------
+
+#: The experiment file the operator projects into the pod (from an annotation, read-only).
+EXPERIMENT_MOUNT: Final = "/etc/spx"
+#: The scratch emptyDir: results, HOME and the caches.
+SCRATCH_MOUNT: Final = "/var/run/spx"
+#: The scratch volume again (``subPath: tmp``), as ``TMPDIR``.
+TMP_MOUNT: Final = "/tmp"
+#: The memory-backed ``/dev/shm`` NCCL and vLLM need.
+SHM_MOUNT: Final = "/dev/shm"
+#: Where the pod → operator summary is written (``terminationMessagePath``).
+TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
+#: Every path the bench pod mounts itself: ``spec.pod.volumes`` and ``spec.serving.modelMountPath`` may not
+#: be mounted at, above or below them (``spx.api.pod``, ``spx.api.serving``, the CRD's rule).
+RESERVED_MOUNT_PATHS: Final[tuple[str, ...]] = (
+    EXPERIMENT_MOUNT, SCRATCH_MOUNT, TMP_MOUNT, SHM_MOUNT, TERMINATION_MESSAGE_PATH)
+
 # --- the spx vLLM plugin (spx.bench.vllm_plugin) --------------------------------------------------
 
 #: The threshold the plugin sets in every vLLM process: ``off`` or a token count.
