@@ -34,7 +34,7 @@ from spx.bench.context import BenchContext, point_execution, setup, timing_proto
 from spx.bench.fingerprint import host_cpu_model
 from spx.bench.sequence_parallel import resolve_sp_shard, sp_trim
 from spx.bench.timing import bench_time
-from spx.vocabulary import EXECUTIONS, STAGE_CANDIDATES, StageStreams
+from spx.vocabulary import EXECUTIONS, GEMM_BACKENDS, STAGE_CANDIDATES, StageStreams
 
 if TYPE_CHECKING:
     import torch
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m spx.bench.stage", description=__doc__.split("\n")[0])
     parser.add_argument("spec")
-    parser.add_argument("--gemm-backend")
+    parser.add_argument("--gemm-backend", choices=GEMM_BACKENDS)
     parser.add_argument("--execution", choices=EXECUTIONS)
     parser.add_argument("--tokens", help="comma-separated token counts (overrides stage.tokens)")
     parser.add_argument("--out", type=Path)
