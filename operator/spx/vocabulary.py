@@ -230,10 +230,12 @@ SERVER_LOG: Final = "server.log"
 GSM8K_REPLIES_FILE: Final = "gsm8k-replies.jsonl"
 #: The step A/B's document (``spx.api.step.StepResult``).
 STEP_RESULT_FILE: Final = "step-result.json"
+#: The files a run wrote into its ``--out`` (``spx.cli.outdir``): ``--overwrite`` replaces only these.
+MANIFEST_FILE: Final = ".spx-manifest.json"
 #: What ``spx run`` writes into its ``--out`` (an ``--overwrite`` removes exactly these).
 RUN_OUTPUTS: Final[tuple[str, ...]] = (RESULT_FILE, STATUS_FILE, PLOT_FILE, POINTS_FILE, SERVING_DIR)
 #: Files whose presence marks a folder as a run's directory.
-RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE)
+RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE, MANIFEST_FILE)
 
 # --- the bench pod's own mounts (``spx.controller.build.manifests``, ``pod_security``) ----------------
 

@@ -22,7 +22,6 @@ from spx.api.status import Environment, KernelPoint
 from spx.vocabulary import (
     Execution,
     ExecutionMode,
-    GatherBackend,
     GatherSource,
     GemmBackend,
     ResolvedDevice,
@@ -129,11 +128,14 @@ class KernelResult(CamelModel):
     environment: Environment = Field(default_factory=Environment)
     world_size: int = Field(ge=1)
     gemm_backend: GemmBackend
+    """The backend that ran; ``auto`` only in a partial result whose ranks died before resolving it."""
     gemm_backend_reason: str | None = Field(default=None, max_length=1024)
     reference_tolerance: float | None = Field(default=None, gt=0)
-    gather_backend: GatherBackend | ResolvedGatherBackend
+    gather_backend: ResolvedGatherBackend | Literal["auto"]
+    """The all-gather that ran; ``auto`` only in a partial result whose ranks died before resolving it."""
     gather_source: GatherSource
     timer: Timer
+    """The timer that ran; ``auto`` only in a partial result whose ranks died before resolving it."""
     device: ResolvedDevice
     cuda_graphs: bool
     execution: Execution | None = None

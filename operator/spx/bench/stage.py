@@ -232,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(result.model_dump_json(by_alias=True, indent=1))
+        from spx.files import write_atomic
+
+        write_atomic(args.out, result.model_dump_json(by_alias=True, indent=1))
     print("\n".join(stage_table_lines(result)))
     return 0
 

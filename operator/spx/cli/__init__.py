@@ -15,11 +15,11 @@ import sys
 from rich.markup import escape
 
 from spx.api import SpecError
-from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (importing registers their commands)
 from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
 from spx.cli.registry import COMMANDS, build_parser, command
-from spx.cli.streams import pipe_safe_streams, stdout_closed
+from spx.cli.streams import degrade_unencodable_characters, pipe_safe_streams, stdout_closed
 
 
 def _error(message: str) -> None:
@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
 
     Usage errors (argparse's own included) are 3, an unreachable cluster 4, Ctrl-C 130 with one line, a
     closed stdout or stderr 141 and nothing printed (``spx run`` and ``spx serving`` go on, write their files
-    and exit with their own code: :mod:`spx.cli.streams`).
+    and exit with their own code: :mod:`spx.cli.streams`), an exception no command expected 70 (never 1, which
+    ``spx gate`` means as Fail). A character the output's encoding cannot show is written as an ASCII stand-in.
     """
+    degrade_unencodable_characters()
     try:
         parser = build_parser()
         try:
@@ -68,6 +70,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `spx crd | head -1`: stop quietly, exit 141 as SIGPIPE would
         return stdout_closed()
+    except Exception as exc:  # a bug: never exit 1 (spx gate's Fail, spx run's failed benchmark)
+        return internal_error(exc)
+
+
+def internal_error(exc: BaseException) -> int:
+    """One line on stderr for an exception no command expected (its type, message and where it was raised) and
+    :data:`~spx.api.exit_codes.EXIT_INTERNAL` (70): an uncaught exception would exit 1, ``spx gate``'s Fail."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    err_console().print(f"error: internal error in spx (a bug; please report it with this line): "
+                        f"{type(exc).__name__}: {str(exc)[:500]}{where}", highlight=False, markup=False, soft_wrap=True)
+    return EXIT_INTERNAL
 
 
 __all__ = [

@@ -312,11 +312,16 @@ def read_and_decide(
     """Read ``target`` (a local path or an experiment name) once and decide."""
     try:
         if _is_local(target):
-            from spx.cli.outdir import run_in_progress
+            from spx.cli.outdir import partial_points, run_in_progress
 
-            if holder := run_in_progress(Path(target) if os.path.isdir(target) else Path(target).parent):
+            run_dir = Path(target) if os.path.isdir(target) else Path(target).parent
+            if holder := run_in_progress(run_dir):
                 return GateResult(EXIT_UNDECIDED, target, False, phase="Running",
                                   message=f"a run is in progress ({holder}); its status.json is written when it ends")
+            if not (run_dir / STATUS_FILE).exists() and (n := partial_points(run_dir)):
+                return GateResult(EXIT_UNDECIDED, target, False, message=(
+                    f"the run ended without writing its status.json (a full disk, SIGKILL, the OOM killer): not "
+                    f"decided; {n} measured point(s) in points.partial.jsonl (spx report {run_dir} reports them)"))
             local, local_generation = read_local(target)
             return decide(local, target, local_generation)
         check_names(target, namespace)
@@ -405,11 +410,18 @@ def main(argv: list[str] | None = None) -> int:
         prog="spx gate", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_arguments(parser)
+    from spx.cli import internal_error
+    from spx.cli.streams import degrade_unencodable_characters
+
+    degrade_unencodable_characters()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code not in (0, None) else 0
-    return run(args)
+    try:
+        return run(args)
+    except Exception as exc:  # a bug: never exit 1, which is Fail
+        return internal_error(exc)
 
 
 if __name__ == "__main__":

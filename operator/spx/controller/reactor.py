@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spx.api.spec import KIND, PLURAL
+from spx.api.spec import API_VERSION, KIND, PLURAL
 from spx.controller import metrics, relist
 from spx.controller.decide import admission, retention
 from spx.controller.decide import conditions as cond
@@ -44,7 +44,7 @@ from spx.controller.reads import Reads
 from spx.controller.reconciler import Reconciler
 from spx.controller.settings import OperatorSettings
 from spx.controller.workqueue import WorkQueue
-from spx.controller.writes import EXPERIMENT_API, Backoff, Writes
+from spx.controller.writes import Backoff, Writes
 
 logger = logging.getLogger("spx.controller")
 
@@ -201,7 +201,7 @@ class Reactor:
         for namespace, name in retention.due(self.store.experiments.values(), self.clock(),
                                              self.settings.finished_retention_s):
             try:
-                await self.client.delete(resource_path(EXPERIMENT_API, PLURAL, namespace, name))
+                await self.client.delete(resource_path(API_VERSION, PLURAL, namespace, name))
                 logger.info("deleted %s/%s: decided more than %.0f s ago (SPX_FINISHED_RETENTION_SECONDS)",
                             namespace, name, self.settings.finished_retention_s)
             except ApiError as err:

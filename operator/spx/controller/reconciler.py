@@ -127,6 +127,8 @@ class Reconciler:
     def _admit(self, key: Key) -> dec.Admission:
         limit = self.settings.max_concurrent
         synced = self.is_synced()
+        if admission.kueue_managed(self.store.experiments.get(key)):  # Kueue queues it: no second queue
+            return c.Admission(True, 0, 0, synced)
         if limit <= 0 and synced:  # no limit: no need to count (O(experiments + Jobs))
             return dec.Admission(True, 0, 0, True)
         v = admission.admit(key, limit, self.active_keys(), admission.waiting(self.store), synced)
@@ -174,7 +176,7 @@ class Reconciler:
             jobs=jobs, pods=pods, gone_pods=gone, deleting=deleting(exp), timeouts=s.timeouts, bench_image=s.bench_image,
             bench=BenchOptions(command=s.bench_command, service_account_name=s.bench_service_account,
                                shm_size=s.bench_shm_size, image_pull_policy=s.bench_image_pull_policy,
-                               extra_env=dict(s.extra_env)),
+                               extra_env=dict(s.extra_env), placement=s.bench_placement),
             progress_interval_s=s.progress_log_interval_s, policy=s.policy,
             progress_log=progress[1] if progress else None, progress_read_at=progress[0] if progress else None,
             **answers,

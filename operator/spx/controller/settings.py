@@ -25,6 +25,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
 from spx.api.policy import Policy, check_bench_image, policy_from_env
 from spx.controller.build.manifests import DEFAULT_BENCH_COMMAND
+from spx.controller.build.placement import PlacementDefaults
 from spx.controller.decide.observation import Timeouts
 from spx.controller.workqueue import HOLD_S
 
@@ -81,6 +82,11 @@ class OperatorSettings(BaseSettings):
         "what an experiment may ask for (image registries/digests, priority classes, tolerations, node-selector "
         "keys), JSON in camelCase (spx.api.policy; chart: values `policy`); empty = allow everything",
         default_factory=Policy)
+    bench_placement: Annotated[PlacementDefaults, NoDecode] = _env(
+        "SPX_BENCH_PLACEMENT",
+        "the cluster's default placement of bench pods where an experiment sets none: JSON in camelCase "
+        "{nodeSelector, tolerations, affinity, gpuNodeAffinity} (spx.controller.build.placement.PlacementDefaults; "
+        "chart: values `benchPlacement`)", default_factory=PlacementDefaults)
     crd_check: bool = _env("SPX_CRD_CHECK",
                            "refuse to start unless the installed CRD carries this operator's schema version "
                            "(spx.controller.decide.crd_check); false only for development API servers without the CRD",
@@ -170,6 +176,13 @@ class OperatorSettings(BaseSettings):
             if not value.strip():
                 raise PydanticUseDefault()
             return tuple(value.split())
+        return value
+
+    @field_validator("bench_placement", mode="before")
+    @classmethod
+    def _parse_placement(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return PlacementDefaults.model_validate_json(value or "{}")
         return value
 
     @field_validator("policy", mode="before")

@@ -36,7 +36,14 @@ from spx.controller.build.naming import (
     link_labels,
     owner_reference,
 )
-from spx.controller.build.placement import GPU_RESOURCE, build_affinity, build_tolerations, uses_gpus
+from spx.controller.build.placement import (
+    GPU_RESOURCE,
+    PlacementDefaults,
+    build_affinity,
+    build_tolerations,
+    uses_gpus,
+    with_defaults,
+)
 from spx.vocabulary import EXPERIMENT_MOUNT, SCRATCH_MOUNT, SHM_MOUNT, TERMINATION_MESSAGE_PATH
 
 EXPERIMENT_FILE = f"{EXPERIMENT_MOUNT}/experiment.json"
@@ -79,6 +86,9 @@ class BenchOptions:
     shm_size: str | None = "64Gi"
     image_pull_policy: str = "IfNotPresent"
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    #: The cluster's default placement (nodeSelector, tolerations, affinity, gpuNodeAffinity) where the
+    #: experiment sets none (:func:`spx.controller.build.placement.with_defaults`).
+    placement: PlacementDefaults | None = None
 
 
 def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentSpec, image: str,
@@ -173,12 +183,13 @@ def build_pod_spec(container: Mapping[str, Any], spec: ExperimentSpec, options: 
     }
     if options.service_account_name:
         pod_spec["serviceAccountName"] = options.service_account_name
-    if spec.resources.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.resources.node_selector)
-    affinity = build_affinity(spec)
+    placed = with_defaults(spec, options.placement)
+    if placed.resources.node_selector:
+        pod_spec["nodeSelector"] = dict(placed.resources.node_selector)
+    affinity = build_affinity(placed)
     if affinity:
         pod_spec["affinity"] = affinity
-    tolerations = build_tolerations(spec)
+    tolerations = build_tolerations(placed)
     if tolerations:
         pod_spec["tolerations"] = tolerations
     if spec.scheduling.priority_class_name:

@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field, field_validator
+
+from spx.api.base import CamelModel
+from spx.api.resources import GpuNodeAffinity
 from spx.api.spec import ExperimentSpec
 
 #: The NVIDIA device plugin's extended resource (requested per TP rank), also the taint key of GPU nodes.
@@ -72,3 +76,44 @@ def build_tolerations(spec: ExperimentSpec) -> list[dict[str, Any]]:
         # GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule (GPU operator / cloud defaults).
         tolerations.append({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"})
     return tolerations
+
+
+class PlacementDefaults(CamelModel):
+    """The cluster's default placement of bench pods (``SPX_BENCH_PLACEMENT``, JSON in camelCase; chart
+    value ``benchPlacement``), each used only where the experiment sets none: a tenant on GPU pools
+    without GPU Feature Discovery labels then runs without knowing the pools' labels and taints, instead
+    of waiting Pending until ``Unschedulable``. Set by the cluster's admin, so not subject to the policy."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    affinity: dict[str, Any] | None = None
+    #: Replaces the spec's default ``required`` when the experiment does not set ``gpuNodeAffinity``
+    #: (``none`` on pools without GPU Feature Discovery labels).
+    gpu_node_affinity: GpuNodeAffinity | None = None
+
+    @field_validator("gpu_node_affinity", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if value == "" else value  # the chart's "" (keep each experiment's default)
+
+
+def with_defaults(spec: ExperimentSpec, defaults: PlacementDefaults | None) -> ExperimentSpec:
+    """``spec`` with the cluster's :class:`PlacementDefaults` filled in where ``spec.resources`` sets
+    nothing: ``nodeSelector`` when empty, ``tolerations`` when empty, ``affinity`` when unset,
+    ``gpuNodeAffinity`` when the experiment did not write it (pydantic's ``model_fields_set``). A new
+    object; ``spec`` is not mutated. Used for the pod only (the policy is checked on the spec as written)."""
+    if defaults is None:
+        return spec
+    r = spec.resources
+    update: dict[str, Any] = {}
+    if not r.node_selector and defaults.node_selector:
+        update["node_selector"] = dict(defaults.node_selector)
+    if not r.tolerations and defaults.tolerations:
+        update["tolerations"] = [dict(t) for t in defaults.tolerations]
+    if r.affinity is None and defaults.affinity:
+        update["affinity"] = json.loads(json.dumps(defaults.affinity))
+    if "gpu_node_affinity" not in r.model_fields_set and defaults.gpu_node_affinity is not None:
+        update["gpu_node_affinity"] = defaults.gpu_node_affinity
+    if not update:
+        return spec
+    return spec.model_copy(update={"resources": r.model_copy(update=update)})

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from spx.controller.build.naming import LABEL_GENERATION
+from spx.controller.build.naming import KUEUE_QUEUE_LABEL, LABEL_GENERATION
 from spx.controller.decide.job_status import job_finished
 from spx.controller.decide.objects import deleting, generation, meta
 from spx.controller.decide.store import Store
@@ -84,6 +84,14 @@ def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key],
     return Verdict(queue.index(key) < free, len(active))
 
 
+def kueue_managed(experiment: Mapping[str, Any] | None) -> bool:
+    """Whether an experiment (the object) names a Kueue LocalQueue (``spec.scheduling.queueName``): Kueue
+    is its queue then, and the operator's own concurrency limit steps aside — it neither waits for a slot
+    nor holds one, so the two queues never stack (a run Kueue admitted never waits again for the operator's)."""
+    scheduling = ((experiment or {}).get("spec") or {}).get("scheduling") or {}
+    return bool(scheduling.get("queueName"))
+
+
 def suspended(job: Mapping[str, Any]) -> bool:
     """Whether a Job waits suspended (``spec.suspend: true``): Kueue has not admitted it yet."""
     return bool((job.get("spec") or {}).get("suspend"))
@@ -91,11 +99,11 @@ def suspended(job: Mapping[str, Any]) -> bool:
 
 def active(store: Store, reserved: Iterable[Key] = ()) -> set[Key]:
     """Experiments holding a slot: an unfinished, unsuspended Job of their current generation, or a
-    reservation. A Job suspended for Kueue (``spec.scheduling.queueName``) holds none: Kueue is the
-    queue then, and the operator's limit counts only the Jobs Kueue admitted (unsuspended)."""
+    reservation. A Job of a Kueue queue (``spec.scheduling.queueName``, :func:`kueue_managed`) holds none,
+    suspended or admitted: Kueue's quota governs it, and the operator's limit counts only its own runs."""
     out = set(reserved)
     for job in store.jobs.values():
-        if job_finished(job) or deleting(job) or suspended(job):
+        if job_finished(job) or deleting(job) or suspended(job) or KUEUE_QUEUE_LABEL in (meta(job).get("labels") or {}):
             continue
         key = store.experiment_of_job(job)
         exp = store.experiments.get(key) if key is not None else None
@@ -114,6 +122,8 @@ def waiting(store: Store) -> list[Key]:
     rows = []
     for key, exp in store.experiments.items():
         st = exp.get("status") or {}
+        if kueue_managed(exp):  # Kueue's queue, not the operator's
+            continue
         if (st.get("phase") or "Pending") in ("Pending", "Queued") and not st.get("jobName") and not deleting(exp):
             rows.append((str(meta(exp).get("creationTimestamp") or ""), key))
     return [k for _, k in sorted(rows)]

@@ -140,7 +140,7 @@ def test_metrics_follow_status_and_are_removed_with_the_experiment() -> None:
         "phase": "Succeeded", "verdict": "Fail",
         "environment": {"gpu": "NVIDIA H200", "vllm": "0.33.0"},
         "kernel": {"crossoverTokens": 3000.0, "recommendedThresholdTokens": 4096,
-                   "points": [{"tokens": 2048, "replicatedUs": 30.0, "splitUs": 33.0, "speedup": 0.91}]},
+                   "points": [{"tokens": 2048, "rowsPerRank": 256, "replicatedUs": 30.0, "splitUs": 33.0, "speedup": 0.91}]},
     }
     metrics.observe_experiment("ns", "exp", status)
     verdicts = {lb["verdict"]: v for lb, v in _samples("spx_verdict") if lb["experiment"] == "exp"}
