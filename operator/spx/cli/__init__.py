@@ -15,9 +15,9 @@ import sys
 from rich.markup import escape
 
 from spx.api import SpecError
-from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (importing registers their commands)
-from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
+from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, internal_error, parse_tokens
 from spx.cli.registry import COMMANDS, build_parser, command
 from spx.cli.streams import degrade_unencodable_characters, pipe_safe_streams, stdout_closed
 
@@ -72,18 +72,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         return stdout_closed()
     except Exception as exc:  # a bug: never exit 1 (spx gate's Fail, spx run's failed benchmark)
         return internal_error(exc)
-
-
-def internal_error(exc: BaseException) -> int:
-    """One line on stderr for an exception no command expected (its type, message and where it was raised) and
-    :data:`~spx.api.exit_codes.EXIT_INTERNAL` (70): an uncaught exception would exit 1, ``spx gate``'s Fail."""
-    import traceback
-
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    err_console().print(f"error: internal error in spx (a bug; please report it with this line): "
-                        f"{type(exc).__name__}: {str(exc)[:500]}{where}", highlight=False, markup=False, soft_wrap=True)
-    return EXIT_INTERNAL
 
 
 __all__ = [

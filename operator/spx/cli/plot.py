@@ -68,8 +68,8 @@ def plot_crossover(
     (:func:`plot_format`: ``.png``, ``.svg``, ``.pdf``…), written whole or not at all (:func:`spx.files.write_atomic`).
 
     Replicated and split latency (median µs) vs tokens on log-log axes; the split's all-gather
-    alone as a dotted line when known; with host times the host-bound effective times (max of host
-    issue time and GPU span) as dashed curves and the host-bound break-even; vertical lines at the
+    alone as a dotted line when known; with eager host times the candidates' host issue times (the
+    host-bound regime) as dashed curves and that regime's break-even; vertical lines at the
     interpolated break-even, the recommended threshold, the gate's threshold and vLLM's CUDA-graph
     capture limit (points above it ran eagerly). When the points carry speed-up intervals
     (``speedupLow/High``), a second panel shows the speedup with its 95 % error bars (and, lighter,
@@ -106,13 +106,13 @@ def plot_crossover(
                 [t for t, _ in gathered], [g for _, g in gathered], "x:", color="tab:orange", alpha=0.7,
                 label=f"all-gather alone ({kernel.gather_source or '?'})",
             )
-        hosted = [p for p in pts if p.replicated_host_bound_us and p.split_host_bound_us] if differs else []
+        hosted = [p for p in pts if p.replicated_host_us and p.split_host_us] if differs else []
         if hosted:
-            ax.plot([p.tokens for p in hosted], [p.replicated_host_bound_us for p in hosted], "o--", color="tab:blue",
-                    alpha=0.6, mfc="none", label="replicated, host-bound (max of host, GPU)")
-            ax.plot([p.tokens for p in hosted], [p.split_host_bound_us for p in hosted], "s--", color="tab:orange",
-                    alpha=0.6, mfc="none", label="split, host-bound (max of host, GPU)")
-        host = kernel.host_bound if differs else None
+            ax.plot([p.tokens for p in hosted], [p.replicated_host_us for p in hosted], "o--", color="tab:blue",
+                    alpha=0.6, mfc="none", label="replicated, host issue time (host-bound regime)")
+            ax.plot([p.tokens for p in hosted], [p.split_host_us for p in hosted], "s--", color="tab:orange",
+                    alpha=0.6, mfc="none", label="split, host issue time (host-bound regime)")
+        host = next((r for r in kernel.regimes if r.regime == "host-bound"), None) if differs else None
         if host is not None and host.crossover_tokens is not None:
             ax.axvline(host.crossover_tokens, color="tab:red", linestyle=":",
                        label=f"host-bound break-even ≈ {host.crossover_tokens:,.0f} tokens")
