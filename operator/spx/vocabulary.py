@@ -11,7 +11,8 @@ usage of strings, and typos"), written as ``Literal`` types so the published sch
 string ``enum``.
 
 - verdicts and the reasons of the terminal ``Decided`` condition (:data:`VERDICTS`,
-  :data:`FAILURE_REASONS`, :data:`DECIDED_REASONS`);
+  :data:`FAILURE_REASONS`, :data:`DECIDED_REASONS`), what decided a verdict (:data:`DECIDED_BY`) and
+  the kernel's regimes (:data:`KERNEL_REGIMES`);
 - phases, waiting and terminal (:data:`PHASES`, :data:`WAITING_PHASES`, :data:`TERMINAL_PHASES`);
 - GEMM and all-gather backends of the kernel microbenchmark (:data:`GEMM_BACKENDS`,
   :data:`GATHER_BACKENDS`, with :data:`GEMM_BACKEND_MEANINGS` / :data:`GATHER_BACKEND_MEANINGS`);
@@ -43,6 +44,32 @@ DecidedReason = Literal[Verdict, FailureReason]
 VERDICTS: Final[tuple[Verdict, ...]] = get_args(Verdict)
 FAILURE_REASONS: Final[tuple[FailureReason, ...]] = get_args(FailureReason)
 DECIDED_REASONS: Final[tuple[DecidedReason, ...]] = VERDICTS + FAILURE_REASONS
+
+# --- what decided a verdict, and the kernel's regimes (issue #28) ----------------------------------
+
+#: Which measurement decided ``status.verdict`` (``status.kernel.decidedBy``, :mod:`spx.analysis.judge`):
+#: ``correctness`` (the split's output differs: Fail whatever the speed), ``kernel`` (the kernel sweep:
+#: both regimes agree, or only one applies), ``step`` (the step A/B, when the regimes disagree),
+#: ``deployment`` (a threshold above the largest batch the deployment forms: the split never engages),
+#: ``serving`` / ``accuracy`` (that gate demoted the verdict), ``none`` (nothing decided: Inconclusive,
+#: ``kernel.nextStep`` says what would).
+DecidedBy = Literal["correctness", "kernel", "step", "deployment", "serving", "accuracy", "none"]
+DECIDED_BY: Final[tuple[DecidedBy, ...]] = get_args(DecidedBy)
+DECIDED_BY_MEANINGS: Final[Mapping[DecidedBy, str]] = {
+    "correctness": "the split's output differs from the replicated one",
+    "kernel": "the kernel sweep: both regimes agree, or only one applies",
+    "step": "the step A/B on the deployment: the kernel regimes disagree",
+    "deployment": "the threshold lies above the largest batch the deployment forms",
+    "serving": "the serving A/B gate demoted the verdict",
+    "accuracy": "the GSM8K gate demoted the verdict",
+    "none": "no measurement decided: Inconclusive, kernel.nextStep names what would",
+}
+
+#: The two regimes of an eagerly run step (docs/kernel-benchmark.md, "Regimes"; :mod:`spx.analysis.queue`):
+#: ``gpu-bound`` (the GPU is the bottleneck: the split moves the step by its GPU difference Δg),
+#: ``host-bound`` (the host is: by its host difference Δh).
+KernelRegime = Literal["gpu-bound", "host-bound"]
+KERNEL_REGIMES: Final[tuple[KernelRegime, ...]] = get_args(KernelRegime)
 
 # --- phases ----------------------------------------------------------------------------------------
 
@@ -200,10 +227,12 @@ SERVER_LOG: Final = "server.log"
 GSM8K_REPLIES_FILE: Final = "gsm8k-replies.jsonl"
 #: The step A/B's document (``spx.api.step.StepResult``).
 STEP_RESULT_FILE: Final = "step-result.json"
+#: The files a run wrote into its ``--out`` (``spx.cli.outdir``): ``--overwrite`` replaces only these.
+MANIFEST_FILE: Final = ".spx-manifest.json"
 #: What ``spx run`` writes into its ``--out`` (an ``--overwrite`` removes exactly these).
 RUN_OUTPUTS: Final[tuple[str, ...]] = (RESULT_FILE, STATUS_FILE, PLOT_FILE, POINTS_FILE, SERVING_DIR)
 #: Files whose presence marks a folder as a run's directory.
-RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE)
+RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE, MANIFEST_FILE)
 
 # --- the spx vLLM plugin (spx.bench.vllm_plugin) --------------------------------------------------
 

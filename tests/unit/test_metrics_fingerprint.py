@@ -7,15 +7,14 @@ from spx.controller import metrics
 
 def test_crossover_and_threshold_carry_gpu_driver_and_vllm():
     """… and what else makes two crossovers comparable: GEMM backend, gather source (with the gather
-    model of a modelled one), execution mode, device, TP size, projection shape and the requested sweep grid."""
+    model of a modelled one), execution mode, device, TP size, projection shape and the sweep grid."""
     metrics.reset()
     status = {
         "phase": "Succeeded",
         "environment": {"gpu": "NVIDIA H200", "driver": "580.159.04", "vllm": "0.33.0", "device": "cuda"},
         "kernel": {"crossoverTokens": 1629.3, "recommendedThresholdTokens": 2048, "gemmBackend": "torch-bf16",
-                   "gatherSource": "modelled",
-                   "points": [{"tokens": t, "rowsPerRank": t // 8, "replicatedUs": 10.0, "splitUs": 9.0, "speedup": 1.1}
-                              for t in (6, 1024, 16384)]},
+                   "gatherSource": "modelled", "points": [{"tokens": t, "rowsPerRank": -(-t // 8), "replicatedUs": 10.0, "splitUs": 9.0,
+                                               "speedup": 10 / 9} for t in (6, 1024, 16384)]},
     }
     spec = {"kernel": {"gatherModel": {"prior": "datasheet"}}, "sweep": {"tokens": [6, 1024, 16384]}}
     metrics.observe_experiment("ml", "h200-a", status, spec=spec)

@@ -23,10 +23,10 @@ from spx.vocabulary import (
     Execution,
     ExecutionMode,
     GatherSource,
+    GemmBackend,
     ResolvedDevice,
     ResolvedGatherBackend,
-    ResolvedGemmBackend,
-    ResolvedTimer,
+    Timer,
 )
 
 RESULT_SCHEMA_VERSION: Final = "spx.dev/kernel-result/v1"
@@ -127,12 +127,15 @@ class KernelResult(CamelModel):
     spec: ExperimentSpec
     environment: Environment = Field(default_factory=Environment)
     world_size: int = Field(ge=1)
-    gemm_backend: ResolvedGemmBackend
+    gemm_backend: GemmBackend
+    """The backend that ran; ``auto`` only in a partial result whose ranks died before resolving it."""
     gemm_backend_reason: str | None = Field(default=None, max_length=1024)
     reference_tolerance: float | None = Field(default=None, gt=0)
-    gather_backend: ResolvedGatherBackend
+    gather_backend: ResolvedGatherBackend | Literal["auto"]
+    """The all-gather that ran; ``auto`` only in a partial result whose ranks died before resolving it."""
     gather_source: GatherSource
-    timer: ResolvedTimer
+    timer: Timer
+    """The timer that ran; ``auto`` only in a partial result whose ranks died before resolving it."""
     device: ResolvedDevice
     cuda_graphs: bool
     execution: Execution | None = None

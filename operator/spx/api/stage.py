@@ -113,9 +113,9 @@ class StageTimes(CamelModel):
     gpu_us: float = Field(ge=0)
     """GPU span (first kernel start → last kernel end, all streams): the GPU-bound time."""
     host_us: float | None = Field(default=None, ge=0)
-    """Host issue time with the GPU kept busy."""
+    """Host issue time with the GPU kept busy: the host-bound regime's time."""
     host_bound_us: float | None = Field(default=None, ge=0)
-    """Median of max(host, GPU span): the host-bound time."""
+    """Deprecated, no longer written: median of max(host, GPU span), which describes no regime (the host-bound regime uses hostUs); kept so older stage.json files load."""
     modelled_gather_us: float = Field(default=0.0, ge=0)
     """Modelled all-gather GPU time included in gpu_us (0: none or measured)."""
     modelled_gather_host_us: float = Field(default=0.0, ge=0)

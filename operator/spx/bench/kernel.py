@@ -161,7 +161,9 @@ def run_kernel_bench(
     try:
         warm_up_gpu(ctx)
         points: list[PointResult] = []
-        if spec.sweep.refine is not None:  # the adaptive sweep (spx.bench.adaptive): rank 0 plans, all measure
+        from spx.bench.adaptive import planned_extra
+
+        if spec.sweep.refine is not None or planned_extra(spec):  # spx.bench.adaptive: rank 0 plans, all measure
             from spx.bench.adaptive import adaptive_sweep, torch_broadcast
 
             def measure(counts: list[int]) -> list[PointResult] | None:
@@ -169,7 +171,7 @@ def run_kernel_bench(
                 return [p for p in got if p is not None] if ctx.rank == 0 else None
 
             points = adaptive_sweep(spec, measure, torch_broadcast(ctx.rank, ctx.distributed), on_point) or []
-        for tokens in spec.sweep.tokens if spec.sweep.refine is None else ():
+        for tokens in spec.sweep.tokens if spec.sweep.refine is None and not planned_extra(spec) else ():
             point = measure_point(ctx, tokens)
             if point is not None:
                 points.append(point)

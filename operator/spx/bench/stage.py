@@ -24,9 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spx.analysis.bounds import host_bound_samples
 from spx.analysis.execution import stream_mode
-from spx.api.result import CandidateStats
 from spx.api.spec import ExperimentSpec
 from spx.api.stage import STAGE_CANDIDATES, LayerKindSpec, StageResult, StageRow, StageSpec, StageTimes
 from spx.bench.candidates import PointPlan, activations, gather_fn
@@ -152,13 +150,9 @@ def _times(span: list[float], host: list[float], gather: tuple[float, float]) ->
     g_gpu, g_host = gather
     span = [s + g_gpu for s in span]
     host = [h + g_host for h in host]
-    stats = CandidateStats(samples_us=span, median_us=max(statistics.median(span), 1e-9), q1_us=0, q3_us=0, iqr_pct=0,
-                           host_samples_us=host)
-    bound = host_bound_samples(stats)
     return StageTimes(
         gpu_us=round(statistics.median(span), 3),
         host_us=round(statistics.median(host), 3) if host else None,
-        host_bound_us=round(statistics.median(bound), 3) if bound else None,
         modelled_gather_us=round(g_gpu, 3),
         modelled_gather_host_us=round(g_host, 3),
     )
@@ -232,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(result.model_dump_json(by_alias=True, indent=1))
+        from spx.files import write_atomic
+
+        write_atomic(args.out, result.model_dump_json(by_alias=True, indent=1))
     print("\n".join(stage_table_lines(result)))
     return 0
 

@@ -31,6 +31,7 @@ from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
 from spx.api.spec import Experiment
 from spx.api.status import DecidedReason, Environment, KernelStatus, Verdict
+from spx.files import write_atomic
 
 #: The ``problems`` field of the report and predict documents (``valid: false`` and ``problems`` in validate's).
 PROBLEMS = ("why there is no result (the command exits 3): one line per problem, as stderr says in text "
@@ -120,7 +121,7 @@ def write_schemas(directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, model in DOCUMENTS.items():
-        (directory / name).write_text(schema_text(model), encoding="utf-8")
+        write_atomic(directory / name, schema_text(model))
         paths.append(directory / name)
     return paths
 

@@ -5,12 +5,30 @@ matplotlib is imported lazily with the Agg backend (no display needed, safe in p
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Any
 
 from spx.api import KernelPoint, KernelStatus
 from spx.cli.tables import CPU_NOTE, host_bound_differs
+from spx.files import write_atomic
+
+#: Image formats a plot is written in, by file extension (matplotlib's Agg, PDF, SVG and PS writers).
+PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".eps": "eps", ".ps": "ps"}
+
+
+def plot_format(path: Path) -> str:
+    """The image format ``path``'s extension names (``a.svg`` → ``svg``; case-insensitive).
+
+    Raises:
+        ValueError: an extension that is not one of :data:`PLOT_FORMATS` (or none): the message lists them.
+    """
+    fmt = PLOT_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ValueError(f"{path.name}: the extension {path.suffix or '(none)'!r} names no image format spx writes; "
+                         f"end the name in one of {', '.join(PLOT_FORMATS)}")
+    return fmt
 
 
 def backend_label(gemm_backend: str | None) -> str:
@@ -46,11 +64,12 @@ def plot_crossover(
     title: str,
     gate_threshold_tokens: int | None = None,
 ) -> Path:
-    """Draw ``kernel``'s sweep to ``path`` (PNG) and return the path.
+    """Draw ``kernel``'s sweep to ``path`` and return the path: in the format its extension names
+    (:func:`plot_format`: ``.png``, ``.svg``, ``.pdf``…), written whole or not at all (:func:`spx.files.write_atomic`).
 
     Replicated and split latency (median µs) vs tokens on log-log axes; the split's all-gather
-    alone as a dotted line when known; with host times the host-bound effective times (max of host
-    issue time and GPU span) as dashed curves and the host-bound break-even; vertical lines at the
+    alone as a dotted line when known; with eager host times the candidates' host issue times (the
+    host-bound regime) as dashed curves and that regime's break-even; vertical lines at the
     interpolated break-even, the recommended threshold, the gate's threshold and vLLM's CUDA-graph
     capture limit (points above it ran eagerly). When the points carry speed-up intervals
     (``speedupLow/High``), a second panel shows the speedup with its 95 % error bars (and, lighter,
@@ -58,7 +77,8 @@ def plot_crossover(
     (``kernel.uncertainty``).
 
     Raises:
-        ValueError: no points to draw.
+        ValueError: no points to draw, or an extension that names no image format.
+        OSError: ``path`` cannot be written.
     """
     if not kernel.points:
         raise ValueError("no points to plot")
@@ -86,13 +106,13 @@ def plot_crossover(
                 [t for t, _ in gathered], [g for _, g in gathered], "x:", color="tab:orange", alpha=0.7,
                 label=f"all-gather alone ({kernel.gather_source or '?'})",
             )
-        hosted = [p for p in pts if p.replicated_host_bound_us and p.split_host_bound_us] if differs else []
+        hosted = [p for p in pts if p.replicated_host_us and p.split_host_us] if differs else []
         if hosted:
-            ax.plot([p.tokens for p in hosted], [p.replicated_host_bound_us for p in hosted], "o--", color="tab:blue",
-                    alpha=0.6, mfc="none", label="replicated, host-bound (max of host, GPU)")
-            ax.plot([p.tokens for p in hosted], [p.split_host_bound_us for p in hosted], "s--", color="tab:orange",
-                    alpha=0.6, mfc="none", label="split, host-bound (max of host, GPU)")
-        host = kernel.host_bound if differs else None
+            ax.plot([p.tokens for p in hosted], [p.replicated_host_us for p in hosted], "o--", color="tab:blue",
+                    alpha=0.6, mfc="none", label="replicated, host issue time (host-bound regime)")
+            ax.plot([p.tokens for p in hosted], [p.split_host_us for p in hosted], "s--", color="tab:orange",
+                    alpha=0.6, mfc="none", label="split, host issue time (host-bound regime)")
+        host = next((r for r in kernel.regimes if r.regime == "host-bound"), None) if differs else None
         if host is not None and host.crossover_tokens is not None:
             ax.axvline(host.crossover_tokens, color="tab:red", linestyle=":",
                        label=f"host-bound break-even ≈ {host.crossover_tokens:,.0f} tokens")
@@ -129,7 +149,9 @@ def plot_crossover(
         fig.tight_layout()
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, format="png")
+        image = io.BytesIO()
+        fig.savefig(image, format=plot_format(out))
+        write_atomic(out, image.getvalue())
     finally:
         plt.close(fig)
     return out

@@ -34,7 +34,8 @@ def _predict_args(p: argparse.ArgumentParser) -> None:
                    help="interpolation of the shard GEMM time and the break-even (default linear, "
                    "which reproduces the seed author's ~1450 tokens; log-log gives ~1270)")
     p.add_argument("--rounding", choices=THRESHOLD_ROUNDINGS,
-                   default="next-power-of-two", help="threshold rounding rule")
+                   help="threshold rounding rule (default next-power-of-two; with --measured and a --gather prior, "
+                   "the run's spec.gate.thresholdRounding, as spx report)")
     p.add_argument("--gather", choices=PREDICT_GATHERS, default="h20-derived",
                    help="all-gather of the prediction: the one derived from the table (default, the seed "
                    "author's method), or GatherModelSpec's h20-calibrated or datasheet prior")
@@ -66,6 +67,7 @@ def _predict(args: argparse.Namespace) -> int:
     from spx.api import KernelStatus
     from spx.api.gather_model import GatherModelSpec
     from spx.cli.tables import crossover_lines, kernel_table, prediction_table, terminal_width, uncertainty_lines
+    from spx.vocabulary import ThresholdRounding
 
     if args.csv:
         text, source = _read_table(args.csv), args.csv
@@ -77,13 +79,14 @@ def _predict(args: argparse.Namespace) -> int:
     measured = _read_measured(args.measured) if args.measured else None
     gather_model = None if args.gather == "h20-derived" else GatherModelSpec(prior=args.gather)
 
+    rounding: ThresholdRounding = args.rounding or "next-power-of-two"
+
     def predict(how: Interpolation) -> Prediction:
-        if measured is not None and gather_model is not None:
+        if measured is not None and gather_model is not None:  # the run's gate (rule, rounding), as spx report
             return predict_remodelled(measured, gather_model, rounding=args.rounding)
         if measured is not None:
-            return predict_with_measured(text, measured, tp=args.tp, rounding=args.rounding, interpolation=how)
-        return predict_from_table(text, tp=args.tp, rounding=args.rounding, interpolation=how,
-                                  gather_model=gather_model)
+            return predict_with_measured(text, measured, tp=args.tp, rounding=rounding, interpolation=how)
+        return predict_from_table(text, tp=args.tp, rounding=rounding, interpolation=how, gather_model=gather_model)
 
     try:
         pred = predict(interpolation)

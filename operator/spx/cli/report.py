@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from spx.api import (
     KernelPoint,
     KernelResult,
     KernelStatus,
+    PointResult,
     ResultSummary,
     SpecError,
     dump_model,
@@ -38,7 +40,7 @@ from spx.cli.common import (
 )
 from spx.cli.documents import ReportDocument
 from spx.cli.registry import command
-from spx.vocabulary import PLOT_FILE, RESULT_FILE, STATUS_FILE
+from spx.vocabulary import PLOT_FILE, POINTS_FILE, RESULT_FILE, STATUS_FILE
 
 
 def draw_plot(
@@ -82,8 +84,14 @@ def check_plot_path(path: Path) -> None:
     Raises:
         UsageError: names ``--plot`` and what is in the way.
     """
+    from spx.cli.plot import plot_format
+
     if path.is_dir():
         raise UsageError(f"--plot {path}: is a directory; give the PNG file to write, e.g. {path / PLOT_FILE}")
+    try:
+        plot_format(path)
+    except ValueError as exc:
+        raise UsageError(f"--plot {path}: {exc}") from None
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -115,7 +123,8 @@ def _report_args(p: argparse.ArgumentParser) -> None:
                         "measurement's TP and shapes are kept; a file that differs in them is warned about)")
     p.add_argument("--threshold-tokens", type=int, metavar="N", help="override spec.gate.thresholdTokens")
     p.add_argument("--plot", metavar="PATH",
-                   help="draw the plot to PATH, with any -o (exit 3 when it cannot be written); default: DIR/crossover.png, only "
+                   help="draw the plot to PATH in the format its extension names (.png, .svg, .pdf, .eps, .ps; another is refused), "
+                        "with any -o (exit 3 when it cannot be written); default: DIR/crossover.png, only "
                         "when DIR has none (a run's own plot is never replaced unless --plot names it); with -o json|yaml "
                         "the plot line goes to stderr")
     p.add_argument("--no-plot", action="store_true", help="do not draw a plot (not with --plot)")
@@ -147,7 +156,7 @@ def is_status_document(data: Any) -> bool:
             and bool({"phase", "conditions", "kernel", "verdict"} & data.keys()))
 
 
-def status_tp(points: list[KernelPoint], gpu_count: int | None) -> tuple[int, str]:
+def status_tp(points: Sequence[KernelPoint | PointResult], gpu_count: int | None) -> tuple[int, str]:
     """The TP a status's points were split over, and how it was found: the TPs (1–64) for which every point's
     ``rowsPerRank`` is ceil(tokens / TP), narrowed by the environment's GPU count; 8 (the default) when none fits."""
     fits = [tp for tp in range(1, 65) if all(p.rows_per_rank == rows_per_rank(p.tokens, tp) for p in points)]
@@ -159,6 +168,42 @@ def status_tp(points: list[KernelPoint], gpu_count: int | None) -> tuple[int, st
         return fits[0], f"the smallest that fits the points' rowsPerRank; TP{fits[1]}… fit too"
     default = ExperimentSpec().parallelism.tensor_parallel_size
     return default, "the default: no TP fits the points' rowsPerRank"
+
+
+def result_from_partial_points(path: Path, spec: ExperimentSpec | None) -> tuple[KernelResult, str]:
+    """A ``complete = False`` result of the points a run streamed to ``points.partial.jsonl`` (``path``) when its
+    ``result.json`` was never written (a full disk, SIGKILL, the OOM killer), and the warning that says so. The
+    spec is ``spec`` (``--experiment``) or the default one at the TP the points' ``rowsPerRank`` fit.
+
+    Raises:
+        UsageError: ``path`` cannot be read or holds no valid point.
+    """
+    points, bad = [], 0
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    for line in filter(bytes.strip, lines):
+        try:
+            points.append(PointResult.model_validate_json(line))
+        except ValueError:
+            bad += 1  # (the last line of a killed run may be cut short)
+    if not points:
+        raise UsageError(f"{path} holds no valid point ({bad} line(s) that are not one)")
+    tp, how = status_tp(points, None)
+    assumed = "the experiment given with --experiment"
+    if spec is None:
+        spec = validate_spec({"parallelism": {"tensorParallelSize": tp}, "sweep": {"tokens": [p.tokens for p in points]}},
+                             source=str(path))
+        assumed = f"TP{tp} ({how}) and the default shapes and gate; --experiment FILE gives the run's own"
+    result = KernelResult(experiment=path.parent.name, spec=spec, world_size=spec.parallelism.tensor_parallel_size,
+                          gemm_backend="?", gather_backend="?", gather_source=points[-1].gather_source, timer="?",
+                          device="?", cuda_graphs=False, points=points, complete=False,
+                          error="result.json was not written")
+    skipped = f" ({bad} line(s) that are not a point skipped)" if bad else ""
+    return result, (f"{path.parent / RESULT_FILE} was not written (the run ended first: a full disk, SIGKILL, the "
+                    f"OOM killer): reporting the {len(points)} point(s) it kept in {path.name}{skipped}, as a partial "
+                    f"run; assumed {assumed}")
 
 
 def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source: str) -> list[str]:
@@ -243,11 +288,12 @@ def _report(args: argparse.Namespace) -> int:
         if holder := run_in_progress(Path(directory)):
             raise UsageError(f"a run is in progress in {directory} ({holder}): its result.json and status.json are "
                              f"written when it ends; report it then (spx gate {directory} --wait SECONDS waits for it)")
-        if n := partial_points(Path(directory)):
-            raise UsageError(f"no result.json or status.json in {directory}, but points.partial.jsonl holds {n} "
-                             "measured point(s) of a run that ended without writing them (killed: SIGKILL, OOM, a "
-                             "lost node); they are not analysed: re-run with --out another directory to keep them")
-        raise UsageError(f"no result.json or status.json in {directory}")
+        if not partial_points(Path(directory)):
+            raise UsageError(f"no result.json or status.json in {directory}")
+        source = directory / POINTS_FILE
+        result, why = result_from_partial_points(source, override.spec if override else None)
+        spec, env, name = result.spec, result.environment, directory.name
+        status_warnings.append(why)
     if not result.points:
         raise UsageError(f"{source} has no points to report")
     if repeated := repeated_tokens(result.points):

@@ -9,6 +9,7 @@ read and validate the file → refuse what cannot run (``--serving`` without ``s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -117,19 +118,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.nproc is not None and args.nproc < 1:
         raise UsageError(f"--nproc must be >= 1 (got {args.nproc})")
     name = exp.metadata.name
-    out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / name
+    if args.out is not None and not args.out.strip():
+        raise UsageError(f"--out {args.out!r} is empty: give a directory (or leave --out out for "
+                         f"{DEFAULT_OUT_ROOT}/{name})")
+    out = Path(args.out) if args.out is not None else Path(DEFAULT_OUT_ROOT) / name
     if args.summary_file:
         check_writable(args.summary_file, args.file)
     with outdir.locked(out):
         aside = outdir.prepare(out, args.overwrite)
         code: int | None = None
         try:
+            outdir.begin_manifest(out)
             code = _run_locked(args, spec, name, out)
             return code
         finally:
             # refused before it started (an exception) or Ctrl-C before the first point: keep the earlier run
             keep_new = outdir.measured(out) or code not in (None, EXIT_INTERRUPTED)
             outdir.settle(out, aside, keep_new=keep_new)
+            if keep_new or aside is None:
+                with contextlib.suppress(OSError):  # (a full disk: the run's own error says so)
+                    outdir.finish_manifest(out)
             if aside is not None and not keep_new:
                 err_console().print(f"nothing was measured: the earlier run in {out} is kept (this run's empty "
                                     "result and logs are dropped)", highlight=False, markup=False, soft_wrap=True)
@@ -235,11 +243,13 @@ def _report_failure(outcome: ExperimentOutcome, spec: ExperimentSpec) -> None:
         f = run.failures[0]
         path, what = traceback_log(f)
         err.print(f"rank {f.rank} log ({what}): {path}", highlight=False, markup=False)
-    err.print(
-        f"partial result kept: {run.out_dir / RESULT_FILE} ({len(result.points)} of {len(spec.sweep.tokens)} "
-        f"token counts); logs: {run.log_dir}",
-        highlight=False, markup=False,
-    )
+    if result.points:
+        kept = (f"partial result kept: {run.out_dir / RESULT_FILE} ({len(result.points)} of {len(spec.sweep.tokens)} "
+                f"token counts); logs: {run.log_dir}")
+    else:
+        kept = (f"no token count was measured, so no result was kept ({run.out_dir / RESULT_FILE} records only the "
+                f"error); logs: {run.log_dir}")
+    err.print(kept, highlight=False, markup=False)
 
 
 def vllm_report_lines(serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> list[str]:
@@ -249,8 +259,15 @@ def vllm_report_lines(serving: ServingStatus | None, accuracy: AccuracyStatus | 
         lines.append(f"serving A/B: gate {'passed' if serving.gate_passed else 'FAILED' if serving.gate_passed is False else 'inconclusive'}")
         for p in serving.points:
             change = "—" if p.change_pct is None else f"{p.change_pct:+.2f}%"
-            lines.append(f"  {p.name}: {p.metric} main {p.main_mean} split {p.split_mean} {p.unit}, change {change}")
+            lines.append(f"  {p.name}: {p.metric} main {_figure(p.main_mean)} split {_figure(p.split_mean)} {p.unit}, "
+                         f"change {change}")
         lines += [f"  failed: {f}" for f in serving.failures]
-    if accuracy is not None:
-        lines.append("GSM8K: " + ("; ".join(accuracy.reasons) or "no result"))
+    if accuracy is not None:  # (its reasons may already start with "GSM8K: ")
+        reasons = [r.removeprefix("GSM8K: ") for r in accuracy.reasons]
+        lines.append("GSM8K: " + ("; ".join(reasons) or "no result"))
     return lines
+
+
+def _figure(value: float | None) -> str:
+    """A measured mean as a report shows it: 4 significant figures (``22.35``), ``—`` when absent."""
+    return "—" if value is None else f"{value:.4g}"

@@ -95,6 +95,41 @@ class PipeSafeStream:
         return getattr(self._stream, name)
 
 
+#: ASCII stand-ins for the characters spx prints, where the output's encoding cannot show them.
+ASCII_STAND_INS = {
+    "×": "x", "µ": "u", "≈": "~", "—": "-", "–": "-", "≥": ">=", "≤": "<=", "→": "->", "←": "<-", "…": "...",
+    "·": ".", "•": "*", "±": "+/-", "≠": "!=", "✓": "ok", "✗": "x", "°": " deg", "’": "'", "‘": "'", "“": '"',
+    "”": '"', "¹": "1", "²": "2", "⁰": "0", "⌈": "ceil(", "⌉": ")",
+}
+#: The name of the codec error handler that writes :data:`ASCII_STAND_INS` (else ``?``).
+DEGRADE = "spx-degrade"
+
+
+def _degrade(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    bad = err.object[err.start:err.end]
+    return "".join(ASCII_STAND_INS.get(ch, "?") for ch in bad), err.end
+
+
+def degrade_unencodable_characters() -> None:
+    """Let ``sys.stdout`` and ``sys.stderr`` write a character their encoding cannot show (``PYTHONIOENCODING=ascii``,
+    a Latin-1 terminal) as an ASCII stand-in (``×`` → ``x``, ``µ`` → ``u``, ``≈`` → ``~``; others ``?``) instead of
+    raising :class:`UnicodeEncodeError` mid-command: the character degrades, not the command (nor its exit code).
+    Streams that can show every character are unchanged (the handler only runs on an encoding error)."""
+    import codecs
+
+    try:
+        codecs.lookup_error(DEGRADE)
+    except LookupError:
+        codecs.register_error(DEGRADE, _degrade)
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and (getattr(stream, "errors", None) or "strict") == "strict":
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors=DEGRADE)
+
+
 @contextlib.contextmanager
 def pipe_safe_streams() -> Iterator[tuple[PipeSafeStream, PipeSafeStream]]:
     """``sys.stdout`` and ``sys.stderr`` wrapped in :class:`PipeSafeStream` for the ``with`` block (restored

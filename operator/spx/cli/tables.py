@@ -75,17 +75,22 @@ def partial_extent(measured: int, listed: int) -> str:
     return f"{measured} of {listed} {counts}"
 
 
+#: The caption note when every point's host issue times print as its GPU spans (a CPU smoke run, timer host).
+SAME_HOST_NOTE = "host-bound = GPU-bound at every point (host issue times print as the GPU spans)"
+
+
 def host_bound_differs(points: Sequence[KernelPoint]) -> bool:
-    """Whether some point has host-bound figures that print differently from its GPU-bound ones: only then
-    do the table, the crossover lines and the plot show the host-bound case beside the GPU-bound one."""
-    return any(p.replicated_host_bound_us for p in points) and not all(_host_adds_nothing(p) for p in points)
+    """Whether some point carries host-bound regime figures (eager host times, Δh) that print differently
+    from its GPU-bound ones: only then do the table, the crossover lines and the plot show the host-bound
+    regime beside the GPU-bound one."""
+    return any(p.replicated_host_us for p in points) and not all(_host_adds_nothing(p) for p in points)
 
 
 def _host_adds_nothing(p: KernelPoint) -> bool:
-    """Whether ``p``'s host-bound figures print as its GPU-bound ones (both times and the speedup): the
-    host issue time stayed within the GPU span, or the timer was the host (a CPU smoke run)."""
-    rep, split = p.replicated_host_bound_us, p.split_host_bound_us
-    if not rep or not split:
+    """Whether ``p``'s host issue times print as its GPU spans (both times and the speedup): a graph point,
+    or the timer was the host (a CPU smoke run)."""
+    rep, split = p.replicated_host_us, p.split_host_us
+    if not rep or not split or p.execution == "graph":
         return True
     return (fmt_us(rep) == fmt_us(p.replicated_us) and fmt_us(split) == fmt_us(p.split_us)
             and f"{rep / split:.2f}" == f"{p.speedup:.2f}")
@@ -95,12 +100,11 @@ def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
     """``(column headers, caption notes)`` of :func:`kernel_table` for ``kernel``'s points.
 
     A column that would repeat another is left out and said once in a note instead: the host columns
-    (``mode``, host issue medians, ``host-bound ×``) only when some point's host-bound figures differ
-    from its GPU-bound ones; ``mode`` also when the points were timed in different modes; the
+    (``mode``, host issue medians, ``Δh µs``) only when some point carries the host-bound regime; ``mode`` also when the points were timed in different modes; the
     intervals only when known, ``any prior`` only when one of its ends differs from the 95 % interval's.
     """
     points = kernel.points
-    host = any(p.replicated_host_bound_us for p in points)
+    host = any(p.replicated_host_us and p.execution != "graph" for p in points)
     host_differs = host_bound_differs(points)
     modes = sorted({p.execution for p in points if p.execution})
     show_mode = host_differs or len(modes) > 1
@@ -111,18 +115,18 @@ def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
     names = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup",
              *(["95 % interval"] if intervals else []), *(["any prior"] if any_prior else []), "spread %", "max error",
              *(["mode"] if show_mode else []),
-             *(["host rep µs", "host split µs", "host-bound ×"] if host_differs else [])]
+             *(["host rep µs", "host split µs", "Δh µs"] if host_differs else [])]
     notes = []
     if modes and not show_mode:
         notes.append(f"every point timed {modes[0]}")
     if host and not host_differs:
-        notes.append("host-bound = GPU-bound at every point (max of host issue time and GPU span)")
+        notes.append(SAME_HOST_NOTE)
     return names, ["; ".join(notes)] if notes else []
 
 
 #: The order in which :func:`kernel_table` leaves columns out when the terminal is too narrow for every one
 #: (least needed first; the two host issue medians go together); tokens, replicated µs, split µs, speedup and
-#: the host-bound × always stay.
+#: Δh (the host-bound regime's difference) always stay.
 NARROW_DROP_ORDER: tuple[tuple[str, ...], ...] = (
     ("any prior",), ("rows/rank",), ("max error",), ("gather µs",), ("spread %",), ("mode",),
     ("host rep µs", "host split µs"), ("95 % interval",))
@@ -202,8 +206,6 @@ def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str
 
 def _kernel_cells(p: KernelPoint) -> dict[str, str | Text]:
     """Every :func:`kernel_table` cell of one point, by column header."""
-    hb = (p.replicated_host_bound_us / p.split_host_bound_us
-          if p.replicated_host_bound_us and p.split_host_bound_us else None)
     return {
         "tokens": f"{'+' if p.added_because else ''}{p.tokens:,}",
         "rows/rank": f"{p.rows_per_rank:,}",
@@ -218,7 +220,8 @@ def _kernel_cells(p: KernelPoint) -> dict[str, str | Text]:
         "mode": p.execution or "-",
         "host rep µs": fmt_us(p.replicated_host_us),
         "host split µs": fmt_us(p.split_host_us),
-        "host-bound ×": Text(f"{hb:.2f}×", style="green" if hb > 1 else "red") if hb else "-",
+        "Δh µs": (Text(f"{p.host_delta_us:+.1f}", style="green" if p.host_delta_us < 0 else "red")
+                  if p.host_delta_us is not None else "-"),
     }
 
 
@@ -306,18 +309,18 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
         lines.append(f"recommended threshold: {kernel.recommended_threshold_tokens:,} tokens{rounding}")
     else:
         lines.append("recommended threshold: none (no break-even measured)")
-    # the host-bound case only where some point's host-bound figures differ (a CPU smoke run: never)
-    host = kernel.host_bound if host_bound_differs(kernel.points) else None
+    # the host-bound regime only where some point carries it (a CPU smoke run: never)
+    host = next((r for r in kernel.regimes if r.regime == "host-bound"), None) if host_bound_differs(kernel.points) else None
     if host is not None:
         lines[0] = "GPU-bound " + lines[0]
         lines[1] = "GPU-bound " + lines[1]
         cross = (f"split wins from ≈ {fmt_tokens(host.crossover_tokens)} tokens (confidence {host.crossover_confidence})"
                  if host.crossover_tokens is not None else "none in the measured range")
         rec = f"{host.recommended_threshold_tokens:,} tokens" if host.recommended_threshold_tokens is not None else "none"
-        lines.append(f"host-bound crossover (max of host issue time and GPU span): {cross}; "
-                     f"recommended threshold {rec}; verdict on this bound alone: {host.verdict or '-'}")
-    if kernel.verdict_bound is not None and host is not None:
-        lines.append(f"the verdict rests on: {kernel.verdict_bound}")
+        lines.append(f"host-bound crossover (host issue times, Δh): {cross}; "
+                     f"recommended threshold {rec}; verdict in this regime alone: {host.verdict or '-'}")
+    if kernel.decided_by is not None:
+        lines.append(f"decided by: {kernel.decided_by}" + (f"; next: {kernel.next_step}" if kernel.next_step else ""))
     if kernel.max_cudagraph_capture_size is not None and any(p.execution == "graph" for p in kernel.points):
         # only where graphs were timed: a CPU smoke run (all eager) has no capture limit to show
         lines.append(f"vLLM CUDA-graph capture limit: {kernel.max_cudagraph_capture_size:,} tokens (eager above)")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spx.api.spec import KIND, PLURAL
+from spx.api.spec import API_VERSION, KIND, PLURAL
 from spx.controller import metrics, relist
 from spx.controller.decide import admission, retention
 from spx.controller.decide import conditions as cond
@@ -44,7 +44,7 @@ from spx.controller.reads import Reads
 from spx.controller.reconciler import Reconciler
 from spx.controller.settings import OperatorSettings
 from spx.controller.workqueue import WorkQueue
-from spx.controller.writes import EXPERIMENT_API, Backoff, Writes
+from spx.controller.writes import Backoff, Writes
 
 logger = logging.getLogger("spx.controller")
 
@@ -85,7 +85,8 @@ class Reactor:
         self.writes = Writes(self.client, lambda: cond.now_rfc3339(self.clock()))
         self.reads = Reads(self.client, self.store, self.settings.log_limit_bytes)
         self.backoff = Backoff(self.settings.conflict_backoff_s, self.settings.conflict_backoff_max_s)
-        self.logs = LogFollowers(self.client, self.settings.log_limit_bytes, self._pod_running, self.clock)
+        self.logs = LogFollowers(self.client, self.settings.log_limit_bytes, self._pod_running, self.clock,
+                                 on_gone=self._pod_log_gone)
         self.reconciler = Reconciler(
             settings=self.settings, store=self.store, queue=self.queue, writes=self.writes, reads=self.reads,
             logs=self.logs, backoff=self.backoff, clock=lambda: self.clock(), is_synced=lambda: self.synced,
@@ -154,6 +155,19 @@ class Reactor:
         shortly after the last such object) and reconcile what vanished at once."""
         if event_type is not None or not self.synced:
             return
+        self._relist_soon()
+
+    def _pod_log_gone(self, namespace: str, pod: str, pod_uid: str) -> None:
+        """A followed pod's log answered 404 while the store may still hold the pod: it was deleted unseen
+        (a watch gap whose re-list delivered nothing, e.g. the namespace's only Job and pod). Re-list now,
+        so the decision step sees the pod and its Job gone instead of waiting for ``SPX_RESYNC_SECONDS``."""
+        held = self.store.pods.get((namespace, pod))
+        if held is not None and str(meta(held).get("uid")) == pod_uid:
+            logger.info("pod %s/%s: its log answered 404 but the store still holds it: re-listing", namespace, pod)
+            self._relist_soon()
+
+    def _relist_soon(self) -> None:
+        """Re-list once, :data:`RELIST_DEBOUNCE_S` after the last call, and reconcile what vanished."""
         loop = asyncio.get_running_loop()
         if self._relist_timer is not None:
             self._relist_timer.cancel()
@@ -187,7 +201,7 @@ class Reactor:
         for namespace, name in retention.due(self.store.experiments.values(), self.clock(),
                                              self.settings.finished_retention_s):
             try:
-                await self.client.delete(resource_path(EXPERIMENT_API, PLURAL, namespace, name))
+                await self.client.delete(resource_path(API_VERSION, PLURAL, namespace, name))
                 logger.info("deleted %s/%s: decided more than %.0f s ago (SPX_FINISHED_RETENTION_SECONDS)",
                             namespace, name, self.settings.finished_retention_s)
             except ApiError as err:

@@ -12,12 +12,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spx.api.spec import KIND, PLURAL
+from spx.api.spec import API_VERSION, KIND, PLURAL
 from spx.controller.build.naming import MANAGED_SELECTOR
 from spx.controller.decide.objects import meta
 from spx.controller.decide.store import Key, Store
 from spx.controller.kube import KubeClient, resource_path
-from spx.controller.writes import EXPERIMENT_API
 
 logger = logging.getLogger("spx.controller")
 
@@ -61,7 +60,7 @@ async def relist(client: KubeClient, store: Store, where: Sequence[str | None]) 
         ApiError: a list failed (403 with cluster scope: the caller lists namespace by namespace).
     """
     affected: set[Key] = set()
-    for kind, api, plural, selector in (("experiment", EXPERIMENT_API, PLURAL, None),
+    for kind, api, plural, selector in (("experiment", API_VERSION, PLURAL, None),
                                         ("job", "batch/v1", "jobs", MANAGED_SELECTOR),
                                         ("pod", "v1", "pods", MANAGED_SELECTOR)):
         for ns in where:

@@ -64,6 +64,11 @@ class OperatorSettings(BaseSettings):
     image_pull_timeout_s: float = _env("SPX_IMAGE_PULL_TIMEOUT_SECONDS",
                                        "seconds of image-pull / container-creation errors before InfraFailed",
                                        default=Timeouts.image_pull_timeout_s, gt=0)
+    replacement_timeout_s: float = _env(
+        "SPX_REPLACEMENT_TIMEOUT_SECONDS",
+        "seconds the Job controller may take to replace a disrupted (evicted) pod before PodCreateFailed, counted "
+        "from the disruption; never less than the Job controller's pod back-off plus a slack, whatever "
+        "SPX_IMAGE_PULL_TIMEOUT_SECONDS is", default=Timeouts.replacement_timeout_s, gt=0)
     max_disruptions: int = _env("SPX_MAX_DISRUPTIONS", "pod disruptions (evictions) retried before InfraFailed",
                                 default=Timeouts.max_disruptions, ge=0)
     metrics_port: int = _env("SPX_METRICS_PORT", "port of the Prometheus endpoint /metrics; 0 disables it",
@@ -200,7 +205,8 @@ class OperatorSettings(BaseSettings):
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("max_concurrent", "schedule_timeout_s", "image_pull_timeout_s", "max_disruptions", "metrics_port",
+    @field_validator("max_concurrent", "schedule_timeout_s", "image_pull_timeout_s", "replacement_timeout_s",
+                     "max_disruptions", "metrics_port",
                      "workers", "admission_hold_s", "resync_s", "log_limit_bytes", "progress_log_interval_s", "watch_server_timeout_s",
                      "watch_client_timeout_s", "watch_inactivity_timeout_s", "request_timeout_s",
                      "conflict_backoff_s", "conflict_backoff_max_s", "bench_image", "bench_image_pull_policy",
@@ -235,7 +241,7 @@ class OperatorSettings(BaseSettings):
     def timeouts(self) -> Timeouts:
         """The limits :func:`spx.controller.decide.pod_outcome.observe` classifies a run against."""
         return Timeouts(schedule_timeout_s=self.schedule_timeout_s, image_pull_timeout_s=self.image_pull_timeout_s,
-                        max_disruptions=self.max_disruptions)
+                        max_disruptions=self.max_disruptions, replacement_timeout_s=self.replacement_timeout_s)
 
 
 def env_var(field_name: str) -> str:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from spx.analysis.judge import CPU_NOTE, Judgement, judge, local_status
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, dump_model, wire
 from spx.api.base import utc_now
+from spx.files import write_atomic
 from spx.runner.local import LocalRunOutcome, RunProgress, run_local
 from spx.vocabulary import SERVING_DIR, STATUS_FILE
 
@@ -90,8 +91,8 @@ def build_status(result: KernelResult, judgement: Judgement) -> ExperimentStatus
 
 
 def write_status(out: Path, status: ExperimentStatus) -> None:
-    """``OUT/status.json`` (camelCase, indented)."""
-    (out / STATUS_FILE).write_text(json.dumps(dump_model(status), indent=1) + "\n", encoding="utf-8")
+    """``OUT/status.json`` (camelCase, indented), whole or not at all (:func:`spx.files.write_atomic`)."""
+    write_atomic(out / STATUS_FILE, json.dumps(dump_model(status), indent=1) + "\n")
 
 
 def write_result_summary(path: str, result: KernelResult, serving: ServingStatus | None = None,
@@ -108,8 +109,7 @@ def write_result_summary(path: str, result: KernelResult, serving: ServingStatus
     except ValueError:
         points = []
     text = wire.build_summary(result, points, serving=serving, accuracy=accuracy)
-    with open(path, "w", encoding="utf-8") as f:  # also /dev/termination-log: truncate, write once
-        f.write(text)
+    write_atomic(path, text)  # (/dev/termination-log, not a regular file: written in place, once)
 
 
 def run_experiment(

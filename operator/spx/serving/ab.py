@@ -38,6 +38,7 @@ from spx.api.accuracy import AccuracyResult, AccuracyRun
 from spx.api.base import utc_now
 from spx.api.serving import ServingArmRun, ServingArmSpec, ServingPointRun, ServingResult, ServingSpec
 from spx.api.spec import ExperimentSpec
+from spx.files import write_atomic
 from spx.serving.commands import ENV_THRESHOLD, PLUGIN_NAME, server_command, server_env, serving_of
 from spx.serving.gpus import nvidia_smi_argv, wait_gpus_free
 from spx.serving.gsm8k import Gsm8kData, load_gsm8k, run_gsm8k
@@ -88,9 +89,7 @@ class VllmRunOutcome:
 
 
 def _write(path: Path, model: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(model.to_wire(), indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(model.to_wire(), indent=2) + "\n")
 
 
 @dataclass
@@ -152,7 +151,9 @@ class ArmRunner:
         while port_open(s.host, s.port) and time.monotonic() - t_port < s.shutdown_timeout_seconds:
             time.sleep(self.opts.health_poll_seconds)
         if port_open(s.host, s.port):
-            reason = f"port {s.host}:{s.port} still in use before starting the server"
+            reason = (f"port {s.host}:{s.port} still in use before starting the server (another server listens "
+                      "there: stop it, or set spec.serving.port to a free port)")
+            self.opts.log(f"{self.label}: not started: {reason}")
             run.state, run.error = "Failed", reason
             self.docs.serving.failures.append(f"{self.arm.name}: arm failed: {reason}")
             self._fail_rest(f"not run: {reason}")

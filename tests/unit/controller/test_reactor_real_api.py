@@ -34,7 +34,7 @@ from spx.api.status import ExperimentStatus
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.reactor import Reactor
 from spx.controller.settings import load_settings
-from spx.controller.writes import EXPERIMENT_API, Conflict, Rejected, Writes
+from spx.controller.writes import Conflict, Rejected, Writes
 
 EXTERNAL_KUBECONFIG = os.environ.get("SPX_TEST_KUBECONFIG")
 KUBECTL: str | None = None  # the session control plane's kubectl, when the tests run against it
@@ -125,7 +125,7 @@ def namespace(kubeconfig: Path) -> Iterator[str]:
 
 async def create_experiment(c: KubeClient, ns: str, name: str) -> dict[str, Any]:
     body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": ns}, "spec": SPEC}
-    return await c.create(resource_path(EXPERIMENT_API, PLURAL, ns), body)
+    return await c.create(resource_path(API_VERSION, PLURAL, ns), body)
 
 
 def test_status_writes_meet_the_real_optimistic_lock_and_schema(namespace: str) -> None:
@@ -201,7 +201,7 @@ def test_fm8_no_result_configmap_after_the_owner_is_gone(namespace: str) -> None
             "ownerReferences": [{"kind": KIND, "uid": exp["metadata"]["uid"], "controller": True}]},
             "spec": {}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}})
         r.reads.listed.add("job-uid")
-        await c.delete(resource_path(EXPERIMENT_API, PLURAL, namespace, "fm8"))  # … while it is being read
+        await c.delete(resource_path(API_VERSION, PLURAL, namespace, "fm8"))  # … while it is being read
         outcome = await r.reconcile((namespace, "fm8"))
         cms = await c.get(resource_path("v1", "configmaps", namespace))
         await r.stop()
@@ -296,3 +296,31 @@ def test_fm5_the_job_controller_marks_a_preemption_as_a_new_suspension(namespace
                       now=at + dt.timedelta(seconds=59.5), jobs=[again])
     assert c.conclude(base).outcome == "suspended"
     assert c.conclude(dataclasses.replace(base, now=at + dt.timedelta(seconds=60))).outcome == "not-admitted"
+
+
+def test_a_followed_log_answered_404_is_reported_once_not_retried(namespace: str) -> None:
+    """The log of a pod the API server does not have (deleted unseen, in a watch gap): the follower stops
+    at the first 404 and reports it (``on_gone``) instead of re-opening the stream and giving up silently."""
+    from spx.controller.logs import MAX_RECONNECTS, LogFollowers
+
+    async def scenario() -> tuple[list[tuple[str, str, str]], bool, int]:
+        c = await client()
+        gone: list[tuple[str, str, str]] = []
+        checks = 0
+
+        def running(ns: str, pod: str, uid: str) -> bool:  # the store still says it runs
+            nonlocal checks
+            checks += 1
+            return True
+
+        logs = LogFollowers(c, 1 << 20, running, on_gone=lambda *args: gone.append(args))
+        logs.follow(namespace, "vanished-pod", "uid-1", "job-uid-1", "vanished-g1")
+        await asyncio.wait_for(logs._pods["uid-1"].done.wait(), timeout=30)
+        followed = logs._pods["uid-1"]
+        await logs.stop()
+        await c.close()
+        return gone, followed.gone, checks
+
+    gone, marked, checks = run(scenario())
+    assert gone == [(namespace, "vanished-pod", "uid-1")]
+    assert marked and checks == 0 < MAX_RECONNECTS  # no re-open: the 404 is the answer

@@ -102,17 +102,7 @@ def build_result_configmap(
         data["summary.json"] = clipped
         budget -= len(clipped.encode())
     if result is not None:
-        text = json.dumps(result, sort_keys=True, separators=(",", ":"))
-        left = _fit(data, binary, RESULT_FILE, text, budget - 2048)
-        if RESULT_FILE not in data and RESULT_FILE + ".gz" not in binary:
-            slim = json.loads(json.dumps(result))
-            for point in slim.get("points", []):
-                for cand in ("replicated", "split"):
-                    if isinstance(point.get(cand), dict):
-                        point[cand]["samplesUs"] = []
-            notes.append("result.json: per-sample arrays (samplesUs) left out to fit the 1 MiB ConfigMap limit")
-            left = _fit(data, binary, RESULT_FILE, json.dumps(slim, sort_keys=True, separators=(",", ":")), budget - 2048)
-        budget = left + 2048
+        budget = _fit_result(data, binary, notes, result, budget)
     for key, doc in ((SERVING_RESULT_FILE, serving_result), (ACCURACY_RESULT_FILE, accuracy_result)):
         if doc is None:
             continue
@@ -126,25 +116,33 @@ def build_result_configmap(
         budget -= len(text.encode())
     if log:
         data["pod.log"] = _truncate_middle(log, max(0, budget - 1024))
-    labels = link_labels(experiment_name, uid, generation)
     annotations = {ANNOTATION_EXPERIMENT_NAME: experiment_name}
     if pod_name:
         annotations[f"{PREFIX}/pod"] = pod_name
-    manifest: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": result_configmap_name(experiment_name, generation),
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(experiment_name, uid)],
-        },
-        "data": data,
-    }
+    metadata = {"name": result_configmap_name(experiment_name, generation), "namespace": namespace,
+                "labels": link_labels(experiment_name, uid, generation), "annotations": annotations,
+                "ownerReferences": [owner_reference(experiment_name, uid)]}
+    manifest: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
     if binary:
         manifest["binaryData"] = binary
     return manifest
+
+
+def _fit_result(data: dict[str, str], binary: dict[str, str], notes: list[str], result: Mapping[str, Any],
+                budget: int) -> int:
+    """Put the kernel result into ``data`` (text) or ``binary`` (gzip), without its per-sample arrays if
+    it does not fit otherwise (then a line in ``notes``); the bytes of ``budget`` left."""
+    text = json.dumps(result, sort_keys=True, separators=(",", ":"))
+    left = _fit(data, binary, RESULT_FILE, text, budget - 2048)
+    if RESULT_FILE not in data and RESULT_FILE + ".gz" not in binary:
+        slim = json.loads(json.dumps(result))
+        for point in slim.get("points", []):
+            for cand in ("replicated", "split"):
+                if isinstance(point.get(cand), dict):
+                    point[cand]["samplesUs"] = []
+        notes.append("result.json: per-sample arrays (samplesUs) left out to fit the 1 MiB ConfigMap limit")
+        left = _fit(data, binary, RESULT_FILE, json.dumps(slim, sort_keys=True, separators=(",", ":")), budget - 2048)
+    return left + 2048
 
 
 def read_result_configmap(configmap: Mapping[str, Any], key: str = RESULT_FILE) -> dict[str, Any] | None:

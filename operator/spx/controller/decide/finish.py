@@ -1,6 +1,6 @@
 """The terminal decision of a run whose Job ended and whose outputs were read (pure).
 
-The judgement (result → the status' kernel section + verdict) is called in ONE place, :func:`judge`,
+The judgement (result → the status' kernel section + verdict) is called in ONE place, :func:`judge_collected`,
 so switching to the unified ``spx.analysis`` judgement is one line.
 """
 
@@ -11,8 +11,7 @@ from typing import Any
 
 from spx.analysis import points_from_result
 from spx.analysis.accuracy import summarize as summarize_accuracy
-from spx.analysis.judge import Judgement
-from spx.analysis.judge import judge as analysis_judge
+from spx.analysis.judge import Judgement, judge
 from spx.analysis.serving import summarize as summarize_serving
 from spx.analysis.summary import point_from_result
 from spx.api.accuracy import AccuracyStatus
@@ -26,10 +25,10 @@ from spx.controller.decide.decision import Action, Decision, DeleteJobs, Event, 
 from spx.controller.decide.objects import meta as _meta
 from spx.controller.decide.observation import Observation
 from spx.controller.decide.pod_exit import termination_message
-from spx.controller.decide.results import Collected, collect, measurement, vllm_statuses
+from spx.controller.decide.results import Collected, Measurement, collect, measurement, vllm_statuses
 
 
-def judge(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
+def judge_collected(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
     """Result → status kernel section + verdict: :func:`spx.analysis.judge.judge`, the one judgement
     ``spx run`` and ``spx report`` use too (partial runs capped the same way everywhere).
 
@@ -38,7 +37,7 @@ def judge(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accura
     one is undecided (``require_vllm``), never a silent pass. Never raises: an unusable result is a
     ``Judgement`` with ``verdict None`` and reason ``BenchmarkFailed``.
     """
-    return analysis_judge(meas, spec, serving=serving, accuracy=accuracy, require_vllm=True)
+    return judge(meas, spec, serving=serving, accuracy=accuracy, require_vllm=True)
 
 
 def _collected(o: Observed, obs: Observation) -> tuple[Collected, str | None, str | None]:
@@ -55,36 +54,13 @@ def _collected(o: Observed, obs: Observation) -> tuple[Collected, str | None, st
 
 def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Mapping[str, Any], obs: Observation,
            nows: str) -> Decision:
-    """The terminal decision of a run whose Job ended and whose outputs were read."""
+    """The terminal decision of a run whose Job ended and whose outputs were read: its verdict
+    (:func:`_verdict`) or why it failed (:func:`_failed`), the result ConfigMap stored either way."""
     gen = o.generation
     collected, message, log = _collected(o, obs)
     pod_name = str(_meta(obs.pod).get("name")) if obs.pod is not None else None
-    completed_reason = obs.reason if obs.state == "failed" else "JobSucceeded"
-    try:
-        meas = measurement(collected, points_from_result)
-    except Exception as err:  # any result the analysis cannot use ends BenchmarkFailed, never a retry loop
-        collected.problems.append(f"could not convert the result's points: {type(err).__name__}: {err}")
-        meas = None
-    serving, accuracy = (vllm_statuses(collected, summarize_serving, summarize_accuracy) if spec.serving is not None
-                         else (None, None))
-    if spec.serving is not None and obs.state == "succeeded":
-        if serving is None and spec.serving.points:
-            collected.problems.append("the serving A/B left no result (no serving line in the log, none in the summary)")
-        if accuracy is None and spec.accuracy is not None:
-            collected.problems.append("GSM8K left no result (no accuracy line in the log, none in the summary)")
-
-    judgement: Judgement | None = None
-    if obs.state == "succeeded" and meas is not None and meas.complete and meas.points:
-        try:
-            judged = judge(spec, meas, serving, accuracy)
-        except Exception as err:  # a result the analysis cannot use: decided, not retried forever
-            collected.problems.append(f"the analysis could not use the result: {type(err).__name__}: {err}")
-        else:
-            if judged.verdict is not None:
-                judgement = judged
-            else:
-                collected.problems.append(f"the analysis could not use the result: {judged.message}")
-
+    meas, serving, accuracy = _measure(spec, obs, collected)
+    judgement = _judgement(spec, obs, collected, meas, serving, accuracy)
     configmap = build_result_configmap(
         o.name, o.namespace, o.uid, gen,
         result=collected.result.to_wire() if collected.result is not None else None,
@@ -99,36 +75,86 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
                               "environment": environment, "serving": serving, "accuracy": accuracy}
     store, refused = _store(o, configmap, update)
     after: tuple[Action, ...] = (DeleteJobs((str(_meta(job).get("name")),), f"gave up: {obs.reason}"),) if obs.abort else ()
-
     if judgement is not None:
-        new = cond.with_kernel(status, judgement.kernel, judgement.verdict, judgement.reasons)
-        new = cond.apply_step(new, cond.decided(judgement.verdict, judgement.reasons, "JobSucceeded", obs.message,
-                                                cond.ran_on(obs.node)), nows, gen)
-        update.update(serving=judgement.serving, accuracy=judgement.accuracy)
-        event: Event = ("Normal" if judgement.verdict == "Pass" else "Warning", f"Verdict{judgement.verdict}",
-                        new.message or "")
-        events = (event, ("Warning", "ResultNotStored", refused)) if refused else (event,)
-        return Decision(f"verdict-{judgement.verdict}", new.model_copy(update=update), events,
-                        before=store, after=after, slot_freed=True, observed_duration=True)
-
-    reason, completed_reason, msg = _failure(obs, collected, meas, serving, accuracy, completed_reason, pod_name)
+        new, events = _verdict(status, judgement, obs, update, refused, nows, gen)
+        return Decision(f"verdict-{judgement.verdict}", new, events, before=store, after=after, slot_freed=True,
+                        observed_duration=True)
+    reason, completed_reason, msg = _failure(obs, collected, meas, serving, accuracy,
+                                             obs.reason if obs.state == "failed" else "JobSucceeded", pod_name)
     msg += f"; {refused}" if refused else ""
-    kernel = None
-    if meas is not None and meas.points:  # a partial run: what its points support, capped as spx run caps it
+    new = cond.with_kernel(status, _partial_kernel(spec, collected, meas, serving, accuracy), None, [])
+    new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
+                                           scheduled=cond.ran_on(obs.node)), nows, gen)
+    return Decision(reason, new.model_copy(update=update), (("Warning", reason, msg),),
+                    before=store, after=after, slot_freed=True, observed_duration=True)
+
+
+def _measure(spec: ExperimentSpec, obs: Observation, collected: Collected,
+             ) -> tuple[Measurement | None, ServingStatus | None, AccuracyStatus | None]:
+    """(the kernel measurement or None, the serving and accuracy statuses) read from ``collected``; what
+    cannot be read goes into ``collected.problems``."""
+    try:
+        meas: Measurement | None = measurement(collected, points_from_result)
+    except Exception as err:  # any result the analysis cannot use ends BenchmarkFailed, never a retry loop
+        collected.problems.append(f"could not convert the result's points: {type(err).__name__}: {err}")
+        meas = None
+    serving, accuracy = (vllm_statuses(collected, summarize_serving, summarize_accuracy) if spec.serving is not None
+                         else (None, None))
+    if spec.serving is not None and obs.state == "succeeded":
+        if serving is None and spec.serving.points:
+            collected.problems.append("the serving A/B left no result (no serving line in the log, none in the summary)")
+        if accuracy is None and spec.accuracy is not None:
+            collected.problems.append("GSM8K left no result (no accuracy line in the log, none in the summary)")
+    return meas, serving, accuracy
+
+
+def _judgement(spec: ExperimentSpec, obs: Observation, collected: Collected, meas: Measurement | None,
+               serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement | None:
+    """The analysis' judgement of a run that succeeded with every point, None when there is no verdict
+    (the reason in ``collected.problems``)."""
+    if not (obs.state == "succeeded" and meas is not None and meas.complete and meas.points):
+        return None
+    try:
+        judged = judge_collected(spec, meas, serving, accuracy)
+    except Exception as err:  # a result the analysis cannot use: decided, not retried forever
+        collected.problems.append(f"the analysis could not use the result: {type(err).__name__}: {err}")
+        return None
+    if judged.verdict is None:
+        collected.problems.append(f"the analysis could not use the result: {judged.message}")
+        return None
+    return judged
+
+
+def _verdict(status: ExperimentStatus, judgement: Judgement, obs: Observation, update: dict[str, Any],
+             refused: str, nows: str, gen: int) -> tuple[ExperimentStatus, tuple[Event, ...]]:
+    """The status and events of a run with a verdict (``update``: the fields every terminal status sets)."""
+    assert judgement.verdict is not None  # (_judgement returns judgements with a verdict only)
+    new = cond.with_kernel(status, judgement.kernel, judgement.verdict, judgement.reasons)
+    new = cond.apply_step(new, cond.decided(judgement.verdict, judgement.reasons, "JobSucceeded", obs.message,
+                                            cond.ran_on(obs.node)), nows, gen)
+    update.update(serving=judgement.serving, accuracy=judgement.accuracy)
+    event: Event = ("Normal" if judgement.verdict == "Pass" else "Warning", f"Verdict{judgement.verdict}",
+                    new.message or "")
+    events = (event, ("Warning", "ResultNotStored", refused)) if refused else (event,)
+    return new.model_copy(update=update), events
+
+
+def _partial_kernel(spec: ExperimentSpec, collected: Collected, meas: Measurement | None, serving: ServingStatus | None,
+                    accuracy: AccuracyStatus | None) -> KernelStatus | None:
+    """What the points of a run without a verdict support, capped as ``spx run`` caps it; the points the
+    bench printed before it died; else None."""
+    if meas is not None and meas.points:
         try:
-            kernel = judge(spec, meas, serving, accuracy).kernel
+            kernel = judge_collected(spec, meas, serving, accuracy).kernel
         except Exception:
             kernel = None
         if kernel is None:
             kernel = KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
                                   gemm_backend=meas.gemm_backend, timer=meas.timer)
-    elif collected.partial_points:  # the points the bench printed before it died: kept
-        kernel = printed_points(collected)
-    new = cond.with_kernel(status, kernel, None, [])
-    new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
-                                           scheduled=cond.ran_on(obs.node)), nows, gen)
-    return Decision(reason, new.model_copy(update=update), (("Warning", reason, msg),),
-                    before=store, after=after, slot_freed=True, observed_duration=True)
+        return kernel
+    if collected.partial_points:  # the points the bench printed before it died: kept
+        return printed_points(collected)
+    return None
 
 
 def _store(o: Observed, configmap: dict[str, Any], update: dict[str, Any]) -> tuple[tuple[Action, ...], str]:

@@ -24,12 +24,16 @@ class Timeouts:
     """Limits on a run's pod problems (the defaults of :class:`~spx.controller.settings.OperatorSettings`).
 
     ``schedule_timeout_s``: seconds a pod may stay Unschedulable; ``image_pull_timeout_s``: seconds of
-    image-pull / container-creation errors; ``max_disruptions``: evictions retried before InfraFailed.
+    image-pull / container-creation errors; ``max_disruptions``: evictions retried before InfraFailed;
+    ``replacement_timeout_s``: seconds the Job controller may take to create the replacement of a
+    disrupted pod, counted from the disruption — its own bound, never below the Job controller's pod
+    back-off (:func:`spx.controller.decide.pod_disruption.replacement_wait_s`), whatever the others are.
     """
 
     schedule_timeout_s: float = 900.0
     image_pull_timeout_s: float = 300.0
     max_disruptions: int = 3
+    replacement_timeout_s: float = 300.0
 
 
 @dataclass(frozen=True)

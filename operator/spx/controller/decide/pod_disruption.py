@@ -24,6 +24,15 @@ NODE_POD_REASONS = frozenset({"Evicted", "Preempting", "Shutdown", "NodeShutdown
 #: ``DisruptionTarget`` reasons of a pod whose node went away (taint manager, pod GC of orphans).
 NODE_LOST_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
 
+#: The Job controller's pod back-off: it creates the replacement of the n-th failed pod (disrupted ones
+#: included) after 10 s · 2^(n-1), at most 10 min (``DefaultJobPodFailureBackOff`` and
+#: ``MaxJobPodFailureBackOff`` in kubernetes ``pkg/controller/job/job_controller.go``; the Job docs
+#: quote "10s, 20s, 40s ... capped at six minutes").
+JOB_POD_BACKOFF_S = 10.0
+JOB_POD_BACKOFF_MAX_S = 600.0
+#: Seconds over the back-off for the Job controller's sync and the pod's creation on a loaded cluster.
+REPLACEMENT_SLACK_S = 20.0
+
 #: Seconds past a pod's ``deletionTimestamp`` (its deletion time plus its grace period) the operator
 #: waits for the kubelet to report it terminated before deciding with what it has.
 TERMINATING_SLACK_S = 30.0
@@ -70,19 +79,29 @@ def disrupted_since(pod: Mapping[str, Any]) -> str | None:
             or obj.created(pod) or None)
 
 
+def replacement_wait_s(timeouts: Timeouts, disruptions: int) -> float:
+    """Seconds to wait, from the disruption, for the Job controller's replacement of the ``disruptions``-th
+    disrupted pod: ``timeouts.replacement_timeout_s``, but never less than the Job controller's back-off
+    before that replacement (:data:`JOB_POD_BACKOFF_S` doubling per disruption, at most
+    :data:`JOB_POD_BACKOFF_MAX_S`) plus :data:`REPLACEMENT_SLACK_S`. The image-pull limit plays no part:
+    it bounds a pod that exists, this bounds the wait for one to be created."""
+    backoff = min(JOB_POD_BACKOFF_MAX_S, JOB_POD_BACKOFF_S * 2.0 ** max(0, disruptions - 1))
+    return max(timeouts.replacement_timeout_s, backoff + REPLACEMENT_SLACK_S)
+
+
 def awaiting_replacement(job: Mapping[str, Any], jname: str, last: Mapping[str, Any], now: dt.datetime,
                          timeouts: Timeouts, failed_create: str | None, disruptions: int) -> Observation:
     """The Job's last pod was disrupted and no other runs: waiting for the Job controller's replacement
-    (it backs off ~10 s) — ``Replacing``, or ``PodCreateFailed`` (InfraFailed, abort) once
-    ``image_pull_timeout_s`` passed, counted from the disruption (:func:`disrupted_since`), not from
-    the Job's start. ``failed_create``: the Job's latest ``FailedCreate`` event message, if known."""
+    (it backs off 10 s and more, :func:`replacement_wait_s`) — ``Replacing``, or ``PodCreateFailed``
+    (InfraFailed, abort) once that wait passed, counted from the disruption (:func:`disrupted_since`),
+    not from the Job's start. ``failed_create``: the Job's latest ``FailedCreate`` event message, if known."""
     elapsed = seconds_since(disrupted_since(last), now) or 0.0
-    limit = timeouts.image_pull_timeout_s
+    limit = replacement_wait_s(timeouts, disruptions)
     if elapsed >= limit:
         detail = failed_create or job_condition_message(job) or "no FailedCreate event or Job condition says why"
         return Observation("failed", "PodCreateFailed",
                            f"PodCreateFailed: Job {jname} created no pod in {elapsed:.0f}s after pod "
-                           f"{obj.name(last)} was disrupted (limit {limit:.0f}s): {detail}",
+                           f"{obj.name(last)} was disrupted (limit {limit:.0f}s, SPX_REPLACEMENT_TIMEOUT_SECONDS): {detail}",
                            outcome="InfraFailed", abort=True, disruptions=disruptions)
     return Observation("transition", "Replacing", f"Job {jname}: pod {obj.name(last)} disrupted "
                        f"({disruptions} of {timeouts.max_disruptions} allowed), waiting for its replacement",

@@ -8,12 +8,18 @@ from typing import Any
 
 import pytest
 
+from spx.controller.decide.observation import Timeouts
 from spx.controller.decide.pod_disruption import (
+    JOB_POD_BACKOFF_MAX_S,
+    JOB_POD_BACKOFF_S,
+    REPLACEMENT_SLACK_S,
     TERMINATING_SLACK_S,
+    awaiting_replacement,
     grace_left_s,
     is_disrupted,
     is_node_lost,
     on_lost_node,
+    replacement_wait_s,
 )
 
 NOW = dt.datetime(2026, 1, 1, 0, 10, tzinfo=dt.UTC)
@@ -66,3 +72,53 @@ def test_a_pod_being_deleted_is_waited_for_its_grace_period_plus_the_slack() -> 
     # deletionTimestamp = deletion time + grace period; 10 s ago: 20 s of the 30 s slack left
     assert grace_left_s(pod(deleting="2026-01-01T00:09:50Z"), NOW) == pytest.approx(TERMINATING_SLACK_S - 10)
     assert grace_left_s(pod(deleting="2026-01-01T00:09:00Z"), NOW) == pytest.approx(-30)
+
+
+#: (id, replacement_timeout_s, image_pull_timeout_s, disruptions, the wait for the replacement)
+REPLACEMENT_WAITS = [
+    ("the setting when above the back-off", 300.0, 300.0, 1, 300.0),
+    ("a short pull timeout plays no part (issue 29: 3 s ended an eviction PodCreateFailed)", 300.0, 3.0, 1, 300.0),
+    ("a short setting is raised to the first back-off plus the slack", 3.0, 3.0, 1, JOB_POD_BACKOFF_S + REPLACEMENT_SLACK_S),
+    ("the back-off doubles per disruption", 3.0, 3.0, 3, 4 * JOB_POD_BACKOFF_S + REPLACEMENT_SLACK_S),
+    ("the back-off is capped", 3.0, 3.0, 20, JOB_POD_BACKOFF_MAX_S + REPLACEMENT_SLACK_S),
+    ("no disruption counted yet: the first back-off", 1.0, 1.0, 0, JOB_POD_BACKOFF_S + REPLACEMENT_SLACK_S),
+]
+
+
+@pytest.mark.parametrize(("case", "replacement", "pull", "disruptions", "wait"), REPLACEMENT_WAITS,
+                         ids=[r[0] for r in REPLACEMENT_WAITS])
+def test_the_wait_for_a_replacement_is_its_own_bound_above_the_job_controllers_back_off(
+        case: str, replacement: float, pull: float, disruptions: int, wait: float) -> None:
+    t = Timeouts(image_pull_timeout_s=pull, replacement_timeout_s=replacement)
+    assert replacement_wait_s(t, disruptions) == pytest.approx(wait)
+    assert replacement_wait_s(t, disruptions) > min(JOB_POD_BACKOFF_MAX_S, JOB_POD_BACKOFF_S * 2 ** max(0, disruptions - 1))
+
+
+def evicted(at: str) -> dict[str, Any]:
+    return {"metadata": {"name": "p"}, "spec": {"nodeName": "n1"},
+            "status": {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                          "reason": "EvictionByEvictionAPI", "lastTransitionTime": at}]}}
+
+
+#: (id, seconds since the eviction, image_pull_timeout_s, replacement_timeout_s, state, reason)
+AWAITING = [
+    ("5 s after: replacing, with a 3 s pull timeout", 5, 3.0, 3.0, "transition", "Replacing"),
+    ("the Job controller's 10 s back-off: still replacing", 12, 3.0, 3.0, "transition", "Replacing"),
+    ("past the back-off and the slack", 31, 3.0, 3.0, "failed", "PodCreateFailed"),
+    ("within the setting", 100, 3.0, 120.0, "transition", "Replacing"),
+    ("past the setting", 121, 600.0, 120.0, "failed", "PodCreateFailed"),
+]
+
+
+@pytest.mark.parametrize(("case", "ago", "pull", "replacement", "state", "reason"), AWAITING, ids=[r[0] for r in AWAITING])
+def test_awaiting_a_replacement(case: str, ago: int, pull: float, replacement: float, state: str, reason: str) -> None:
+    at = (NOW - dt.timedelta(seconds=ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    job = {"metadata": {"name": "e-g1"}}
+    o = awaiting_replacement(job, "e-g1", evicted(at), NOW,
+                             Timeouts(image_pull_timeout_s=pull, replacement_timeout_s=replacement), None, 1)
+    assert (o.state, o.reason) == (state, reason), o.message
+    if state == "transition":
+        assert o.recheck_after_s is not None and ago + o.recheck_after_s == pytest.approx(
+            replacement_wait_s(Timeouts(replacement_timeout_s=replacement), 1))
+    else:
+        assert o.abort and "SPX_REPLACEMENT_TIMEOUT_SECONDS" in o.message

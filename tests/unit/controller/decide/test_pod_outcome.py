@@ -52,7 +52,7 @@ def terminated(code: int, reason: str = "Error", message: str | None = None) -> 
 
 
 EVICTED = true("DisruptionTarget", "EvictionByEvictionAPI", "Eviction API: evicting")
-TIMEOUTS = Timeouts(schedule_timeout_s=300, image_pull_timeout_s=120, max_disruptions=2)
+TIMEOUTS = Timeouts(schedule_timeout_s=300, image_pull_timeout_s=120, max_disruptions=2, replacement_timeout_s=120)
 
 
 @pytest.mark.parametrize(("job", "pods", "state", "outcome", "reason"), [
