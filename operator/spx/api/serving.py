@@ -285,6 +285,9 @@ class ServingPointRun(CamelModel):
     log_file: str | None = None
     wall_seconds: float | None = Field(default=None, ge=0)
     command: list[str] = Field(default_factory=list)
+    sampling: dict[str, str] = Field(default_factory=dict)
+    """The sampling the requests asked for (``vllm bench serve`` sends no temperature unless told: the server's
+    default, the model's generation_config, applies): :func:`spx.analysis.serving.sampling_of`."""
     error: str | None = None
 
 
@@ -329,6 +332,8 @@ class ServingResult(CamelModel):
     failures: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     protocol_deviations: list[str] = Field(default_factory=list)
+    device: str | None = None
+    """cuda or cpu: where the servers ran (cpu when no nvidia-smi was found); a CPU A/B decides nothing unless gate.allowCpuTimings."""
     error: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -376,7 +381,15 @@ class ServingPointStatus(CamelModel):
     improvement_pct: float | None = None
     """changePct signed so that positive is better."""
     within_kind_pct: float | None = None
-    """Largest spread between arms of the same variant, percent of their mean; unset: no variant has two values."""
+    """Largest spread between arms of the same variant, percent of their mean; unset: a variant has fewer than two values (no noise estimate: the point is not gated)."""
+    threshold_tokens: int | None = None
+    """The split arms' threshold compared here (arms with different thresholds are never pooled: one status per threshold)."""
+    max_batch_tokens: int | None = None
+    """Largest batch this point can form, tokens: min(concurrency × inputLen, --max-num-batched-tokens); unset: unbounded."""
+    control: bool = False
+    """Every batch stays below the threshold, so the split cannot engage: a control, reported and not gated."""
+    sampling: dict[str, str] = Field(default_factory=dict)
+    """The sampling the point's requests used (see ServingPointRun.sampling)."""
     passed: bool | None = None
     """This point's gate check; unset: not gated or not decidable."""
 
@@ -409,5 +422,7 @@ class ServingStatus(CamelModel):
     """What failed, one entry per arm or point (arm/point: why)."""
     gate_passed: bool | None = None
     """The serving gate's result; unset: inconclusive."""
+    cpu_timings: bool = False
+    """The servers ran on CPU: the A/B proves the pipeline and decides nothing unless gate.allowCpuTimings."""
     reasons: list[str] = Field(default_factory=list)
     """Why the gate passed, failed or could not decide."""

@@ -232,6 +232,19 @@ def cmd_report(args: argparse.Namespace) -> int:
                                lambda problems: ReportDocument(source=args.dir, problems=problems))
 
 
+def _report_benches(status: ExperimentStatus, path: Path, output: str) -> int:
+    """The report of a run of the vLLM benches alone (``spx serving OUT``): its verdict and sections, as printed
+    by ``spx serving`` (:mod:`spx.cli.serving_lines`); text only (the report document describes a kernel run)."""
+    from spx.cli.serving_lines import bench_lines
+
+    if output != "text":
+        raise UsageError(f"{path} is a run of the vLLM benches alone (spx serving): -o {output} describes a kernel "
+                         f"run; read {path} itself, or spx gate {path.parent} -o {output}")
+    for line in bench_lines(status):
+        print(line)
+    return EXIT_OK
+
+
 def _report(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -267,6 +280,8 @@ def _report(args: argparse.Namespace) -> int:
             status = ExperimentStatus.model_validate(load_json(status_path))
         except ValidationError as err:
             raise SpecError(describe_validation_error(err), str(status_path)) from None
+        if (status.kernel is None or not status.kernel.points) and (status.serving or status.step or status.accuracy):
+            return _report_benches(status, status_path, args.output)
         if status.kernel is None or not status.kernel.points:
             raise UsageError(f"{status_path} has no kernel points to report")
         env, name = status.environment or Environment(), directory.name

@@ -200,6 +200,11 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
         err_console().print(f"[bold red]{escape(outcome.vllm_error)}[/]", highlight=False)
     for line in vllm_report_lines(outcome.serving, outcome.accuracy):
         console.print(line, highlight=False, markup=False)
+    if outcome.step is not None:
+        from spx.cli.serving_lines import step_lines
+
+        for line in step_lines(outcome.step):
+            console.print(line, highlight=False, markup=False)
     if outcome.status.verdict is not None:
         console.print(f"verdict over every gate: {outcome.status.verdict}", highlight=False, markup=False)
     console.print(f"results: {out / STATUS_FILE}, {out / SERVING_DIR}", highlight=False, markup=False)

@@ -31,6 +31,7 @@ from spx.vocabulary import SERVING_DIR, STATUS_FILE
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
     from spx.api.serving import ServingResult, ServingStatus
+    from spx.api.step import StepStatus
 
 #: Start of ``KernelResult.error`` when Ctrl-C stopped the run (:func:`spx.runner.local.run_local`).
 INTERRUPTED_PREFIX = "interrupted (SIGINT)"
@@ -57,6 +58,7 @@ class ExperimentOutcome:
     vllm_ran: bool = False
     serving: ServingStatus | None = None
     accuracy: AccuracyStatus | None = None
+    step: StepStatus | None = None
     vllm_error: str | None = None
 
     @property
@@ -186,6 +188,8 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
     """
     from spx.analysis.accuracy import summarize as summarize_accuracy
     from spx.analysis.serving import summarize as summarize_serving
+    from spx.analysis.step import kernel_deltas
+    from spx.analysis.step import summarize as summarize_step
     from spx.api.accuracy import AccuracyStatus
     from spx.api.serving import ServingStatus
     from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
@@ -210,26 +214,60 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
             outcome.accuracy = AccuracyStatus(reasons=[f"GSM8K: {why}"], max_drop_points=spec.accuracy.max_drop_points)
     else:
         emit(benches.serving, benches.accuracy)
-        outcome.serving = summarize_serving(benches.serving) if benches.serving is not None else None
+        allow_cpu = spec.gate.allow_cpu_timings
+        outcome.serving = (summarize_serving(benches.serving, allow_cpu_timings=allow_cpu)
+                           if benches.serving is not None else None)
         outcome.accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
+        outcome.step = summarize_step(benches.step, kernel_deltas(outcome.judgement.kernel)) if benches.step is not None else None
     outcome.status = build_status(outcome.result, judge(outcome.result, spec, serving=outcome.serving,
-                                                        accuracy=outcome.accuracy, require_vllm=True))
+                                                        accuracy=outcome.accuracy, require_vllm=True, step=outcome.step))
 
 
-def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command: Sequence[str] = ("vllm",)) -> bool:
-    """Only the vLLM serving A/B and GSM8K of ``spec`` into ``out`` (``spx serving``); True when every
-    measurement finished (the results are written either way).
+@dataclass
+class BenchesOutcome:
+    """What ``spx serving`` produced: the statuses (``None`` when not in the spec) and ``status.json``'s document.
+
+    ``complete``: every measurement finished (the results are written either way).
+    """
+
+    status: ExperimentStatus
+    serving: ServingStatus | None
+    accuracy: AccuracyStatus | None
+    step: StepStatus | None
+    complete: bool
+
+
+def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command: Sequence[str] = ("vllm",)) -> BenchesOutcome:
+    """Only the vLLM serving A/B, GSM8K and step A/B of ``spec`` into ``out`` (``spx serving``), then their
+    verdict (:func:`spx.analysis.benches.benches_verdict`) into ``OUT/status.json``, which ``spx report`` and
+    ``spx gate`` read.
 
     Raises:
         ValueError: the benches cannot start (no ``spec.serving``, an accuracy arm that is not a serving arm).
         OSError: a missing GSM8K dataset, ``out`` not writable.
     """
+    from spx.analysis.accuracy import summarize as summarize_accuracy
+    from spx.analysis.benches import benches_verdict
+    from spx.analysis.serving import summarize as summarize_serving
+    from spx.analysis.step import summarize as summarize_step
     from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
 
     if spec.serving is None:
         raise ValueError("the spec has no spec.serving")
+    started = utc_now()
     benches = run_vllm_benchmarks(spec, out, RunnerOptions(vllm_command=list(vllm_command), experiment=name))
-    return all(r is None or r.complete for r in (benches.serving, benches.accuracy))
+    allow_cpu = spec.gate.allow_cpu_timings
+    serving = summarize_serving(benches.serving, allow_cpu_timings=allow_cpu) if benches.serving is not None else None
+    accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
+    step = summarize_step(benches.step) if benches.step is not None else None
+    verdict, reasons = benches_verdict(serving, accuracy, step, allow_cpu_timings=allow_cpu)
+    judgement = Judgement(kernel=None, verdict=verdict, reason=verdict, reasons=reasons,
+                          message=f"{verdict}: {reasons[0] if reasons else verdict}", serving=serving, accuracy=accuracy,
+                          step=step)
+    status = local_status(judgement, now=utc_now(), started_at=started, completed_summary="vLLM benches completed")
+    write_status(out, status)
+    complete = all(r is None or r.complete for r in (benches.serving, benches.accuracy, benches.step))
+    return BenchesOutcome(status=status, serving=serving, accuracy=accuracy, step=step, complete=complete)
 
 
-__all__ = ["ExperimentOutcome", "run_vllm_benches", "build_status", "is_cpu", "run_experiment", "write_result_summary", "write_status"]
+__all__ = ["ExperimentOutcome", "BenchesOutcome", "run_vllm_benches", "build_status", "is_cpu", "run_experiment", "write_result_summary", "write_status"]
