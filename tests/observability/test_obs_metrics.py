@@ -59,9 +59,12 @@ def test_ratio_metrics_are_0_to_1() -> None:
 def test_host_bound_crossover_threshold_and_speedup_are_exported() -> None:
     status = {"phase": "Succeeded", "environment": {"gpu": "NVIDIA H200", "driver": "580", "vllm": ""},
               "kernel": {"crossoverTokens": 228.2, "recommendedThresholdTokens": 256,
-                         "hostBound": {"crossoverTokens": 9434.2, "recommendedThresholdTokens": 16384},
-                         "points": [{"tokens": 2048, "rowsPerRank": 256, "replicatedUs": 64.0, "splitUs": 44.2, "speedup": 1.45,
-                                     "replicatedHostBoundUs": 255.1, "splitHostBoundUs": 307.9}]}}
+                         "regimes": [{"regime": "gpu-bound", "crossoverTokens": 228.2},
+                                     {"regime": "host-bound", "crossoverTokens": 9434.2,
+                                      "recommendedThresholdTokens": 16384}],
+                         "points": [{"tokens": 2048, "rowsPerRank": 256, "replicatedUs": 64.0, "splitUs": 44.2,
+                                     "speedup": 1.45, "execution": "eager", "replicatedHostUs": 255.1,
+                                     "splitHostUs": 307.9, "hostDeltaUs": 52.8}]}}
     # crossover and threshold series carry every label that makes two crossovers comparable
     labels = dict(zip(("namespace", "experiment", *metrics.COMPARABLE_LABELS),
                       ("ml", "bounds", *metrics.comparable_values(status)), strict=True))

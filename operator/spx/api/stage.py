@@ -21,7 +21,7 @@ indexer (layer 20), indexer-only (24, 28, 32, 36).
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -34,10 +34,6 @@ from spx.vocabulary import (
     ResolvedTimer,
     StageStreams,
 )
-
-#: Candidates of the stage: everything replicated; ``fused_wqa_wkv`` split; that and the two light GEMMs split.
-STAGE_CANDIDATES: Final = ("replicated", "split", "split-all")
-StageCandidate = Literal["replicated", "split", "split-all"]
 
 #: The indexer's heads (``weights_proj`` output size) in DeepSeek-V4.1.
 V41_INDEXER_HEADS = 32
@@ -113,9 +109,9 @@ class StageTimes(CamelModel):
     gpu_us: float = Field(ge=0)
     """GPU span (first kernel start → last kernel end, all streams): the GPU-bound time."""
     host_us: float | None = Field(default=None, ge=0)
-    """Host issue time with the GPU kept busy."""
+    """Host issue time with the GPU kept busy: the host-bound regime's time."""
     host_bound_us: float | None = Field(default=None, ge=0)
-    """Median of max(host, GPU span): the host-bound time."""
+    """Deprecated, no longer written: median of max(host, GPU span), which describes no regime (the host-bound regime uses hostUs); kept so older stage.json files load."""
     modelled_gather_us: float = Field(default=0.0, ge=0)
     """Modelled all-gather GPU time included in gpu_us (0: none or measured)."""
     modelled_gather_host_us: float = Field(default=0.0, ge=0)

@@ -31,13 +31,13 @@ from spx.analysis.stats import candidate_stats
 from spx.api.base import utc_now
 from spx.api.result import CandidateStats, KernelResult, PointResult
 from spx.api.spec import ExperimentSpec
-from spx.bench.candidates import CANDIDATES, PointPlan, build_candidates, gather_path
+from spx.bench.candidates import PointPlan, build_candidates, gather_path
 from spx.bench.context import BenchContext, point_execution, preflight, setup, timing_protocol, warm_up_gpu
 from spx.bench.correctness import check_correctness, check_reference
 from spx.bench.fingerprint import collect_environment
 from spx.bench.gemm import reference_tolerance
 from spx.bench.timing import bench_time
-from spx.vocabulary import GatherSource
+from spx.vocabulary import CANDIDATES, GatherSource
 
 if TYPE_CHECKING:
     import torch
@@ -161,7 +161,9 @@ def run_kernel_bench(
     try:
         warm_up_gpu(ctx)
         points: list[PointResult] = []
-        if spec.sweep.refine is not None:  # the adaptive sweep (spx.bench.adaptive): rank 0 plans, all measure
+        from spx.bench.adaptive import planned_extra
+
+        if spec.sweep.refine is not None or planned_extra(spec):  # spx.bench.adaptive: rank 0 plans, all measure
             from spx.bench.adaptive import adaptive_sweep, torch_broadcast
 
             def measure(counts: list[int]) -> list[PointResult] | None:
@@ -169,7 +171,7 @@ def run_kernel_bench(
                 return [p for p in got if p is not None] if ctx.rank == 0 else None
 
             points = adaptive_sweep(spec, measure, torch_broadcast(ctx.rank, ctx.distributed), on_point) or []
-        for tokens in spec.sweep.tokens if spec.sweep.refine is None else ():
+        for tokens in spec.sweep.tokens if spec.sweep.refine is None and not planned_extra(spec) else ():
             point = measure_point(ctx, tokens)
             if point is not None:
                 points.append(point)

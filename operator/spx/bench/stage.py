@@ -24,17 +24,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spx.analysis.bounds import host_bound_samples
 from spx.analysis.execution import stream_mode
-from spx.api.result import CandidateStats
 from spx.api.spec import ExperimentSpec
-from spx.api.stage import STAGE_CANDIDATES, LayerKindSpec, StageResult, StageRow, StageSpec, StageTimes
+from spx.api.stage import LayerKindSpec, StageResult, StageRow, StageSpec, StageTimes
 from spx.bench.candidates import PointPlan, activations, gather_fn
 from spx.bench.context import BenchContext, point_execution, setup, timing_protocol, warm_up_gpu
 from spx.bench.fingerprint import host_cpu_model
 from spx.bench.sequence_parallel import resolve_sp_shard, sp_trim
 from spx.bench.timing import bench_time
-from spx.vocabulary import EXECUTIONS, StageStreams
+from spx.vocabulary import EXECUTIONS, GEMM_BACKENDS, STAGE_CANDIDATES, StageStreams
 
 if TYPE_CHECKING:
     import torch
@@ -152,13 +150,9 @@ def _times(span: list[float], host: list[float], gather: tuple[float, float]) ->
     g_gpu, g_host = gather
     span = [s + g_gpu for s in span]
     host = [h + g_host for h in host]
-    stats = CandidateStats(samples_us=span, median_us=max(statistics.median(span), 1e-9), q1_us=0, q3_us=0, iqr_pct=0,
-                           host_samples_us=host)
-    bound = host_bound_samples(stats)
     return StageTimes(
         gpu_us=round(statistics.median(span), 3),
         host_us=round(statistics.median(host), 3) if host else None,
-        host_bound_us=round(statistics.median(bound), 3) if bound else None,
         modelled_gather_us=round(g_gpu, 3),
         modelled_gather_host_us=round(g_host, 3),
     )
@@ -216,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m spx.bench.stage", description=__doc__.split("\n")[0])
     parser.add_argument("spec")
-    parser.add_argument("--gemm-backend")
+    parser.add_argument("--gemm-backend", choices=GEMM_BACKENDS)
     parser.add_argument("--execution", choices=EXECUTIONS)
     parser.add_argument("--tokens", help="comma-separated token counts (overrides stage.tokens)")
     parser.add_argument("--out", type=Path)

@@ -38,6 +38,7 @@ from spx.api.accuracy import AccuracyResult, AccuracyRun
 from spx.api.base import utc_now
 from spx.api.serving import ServingArmRun, ServingArmSpec, ServingPointRun, ServingResult, ServingSpec
 from spx.api.spec import ExperimentSpec
+from spx.api.step import StepResult
 from spx.files import write_atomic
 from spx.serving.commands import ENV_THRESHOLD, PLUGIN_NAME, server_command, server_env, serving_of
 from spx.serving.gpus import nvidia_smi_argv, wait_gpus_free
@@ -86,6 +87,7 @@ class VllmRunOutcome:
 
     serving: ServingResult | None
     accuracy: AccuracyResult | None
+    step: StepResult | None = None
 
 
 def _write(path: Path, model: Any) -> None:
@@ -269,6 +271,7 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
     result = ServingResult(
         experiment=opts.experiment, serving=s, gate_threshold_tokens=spec.gate.threshold_tokens, started_at=utc_now(),
         protocol_deviations=protocol_deviations(s),
+        device="cuda" if nvidia_smi_argv(opts.nvidia_smi, opts.env) is not None else "cpu",
     )
     for arm in s.arms:
         result.arms.append(
@@ -311,6 +314,12 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
         if acc_result is not None:
             acc_result.complete = not acc_result.failures and all(r.error is None for r in acc_result.runs) and bool(acc_result.runs)
         docs.save()
-    return VllmRunOutcome(serving=result if s.points else None, accuracy=acc_result)
+    step = None
+    if s.step is not None and abort is None:
+        from spx.serving.step import run_step_ab
+
+        step = run_step_ab(spec, out_dir, opts.vllm_command, base_env,
+                           nvidia_smi=nvidia_smi_argv(opts.nvidia_smi, opts.env), log=opts.log)
+    return VllmRunOutcome(serving=result if s.points else None, accuracy=acc_result, step=step)
 
 

@@ -75,10 +75,10 @@ def _kernel_series(key: tuple[str, str], status: ExperimentStatus, spec: Experim
         out.append((r.KERNEL_LATENCY, (*key, "replicated", tokens, gpu), p.replicated_us / 1e6))
         out.append((r.KERNEL_LATENCY, (*key, "split", tokens, gpu), p.split_us / 1e6))
         out.append((r.KERNEL_SPEEDUP, (*key, tokens, gpu), p.speedup))
-        if p.replicated_host_bound_us and p.split_host_bound_us:
-            out.append((r.KERNEL_HOST_BOUND_SPEEDUP, (*key, tokens, gpu), p.replicated_host_bound_us / p.split_host_bound_us))
+        if p.replicated_host_us and p.split_host_us and p.execution != "graph":
+            out.append((r.KERNEL_HOST_BOUND_SPEEDUP, (*key, tokens, gpu), p.replicated_host_us / p.split_host_us))
     comparable = (*key, *comparable_values(status, spec))
-    host = kernel.host_bound
+    host = next((g for g in kernel.regimes if g.regime == "host-bound"), None)
     values: tuple[tuple[Any, float | int | None], ...] = (
         (r.CROSSOVER, kernel.crossover_tokens),
         (r.RECOMMENDED_THRESHOLD, kernel.recommended_threshold_tokens),

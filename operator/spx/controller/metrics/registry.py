@@ -76,17 +76,17 @@ RECOMMENDED_THRESHOLD = _gauge(
 )
 HOST_BOUND_CROSSOVER = _gauge(
     "spx_host_bound_crossover_tokens",
-    "Interpolated break-even (tokens) when the layer is host-bound (max of host issue time and GPU span per candidate).",
+    "Interpolated break-even (tokens) in the host-bound regime (eager points' host issue times: the split moves the step by Δh).",
     (*EXPERIMENT_LABELS, *COMPARABLE_LABELS),
 )
 HOST_BOUND_THRESHOLD = _gauge(
     "spx_host_bound_recommended_threshold_tokens",
-    "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS when the layer is host-bound.",
+    "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS in the host-bound regime (same threshold rule).",
     (*EXPERIMENT_LABELS, *COMPARABLE_LABELS),
 )
 KERNEL_HOST_BOUND_SPEEDUP = _gauge(
     "spx_kernel_host_bound_speedup_ratio",
-    "Replicated / split host-bound effective time per token count (> 1: the split wins when host-bound).",
+    "Replicated / split host issue time per eager token count (> 1: the split wins in the host-bound regime).",
     (*EXPERIMENT_LABELS, "tokens", "gpu"),
 )
 VERDICT = _gauge(
