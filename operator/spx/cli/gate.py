@@ -410,8 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="spx gate", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_arguments(parser)
-    from spx.cli.common import internal_error
-    from spx.cli.streams import degrade_unencodable_characters
+    from spx.cli.streams import degrade_unencodable_characters, internal_error
 
     degrade_unencodable_characters()
     try:

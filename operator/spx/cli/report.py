@@ -201,13 +201,13 @@ def result_from_partial_points(path: Path, spec: ExperimentSpec | None) -> tuple
         spec = validate_spec({"parallelism": {"tensorParallelSize": tp}, "sweep": {"tokens": [p.tokens for p in points]}},
                              source=str(path))
         assumed = f"TP{tp} ({how}) and the default shapes and gate; --experiment FILE gives the run's own"
-    # what ran is not recorded with the points: the spec's requests (auto), and the device the GPU timer's kernel
-    # names prove (a CPU run records none), so a CPU run keeps its CPU note
-    device: ResolvedDevice = "cuda" if spec.kernel.device == "cuda" or any(p.replicated.kernels for p in points) else "cpu"
+    cpu = any(k.startswith("cpu:") for k in points[0].replicated.kernels)  # (the kernels the timer saw)
+    device: ResolvedDevice = "cpu" if cpu else "cuda"
+    k = spec.kernel  # the requests, unresolved: the rank that resolved them wrote no result
     result = KernelResult(experiment=path.parent.name, spec=spec, world_size=spec.parallelism.tensor_parallel_size,
-                          gemm_backend=spec.kernel.gemm_backend, gather_backend="auto",
-                          gather_source=points[-1].gather_source, timer="auto", device=device, cuda_graphs=False,
-                          points=points, complete=False, error="result.json was not written")
+                          gemm_backend=k.gemm_backend, gather_backend=k.gather, gather_source=points[-1].gather_source,
+                          timer=k.timer, device=device, cuda_graphs=False, points=points,
+                          complete=False, error="result.json was not written")
     skipped = f" ({bad} line(s) that are not a point skipped)" if bad else ""
     return result, (f"{path.parent / RESULT_FILE} was not written (the run ended first: a full disk, SIGKILL, the "
                     f"OOM killer): reporting the {len(points)} point(s) it kept in {path.name}{skipped}, as a partial "
