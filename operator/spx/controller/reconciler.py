@@ -128,7 +128,7 @@ class Reconciler:
         limit = self.settings.max_concurrent
         synced = self.is_synced()
         if admission.kueue_managed(self.store.experiments.get(key)):  # Kueue queues it: no second queue
-            return c.Admission(True, 0, 0, synced)
+            return dec.Admission(True, 0, 0, synced)
         if limit <= 0 and synced:  # no limit: no need to count (O(experiments + Jobs))
             return dec.Admission(True, 0, 0, True)
         v = admission.admit(key, limit, self.active_keys(), admission.waiting(self.store), synced)

@@ -81,3 +81,49 @@ TOLERATION_CASES: list[tuple[str, str, list[dict[str, str]], list[dict[str, str]
 def test_tolerations(case: str, device: str, tolerations: list[dict[str, str]], expected: list[dict[str, str]]) -> None:
     s = spec(kernel={"device": device}, resources={"gpuProducts": ["NVIDIA-H200"], "tolerations": tolerations})
     assert placement.build_tolerations(s) == expected
+
+
+# The cluster's defaults (benchPlacement / SPX_BENCH_PLACEMENT): each part only where the experiment sets none
+
+ADMIN = placement.PlacementDefaults.model_validate({
+    "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 50, "preference": {"matchExpressions": [POOL]}}]}},
+    "gpuNodeAffinity": "none",
+})
+
+#: (id, the experiment's resources, expected: nodeSelector, toleration keys, gpuNodeAffinity, affinity kept from)
+DEFAULTS_CASES: list[tuple[str, dict[str, Any], dict[str, str], list[str], str, str]] = [
+    ("sets-nothing", {}, {"node.kubernetes.io/instance-type": "p5.48xlarge"}, ["dedicated"], "none", "admin"),
+    ("own-node-selector", {"nodeSelector": {"kubernetes.io/hostname": "gpu-7"}}, {"kubernetes.io/hostname": "gpu-7"},
+     ["dedicated"], "none", "admin"),
+    ("own-tolerations", {"tolerations": [{"key": "team", "operator": "Exists"}]},
+     {"node.kubernetes.io/instance-type": "p5.48xlarge"}, ["team"], "none", "admin"),
+    ("own-gpu-mode", {"gpuNodeAffinity": "required"}, {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+     ["dedicated"], "required", "admin"),
+    ("own-affinity", {"affinity": ANTI}, {"node.kubernetes.io/instance-type": "p5.48xlarge"}, ["dedicated"], "none",
+     "experiment"),
+]
+
+
+@pytest.mark.parametrize(("case", "resources", "selector", "toleration_keys", "mode", "affinity_from"), DEFAULTS_CASES,
+                         ids=[c[0] for c in DEFAULTS_CASES])
+def test_cluster_defaults_fill_only_what_the_experiment_left_unset(
+        case: str, resources: dict[str, Any], selector: dict[str, str], toleration_keys: list[str], mode: str,
+        affinity_from: str) -> None:
+    original = spec(resources=dict(resources))
+    placed = placement.with_defaults(original, ADMIN)
+    r = placed.resources
+    assert r.node_selector == selector
+    assert [t.get("key") for t in r.tolerations] == toleration_keys
+    assert r.gpu_node_affinity == mode
+    assert r.affinity == (ADMIN.affinity if affinity_from == "admin" else ANTI)
+    assert original.resources.affinity == resources.get("affinity")  # the experiment's spec is not touched
+
+
+def test_no_defaults_or_empty_ones_change_nothing() -> None:
+    s = spec()
+    assert placement.with_defaults(s, None) is s
+    assert placement.with_defaults(s, placement.PlacementDefaults.model_validate(
+        {"nodeSelector": {}, "tolerations": [], "affinity": {}, "gpuNodeAffinity": ""})) is s
