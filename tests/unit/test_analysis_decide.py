@@ -191,3 +191,15 @@ def test_the_stake_has_both_regimes_at_the_gate_threshold_and_at_vllms_2048() ->
         assert row.saving_ms_per_chunk == pytest.approx(20.0 * 40 / 1000)  # −Δg × 40 layers
         assert row.host_saving_ms_per_chunk == pytest.approx(-30.0 * 40 / 1000)  # −Δh × 40 layers
         assert row.host_saving_low_us == pytest.approx(-34.0) and row.host_saving_high_us == pytest.approx(-26.0)
+
+
+def test_a_step_whose_positive_control_was_missed_decides_nothing() -> None:
+    """A positive control (one extra prefill step at T + 1, StepSpec.positiveControl) that ran and came out
+    indifferent shows the design could not see an effect it must see: its gains and losses decide nothing."""
+    detected = StepStatus(effects=GAIN.effects, positive_controls=[effect(2048, 0.8, 2.1, "pad")], complete=True)
+    missed = StepStatus(effects=GAIN.effects, positive_controls=[effect(2048, -0.4, 1.9, "pad")], complete=True)
+    assert step_decision(detected, GATE)[0] == "Pass"
+    verdict, why, nxt = step_decision(missed, GATE)
+    assert verdict is None and "positive control" in why and "not detected" in why and nxt is not None
+    d = decide(outcome(OK), outcome(NO), GATE, step=missed)
+    assert (d.verdict, d.decided_by) == ("Inconclusive", "none")

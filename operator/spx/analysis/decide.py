@@ -92,8 +92,9 @@ def _ms(e: StepEffect) -> str:
 def step_decision(step: StepStatus | None, gate: GateSpec) -> tuple[Verdict | None, str, str | None]:
     """``(verdict, reason, next step)`` of the step A/B at ``gate.thresholdTokens`` (module rule 4).
 
-    ``verdict`` ``None``: no usable step measurement (none, none at the gate threshold, or a CPU run
-    without ``allowCpuTimings``); the reason says why.
+    ``verdict`` ``None``: no usable step measurement (none, none at the gate threshold, a CPU run
+    without ``allowCpuTimings``, or a positive control that ran and was not detected: the design could
+    not see an effect it must see); the reason says why.
     """
     thr = gate.threshold_tokens
     if step is None:
@@ -102,6 +103,12 @@ def step_decision(step: StepStatus | None, gate: GateSpec) -> tuple[Verdict | No
         return None, ("the step A/B ran on CPU: its effects prove the machinery, never the GPU's regime "
                       "(allowCpuTimings false)"), next_step(thr)
     effects = [e for e in step.effects if e.threshold_tokens == thr]
+    if step.positive_controls and not any(e.effect_low_ms > 0 for e in step.positive_controls
+                                          if e.threshold_tokens == thr):
+        return None, ("the step A/B's positive control (one extra prefill step at thresholdTokens + 1) was not "
+                      "detected: on this deployment the design cannot see an effect of that size, so its effects "
+                      "decide nothing"), (
+            "more rounds of the step A/B (spec.serving.step.rounds), or a quieter node; then judge again")
     if not effects:
         measured = sorted({e.threshold_tokens for e in step.effects})
         return None, (f"the step A/B measured no effect at thresholdTokens {thr} (measured: "

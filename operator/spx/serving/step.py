@@ -34,6 +34,7 @@ from spx.api.base import utc_now
 from spx.api.serving import ServingArmSpec
 from spx.api.spec import ExperimentSpec
 from spx.api.step import StepLengthRole, StepRequest, StepResult, StepServerRole, StepServerRun, StepSpec
+from spx.files import write_atomic
 from spx.serving.commands import server_command, server_env, serving_of
 from spx.serving.gpus import wait_gpus_free
 from spx.serving.server import ServerError, VllmServer, port_open
@@ -201,10 +202,7 @@ class StepRunner:
 
     def save(self, result: StepResult) -> None:
         """Rewrite ``step-result.json`` atomically."""
-        path = self.out_dir / STEP_RESULT_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result.to_wire(), indent=1) + "\n")
-        tmp.replace(path)
+        write_atomic(self.out_dir / STEP_RESULT_FILE, json.dumps(result.to_wire(), indent=1) + "\n")
 
     def __call__(self, log: Log = _stderr) -> StepResult:
         """Run every planned server; never raises for a failed server (its error is in the result)."""
