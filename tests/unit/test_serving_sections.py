@@ -43,6 +43,11 @@ def test_accuracy_needs_serving() -> None:
         ({"startupTimeoutSeconds": 600}, 2400, True),
         ({"arms": [{"name": "B", "variant": "split"}, {"name": "A", "variant": "main"}]}, 4800, True),
         ({"arms": [{"name": "B", "variant": "split"}, {"name": "A", "variant": "main"}]}, 4799, False),
+        # the step A/B's servers load the model too: control + gate threshold + 1 listed + positive control
+        ({"startupTimeoutSeconds": 600, "step": {}}, 3600, True),
+        ({"startupTimeoutSeconds": 600, "step": {}}, 3599, False),
+        ({"startupTimeoutSeconds": 600, "step": {"thresholds": [4096], "positiveControl": True}}, 4800, True),
+        ({"startupTimeoutSeconds": 600, "step": {"thresholds": [4096], "positiveControl": True}}, 4799, False),
     ],
 )
 def test_timeout_covers_every_arms_model_load(serving: dict[str, Any], timeout: int, ok: bool) -> None:
