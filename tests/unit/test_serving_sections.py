@@ -66,8 +66,10 @@ def test_the_crd_carries_the_same_rules_as_cel() -> None:
     assert rules == CEL_RULES["spec"]
     text = " ".join(r["rule"] for r in rules)
     assert "!has(self.accuracy) || has(self.serving)" in text
-    # the CRD carries no defaults, so the rule spells out the models' (timeout 3600, 4 arms, 2400 s)
-    assert ": 3600) >= " in text and ": 4) * " in text and ": 2400)" in text
+    # the CRD carries no defaults, so the rule spells out the models (timeout 3600, 4 arms, 2400 s) and counts
+    # the step A/B's servers as spx.api.spec.step_servers does
+    assert ": 3600) >= " in text and ": 4) + " in text and ": 2400)" in text
+    assert "size(self.serving.step.thresholds)" in text and "self.serving.step.positiveControl" in text
 
 
 # The verdict over every gate ----------------------------------------------------------------------------
