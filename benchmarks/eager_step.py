@@ -14,7 +14,8 @@ large ones the GPU (Δg).
     python benchmarks/eager_step.py --out DIR [--tokens 2048,8192,2049] [--fillers 0,25,...]
         [--host-ops 0,40] [--layers 40] [--steps 40] [--gemm-backend humming] [--budget-s 300]
 
-Writes DIR/eager_step.json (every sample) and DIR/eager_step.csv (one row per case); prints the table.
+Writes DIR/eager_step.json (every sample) and DIR/eager_step.csv (one row per case); prints the table
+(``--table DIR/eager_step.json`` prints it again from the file).
 On CPU (torch-bf16, a tiny projection) it runs as a pipeline smoke test only: no filler, no meaning.
 """
 
@@ -165,6 +166,23 @@ def format_row(row: dict[str, Any], op: dict[str, Any]) -> str:
             f"{op['dg']['value']:>+7.1f} {op['dh']['value']:>+7.1f}  {row['matches']}{pos}")
 
 
+MD_HEADER = ("| tokens | host ops | filler (GPU µs) | replicated step ms | split step ms | issue / wall | "
+             "step effect µs/layer [95 %] | events | in-step Δh | Δg | Δh | matches (position) |\n"
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+
+
+def format_row_md(row: dict[str, Any], op: dict[str, Any]) -> str:
+    """The case as a Markdown table row (columns of :data:`MD_HEADER`)."""
+    e, ev = row["effect"], row.get("effect_events", {}).get("value")
+    filler = row["filler_gpu_us"] if row["filler_gpu_us"] is not None else row["filler_us"]
+    pos = "" if row["position"] is None else f" ({row['position']:.2f})"
+    return (f"| {row['tokens']} | {row['host_ops']} | {filler:.0f} | {row['replicated_wall_ms']:.2f} | "
+            f"{row['split_wall_ms']:.2f} | {row['replicated_issue_ms'] / row['replicated_wall_ms']:.2f} | "
+            f"**{e['value']:+.1f}** [{e['low']:+.1f}, {e['high']:+.1f}] | {'-' if ev is None else f'{ev:+.1f}'} | "
+            f"{row['effect_issue']['value']:+.1f} | {op['dg']['value']:+.1f} | {op['dh']['value']:+.1f} | "
+            f"{row['matches']}{pos} |")
+
+
 def write(doc: dict[str, Any], out: Path) -> None:
     """DIR/eager_step.json (everything) and DIR/eager_step.csv (one row per case, no samples)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -194,14 +212,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=40, help="timed steps per arm and case")
     parser.add_argument("--op-samples", type=int, default=50, help="per-op Δg/Δh samples per candidate")
     parser.add_argument("--budget-s", type=float, default=300.0, help="no case starts after this many seconds")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="where eager_step.json and eager_step.csv go (required to measure)")
+    parser.add_argument("--table", type=Path, metavar="JSON", help="print the table of a saved eager_step.json; measure nothing")
+    parser.add_argument("--markdown", action="store_true", help="print the final table in Markdown")
     args = parser.parse_args(argv)
-    print(HEADER, flush=True)
-    doc = measure(args)
-    write(doc, args.out)
-    print(HEADER)
+    if args.table is not None:
+        doc = json.loads(args.table.read_text())
+    elif args.out is None:
+        parser.error("--out is required to measure (or --table JSON to print a saved run)")
+    else:
+        print(HEADER, flush=True)
+        doc = measure(args)
+        write(doc, args.out)
+    print(MD_HEADER if args.markdown else HEADER)
     for row in doc["cases"]:
-        print(format_row(row, doc["per_op"][str(row["tokens"])]))
+        print((format_row_md if args.markdown else format_row)(row, doc["per_op"][str(row["tokens"])]))
     if doc["skipped"]:
         print(f"skipped past the budget: {len(doc['skipped'])} case(s)")
 
