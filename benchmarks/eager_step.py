@@ -40,13 +40,15 @@ def _floats(text: str) -> list[float]:
     return [float(t) for t in text.split(",") if t.strip()]
 
 
-def load_spec(path: str, gemm_backend: str, samples: int, overrides: dict[str, Any] | None = None) -> Any:
-    """The experiment spec at ``path`` with the backend and per-op samples set (plus ``overrides`` of spec fields)."""
+def load_spec(path: str, gemm_backend: str, samples: int, tokens: list[int], overrides: dict[str, Any] | None = None) -> Any:
+    """The experiment spec at ``path`` with the backend, per-op samples and token counts set (no refinement;
+    the GPU warm-up runs the largest count), plus ``overrides`` of spec fields."""
     from spx.api.loading import load_experiment, validate_spec
 
     spec = load_experiment(Path(path).read_text(), path).spec
     raw = spec.model_dump(by_alias=True, exclude_none=True)
     raw["kernel"].update({"gemmBackend": gemm_backend, "samples": samples, "execution": "eager"})
+    raw["sweep"] = {"tokens": sorted(set(tokens))}
     raw.pop("serving", None)
     raw.pop("accuracy", None)
     for key, value in (overrides or {}).items():
@@ -112,7 +114,7 @@ def measure(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -
     from spx.bench.fingerprint import collect_environment
 
     t0 = time.monotonic()
-    spec = load_spec(args.spec, args.gemm_backend, args.op_samples, overrides)
+    spec = load_spec(args.spec, args.gemm_backend, args.op_samples, args.tokens, overrides)
     ctx = setup(spec)
     doc: dict[str, Any] = {"spec": args.spec, "gemm_backend": ctx.gemm_backend, "gemm_backend_reason": ctx.gemm_backend_reason,
                            "tp": ctx.tp, "layers": args.layers, "per_op": {}, "cases": [], "skipped": []}
