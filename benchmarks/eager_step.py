@@ -1,4 +1,4 @@
-"""The split's effect on a whole eager step, against the per-op Δg and Δh (one GPU; issue #28).
+"""The split's effect on a whole eager step, against the per-op Δg and Δh (one GPU).
 
 Per case (tokens × host ops × filler): a step of L layers (default 40, DeepSeek-V4.1's), each the real
 projection (``replicated``, or ``split``: ``sp_shard`` + shard GEMM + a real 1-rank NCCL all-gather

@@ -1,4 +1,4 @@
-# Sourced by the GPU measurement scripts (h200_kernels.sh, h200_eager.sh, h100_eager_step.sh), from the repository root.
+# Sourced by the GPU measurement scripts (h200_kernels.sh, h200_eager.sh, eager_step.sh), from the repository root.
 #   gpu_env_setup: wheels in ${SPX_WHEELS:-.whl}/ (machines without a package index) go to /tmp/site;
 #                  PYTHONPATH gets them and operator/ (spx from this checkout).
 #   gpu_env_log:   the environment the timings belong to: date, GPU, driver, clocks, torch/CUDA/triton,

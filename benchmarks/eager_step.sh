@@ -8,14 +8,14 @@
 #      refinement, humming) whose split host samples now include the real 1-rank gather launch;
 #   4. benchmarks/gather_host_issue.py: the launch alone.
 #
-#   bash benchmarks/h100_eager_step.sh OUT_DIR [SECONDS]     # default 540 s; the step bench gets 45 % of it
+#   bash benchmarks/eager_step.sh OUT_DIR [SECONDS]     # default 540 s; the step bench gets 45 % of it
 #
 # No part starts after SECONDS (listed as skipped). Wheels in ${SPX_WHEELS:-.whl}/ are installed into
 # /tmp/site first (machines without a package index). Results: OUT_DIR/eager-step.tar.gz, env.log, run.log,
 # eager_step.csv, eager_step.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: h100_eager_step.sh OUT_DIR [SECONDS]}
+OUT=${1:?usage: eager_step.sh OUT_DIR [SECONDS]}
 BUDGET=${2:-540}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 W="$OUT/work"; mkdir -p "$W"
