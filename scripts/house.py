@@ -1,6 +1,7 @@
-"""The shape of the spx package, in four figures (issue 21's "house before and after").
+"""The shape of the spx package, in five figures (issues 21's and 31's "house before and after").
 
     .venv/bin/python scripts/house.py                 # this checkout's operator/spx
+    .venv/bin/python scripts/house.py --package spx.cli   # the rooms of another package (default spx.controller)
     .venv/bin/python scripts/house.py --trace         # also trace `spx run examples/quickstart.yaml` (CPU, ~1 min)
     PYTHONPATH=OTHER/operator .venv/bin/python scripts/house.py --repo OTHER --trace   # another checkout
 
@@ -16,8 +17,17 @@
    frames above it (calls made through other libraries, e.g. pydantic validators or rich renderables,
    count as a step). The trail is the stack that hops between modules most often: its hops, depth, the
    modules it crosses and its *climbs*: steps from a module to one in a higher layer (cli > controller >
-   runner > bench > analysis > api; the former top-level modules ranked where issue 21 moved them). Only the
-   ``spx run`` process is traced, not its rank processes. CPU timing plays no part in these figures.
+   runner > serving > bench > analysis > api > vocabulary, read from the ``layers`` contract; the former
+   top-level modules ranked where issue 21 moved them). Only the ``spx run`` process is traced, not its rank
+   processes. CPU timing plays no part in these figures.
+5. **the rooms of one package** (``--package``, default ``spx.controller``): its rooms (its direct modules and
+   sub-packages, a sub-package counted as one room; ``__init__`` not counted), the import arrows between them
+   (distinct room → room pairs, from grimp's graph), its floors (rooms on the longest arrow path, circles
+   condensed first), its largest module and its longest function (lines of the ``def`` through its last
+   line, from :mod:`ast`); and the longest function of all of spx.
+
+The layer ranks come from the import contract (``[tool.importlinter]``'s ``layers`` contract in
+``pyproject.toml``), so the script and ``lint-imports`` agree on the order.
 """
 
 from __future__ import annotations
@@ -34,14 +44,31 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-#: Layer rank of each package (higher = nearer the user).
-RANK = {"spx.__main__": 7, "spx.cli": 6, "spx.tools": 5, "spx.controller": 5, "spx.runner": 4, "spx.bench": 3,
-        "spx.analysis": 2, "spx.api": 1, "spx.vocabulary": 0}
 #: Top-level modules before issue 21, ranked as the layer they moved into (report/plot/gate → cli,
 #: metrics → controller, vllm_plugin → bench, exit_codes → api).
 FORMER = {"report": "cli", "plot": "cli", "gate": "cli", "metrics": "controller", "vllm_plugin": "bench",
           "exit_codes": "api"}
-RANK.update({f"spx.{name}": RANK[f"spx.{layer}"] for name, layer in FORMER.items()})
+
+
+def layer_ranks(pyproject: Path) -> dict[str, int]:
+    """Layer rank of each package (higher = nearer the user), from the ``layers`` contract of ``pyproject``.
+
+    A layer entry ``"a | b"`` (independent siblings) or ``"a : b"`` ranks each name alike. Raises
+    ``SystemExit`` naming the file when it holds no ``layers`` contract over ``spx``."""
+    contracts = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]["contracts"]
+    layers = next((c["layers"] for c in contracts if c["type"] == "layers" and not c.get("containers")), None)
+    if layers is None:
+        raise SystemExit(f"{pyproject}: no top-level `layers` contract in [tool.importlinter] to rank the layers by")
+    ranks: dict[str, int] = {}
+    for i, entry in enumerate(layers):
+        for name in entry.replace(":", "|").split("|"):
+            ranks[name.strip(" ()")] = len(layers) - 1 - i
+    ranks.update({f"spx.{name}": ranks[f"spx.{layer}"] for name, layer in FORMER.items() if f"spx.{layer}" in ranks})
+    return ranks
+
+
+#: Layer rank of each package (higher = nearer the user); :func:`main` fills it from the import contract.
+RANK: dict[str, int] = {}
 
 
 def rank(module: str) -> int | None:
@@ -122,6 +149,87 @@ def import_graph() -> dict[str, set[str]]:
 
     graph = grimp.build_graph("spx")
     return {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+
+
+def room_of(module: str, package: str) -> str | None:
+    """The room of ``package`` that holds ``module`` (its direct child), None outside it or for the package."""
+    if not module.startswith(package + "."):
+        return None
+    return package + "." + module[len(package) + 1:].split(".")[0]
+
+
+def floors(arrows: dict[str, set[str]]) -> int:
+    """Rooms on the longest path of ``arrows`` (an importer → imported graph), circles condensed to one room."""
+    component = {m: m for m in arrows}
+    for group in circles(arrows):
+        for m in group:
+            component[m] = group[0]
+    dag: dict[str, set[str]] = {}
+    for a, targets in arrows.items():
+        dag.setdefault(component[a], set()).update(component.get(b, b) for b in targets if component.get(b, b) != component[a])
+    depth: dict[str, int] = {}
+
+    def height(node: str) -> int:  # recursion depth ≤ rooms, a few dozen
+        if node not in depth:
+            depth[node] = 1 + max((height(b) for b in dag.get(node, ())), default=0)
+        return depth[node]
+
+    return max((height(n) for n in dag), default=0)
+
+
+def function_lengths(root: Path, files: Iterable[Path]) -> list[tuple[str, int]]:
+    """(``module:qualified.name``, lines from ``def`` to the last line) of every function in ``files``."""
+    import ast
+
+    found: list[tuple[str, int]] = []
+    for path in files:
+        module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        stack: list[tuple[ast.AST, str]] = [(tree, "")]
+        while stack:
+            node, prefix = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    name = f"{prefix}{child.name}"
+                    if not isinstance(child, ast.ClassDef):
+                        found.append((f"{module}:{name}", (child.end_lineno or child.lineno) - child.lineno + 1))
+                    stack.append((child, name + "."))
+    return found
+
+
+def longest_function(root: Path, files: Iterable[Path]) -> dict[str, Any]:
+    """The longest function of ``files`` (see :func:`function_lengths`) as {"name", "lines"}."""
+    name, lines = max(function_lengths(root, files), key=lambda f: f[1], default=("", 0))
+    return {"name": name, "lines": lines}
+
+
+def rooms_figures(package: str, edges: dict[str, set[str]], root: Path) -> dict[str, Any]:
+    """Rooms, arrows and floors of ``package`` (see the module docstring), its largest module and longest function."""
+    arrows: dict[str, set[str]] = {}
+    for a, targets in edges.items():
+        ra = room_of(a, package)
+        if ra is None:
+            continue
+        arrows.setdefault(ra, set())
+        for b in targets:
+            rb = room_of(b, package)
+            if rb is not None and rb != ra:
+                arrows[ra].add(rb)
+                arrows.setdefault(rb, set())
+    package_dir = root.joinpath(*package.split("."))
+    files = list(package_dir.rglob("*.py"))
+    sizes = sorted(((p.relative_to(root).as_posix(), len(p.read_text(encoding="utf-8").splitlines())) for p in files),
+                   key=lambda s: -s[1])
+    return {
+        "package": package,
+        "rooms": len(arrows),
+        "modules": sum(1 for m in edges if m.startswith(package + ".") and m.split(".")[-1] != "__init__"),
+        "floors": floors(arrows),
+        "arrows": sum(len(t) for t in arrows.values()),
+        "circles": circles(arrows),
+        "largest_module": {"path": sizes[0][0], "lines": sizes[0][1]} if sizes else None,
+        "longest_function": longest_function(root, files),
+    }
 
 
 def _covers(names: Iterable[str], module: str) -> bool:
@@ -228,6 +336,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1], help="checkout to measure")
     parser.add_argument("--trace", action="store_true", help="also trace `spx run` on the CPU quickstart")
+    parser.add_argument("--package", default="spx.controller", help="the package whose rooms to count")
     args = parser.parse_args()
     repo = args.repo.resolve()
     package_dir = repo / "operator" / "spx"
@@ -235,15 +344,20 @@ def main() -> int:
 
     if Path(spx.__file__).resolve().parent != package_dir:
         parser.error(f"spx imports from {Path(spx.__file__).parent}, not {package_dir}: set PYTHONPATH={repo}/operator")
+    RANK.clear()
+    RANK.update(layer_ranks(repo / "pyproject.toml"))
     edges = import_graph()
     no_contract, no_layer = outside_contracts(edges, repo / "pyproject.toml")
     report: dict[str, Any] = {
         "repo": str(repo),
+        "layers": sorted((m for m in RANK if m.removeprefix("spx.") not in FORMER), key=lambda m: -RANK[m]),
         "largest_modules": [{"path": p, "lines": n} for p, n in largest(package_dir)],
+        "longest_function": longest_function(package_dir.parent, package_dir.rglob("*.py")),
         "import_circles": circles(edges),
         "imports_up_the_layers": upward(edges),
         "modules_outside_every_contract": no_contract,
         "modules_outside_the_layers_contract": no_layer,
+        "rooms": rooms_figures(args.package, edges, package_dir.parent),
     }
     if args.trace:
         report["spx_run_trace"] = trace_run(repo, package_dir)

@@ -1,26 +1,58 @@
 #!/usr/bin/env bash
 # Release spx VERSION: one version for the Python package, the chart (version and appVersion), both
-# images and the runbook links; base images pinned by digest, Python dependencies by the committed lock
-# files (scripts/lock.sh: images/operator/requirements.lock, images/bench/requirements.lock); OCI labels,
-# SBOM and provenance; the bench image's spx layer checked inside it (`spx validate` and the vLLM
-# plugin load); the chart packaged with both image digests. Run by .github/workflows/release.yml on a
-# tag v<VERSION>, or by hand:
+# images and the runbook links; base images pinned by the digests committed in images/base-images.lock,
+# Python dependencies by the committed lock files (scripts/lock.sh: images/operator/requirements.lock,
+# images/bench/requirements.lock); OCI labels, SBOM and provenance; the bench image's spx layer checked
+# inside it (`spx validate` and the vLLM plugin load); both images and the chart signed with cosign
+# (keyless: the workflow's OIDC identity, `id-token: write`); the chart packaged with both image
+# digests. Run by .github/workflows/release.yml on a tag v<VERSION>, or by hand:
 #
+#   scripts/release.sh --help            # this text
+#   scripts/release.sh --lock-bases      # resolve the base tags to digests into images/base-images.lock
 #   scripts/release.sh 0.2.0 --bump      # set VERSION everywhere, commit nothing (review, commit, tag)
-#   scripts/release.sh 0.2.0             # build, check and push (REGISTRY=ghcr.io/spx-dev, PUSH=1)
+#   scripts/release.sh 0.2.0             # build, check, sign and push (REGISTRY=ghcr.io/spx-dev, PUSH=1, SIGN=1)
 #
-# Needs: docker with buildx (BuildKit: --sbom, --provenance), crane or `docker buildx imagetools`
-# (the base images' digests), helm >= 3.8 (OCI push). The vLLM base image (~10 GB, CUDA 13) is pulled
-# by the CI runner; it cannot be pulled in the development sandbox, where only --bump and the
-# consistency test (tests/unit/test_release_versions.py) run.
+# Needs: docker with buildx (BuildKit: --sbom, --provenance), helm >= 3.8 (OCI push), cosign >= 2
+# (SIGN=1; keyless signing needs an OIDC identity: GitHub Actions' id-token, or a browser login by
+# hand), and for --lock-bases crane or `docker buildx imagetools`. The vLLM base image (~10 GB, CUDA
+# 13) is pulled by the CI runner; it cannot be pulled in the development sandbox, where only --help,
+# --bump and the static tests (tests/unit/test_release_versions.py, tests/chart/test_release_static.py) run.
+# Exit codes: 0 done, 2 usage or a precondition (dirty tree, stale lock, unresolved base digest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VERSION=${1:?usage: scripts/release.sh VERSION [--bump]}
+usage() { sed -n '2,/^# Exit codes/p' "$0" | sed 's/^# \{0,1\}//'; }
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  "") usage >&2; exit 2 ;;
+esac
+BASES_LOCK=images/base-images.lock
+digest_of() {
+  if command -v crane >/dev/null; then crane digest "$1"
+  else docker buildx imagetools inspect "$1" --format '{{json .Manifest}}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["digest"])'
+  fi
+}
+# the base image of NAME (PYTHON_BASE, VLLM_BASE) from the lock: <tag>@sha256:<64 hex>, or exit 2
+locked_base() {
+  local ref
+  ref=$(sed -n "s/^$1=//p" "$BASES_LOCK")
+  [[ $ref =~ ^[^@[:space:]]+@sha256:[0-9a-f]{64}$ ]] \
+    || { echo "$BASES_LOCK: $1 is not pinned by digest ('${ref:-missing}'): run scripts/release.sh --lock-bases and commit" >&2; exit 2; }
+  echo "$ref"
+}
+if [ "$1" = --lock-bases ]; then
+  tmp=$(mktemp)
+  while IFS= read -r line; do
+    if [[ $line =~ ^([A-Z_]+)=([^@[:space:]]+) ]]; then
+      echo "${BASH_REMATCH[1]}=${BASH_REMATCH[2]}@$(digest_of "${BASH_REMATCH[2]}")"
+    else echo "$line"; fi
+  done < "$BASES_LOCK" > "$tmp"
+  mv "$tmp" "$BASES_LOCK"; cat "$BASES_LOCK"; exit 0
+fi
+VERSION=$1
 [[ $VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$ ]] || { echo "VERSION must be semver, got $VERSION" >&2; exit 2; }
 REGISTRY=${REGISTRY:-ghcr.io/spx-dev}
 PUSH=${PUSH:-1}
-PYTHON_BASE_TAG=python:3.11-slim-bookworm
-VLLM_BASE_TAG=vllm/vllm-openai:v0.33.0
+SIGN=${SIGN:-$PUSH}
 OUT=${RELEASE_OUT:-dist/release-$VERSION}
 
 bump() {
@@ -49,6 +81,11 @@ bad = {k: x for k, x in found.items() if x != v}
 sys.exit(f"not at {v}: {bad}; run scripts/release.sh {v} --bump and commit" if bad else 0)
 PY
 [ -z "$(git status --porcelain)" ] || { echo "the work tree is not clean: commit first" >&2; exit 2; }
+# 2. base images by the digests committed in the lock (not resolved now: a release is rebuilt from the repo)
+PYTHON_BASE=$(locked_base PYTHON_BASE)
+VLLM_BASE=$(locked_base VLLM_BASE)
+VLLM_BASE_TAG=${VLLM_BASE%@*}
+echo "bases: $PYTHON_BASE, $VLLM_BASE"
 # the Python dependencies come from the committed locks (scripts/lock.sh); the bench one must have been
 # resolved with the vllm of the base released on (the bench build's `pip check` then tests it against it)
 VLLM_VERSION=${VLLM_BASE_TAG##*:v}
@@ -56,16 +93,6 @@ grep -qF -- "[bench] together with vllm==$VLLM_VERSION," images/bench/requiremen
   || { echo "images/bench/requirements.lock was not resolved with vllm==$VLLM_VERSION: run scripts/lock.sh and commit" >&2; exit 2; }
 REVISION=$(git rev-parse HEAD)
 mkdir -p "$OUT"
-
-# 2. base images by digest
-digest_of() {
-  if command -v crane >/dev/null; then crane digest "$1"
-  else docker buildx imagetools inspect "$1" --format '{{json .Manifest}}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["digest"])'
-  fi
-}
-PYTHON_BASE="$PYTHON_BASE_TAG@$(digest_of "$PYTHON_BASE_TAG")"
-VLLM_BASE="$VLLM_BASE_TAG@$(digest_of "$VLLM_BASE_TAG")"
-echo "bases: $PYTHON_BASE, $VLLM_BASE"
 
 # 3. both images: labels from the build args, SBOM and provenance attestations (BuildKit)
 build() {  # NAME DOCKERFILE BASE_ARG=VALUE
@@ -78,6 +105,15 @@ build() {  # NAME DOCKERFILE BASE_ARG=VALUE
 }
 OPERATOR_DIGEST=$(build spx-operator images/operator/Dockerfile "PYTHON_BASE=$PYTHON_BASE" | tail -1)
 BENCH_DIGEST=$(build spx-bench images/bench/Dockerfile "VLLM_BASE=$VLLM_BASE" | tail -1)
+
+# 3b. sign both images by digest (cosign keyless: the OIDC identity of the run, e.g. the release workflow)
+sign() {  # REF@DIGEST
+  [ "$SIGN" = 1 ] || return 0
+  command -v cosign >/dev/null || { echo "cosign is not installed (SIGN=1): install it or set SIGN=0" >&2; exit 2; }
+  cosign sign --yes "$1"
+}
+sign "$REGISTRY/spx-operator@$OPERATOR_DIGEST"
+sign "$REGISTRY/spx-bench@$BENCH_DIGEST"
 
 # 4. the bench image's spx layer on the real vllm==0.33.0: validate an experiment, load the plugin
 BENCH="$REGISTRY/spx-bench@$BENCH_DIGEST"
@@ -103,7 +139,11 @@ p.write_text(text)
 PY
 helm lint --strict "$OUT/chart"
 helm package "$OUT/chart" --version "$VERSION" --app-version "$VERSION" -d "$OUT"
-[ "$PUSH" = 1 ] && helm push "$OUT/spx-operator-$VERSION.tgz" "oci://$REGISTRY/charts"
+if [ "$PUSH" = 1 ]; then
+  helm push "$OUT/spx-operator-$VERSION.tgz" "oci://$REGISTRY/charts" 2>&1 | tee "$OUT/helm-push.log"
+  CHART_DIGEST=$(sed -n 's/^Digest: //p' "$OUT/helm-push.log")
+  sign "$REGISTRY/charts/spx-operator@$CHART_DIGEST"
+fi
 
 # 6. the tag the runbook links point at
 git rev-parse -q --verify "refs/tags/v$VERSION" >/dev/null || git tag -a "v$VERSION" -m "spx $VERSION"

@@ -8,13 +8,24 @@ every vLLM process, and importing ``spx.api`` builds all its pydantic models (2.
 from that type (``typing.get_args``, so the two cannot drift) and, where users choose a value, a
 one-line meaning per value. The pattern follows kopf's ``causes.Reason`` (an enum with derived tuples "to prevent a direct
 usage of strings, and typos"), written as ``Literal`` types so the published schema stays a plain
-string ``enum``.
+string ``enum``. ``tests/unit/test_vocabulary.py::test_no_module_spells_a_vocabulary_out_again`` finds every
+vocabulary here by introspection and fails on a second spelling of one anywhere else in the package.
 
 - verdicts and the reasons of the terminal ``Decided`` condition (:data:`VERDICTS`,
-  :data:`FAILURE_REASONS`, :data:`DECIDED_REASONS`);
+  :data:`FAILURE_REASONS`, :data:`DECIDED_REASONS`), what decided a verdict (:data:`DECIDED_BY`) and
+  the kernel's regimes (:data:`KERNEL_REGIMES`);
 - phases, waiting and terminal (:data:`PHASES`, :data:`WAITING_PHASES`, :data:`TERMINAL_PHASES`);
 - GEMM and all-gather backends of the kernel microbenchmark (:data:`GEMM_BACKENDS`,
   :data:`GATHER_BACKENDS`, with :data:`GEMM_BACKEND_MEANINGS` / :data:`GATHER_BACKEND_MEANINGS`);
+- the candidates (:data:`CANDIDATES`, :data:`STAGE_CANDIDATES`), the resolved backends and the gather's
+  source, the values that need CUDA (:data:`CUDA_TIMERS`, :data:`CUDA_GATHER_BACKENDS`, :data:`CUDA_GEMM_BACKENDS`);
+- how the kernel bench times (:data:`TIMERS`, :data:`DEVICES`, :data:`EXECUTIONS`, :data:`EXECUTION_MODES`) and
+  the weight formats (:data:`WEIGHT_FORMATS`, :data:`MXFP8`);
+- the threshold's rounding and rule, the interpolation, the gather priors and regimes;
+- the serving arms' variants (:data:`ARM_VARIANTS`);
+- the command line: command names, output formats, shells and log formats (the exit codes, with their
+  per-command meanings, are :mod:`spx.api.exit_codes`);
+- the files of a run directory (:data:`RESULT_FILE`, :data:`STATUS_FILE`, :data:`POINTS_FILE`, …);
 - the spx vLLM plugin's environment variables and the marker of the line it logs
   (:data:`PLUGIN_ENV_THRESHOLD`, :data:`PLUGIN_ENV_TARGET`, :data:`PLUGIN_LOG_MARKER`, :data:`ARM_ENV`).
 """
@@ -28,14 +39,42 @@ from typing import Final, Literal, TypeVar, get_args
 
 #: The gate's verdict (``status.verdict``; the reason of ``Decided`` True when a verdict was reached).
 Verdict = Literal["Pass", "Fail", "Inconclusive"]
+#: The failure reasons a bench pod's end can give (``spx.controller.decide.observation``); InvalidSpec is admission's.
+PodFailureReason = Literal["BenchmarkFailed", "InfraFailed"]
 #: The reason of ``Decided`` True when the run ended without a verdict.
-FailureReason = Literal["InvalidSpec", "BenchmarkFailed", "InfraFailed"]
+FailureReason = Literal["InvalidSpec", PodFailureReason]
 #: Every reason of the terminal ``Decided`` condition: the verdict, or why there is none.
 DecidedReason = Literal[Verdict, FailureReason]
 
 VERDICTS: Final[tuple[Verdict, ...]] = get_args(Verdict)
 FAILURE_REASONS: Final[tuple[FailureReason, ...]] = get_args(FailureReason)
 DECIDED_REASONS: Final[tuple[DecidedReason, ...]] = VERDICTS + FAILURE_REASONS
+
+# --- what decided a verdict, and the kernel's regimes (issue #28) ----------------------------------
+
+#: Which measurement decided ``status.verdict`` (``status.kernel.decidedBy``, :mod:`spx.analysis.judge`):
+#: ``correctness`` (the split's output differs: Fail whatever the speed), ``kernel`` (the kernel sweep:
+#: both regimes agree, or only one applies), ``step`` (the step A/B, when the regimes disagree),
+#: ``deployment`` (a threshold above the largest batch the deployment forms: the split never engages),
+#: ``serving`` / ``accuracy`` (that gate demoted the verdict), ``none`` (nothing decided: Inconclusive,
+#: ``kernel.nextStep`` says what would).
+DecidedBy = Literal["correctness", "kernel", "step", "deployment", "serving", "accuracy", "none"]
+DECIDED_BY: Final[tuple[DecidedBy, ...]] = get_args(DecidedBy)
+DECIDED_BY_MEANINGS: Final[Mapping[DecidedBy, str]] = {
+    "correctness": "the split's output differs from the replicated one",
+    "kernel": "the kernel sweep: both regimes agree, or only one applies",
+    "step": "the step A/B on the deployment: the kernel regimes disagree",
+    "deployment": "the threshold lies above the largest batch the deployment forms",
+    "serving": "the serving A/B gate demoted the verdict",
+    "accuracy": "the GSM8K gate demoted the verdict",
+    "none": "no measurement decided: Inconclusive, kernel.nextStep names what would",
+}
+
+#: The two regimes of an eagerly run step (docs/kernel-benchmark.md, "Regimes"; :mod:`spx.analysis.queue`):
+#: ``gpu-bound`` (the GPU is the bottleneck: the split moves the step by its GPU difference Δg),
+#: ``host-bound`` (the host is: by its host difference Δh).
+KernelRegime = Literal["gpu-bound", "host-bound"]
+KERNEL_REGIMES: Final[tuple[KernelRegime, ...]] = get_args(KernelRegime)
 
 # --- phases ----------------------------------------------------------------------------------------
 
@@ -49,6 +88,15 @@ Phase = Literal[WaitingPhase, TerminalPhase]
 WAITING_PHASES: Final[tuple[WaitingPhase, ...]] = get_args(WaitingPhase)
 TERMINAL_PHASES: Final[tuple[TerminalPhase, ...]] = get_args(TerminalPhase)
 PHASES: Final[tuple[Phase, ...]] = WAITING_PHASES + TERMINAL_PHASES
+
+# --- the candidates ------------------------------------------------------------------------------
+
+#: The kernel bench's two candidates: every rank projects all M rows, or its token shard then an all-gather.
+Candidate = Literal["replicated", "split"]
+CANDIDATES: Final[tuple[Candidate, ...]] = get_args(Candidate)
+#: The stage bench's candidates (``spx.api.stage``): also ``split-all``, the two light GEMMs split as well.
+StageCandidate = Literal[Candidate, "split-all"]
+STAGE_CANDIDATES: Final[tuple[StageCandidate, ...]] = get_args(StageCandidate)
 
 # --- kernel microbenchmark backends ----------------------------------------------------------------
 
@@ -75,6 +123,163 @@ GATHER_BACKEND_MEANINGS: Final[Mapping[GatherBackend, str]] = {
     "vllm": "vLLM's sp_all_gather, its custom all-gather below the size limit and NCCL above",
     "modelled": "latency plus bytes over bus bandwidth, spec.kernel.gatherModel",
 }
+
+#: A backend that actually ran (``KernelResult.gemmBackend``): ``auto`` resolved.
+ResolvedGemmBackend = Literal["humming", "marlin", "torch-bf16", "torch-fp8", "vllm"]
+#: The all-gather that ran (``KernelResult.gatherBackend``): ``auto`` resolved, ``none`` at TP 1.
+ResolvedGatherBackend = Literal["nccl", "gloo", "vllm", "modelled", "none"]
+RESOLVED_GATHER_BACKENDS: Final[tuple[ResolvedGatherBackend, ...]] = get_args(ResolvedGatherBackend)
+#: Where a gather time comes from (``gatherSource``, ``gatherHostSource``).
+GatherSource = Literal["measured", "modelled"]
+GATHER_SOURCES: Final[tuple[GatherSource, ...]] = get_args(GatherSource)
+
+#: GEMM backends that are CUDA kernels only (``spx.api.combinations`` refuses them on ``device: cpu``).
+CudaGemmBackend = Literal["humming", "marlin", "torch-fp8"]
+CUDA_GEMM_BACKENDS: Final[tuple[CudaGemmBackend, ...]] = get_args(CudaGemmBackend)
+#: All-gather backends that need CUDA GPUs (refused on ``device: cpu``; gloo and vLLM's run on CPU).
+CudaGatherBackend = Literal["nccl"]
+CUDA_GATHER_BACKENDS: Final[tuple[CudaGatherBackend, ...]] = get_args(CudaGatherBackend)
+#: GEMM backends that run vLLM's MXFP8 W8A16 path (32×32 blocks, e8m0 scales).
+MxfpGemmBackend = Literal["humming", "marlin"]
+MXFP8_GEMM_BACKENDS: Final[tuple[MxfpGemmBackend, ...]] = get_args(MxfpGemmBackend)
+
+# --- how the kernel microbenchmark times -----------------------------------------------------------
+
+#: A timer that ran (``KernelResult.timer``): CUPTI kernel spans, CUDA events, or the host's wall clock.
+ResolvedTimer = Literal["cupti", "cuda-events", "host"]
+#: The timers of CUDA kernels (refused on ``device: cpu``).
+CudaTimer = Literal["cupti", "cuda-events"]
+CUDA_TIMERS: Final[tuple[CudaTimer, ...]] = get_args(CudaTimer)
+#: ``spec.kernel.timer``: ``auto`` is cupti on GPUs, host on CPU (``spx.bench.context``).
+Timer = Literal["auto", ResolvedTimer]
+TIMERS: Final[tuple[Timer, ...]] = get_args(Timer)
+
+#: A device that ran (``KernelResult.device``, ``torch.device.type``).
+ResolvedDevice = Literal["cuda", "cpu"]
+#: ``spec.kernel.device`` and ``spx run --device``: ``auto`` is cuda when a GPU is visible.
+Device = Literal["auto", ResolvedDevice]
+DEVICES: Final[tuple[Device, ...]] = get_args(Device)
+
+#: How one point was timed (``PointResult.execution``, ``KernelPoint.execution``): CUDA-graph replays, or
+#: op by op as vLLM 0.33 runs batches above its largest capture size (``spx.analysis.execution``).
+ExecutionMode = Literal["graph", "eager"]
+EXECUTION_MODES: Final[tuple[ExecutionMode, ...]] = get_args(ExecutionMode)
+#: ``spec.kernel.execution`` (and ``KernelResult.execution``): ``auto`` times each point as vLLM would run it.
+Execution = Literal["auto", ExecutionMode]
+EXECUTIONS: Final[tuple[Execution, ...]] = get_args(Execution)
+#: The timing protocol of one point (``spx.bench.timing.TimingProtocol.mode``): ``host`` on CPU.
+TimingMode = Literal[ExecutionMode, "host"]
+#: Whether vLLM runs the compressor's and indexer's GEMMs on auxiliary streams at a batch size.
+StreamMode = Literal["parallel", "sequential"]
+#: A stage-bench row's streams (``StageRow.streams``): ``none`` for a layer without auxiliary GEMMs.
+StageStreams = Literal[StreamMode, "none"]
+
+# --- weights --------------------------------------------------------------------------------------
+
+#: ``spec.projection.weightFormat`` (``spx.api.projection.WEIGHT_FORMAT_BLOCK`` gives each block edge).
+WeightFormat = Literal["mxfp8-block32-ue8m0", "fp8-block128-ue8m0", "bf16"]
+WEIGHT_FORMATS: Final[tuple[WeightFormat, ...]] = get_args(WeightFormat)
+#: DeepSeek-V4.1's format: FP8 e4m3, one UE8M0 scale per 32×32 block (the default; Humming and Marlin run it).
+MXFP8: Final[WeightFormat] = WEIGHT_FORMATS[0]
+#: DeepSeek-V3's layout: one UE8M0 scale per 128×128 block (cuBLASLt's blockwise W8A8 takes it).
+FP8_BLOCK128: Final[WeightFormat] = WEIGHT_FORMATS[1]
+#: Unquantised weights.
+BF16: Final[WeightFormat] = WEIGHT_FORMATS[2]
+
+#: The modelled all-gather's regimes: vLLM's custom all-gather up to 2 MiB per shard, NCCL above
+#: (``spx.api.gather_model``).
+GatherRegime = Literal["custom", "nccl"]
+GATHER_REGIMES: Final[tuple[GatherRegime, ...]] = get_args(GatherRegime)
+
+# --- the threshold and the prediction --------------------------------------------------------------
+
+#: ``spec.gate.thresholdRounding`` and ``spx predict --rounding``.
+ThresholdRounding = Literal["next-power-of-two", "next-multiple-of-tp", "none"]
+THRESHOLD_ROUNDINGS: Final[tuple[ThresholdRounding, ...]] = get_args(ThresholdRounding)
+#: ``spec.gate.thresholdRule``: the interpolated break-even (``break-even``), or the smallest measured count
+#: from which the speedup's lower bound stays ≥ 1 (``lower-bound``; ``spx.analysis.band``).
+ThresholdRule = Literal["break-even", "lower-bound"]
+THRESHOLD_RULES: Final[tuple[ThresholdRule, ...]] = get_args(ThresholdRule)
+#: How the break-even is interpolated between measured counts (``spx.analysis.crossover``).
+Interpolation = Literal["log-log", "linear"]
+INTERPOLATIONS: Final[tuple[Interpolation, ...]] = get_args(Interpolation)
+#: ``spec.kernel.gatherModel.prior``: the modelled all-gather's parameters.
+GatherPrior = Literal["h20-calibrated", "datasheet"]
+GATHER_PRIORS: Final[tuple[GatherPrior, ...]] = get_args(GatherPrior)
+#: ``spx predict --gather``: the gather derived from the seed's table, or one of the priors.
+PredictGather = Literal["h20-derived", GatherPrior]
+PREDICT_GATHERS: Final[tuple[PredictGather, ...]] = get_args(PredictGather)
+
+# --- the serving A/B ------------------------------------------------------------------------------
+
+#: ``spec.serving.arms[].variant``: vLLM as released (``main``) or with the split threshold under test.
+ArmVariant = Literal["main", "split"]
+ARM_VARIANTS: Final[tuple[ArmVariant, ...]] = get_args(ArmVariant)
+
+# --- the command line -----------------------------------------------------------------------------
+
+#: ``spx``'s commands, in the order ``spx --help`` lists them (``spx.cli.registry``; their exit codes:
+#: ``spx.api.exit_codes``).
+CommandName = Literal["run", "validate", "report", "predict", "gate", "crd", "serving", "operator", "completion"]
+COMMAND_NAMES: Final[tuple[CommandName, ...]] = get_args(CommandName)
+
+#: ``-o/--output`` of every ``spx`` command that prints a document.
+OutputFormat = Literal["text", "json", "yaml"]
+OUTPUT_FORMATS: Final[tuple[OutputFormat, ...]] = get_args(OutputFormat)
+#: ``spx completion SHELL``.
+CompletionShell = Literal["bash", "zsh", "tcsh"]
+COMPLETION_SHELLS: Final[tuple[CompletionShell, ...]] = get_args(CompletionShell)
+#: ``spx operator --log-format`` (kopf's log formats).
+LogFormat = Literal["json", "plain", "full"]
+LOG_FORMATS: Final[tuple[LogFormat, ...]] = get_args(LogFormat)
+
+# --- a run directory (``spx run --out DIR``, the bench pod's ``/results``) -----------------------------
+
+#: The kernel bench's result document (``spx.api.result.KernelResult``).
+RESULT_FILE: Final = "result.json"
+#: The run's status (``spx.api.status.ExperimentStatus``), what ``spx gate DIR`` reads.
+STATUS_FILE: Final = "status.json"
+#: The points measured so far, one JSON line each, appended while the sweep runs.
+POINTS_FILE: Final = "points.partial.jsonl"
+#: The ranks' logs (one folder per rank, torchrun's layout) and the launcher's log beside them.
+LOGS_DIR: Final = "logs"
+LAUNCHER_LOG: Final = "launcher.log"
+#: Held by the ``spx run`` writing into the folder (``spx.cli.outdir``).
+LOCK_FILE: Final = ".spx.lock"
+#: The crossover plot ``spx run`` and ``spx report`` draw.
+PLOT_FILE: Final = "crossover.png"
+#: The serving A/B's folder and documents (``spx.serving.ab``).
+SERVING_DIR: Final = "serving"
+SERVING_RESULT_FILE: Final = "serving-result.json"
+ACCURACY_RESULT_FILE: Final = "accuracy-result.json"
+#: In each serving arm's folder: the vLLM server's log and the GSM8K replies.
+SERVER_LOG: Final = "server.log"
+GSM8K_REPLIES_FILE: Final = "gsm8k-replies.jsonl"
+#: The step A/B's document (``spx.api.step.StepResult``).
+STEP_RESULT_FILE: Final = "step-result.json"
+#: The files a run wrote into its ``--out`` (``spx.cli.outdir``): ``--overwrite`` replaces only these.
+MANIFEST_FILE: Final = ".spx-manifest.json"
+#: What ``spx run`` writes into its ``--out`` (an ``--overwrite`` removes exactly these).
+RUN_OUTPUTS: Final[tuple[str, ...]] = (RESULT_FILE, STATUS_FILE, PLOT_FILE, POINTS_FILE, SERVING_DIR)
+#: Files whose presence marks a folder as a run's directory.
+RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE, MANIFEST_FILE)
+
+# --- the bench pod's own mounts (``spx.controller.build.manifests``, ``pod_security``) ----------------
+
+#: The experiment file the operator projects into the pod (from an annotation, read-only).
+EXPERIMENT_MOUNT: Final = "/etc/spx"
+#: The scratch emptyDir: results, HOME and the caches.
+SCRATCH_MOUNT: Final = "/var/run/spx"
+#: The scratch volume again (``subPath: tmp``), as ``TMPDIR``.
+TMP_MOUNT: Final = "/tmp"
+#: The memory-backed ``/dev/shm`` NCCL and vLLM need.
+SHM_MOUNT: Final = "/dev/shm"
+#: Where the pod → operator summary is written (``terminationMessagePath``).
+TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
+#: Every path the bench pod mounts itself: ``spec.pod.volumes`` and ``spec.serving.modelMountPath`` may not
+#: be mounted at, above or below them (``spx.api.pod``, ``spx.api.serving``, the CRD's rule).
+RESERVED_MOUNT_PATHS: Final[tuple[str, ...]] = (
+    EXPERIMENT_MOUNT, SCRATCH_MOUNT, TMP_MOUNT, SHM_MOUNT, TERMINATION_MESSAGE_PATH)
 
 # --- the spx vLLM plugin (spx.bench.vllm_plugin) --------------------------------------------------
 

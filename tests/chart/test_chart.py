@@ -102,9 +102,9 @@ def test_defaults_render_a_minimal_valid_install(chart: Any) -> None:
     kinds = sorted(d["kind"] for d in docs)
     # the operator's crd-reader, and the tenant roles aggregated into view and edit/admin
     # + the leader-election Role/RoleBinding (two replicas by default)
-    # + the `helm test` pod (templates/tests)
-    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Pod", "Role",
-                     "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"]
+    # + the `helm test` pod (templates/tests) + the replicas' PodDisruptionBudget
+    assert kinds == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Pod",
+                     "PodDisruptionBudget", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"]
     # Nothing that needs prometheus-operator or Grafana by default: `helm install` works on a bare cluster.
     assert not CUSTOM_KINDS & set(kinds)
     _validate_all(docs)
@@ -119,9 +119,9 @@ def test_all_features_render_valid_objects(chart: Any) -> None:
     assert kinds == [
         "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment",
         "NetworkPolicy", "NetworkPolicy",
-        "NetworkPolicy", "Pod", "PrometheusRule", "Role", "Role", "Role", "RoleBinding", "RoleBinding", "RoleBinding",
-        "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
+        "NetworkPolicy", "Pod", "PodDisruptionBudget", "PrometheusRule", "Role", "Role", "Role", "RoleBinding",
+        "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding",
     ]  # fmt: skip
     _validate_all(docs)
     assert one(docs, "ConfigMap")["metadata"]["namespace"] == "monitoring"
@@ -283,7 +283,8 @@ def test_rbac_can_be_left_to_the_cluster_admin(chart: Any) -> None:
     docs = render_docs(
         chart, {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "spx-preexisting"}}
     )
-    assert sorted(d["kind"] for d in docs) == ["Deployment", "Pod", "Service"]  # (Pod: the `helm test` hook)
+    # (Pod: the `helm test` hook; the PodDisruptionBudget is not RBAC)
+    assert sorted(d["kind"] for d in docs) == ["Deployment", "Pod", "PodDisruptionBudget", "Service"]
     assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "spx-preexisting"
 
 

@@ -1,5 +1,5 @@
 """The CRD's lifecycle: the schema-version label, the operator's start-up check
-(spx.controller.crd_check, table-tested), and the upgrade path of docs/install.md on a real API
+(spx.controller.decide.crd_check, table-tested), and the upgrade path of docs/install.md on a real API
 server — the CRD of an earlier commit (013193d) with an object created under it, then this
 release's CRD applied over it: the object is still readable and valid, and status fields only the
 new schema declares stop being pruned.
@@ -18,7 +18,7 @@ from spx import __version__
 from spx.api import validate_spec
 from spx.api.crd import build_crd
 from spx.api.crd_version import SCHEMA_FINGERPRINT, SCHEMA_VERSION, SCHEMA_VERSION_LABEL, fingerprint, labelled
-from spx.controller.crd_check import check_crd, fix_command
+from spx.controller.decide.crd_check import check_crd, fix_command
 from spx_testing.chart_cluster import Cluster, run_operator
 from spx_testing.chartlib import CHART, CRD_NAME, installable_crd
 

@@ -57,8 +57,11 @@ def test_gpu_sized_spec_refuses_cpu_with_an_estimate(tmp_path: Path) -> None:
     proc = spx("run", str(TP8), "--out", str(tmp_path / "out"))
     assert proc.returncode == EXIT_USAGE, proc.stderr
     err = proc.stderr
-    assert "sized for GPUs" in err and "--device cpu" in err and "spec.kernel.device: cpu" in err
-    assert "GiB" in err and ("min" in err or " s " in err or " h " in err)  # time and memory estimate
+    assert "GPU-sized" in err and "--device cpu" in err and "spec.kernel.device: cpu" in err
+    # one rule, the one docs/cli.md gives (a count of FLOPs, the same on every machine), and no time estimate
+    assert "FLOPs per rank" in err and "over the 1e+12" in err and "docs/cli.md" in err
+    assert "when its GEMMs add up to more than 10¹²" in (REPO / "docs" / "cli.md").read_text()
+    assert " s of GEMMs" not in err and "min of GEMMs" not in err and "2 minutes" not in err
     assert not (tmp_path / "out" / "logs").exists()  # nothing was spawned
     assert "recommended threshold" not in proc.stdout
 

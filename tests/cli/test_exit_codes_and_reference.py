@@ -70,20 +70,28 @@ def test_every_command_has_its_codes_in_the_table_and_its_help() -> None:
         assert listed == set(COMMAND_CODES[cmd]), (cmd, epilog)
 
 
+INTERNAL = "70  an internal error (a bug in spx; the message says where); never a verdict"
+PIPE = "141  stdout closed by its reader before spx finished writing: output stopped quietly, as SIGPIPE would"
+
+
 @pytest.mark.parametrize(("cmd", "rows"), [
     ("validate", ["0  the file is a valid experiment (printed normalised)",
-                  "3  the file is invalid or unreadable (every problem is listed)", "130  interrupted (Ctrl-C)",
-                  "141  stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"]),
-    ("crd", ["0  the CRD was printed", "3  bad option",
-             "141  stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"]),
+                  "3  the file is invalid or unreadable (every problem is listed)",
+                  INTERNAL, "130  interrupted (Ctrl-C)",
+                  PIPE]),
+    ("crd", ["0  the CRD was printed", "3  bad option", INTERNAL,
+             PIPE]),
     ("completion", ["0  the completion script was printed", "3  bad option (a shell it does not know)",
-                    "141  stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"]),
+                    INTERNAL,
+                    PIPE]),
     ("gate", ["0  the experiment decided Pass", "1  the experiment decided Fail",
               "2  Inconclusive, not decided yet, or decided without a verdict",
               "3  bad option or input: no such experiment or status.json",
-              "4  the cluster could not be reached or refused access", "130  interrupted (Ctrl-C)",
-              "141  stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"]),
+              "4  the cluster could not be reached or refused access",
+              INTERNAL, "130  interrupted (Ctrl-C)",
+              PIPE]),
     ("operator", ["0  the operator stopped", "3  bad option", "4  the cluster could not be reached or refused access",
+                  INTERNAL,
                   "78  the installed CRD is not the one it was built for (the message names the fix)",
                   "130  interrupted (Ctrl-C)"]),
 ])

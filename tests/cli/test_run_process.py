@@ -26,7 +26,8 @@ HEAD, TINY = EXPERIMENT_HEAD, TINY_CPU_YAML
 #: A sweep too large for any host's memory: refused after --out is locked, before any rank starts.
 HUGE = TINY.replace("hiddenSize: 256, outputSizes: [128]", "hiddenSize: 5120, outputSizes: [1280, 512]").replace(
     "tokens: [8, 32]", "tokens: [8, 10000000]")
-SLOW = TINY.replace("samples: 5", "samples: 10000").replace("tokens: [8, 32]", "tokens: [8, 32, 64, 128, 256, 512]")
+SLOW = TINY.replace("samples: 5", "samples: 10000").replace("tokens: [8, 32]", "tokens: [8, 32, 64, 128, 256, 512]").replace(
+    "timeoutSeconds: 300", "timeoutSeconds: 86400")  # (long enough for any estimate: it is meant to run long)
 
 
 def _env() -> dict[str, str]:
@@ -237,13 +238,17 @@ def test_a_refused_run_with_a_closed_stderr_keeps_its_exit_code(tmp_path: Path) 
 
 
 def _earlier_run(out: Path) -> dict[str, str]:
-    """An earlier run's files in ``out`` (their content is what a refused ``--overwrite`` must keep)."""
+    """An earlier run's files in ``out`` (their content is what a refused ``--overwrite`` must keep), with the
+    manifest a run writes of them (:func:`spx.cli.outdir.finish_manifest`: ``--overwrite`` replaces only those)."""
+    from spx.cli.outdir import finish_manifest
+
     files = {"result.json": '{"earlier": "result"}\n', "status.json": '{"earlier": "status"}\n',
              "crossover.png": "png", "logs/rank0.stderr.log": "earlier log\n"}
     for name, text in files.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(text)
-    return files
+    finish_manifest(out)
+    return _files(out)
 
 
 def _files(out: Path) -> dict[str, str]:

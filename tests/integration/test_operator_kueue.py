@@ -90,3 +90,21 @@ def test_a_suspended_job_holds_no_slot_and_runs_once_admitted(kueue: Cluster) ->
 
     kueue.patch("batch/v1", "jobs", "kueued-g1", {"spec": {"suspend": False}})  # Kueue's admission, simulated
     assert kueue.wait_decided("kueued", timeout=180)["status"]["phase"] == "Succeeded"
+
+
+def test_the_operators_queue_steps_aside_for_kueue(kueue: Cluster) -> None:
+    """Limit 1, its slot held by a running plain experiment: a Kueue experiment neither waits for the
+    operator's slot (its Job is created at once, suspended for Kueue) nor needs one once "Kueue" admits
+    it — it runs to the end while the plain one still holds the slot. Two queues never stack."""
+    kueue.agent.faults["blocker"] = Fault(replay=True, replay_seconds=60)  # type: ignore[union-attr]
+    kueue.apply("blocker", CPU_SPEC)
+    kueue.wait_for(lambda: ((kueue.exp("blocker") or {}).get("status") or {}).get("phase") == "Running", 120,
+                   "blocker Running (holding the only slot)")
+    kueue.apply("aside", {**CPU_SPEC, "scheduling": {"queueName": "gpu-queue"}})
+    job = kueue.wait_for(lambda: kueue.get("batch/v1", "jobs", "aside-g1"), 60, "the Kueue experiment's Job")
+    assert job["spec"]["suspend"] is True
+    kueue.patch("batch/v1", "jobs", "aside-g1", {"spec": {"suspend": False}})  # Kueue's admission, simulated
+    done = kueue.wait_decided("aside", timeout=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"].get("message")
+    assert ((kueue.exp("blocker") or {}).get("status") or {}).get("phase") == "Running"  # still holds its slot
+    assert kueue.wait_decided("blocker", timeout=180)["status"]["phase"] == "Succeeded"

@@ -20,7 +20,7 @@ import pytest
 
 from spx.api.accuracy import AccuracyResult
 from spx.api.serving import ServingResult
-from spx.controller.result_configmap import read_result_configmap
+from spx.controller.build.result_configmap import read_result_configmap
 from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster, condition, free_port
 from spx_testing.controlplane import ControlPlane
 from spx_testing.nodeagent import standin_node_env, write_gsm8k
@@ -57,7 +57,9 @@ def spec(tmp: Path) -> dict[str, Any]:
         "gate": {"thresholdTokens": 2048},
         "serving": {
             "model": "deepseek-ai/DeepSeek-V4.1", "port": free_port(),
-            "arms": [{"name": "B1", "variant": "split"}, {"name": "A1", "variant": "main"}],
+            # two servers per variant: without a noise estimate a serving point decides nothing (issue #28)
+            "arms": [{"name": "B1", "variant": "split"}, {"name": "A1", "variant": "main"},
+                     {"name": "A2", "variant": "main"}, {"name": "B2", "variant": "split"}],
             "points": [
                 {"name": "ttft_8k_c1", "inputLen": 8192, "outputLen": 1, "concurrency": 1, "numPrompts": 2,
                  "metric": "ttft"},
@@ -91,11 +93,13 @@ def test_serving_and_accuracy_reach_status_verdict_configmap_and_metrics(cluster
 
     serving = st["serving"]
     assert [(a["name"], a["variant"], a["threshold"], a["state"]) for a in serving["arms"]] == [
-        ("B1", "split", "2048", "Succeeded"), ("A1", "main", "off", "Succeeded")]
+        ("B1", "split", "2048", "Succeeded"), ("A1", "main", "off", "Succeeded"), ("A2", "main", "off", "Succeeded"),
+        ("B2", "split", "2048", "Succeeded")]
     points = {p["name"]: p for p in serving["points"]}
     assert points["ttft_8k_c1"]["changePct"] == pytest.approx(-5.0)  # 8k prompts reach the threshold: split
     assert points["1k_in_1k_out_c2"]["changePct"] == pytest.approx(0.0)
-    assert {v["arm"]: v["value"] for v in points["ttft_8k_c1"]["values"]} == {"B1": 95.0, "A1": 100.0}
+    assert {v["arm"]: v["value"] for v in points["ttft_8k_c1"]["values"]} == {"B1": 95.0, "A1": 100.0, "A2": 100.0,
+                                                                          "B2": 95.0}
     assert serving["complete"] is True and serving["gatePassed"] is True
 
     accuracy = st["accuracy"]
@@ -116,7 +120,7 @@ def test_serving_and_accuracy_reach_status_verdict_configmap_and_metrics(cluster
     assert cm is not None
     serving_doc = ServingResult.model_validate(read_result_configmap(cm, "serving-result.json"))
     accuracy_doc = AccuracyResult.model_validate(read_result_configmap(cm, "accuracy-result.json"))
-    assert serving_doc.complete and [a.name for a in serving_doc.arms] == ["B1", "A1"]
+    assert serving_doc.complete and [a.name for a in serving_doc.arms] == ["B1", "A1", "A2", "B2"]
     assert all(a.threshold_confirmed and a.gpu_check == "freed" for a in serving_doc.arms)
     assert accuracy_doc.complete and len(accuracy_doc.runs) == 2
     summary = json.loads(cm["data"]["summary.json"])  # the termination message carries the gates too

@@ -1,5 +1,5 @@
 """The operator's start-up against the real API server: it reads the installed CRD through its own client
-and refuses to start on a schema it was not built for (:mod:`spx.controller.crd_check`): ``spx operator``
+and refuses to start on a schema it was not built for (:mod:`spx.controller.decide.crd_check`): ``spx operator``
 exits with ``crd_check.EXIT_CODE`` and the message naming the fixing command; ``SPX_CRD_CHECK=false``
 skips the check; a bad ``SPX_POLICY`` is a usage error before any cluster call.
 
@@ -20,7 +20,7 @@ import pytest
 
 from spx.api.crd_version import SCHEMA_VERSION, SCHEMA_VERSION_LABEL
 from spx.api.exit_codes import EXIT_USAGE
-from spx.controller import crd_check
+from spx.controller.decide import crd_check
 from spx_testing.controlplane import ControlPlane
 
 CRD = "customresourcedefinitions.apiextensions.k8s.io/shardedprojectionexperiments.bench.spx.dev"

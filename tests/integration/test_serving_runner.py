@@ -274,3 +274,92 @@ def test_module_main_runs_an_experiment_file(h: Harness, monkeypatch: pytest.Mon
     assert main([str(h.tmp / "missing.yaml")]) == 3  # EXIT_USAGE, the one table (spx.api.exit_codes)
 
 
+
+
+def _spx(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spx", *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+@pytest.mark.parametrize(("gpu", "verdict", "gate_code"), [(True, "Pass", 0), (False, "Inconclusive", 2)])
+def test_spx_serving_prints_the_outcome_and_writes_what_report_and_gate_read(
+    h: Harness, gpu: bool, verdict: str, gate_code: int
+) -> None:
+    """``spx serving OUT`` prints the verdict, each point's change, noise and check, and writes ``OUT/status.json``;
+    ``spx gate OUT`` exits with that verdict and ``spx report OUT`` shows it. Without ``nvidia-smi`` the servers
+    count as CPU servers, whose A/B decides nothing (gate.allowCpuTimings is off)."""
+    bin_dir = h.tmp / "bin"
+    bin_dir.mkdir()
+    if gpu:  # the stand-in nvidia-smi on PATH: the servers ran on "GPUs"
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(f"#!/bin/sh\nexec {sys.executable} {STANDINS / 'nvidia-smi'} \"$@\"\n")
+        smi.chmod(0o755)
+    exp = h.tmp / "exp.yaml"
+    exp.write_text(json.dumps({
+        "apiVersion": "bench.spx.dev/v1alpha1", "kind": "ShardedProjectionExperiment", "metadata": {"name": "ab"},
+        "spec": {"serving": {"model": "m", "port": h.port, "points": POINTS[:2], "startupTimeoutSeconds": 30,
+                             "shutdownTimeoutSeconds": 5, "gpuReleaseTimeoutSeconds": 5}, "timeoutSeconds": 14400},
+    }))
+    env = {**os.environ, **h.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    if not gpu:
+        env["PATH"] = str(bin_dir) + os.pathsep + os.pathsep.join(
+            p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "nvidia-smi").exists())
+    proc = _spx(["serving", str(exp), "--out", str(h.out), "--vllm", f"{sys.executable} {STANDINS / 'vllm'}"], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"verdict: {verdict}: ")
+    assert any(ln.startswith("  ttft_8k_c1 T=2048: ttft main 100 → split 95 ms, change -5.00% (noise ±0.00%)")
+               for ln in lines), proc.stdout
+    assert "temperature server default" in proc.stdout
+    status = json.loads((h.out / "status.json").read_text())
+    assert status["verdict"] == verdict and status["phase"] == "Succeeded"
+    assert _spx(["gate", str(h.out)], env).returncode == gate_code
+    report = _spx(["report", str(h.out)], env)
+    assert report.returncode == 0 and report.stdout.splitlines()[0] == lines[0]
+
+
+def _step_spec(h: Harness, **step: Any) -> ExperimentSpec:
+    return ExperimentSpec.model_validate({
+        "gate": {"thresholdTokens": 64},
+        "serving": {"model": "m", "port": h.port, "points": [], "startupTimeoutSeconds": 10, "shutdownTimeoutSeconds": 5,
+                    "gpuReleaseTimeoutSeconds": 5, "step": {"rounds": 30, "warmupRounds": 1, "layers": 4, **step}},
+    })
+
+
+def test_the_step_ab_finds_a_known_effect_per_server_and_threshold(h: Harness) -> None:
+    """The stand-in adds 10 ms to every completion that reaches its server's threshold: the treated servers'
+    effect at T and T + 1 is a loss of about 10 ms (2.5 ms per layer over 4), found by the difference in
+    differences; every prompt went as token IDs and was counted exactly."""
+    h.env["STANDIN_SPLIT_DELAY_MS"] = "10"
+    outcome = h.run(_step_spec(h, thresholds=[96], positiveControl=True))
+    assert outcome.serving is None and outcome.step is not None
+    result = outcome.step
+    assert [(s.name, s.threshold, s.error) for s in result.servers] == [
+        ("control", "off", None), ("treated-T64", "64", None), ("treated-T96", "96", None),
+        ("positive-control-T64", "off", None)]
+    assert result.complete and (h.out / "step-result.json").exists()
+    control = result.servers[0]
+    assert sorted({r.length for r in control.requests}) == [56, 64, 65, 88, 96, 97]  # every T's lengths (TP 8)
+    assert all(r.prompt_tokens == r.length for s in result.servers for r in s.requests)
+    assert all("--no-enable-prefix-caching" in s.server_command for s in result.servers)
+    assert result.servers[-1].server_command[-2:] == ["--max-num-batched-tokens", "64"]
+    from spx.analysis.step import summarize as summarize_step
+
+    status = summarize_step(result)
+    assert [(e.threshold_tokens, e.role, e.outcome) for e in status.effects] == [
+        (64, "split", "loss"), (64, "pad", "loss"), (96, "split", "loss"), (96, "pad", "loss")]
+    assert all(e.per_layer_us == pytest.approx(e.effect_ms * 250) for e in status.effects)
+    # the 10 ms slept, read through a loaded host's noise (medians seen: +5.2…+10.5 ms); the loss is never missed
+    assert all(2.0 < e.effect_low_ms and e.effect_ms < 20.0 for e in status.effects), [(e.effect_ms, e.effect_low_ms, e.effect_high_ms) for e in status.effects]
+
+
+def test_a_step_server_that_crashes_is_named_and_the_others_are_kept(h: Harness) -> None:
+    h.env |= {"STANDIN_CRASH_ARM": "treated-T64", "STANDIN_CRASH_AFTER": "10"}
+    result = h.run(_step_spec(h)).step
+    assert result is not None and not result.complete
+    control, treated = result.servers
+    assert control.error is None and len(control.requests) == 90
+    assert treated.error is not None and "server exited with code 3" in treated.error
+    assert any(r.error is not None for r in treated.requests)
+    assert result.failures and result.failures[0].startswith("treated-T64: ")
+    on_disk = json.loads((h.out / "step-result.json").read_text())
+    assert [s["name"] for s in on_disk["servers"]] == ["control", "treated-T64"]

@@ -41,7 +41,7 @@ def test_reconcile_duration_histogram_and_workqueue_depth() -> None:
 
 def test_ratio_metrics_are_0_to_1() -> None:
     status = {"phase": "Succeeded",
-              "serving": {"points": [{"name": "p", "metric": "output_throughput", "mainMean": 100.0, "splitMean": 104.0,
+              "serving": {"points": [{"name": "p", "metric": "output_throughput", "unit": "tok/s", "mainMean": 100.0, "splitMean": 104.0,
                                       "changePct": 4.0}]},
               "accuracy": {"mainPct": 95.0, "splitPct": 94.5, "dropPoints": 0.5, "maxDropPoints": 1.0}}
     try:
@@ -59,9 +59,12 @@ def test_ratio_metrics_are_0_to_1() -> None:
 def test_host_bound_crossover_threshold_and_speedup_are_exported() -> None:
     status = {"phase": "Succeeded", "environment": {"gpu": "NVIDIA H200", "driver": "580", "vllm": ""},
               "kernel": {"crossoverTokens": 228.2, "recommendedThresholdTokens": 256,
-                         "hostBound": {"crossoverTokens": 9434.2, "recommendedThresholdTokens": 16384},
-                         "points": [{"tokens": 2048, "replicatedUs": 64.0, "splitUs": 44.2, "speedup": 1.45,
-                                     "replicatedHostBoundUs": 255.1, "splitHostBoundUs": 307.9}]}}
+                         "regimes": [{"regime": "gpu-bound", "crossoverTokens": 228.2},
+                                     {"regime": "host-bound", "crossoverTokens": 9434.2,
+                                      "recommendedThresholdTokens": 16384}],
+                         "points": [{"tokens": 2048, "rowsPerRank": 256, "replicatedUs": 64.0, "splitUs": 44.2,
+                                     "speedup": 1.45, "execution": "eager", "replicatedHostUs": 255.1,
+                                     "splitHostUs": 307.9, "hostDeltaUs": 52.8}]}}
     # crossover and threshold series carry every label that makes two crossovers comparable
     labels = dict(zip(("namespace", "experiment", *metrics.COMPARABLE_LABELS),
                       ("ml", "bounds", *metrics.comparable_values(status)), strict=True))
@@ -120,7 +123,7 @@ def test_series_of_long_decided_experiments_expire() -> None:
 
     status = {"phase": "Succeeded", "verdict": "Pass", "environment": {"gpu": "NVIDIA H200", "device": "cuda"},
               "kernel": {"crossoverTokens": 900.0, "gemmBackend": "humming", "gatherSource": "measured",
-                         "points": [{"tokens": 1024, "replicatedUs": 40.0, "splitUs": 30.0, "speedup": 1.33}]}}
+                         "points": [{"tokens": 1024, "rowsPerRank": 128, "replicatedUs": 40.0, "splitUs": 30.0, "speedup": 1.33}]}}
     try:
         m.set_series_retention(3600)
         m.observe_experiment("ret", "fresh", status, phase_since=_time.time() - 60)

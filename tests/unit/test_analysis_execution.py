@@ -3,7 +3,7 @@
 import pytest
 
 from spx.analysis.execution import (
-    execution_mode,
+    graph_or_eager,
     max_cudagraph_capture_size,
     serving_batch_args,
     stream_mode,
@@ -24,16 +24,16 @@ from spx.analysis.execution import (
     ],
 )
 def test_execution_mode_at_the_capture_limit(tokens, execution, limit, mode):
-    got, why = execution_mode(tokens, execution, limit)
+    got, why = graph_or_eager(tokens, execution, limit)
     assert got == mode
     assert (str(limit) in why) if execution == "auto" else ("forced" in why)
 
 
 def test_execution_mode_refuses_unknown_modes_and_empty_batches():
     with pytest.raises(ValueError, match="spec.kernel.execution: unknown mode 'compiled'"):
-        execution_mode(8, "compiled", 512)
+        graph_or_eager(8, "compiled", 512)
     with pytest.raises(ValueError, match="tokens must be >= 1"):
-        execution_mode(0, "auto", 512)
+        graph_or_eager(0, "auto", 512)
 
 
 @pytest.mark.parametrize(

@@ -122,3 +122,20 @@ def test_a_point_with_a_zero_sample_falls_back_to_its_medians() -> None:
     v = p.replicated.median_us / p.split.median_us
     assert (iv.measured.low, iv.measured.high) == (v, v)
     assert iv.own.low < v < iv.own.high  # the prior's uncertainty still applies
+
+
+def test_bootstrap_difference_is_paired_by_round_and_refuses_bad_samples() -> None:
+    from spx.analysis.interval import bootstrap_difference
+
+    rep = [100.0, 140.0, 90.0, 160.0, 120.0]  # a drift shared by both candidates of each round
+    shifted = bootstrap_difference(rep, [r - 20.0 for r in rep])
+    assert (shifted.value, shifted.low, shifted.high) == (-20.0, -20.0, -20.0)  # paired: no width
+    noisy = bootstrap_difference(rep, [130.0, 95.0, 150.0, 105.0, 85.0])
+    assert noisy.low < noisy.value < noisy.high and noisy.straddles_zero()
+    unpaired = bootstrap_difference(rep, [80.0, 120.0, 70.0, 140.0])  # unequal lengths: resampled apart
+    assert unpaired.low <= unpaired.value <= unpaired.high
+    assert bootstrap_difference([0.0, 0.0], [5.0, 5.0]).value == 5.0  # a host timer's 0 µs is a time
+    with pytest.raises(ValueError, match="split_us: samples must be finite and >= 0"):
+        bootstrap_difference(rep, [1.0, -1.0])
+    with pytest.raises(ValueError, match="replicated_us: no samples"):
+        bootstrap_difference([], [1.0])

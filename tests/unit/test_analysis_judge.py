@@ -75,6 +75,11 @@ def test_kernel_matrix(points: list[PointResult], complete: bool, error: str | N
             assert error in j.message
 
 
+def test_a_partial_run_names_no_deciding_measurement() -> None:
+    j = judge(result(BRACKET, complete=False), SPEC)
+    assert j.verdict is None and j.kernel is not None and j.kernel.decided_by is None
+
+
 def test_partial_from_one_point_withdraws_the_threshold_and_says_what_the_point_shows() -> None:
     j = judge(result(ONE_WIN, False, "interrupted (SIGINT)"), SPEC)
     assert j.kernel is not None and j.kernel.crossover_tokens is None
@@ -113,20 +118,21 @@ ACC_OK = AccuracyStatus(main_pct=95.0, split_pct=95.0, drop_points=0.0, max_drop
 
 
 @pytest.mark.parametrize(
-    ("serving", "accuracy", "require", "verdict"),
+    ("serving", "accuracy", "require", "verdict", "decided_by"),
     [
-        (None, None, False, "Pass"),  # kernel only
-        (SERVE_OK, ACC_OK, True, "Pass"),
-        (SERVE_BAD, ACC_OK, True, "Fail"),
-        (SERVE_OK, AccuracyStatus(reasons=["GSM8K: no result"]), True, "Inconclusive"),
-        (None, None, True, "Inconclusive"),  # expected and missing: never a silent pass
-        (SERVE_OK, None, True, "Inconclusive"),
+        (None, None, False, "Pass", "kernel"),  # kernel only
+        (SERVE_OK, ACC_OK, True, "Pass", "kernel"),
+        (SERVE_BAD, ACC_OK, True, "Fail", "serving"),
+        (SERVE_OK, AccuracyStatus(reasons=["GSM8K: no result"]), True, "Inconclusive", "accuracy"),
+        (None, None, True, "Inconclusive", "serving"),  # expected and missing: never a silent pass
+        (SERVE_OK, None, True, "Inconclusive", "accuracy"),
     ],
 )
 def test_vllm_gates(serving: ServingStatus | None, accuracy: AccuracyStatus | None, require: bool,
-                    verdict: str) -> None:
+                    verdict: str, decided_by: str) -> None:
     j = judge(result(FULL), SERVING_SPEC, serving=serving, accuracy=accuracy, require_vllm=require)
     assert j.verdict == verdict and j.reason == verdict
+    assert j.kernel is not None and j.kernel.decided_by == decided_by
     if require:
         assert j.serving is not None and j.accuracy is not None
 
@@ -154,3 +160,50 @@ def test_partial_adaptive_run_counts_listed_and_added_points() -> None:
                                                     "refine": {"maxAddedPoints": 3}}})
     j = judge(result(BRACKET, False, "interrupted (SIGINT)"), spec)
     assert "3 of 4 listed + up to 3 adaptive token counts measured" in j.reasons[0]
+
+
+def test_a_pass_above_the_deployments_largest_batch_is_refused() -> None:
+    """The split wins from 2048 on; a gate at 4096 passes, but with --max-num-batched-tokens 2048 no batch
+    reaches 4096: the split never engages, and the vacuous Pass is refused (vLLM's default 8192 would allow it)."""
+    at_4096 = SPEC.model_copy(update={"gate": SPEC.gate.model_copy(update={"threshold_tokens": 4096})})
+    assert judge(result(FULL), at_4096).verdict == "Pass"
+    small = at_4096.model_copy(update={"gate": at_4096.gate.model_copy(update={"max_num_batched_tokens": 2048})})
+    j = judge(result(FULL), small)
+    assert j.verdict == "Fail" and j.kernel is not None and j.kernel.decided_by == "deployment"
+    assert j.kernel.max_num_batched_tokens == 2048
+    assert j.reasons[0].startswith("thresholdTokens 4096 is above the largest batch the deployment forms")
+
+
+def _eager(p: PointResult, extra_host_us: float) -> PointResult:
+    """``p`` timed eagerly, with host issue times: replicated 70–74 µs, split ``extra_host_us`` more per round."""
+    host = [70.0, 71.0, 72.0, 73.0, 74.0]
+    return p.model_copy(update={
+        "execution": "eager",
+        "replicated": p.replicated.model_copy(update={"host_samples_us": host}),
+        "split": p.split.model_copy(update={"host_samples_us": [h + extra_host_us for h in host]}),
+    })
+
+
+def test_a_step_measurement_decides_when_the_regimes_disagree() -> None:
+    """GPU-bound the split wins from 2048 on (Pass); host-bound it issues 30 µs later everywhere (Fail): without
+    a step A/B the verdict is Inconclusive and names it; with one, its effect at the gate threshold decides."""
+    from spx.api.step import StepEffect, StepStatus
+
+    eager = result([_eager(p, 30.0) for p in FULL])
+    j = judge(eager, SPEC)
+    assert j.kernel is not None and [r.speed_verdict for r in j.kernel.regimes] == ["Pass", "Fail"]
+    assert (j.verdict, j.kernel.decided_by) == ("Inconclusive", "none")
+    assert j.kernel.next_step is not None and "spec.serving.step" in j.kernel.next_step
+    p2048 = next(p for p in j.kernel.points if p.tokens == 2048)
+    assert p2048.host_delta_us == 30.0 and p2048.gpu_delta_us == -50.0
+
+    def effect(low: float, high: float, role: str) -> StepEffect:
+        return StepEffect(threshold_tokens=2048, role=role, length=2048 + (role == "pad"), base_length=2040,  # type: ignore[arg-type]
+                          rounds=40, effect_ms=(low + high) / 2, effect_low_ms=low, effect_high_ms=high, layers=40,
+                          per_layer_us=(low + high) * 12.5, per_layer_low_us=low * 25, per_layer_high_us=high * 25)
+
+    loss = StepStatus(effects=[effect(0.4, 1.6, "split"), effect(0.5, 1.9, "pad")], complete=True)
+    j = judge(eager, SPEC, step=loss)
+    assert (j.verdict, j.kernel.decided_by if j.kernel else None) == ("Fail", "step")
+    assert local_status(j, now="2026-01-01T00:00:00Z").step == loss  # status.json carries what decided
+    assert j.reasons[0].startswith("decided by the step A/B: the split lengthens the step beyond its interval")

@@ -165,3 +165,25 @@ def test_planner_refuses_bad_arguments_and_repeated_counts() -> None:
     assert plan_refinement([], 8).done
     with pytest.raises(ValueError, match="appear more than once"):
         plan_refinement(sweep([(64, 0.9), (64, 1.1), (128, 1.2)]), 8)
+
+
+def test_the_gate_threshold_is_measured_first_where_the_decision_is() -> None:
+    """A sweep bracketed around its GPU break-even (≈ 300) but without the gate threshold 3072 itself: the
+    planner measures 3072 before anything else (the verdict is judged from it up); once measured, not again."""
+    pts = sweep([(256, 0.95), (288, 0.99), (320, 1.01), (1024, 1.3), (8192, 1.6)])
+    plan = plan_refinement(pts, 8, bounds=False, gate_threshold=3072)
+    assert plan.points[0].tokens == 3072 and "the decision: measure gate.thresholdTokens 3,072 itself (judged from it up)" in plan.points[0].reason
+    done = plan_refinement([*pts, *sweep([(3072, 1.4)])], 8, bounds=False, gate_threshold=3072)
+    assert 3072 not in [p.tokens for p in done.points]
+    assert plan_refinement(pts, 8, bounds=False, gate_threshold=16384).points == ()  # outside the range: not probed
+
+
+def test_the_host_regime_crossover_is_bracketed_too() -> None:
+    """The GPU regime is bracketed (≈ 300); the host regime's break-even lies between 2048 and 8192 with no
+    count in between: the planner narrows that bracket (where the regimes disagree), not only the GPU one."""
+    gpu = sweep([(256, 0.95), (288, 0.99), (320, 1.01), (2048, 1.3), (8192, 1.6)])
+    host = sweep([(256, 0.6), (288, 0.6), (320, 0.6), (2048, 0.8), (8192, 1.2)])
+    assert plan_refinement(gpu, 8, bounds=False).points == ()
+    plan = plan_refinement(gpu, 8, bounds=False, host_points=host)
+    assert plan.points and all(2048 < p.tokens < 8192 for p in plan.points)
+    assert plan.points[0].reason.startswith("host-bound point estimate: narrow the bracket")

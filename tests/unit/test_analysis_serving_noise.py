@@ -92,10 +92,12 @@ def test_spread_pct(values: list[float], expected: float | None) -> None:
     assert got == (None if expected is None else pytest.approx(expected))
 
 
-def test_two_arms_have_no_noise_estimate_and_decide() -> None:
+def test_two_arms_have_no_noise_estimate_and_decide_nothing() -> None:
     values = [ServingArmValue(arm="B1", variant="split", value=101.0), ServingArmValue(arm="A1", variant="main", value=100.0)]
     status = summarize_point("p", "output_throughput", values, ServingGateSpec())
-    assert status.within_kind_pct is None and status.passed is True
+    assert status.within_kind_pct is None and status.passed is None
+    passed, reasons = gate_reasons([status], ServingGateSpec())
+    assert passed is None and "no noise estimate" in reasons[0]
 
 
 # --------------------------------------------------------------------------- failures say why

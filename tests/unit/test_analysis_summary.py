@@ -118,14 +118,32 @@ def test_points_from_result_uses_medians_and_quartiles() -> None:
 def test_overlapping_spreads_give_within_spread_and_inconclusive() -> None:
     result = kernel_result([
         point_result(1024, [80, 81, 82, 83, 84], [98, 99, 100, 101, 102]),
-        point_result(2048, [96, 99, 102, 105, 108], [94, 97, 100, 103, 106]),  # 1.02×, IQRs overlap
+        # 1.02×, IQRs overlap and the rounds disagree (split faster in some, slower in others)
+        point_result(2048, [96, 108, 99, 105, 102], [106, 94, 103, 97, 100]),
         point_result(4096, [198, 199, 200, 201, 202], [98, 99, 100, 101, 102]),
     ])
     ev = judge(result, result.spec)
     assert ev.kernel is not None and ev.kernel.first_winning_tokens == 2048
     assert ev.kernel.crossover_confidence == "within-spread"
     assert ev.verdict == "Inconclusive"
-    assert any("at 2048 tokens the speedup 1.02×" in r and "undecided" in r for r in ev.reasons)
+    assert any("at 2048 tokens the speedup 1.02×" in r and "unresolved" in r and "take more samples" in r
+               for r in ev.reasons)
+
+
+def test_a_paired_difference_resolves_a_point_whose_spreads_overlap() -> None:
+    """Every round has the split 2 µs faster: the paired interval is clear of 1.0 though the IQRs overlap,
+    so the point decides (more samples would not change it) and the gate passes."""
+    result = kernel_result([
+        point_result(1024, [80, 81, 82, 83, 84], [98, 99, 100, 101, 102]),
+        point_result(2048, [96, 99, 102, 105, 108], [94, 97, 100, 103, 106]),
+        point_result(4096, [198, 199, 200, 201, 202], [98, 99, 100, 101, 102]),
+    ])
+    ev = judge(result, result.spec)
+    assert ev.kernel is not None
+    p2048 = next(p for p in ev.kernel.points if p.tokens == 2048)
+    assert p2048.decided is False and p2048.speedup_low is not None and p2048.speedup_low > 1
+    assert p2048.gpu_delta_us == pytest.approx(-2.0) and p2048.gpu_delta_high_us == pytest.approx(-2.0)
+    assert ev.verdict == "Pass" and not any("take more samples" in r for r in ev.reasons)
 
 
 def test_judge_uses_spec_and_gives_a_partial_run_no_verdict() -> None:

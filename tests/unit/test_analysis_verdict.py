@@ -94,7 +94,26 @@ def test_inconclusive_on_undecided_point_at_or_above_threshold() -> None:
     points = [*GOOD[:3], pt(2048, 1.05, decided=False, rep_iqr=12.0, split_iqr=9.0), GOOD[4]]
     out = judge(points)
     assert out.verdict == "Inconclusive"
-    assert has(out.reasons, "at 2048 tokens the speedup 1.05×", "replicated IQR 12.0 %, split IQR 9.0 %", "undecided")
+    assert has(out.reasons, "at 2048 tokens the speedup 1.05×", "replicated IQR 12.0 %, split IQR 9.0 %", "unresolved",
+               "rerun with samples kept")
+    assert not has(out.reasons, "take more samples")  # medians alone: samples are not what is missing
+
+
+def test_a_point_is_resolved_by_its_interval_and_more_samples_are_advised_only_where_they_help() -> None:
+    """With an interval, the interval decides (not the IQRs): one clear of 1.0 resolves the point even with
+    overlapping IQRs; one across 1.0 leaves it unresolved, and the advice depends on what makes it wide."""
+    clear = pt(2048, 1.05, decided=False, rep_iqr=12.0, split_iqr=9.0).model_copy(
+        update={"speedup_low": 1.02, "speedup_high": 1.08})
+    assert judge([*GOOD[:3], clear, GOOD[4]]).verdict == "Pass"
+    wide = clear.model_copy(update={"speedup_low": 0.97, "speedup_high": 1.12})
+    measured = judge([*GOOD[:3], wide, GOOD[4]])
+    assert measured.verdict == "Inconclusive" and measured.speed_verdict == "Inconclusive"
+    assert has(measured.reasons, "95 % interval [0.970, 1.120]", "take more samples (the interval narrows")
+    modelled = judge([*GOOD[:3], wide, GOOD[4]], source="modelled")
+    assert has(modelled.reasons, "measure the gather (its prior's uncertainty is in the interval)")
+    slow = clear.model_copy(update={"speedup": 0.9, "speedup_low": 0.85, "speedup_high": 0.95})
+    out = judge([*GOOD[:3], slow, GOOD[4]])
+    assert out.verdict == "Fail" and not has(out.reasons, "take more samples")
 
 
 def test_undecided_point_below_min_speedup_is_inconclusive_not_fail() -> None:

@@ -177,7 +177,15 @@ def test_metadata_is_validated_like_the_api_server(meta: str, field: str) -> Non
     ("{kernel: {l2Flush: 'false'}}",  # bool_type
      "spec.kernel.l2Flush: must be true or false (unquoted: quotes make it a string) (got 'false')"),
     ("{kernel: {gatherModel: {hostUs: fast}}}",  # float_type
-     "spec.kernel.gatherModel.hostUs: must be a number, e.g. 1.5 (unquoted: quotes make it a string) (got 'fast')"),
+     "spec.kernel.gatherModel.hostUs: must be a number, e.g. 1.5 (got 'fast')"),
+    ("{kernel: {gatherModel: {hostUs: 1e309}}}",  # float_parsing: nobody quoted it, YAML read it as text
+     "spec.kernel.gatherModel.hostUs: must be a number, e.g. 1.5 (YAML read 1e309 as text: it is beyond the largest "
+     "64-bit floating-point number, about 1.8e308) (got '1e309')"),
+    ("{gate: {thresholdTokens: 0o40}}",  # int_type: YAML 1.2's octal prefix is text to YAML 1.1
+     "spec.gate.thresholdTokens: must be a whole number (an integer count, e.g. 2048) (YAML read 0o40 as text: 0o is "
+     "YAML 1.2's octal prefix and YAML 1.1 has none; write 32) (got '0o40')"),
+    ("{gate: {thresholdTokens: 1.5e0}}",  # 1.5e0 is the number 1.5 (as Kubernetes reads it), not text
+     "spec.gate.thresholdTokens: must be a whole number (an integer count, e.g. 2048) (got 1.5)"),
     ("{gate: {thresholdTokens: '2048'}}",  # int_type
      "spec.gate.thresholdTokens: must be a whole number (an integer count, e.g. 2048) (unquoted: quotes make it a "
      "string) (got '2048')"),
@@ -197,6 +205,13 @@ def test_metadata_is_validated_like_the_api_server(meta: str, field: str) -> Non
 ])
 def test_each_error_type_says_what_is_expected_and_how_to_fix_it(spec: str, line: str) -> None:
     assert problems(HEAD + f"spec: {spec}\n") == [line]
+
+
+@pytest.mark.parametrize("text", ["1.5e0", "1.5E0", ".15e1", "+1.5e0"])
+def test_an_exponent_without_a_sign_is_a_number_as_kubernetes_reads_it(text: str) -> None:
+    """YAML 1.1 (PyYAML) wants ``1.5e+0``; YAML 1.2 and Kubernetes (go-yaml) read ``1.5e0`` as 1.5: so does spx."""
+    exp = load_experiment(HEAD + f"spec: {{gate: {{minSpeedupAtOrAboveThreshold: {text}}}}}\n")
+    assert exp.spec.gate.min_speedup_at_or_above_threshold == 1.5
 
 
 class Colour(enum.Enum):

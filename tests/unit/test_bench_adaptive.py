@@ -48,7 +48,13 @@ def test_rank0_refines_until_bracketed_and_other_ranks_measure_the_same_counts()
 
     points = adaptive_sweep(SPEC, measure0, broadcast0, on_point=seen.append)
     assert points is not None and [p.tokens for p in points] == sorted(measured0)
-    added = [p for p in points if p.added_because]
+    # the listed counts, then T + 1 for the gate threshold T = 2048 (2T + 1 lies above the largest listed),
+    # then the decision's own count T, then the break-even's bracket
+    assert measured0[:7] == [16, 64, 256, 1024, 4096, 2049, 2048]
+    reasons = {p.tokens: p.added_because or "" for p in points if p.added_because}
+    assert reasons[2049].startswith("off-alignment (T + 1 for gate.thresholdTokens T = 2,048)")
+    assert "the decision: measure gate.thresholdTokens 2,048 itself" in reasons[2048]
+    added = [p for p in points if p.tokens not in (2048, 2049) and p.added_because]
     assert added and all("break-even" in (p.added_because or "") for p in added)
     assert all(p.tokens % 8 == 0 for p in added) and len(added) <= 4
     assert [p.tokens for p in seen] == measured0  # streamed as measured, reasons included
@@ -77,9 +83,27 @@ def test_caps_stop_the_loop() -> None:
     spec = SPEC.model_copy(update={"sweep": SPEC.sweep.model_copy(update={
         "refine": SPEC.sweep.refine.model_copy(update={"max_added_points": 1})})})  # type: ignore[union-attr]
     points = adaptive_sweep(spec, lambda c: [synthetic(t) for t in c], lambda p: list(p or []))
-    assert points is not None and sum(1 for p in points if p.added_because) == 1
+    assert points is not None
+    assert sum(1 for p in points if p.added_because and not p.added_because.startswith("off-alignment")) == 1
 
 
-def test_refine_must_be_set() -> None:
-    with pytest.raises(ValueError, match="sweep.refine is not set"):
-        adaptive_sweep(ExperimentSpec(), lambda c: None, lambda p: [])
+@pytest.mark.parametrize(("off_alignment", "threshold", "extra"), [
+    (True, 2048, [2049, 4097]),  # T + 1 and 2T + 1, each up to the largest listed count
+    (True, 3072, [3073, 6145]),  # a threshold that is not a power of two
+    (True, 16384, []),  # above the largest listed count: nothing to add
+    (False, 2048, []),  # sweep.offAlignment false
+])
+def test_without_refine_the_sweep_measures_the_listed_and_the_off_alignment_counts(
+        off_alignment: bool, threshold: int, extra: list[int]) -> None:
+    spec = ExperimentSpec.model_validate({"sweep": {"tokens": [1024, 2048, 8192], "offAlignment": off_alignment},
+                                          "gate": {"thresholdTokens": threshold}})
+    measured: list[int] = []
+
+    def measure(counts: list[int]) -> list[PointResult]:
+        measured.extend(counts)
+        return [synthetic(t) for t in counts]
+
+    points = adaptive_sweep(spec, measure, lambda p: list(p or []))
+    assert measured == [1024, 2048, 8192, *extra]
+    assert points is not None and [p.tokens for p in points] == sorted(measured)  # strictly increasing
+    assert [p.tokens for p in points if p.added_because] == extra

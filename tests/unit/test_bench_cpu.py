@@ -102,8 +102,8 @@ def test_cpu_points_record_their_mode_at_the_capture_limit_and_both_bounds():
         assert p.gather_source == "modelled" and p.gather_host_source == "measured"
         assert p.gather_host_us is not None and 0 < p.gather_host_us <= p.split.host_median_us
     status = judge(result, spec).kernel
-    assert status is not None and status.host_bound is not None and status.verdict_bound == "both"
-    assert all(p.replicated_host_bound_us and p.split_host_bound_us for p in status.points)
+    assert status is not None and [r.regime for r in status.regimes] == ["gpu-bound", "host-bound"]
+    assert all(p.host_delta_us is not None and p.host_delta_low_us is not None for p in status.points)
 
 
 def test_the_default_capture_limit_is_vllms_512_on_cpu_and_hopper():

@@ -63,11 +63,11 @@ def test_stage_on_cpu_runs_every_kind_with_streams_switching_at_the_threshold():
     assert kv["split-all"].modelled_gather_us == pytest.approx(abs=1e-3, expected=
         model.gather_us(16, 96, 2, 4) + model.gather_us(16, 64, 4, 4) + model.gather_us(16, 8, 2, 4))
     for r in result.rows:
-        for c in r.candidates.values():
-            assert c.host_bound_us is not None and c.host_bound_us >= c.gpu_us * 0.999
+        for c in r.candidates.values():  # the host-bound regime's time is the host issue time, never max(host, span)
+            assert c.host_us is not None and c.host_bound_us is None
     total = chunk_total(result.rows, 16, "host-bound")
     assert total is not None and total.layers == 6
     assert total.total_us["replicated"] == pytest.approx(
-        sum(r.layers * r.candidates["replicated"].host_bound_us for r in result.rows if r.tokens == 16))
+        sum(r.layers * r.candidates["replicated"].host_us for r in result.rows if r.tokens == 16))
     text = "\n".join(stage_table_lines(result))
     assert "gpu-bound (µs per layer)" in text and "host-bound (µs per layer)" in text and "split saves ms" in text

@@ -194,8 +194,9 @@ def test_spx_operator_shares_the_kubeconfig_errors(
     assert len(err.splitlines()) == 1
 
 
-class Retried(Exception):
-    """Raised by the stand-in for ``time.sleep`` in :mod:`spx.cli.gate`: ``--wait`` was about to poll again."""
+class Retried(BaseException):
+    """Raised by the stand-in for ``time.sleep`` in :mod:`spx.cli.gate`: ``--wait`` was about to poll again (a
+    ``BaseException``, as ``KeyboardInterrupt``: ``spx`` turns an unexpected ``Exception`` into exit 70)."""
 
 
 @pytest.mark.usefixtures("no_cluster_env")

@@ -339,7 +339,7 @@ def test_report_and_gate_on_a_run_in_progress_say_so(tmp_path: Path, capsys: pyt
     """While a run holds --out's lock its status.json does not exist yet: report says a run is in progress
     (exit 3), gate says it is undecided (exit 2, so --wait polls on) — not "no such file" (exit 3)."""
     from spx.cli import outdir
-    from spx.cli.gate import EXIT_UNDECIDED, evaluate
+    from spx.cli.gate import EXIT_UNDECIDED, read_and_decide
 
     out = tmp_path / "run"
     with outdir.locked(out):
@@ -347,7 +347,7 @@ def test_report_and_gate_on_a_run_in_progress_say_so(tmp_path: Path, capsys: pyt
         assert main(["report", str(out), "--no-plot"]) == EXIT_USAGE
         assert f"a run is in progress in {out} (pid {os.getpid()}" in " ".join(capsys.readouterr().err.split())
         for target in (str(out), str(out / "status.json")):
-            result = evaluate(target)
+            result = read_and_decide(target)
             assert result.exit_code == EXIT_UNDECIDED and not result.decided and result.retry
             assert "a run is in progress" in result.message
     assert outdir.run_in_progress(out) is None  # released
@@ -359,7 +359,8 @@ def test_report_of_a_killed_run_points_at_its_partial_points(tmp_path: Path, cap
     (out / "points.partial.jsonl").write_text('{"tokens": 8}\n{"tokens": 32}\n')
     assert main(["report", str(out), "--no-plot"]) == EXIT_USAGE
     err = " ".join(capsys.readouterr().err.split())
-    assert "points.partial.jsonl holds 2 measured point(s)" in err and "killed" in err
+    # (a killed run's valid points are reported: tests/cli/test_files_and_processes.py runs one on a full disk)
+    assert "points.partial.jsonl holds no valid point (2 line(s) that are not one)" in err
 
 
 @pytest.mark.parametrize("inner", ["logs/sub", "nested/deeper"])

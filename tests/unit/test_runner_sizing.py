@@ -8,7 +8,16 @@ import sys
 import pytest
 
 from spx.api import ExperimentSpec
-from spx.runner.sizing import CPU_AUTO_LIMIT_S, RANK_BASE_BYTES, RunnerError, check_fits, estimate, point_bytes
+from spx.runner.sizing import (
+    GPU_SIZED_FLOPS,
+    RANK_BASE_BYTES,
+    RunnerError,
+    check_fits,
+    check_time_limit,
+    estimate,
+    point_bytes,
+    point_flops,
+)
 
 GiB = 1 << 30
 
@@ -42,16 +51,30 @@ def test_refused_with_the_number_when_memory_is_short() -> None:
 def test_gpu_sized_spec_needs_cpu_to_be_asked_for() -> None:
     s = spec([6, 1024, 4096, 16384])
     slow = 1.0  # GFLOP/s: the estimate is far over the limit
-    with pytest.raises(RunnerError, match="sized for GPUs.*--device cpu"):
-        check_fits(s, "cpu", 2, device_asked=False, cpu_gflops=slow, available=512 * GiB)
+    assert sum(point_flops(s, t, 2) for t in s.sweep.tokens) > GPU_SIZED_FLOPS
+    fast = 1e6  # GFLOP/s: the rule is a count of operations, not a time: a fast CPU is refused all the same
+    for rate in (slow, fast):
+        with pytest.raises(RunnerError, match=r"GPU-sized: its GEMMs add up to .* FLOPs per rank.*over the 1e\+12.*"
+                           r"docs/cli.md.*--device cpu") as err:
+            check_fits(s, "cpu", 2, device_asked=False, cpu_gflops=rate, available=512 * GiB)
+        assert " s of GEMMs" not in str(err.value) and "min of GEMMs" not in str(err.value)
     est = check_fits(s, "cpu", 2, device_asked=True, cpu_gflops=slow, available=512 * GiB)
-    assert est.seconds is not None and est.seconds > CPU_AUTO_LIMIT_S
+    assert est.seconds is not None and est.seconds > 3600
 
 
 def test_small_spec_runs_on_cpu_without_asking() -> None:
     est = check_fits(spec([8, 32], hidden=256, outputs=[128]), "cpu", 2, device_asked=False, cpu_gflops=10.0,
                      available=8 * GiB)
-    assert est.seconds is not None and est.seconds < CPU_AUTO_LIMIT_S
+    assert est.seconds is not None and est.seconds < 60
+
+
+def test_a_sweep_over_its_own_time_limit_is_refused_with_the_estimate_and_the_limit() -> None:
+    s = spec([6, 1024, 4096, 16384])
+    est = check_fits(s, "cpu", 2, device_asked=True, cpu_gflops=1.0, available=512 * GiB)
+    with pytest.raises(RunnerError, match=r"cannot finish within its time limit: it would take ≈ [0-9.]+ h of GEMMs.*"
+                       r"spec.timeoutSeconds is 60 s; lower spec.sweep.tokens"):
+        check_time_limit(est, 60, "spec.timeoutSeconds", 2)
+    check_time_limit(est, est.seconds + 1, "spec.timeoutSeconds", 2)  # within the limit: runs
 
 
 def test_gpu_memory_check() -> None:

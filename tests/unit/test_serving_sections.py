@@ -16,10 +16,10 @@ from spx.api.crd import CEL_RULES, build_crd
 from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatus, ServingStatus
 from spx.api.spec import min_timeout_seconds
 from spx.api.wire import build_summary
-from spx.controller import manifests as k8s
 from spx.controller import metrics
-from spx.controller import result_configmap as rcm
-from spx.controller.results import collect, read_vllm_log, vllm_statuses
+from spx.controller.build import manifests as k8s
+from spx.controller.build import result_configmap as rcm
+from spx.controller.decide.results import collect, read_vllm_log, vllm_statuses
 from spx_testing import factories
 
 SERVING = {"model": "deepseek-ai/DeepSeek-V4.1"}

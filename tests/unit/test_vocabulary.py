@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+import typing
 from pathlib import Path
 from typing import Any, get_args
 
@@ -15,7 +16,9 @@ from spx import vocabulary
 from spx.api import conditions
 from spx.api.crd import build_crd
 from spx.api.kernel import KernelSpec
-from spx.api.status import Condition, ExperimentStatus
+from spx.api.projection import ProjectionSpec
+from spx.api.result import KernelResult, PointResult
+from spx.api.status import Condition, ExperimentStatus, KernelPoint
 from spx.vocabulary import (
     DECIDED_REASONS,
     GATHER_BACKEND_MEANINGS,
@@ -54,6 +57,21 @@ def test_the_models_accept_exactly_the_vocabulary() -> None:
     assert get_args(KernelSpec.model_fields["gemm_backend"].annotation) == GEMM_BACKENDS
     assert get_args(KernelSpec.model_fields["gather"].annotation) == GATHER_BACKENDS
     assert conditions.DECIDED_REASONS == set(DECIDED_REASONS)
+    for model, field, vocab in (
+            (KernelSpec, "timer", vocabulary.TIMERS), (KernelSpec, "device", vocabulary.DEVICES),
+            (KernelSpec, "execution", vocabulary.EXECUTIONS), (ProjectionSpec, "weight_format", vocabulary.WEIGHT_FORMATS),
+            # a partial result whose ranks died before resolving them keeps the spec's "auto"
+            (KernelResult, "timer", vocabulary.TIMERS),
+            (KernelResult, "gemm_backend", vocabulary.GEMM_BACKENDS),
+            (KernelResult, "gather_backend", vocabulary.RESOLVED_GATHER_BACKENDS + ("auto",)),
+            (KernelResult, "device", get_args(vocabulary.ResolvedDevice)),
+            (KernelResult, "execution", vocabulary.EXECUTIONS + (type(None),)),
+            (PointResult, "execution", vocabulary.EXECUTION_MODES + (type(None),)),
+            (KernelPoint, "execution", vocabulary.EXECUTION_MODES + (type(None),)),
+            (PointResult, "gather_source", vocabulary.GATHER_SOURCES)):
+        annotation = model.model_fields[field].annotation
+        flat = tuple(a for arg in get_args(annotation) for a in (get_args(arg) or (arg,)))
+        assert flat == vocab, (model.__name__, field, flat)
     assert conditions.VERDICT_REASONS == set(VERDICTS)
     assert conditions.WAITING_REASONS == set(WAITING_PHASES)
     assert conditions.TERMINAL_PHASES == set(TERMINAL_PHASES)
@@ -93,6 +111,15 @@ def test_the_docs_table_names_every_backend() -> None:
             if line.startswith("| ")}
     for backend in GEMM_BACKENDS[1:]:
         assert f"`{backend}`" in rows["GEMM backends"], backend
+
+
+def test_the_kernel_docs_name_every_weight_format_and_execution() -> None:
+    """docs/kernel-benchmark.md: its weight-format table has a row per format, its method table's execution row
+    names every ``kernel.execution``."""
+    rows = _table_rows("kernel-benchmark.md")
+    assert [f for f in vocabulary.WEIGHT_FORMATS if any(k.startswith(f"`{f}`") for k in rows)] == list(
+        vocabulary.WEIGHT_FORMATS)
+    assert all(f"`{mode}`" in rows["execution"] for mode in vocabulary.EXECUTIONS)
 
 
 def test_metric_label_values_and_the_gate_cover_the_vocabulary() -> None:
@@ -137,12 +164,35 @@ def test_one_of() -> None:
 
 #: Literals that spell a vocabulary's values but are another vocabulary: (file, values).
 _OTHER_VOCABULARIES = {
-    ("controller/objects.py", frozenset(TERMINAL_PHASES)),  # Kubernetes pod phases share the two names
+    ("controller/decide/objects.py", frozenset(TERMINAL_PHASES)),  # Kubernetes pod phases share the two names
 }
 
 
-def _string_collections(tree: ast.AST) -> list[tuple[int, frozenset[str]]]:
-    """Tuples, lists and sets of string literals, and ``Literal[...]`` subscripts, with their line."""
+def _vocabularies() -> dict[frozenset[str], str]:
+    """Every vocabulary spx.vocabulary defines, found, not listed: each ``Literal`` type's values and each
+    tuple of strings (values → the first name that defines them)."""
+    found: dict[frozenset[str], str] = {}
+    for name, value in vars(vocabulary).items():
+        if typing.get_origin(value) is typing.Literal:
+            values = typing.get_args(value)
+        elif isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
+            values = value
+        else:
+            continue
+        if len(set(values)) > 1 and not name.startswith("_"):
+            found.setdefault(frozenset(values), name)
+    return found
+
+
+def _named_constants() -> dict[str, str]:
+    """spx.vocabulary's named strings (file names, weight formats, environment variables): value → name.
+    A plain lowercase word (``serving``, ``logs``) is left out: it is also a command, a key or prose."""
+    return {value: name for name, value in vars(vocabulary).items()
+            if name.isupper() and isinstance(value, str) and not re.fullmatch(r"[a-z]+", value)}
+
+
+def _string_collections(tree: ast.AST) -> list[tuple[int, frozenset[str], bool]]:
+    """Tuples, lists and sets of string literals, and ``Literal[...]`` subscripts: (line, values, is a Literal)."""
     found = []
     for node in ast.walk(tree):
         elts: list[ast.expr] | None = None
@@ -151,27 +201,59 @@ def _string_collections(tree: ast.AST) -> list[tuple[int, frozenset[str]]]:
         elif isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "Literal":
             elts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
         if elts and len(elts) > 1 and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in elts):
-            found.append((node.lineno, frozenset(e.value for e in elts)))  # type: ignore[attr-defined]
+            found.append((node.lineno, frozenset(e.value for e in elts),  # type: ignore[attr-defined]
+                          isinstance(node, ast.Subscript)))
     return found
 
 
+def _code_strings(tree: ast.AST) -> list[tuple[int, str]]:
+    """String literals in code: not docstrings or other bare string statements, not the text of f-strings."""
+    prose = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    prose |= {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in prose]
+
+
 def test_no_module_spells_a_vocabulary_out_again() -> None:
-    """A tuple, list, set or Literal with exactly the values of a vocabulary, outside spx.vocabulary, is
-    a second definition that can drift (as the gemmBackend help once did): derive it instead."""
-    vocabularies = {frozenset(v): name for name, v in (
-        ("VERDICTS", VERDICTS), ("DECIDED_REASONS", DECIDED_REASONS), ("PHASES", PHASES),
-        ("WAITING_PHASES", WAITING_PHASES), ("TERMINAL_PHASES", TERMINAL_PHASES),
-        ("FAILURE_REASONS", vocabulary.FAILURE_REASONS), ("GEMM_BACKENDS", GEMM_BACKENDS),
-        ("GATHER_BACKENDS", GATHER_BACKENDS), ("RESERVED_SERVER_ENV", vocabulary.RESERVED_SERVER_ENV))}
+    """Every vocabulary of spx.vocabulary (found by introspection: nothing to add here when one is added)
+    is written once. Outside spx.vocabulary, none of these exists in operator/spx:
+
+    - a tuple, list, set or ``Literal`` with exactly a vocabulary's values (a second definition that can
+      drift, as the gemmBackend help once did): derive it or import the type;
+    - a ``Literal`` of part of a vocabulary (a sub-vocabulary: define it in spx.vocabulary);
+    - a named constant's value written out (a run directory's file name, the MXFP8 format string, the
+      plugin's environment variables): import the name.
+    """
+    vocabularies, constants = _vocabularies(), _named_constants()
     copies = []
     for path in sorted(SPX.rglob("*.py")):
         rel = path.relative_to(SPX).as_posix()
         if rel == "vocabulary.py":
             continue
-        for line, values in _string_collections(ast.parse(path.read_text(encoding="utf-8"))):
-            if values in vocabularies and (rel, values) not in _OTHER_VOCABULARIES:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for line, values, is_literal in _string_collections(tree):
+            if (rel, values) in _OTHER_VOCABULARIES:
+                continue
+            if values in vocabularies:
                 copies.append(f"operator/spx/{rel}:{line} spells out {vocabularies[values]}")
+            elif is_literal:
+                copies += [f"operator/spx/{rel}:{line} Literal of part of {name}: define it in spx.vocabulary"
+                           for vocab, name in vocabularies.items() if values < vocab][:1]
+        copies += [f"operator/spx/{rel}:{line} writes {value!r}: use spx.vocabulary.{constants[value]}"
+                   for line, value in _code_strings(tree) if value in constants]
+    assert len(vocabularies) >= 30 and "RESULT_FILE" in constants.values() and "MXFP8" in constants.values()
     assert not copies, "\n".join(copies)
+
+
+def test_the_scan_finds_each_kind_of_copy() -> None:
+    """The scan above is not vacuous: it flags a copied list, a sub-vocabulary Literal and a file name."""
+    tree = ast.parse(
+        'X = ("graph", "eager")\nY = Literal["cupti", "host"]\nopen("status.json")\n"""result.json"""\nf"{a}result.json"\n')
+    vocabularies = _vocabularies()
+    collections = _string_collections(tree)
+    assert vocabularies[collections[0][1]] == "ExecutionMode"
+    assert collections[1][2] and collections[1][1] < next(v for v, n in vocabularies.items() if n == "ResolvedTimer")
+    assert [value for _, value in _code_strings(tree) if value in _named_constants()] == ["status.json"]
 
 
 def _table_rows(doc: str) -> dict[str, str]:

@@ -73,6 +73,12 @@ def test_spx_serving_runs_the_ab_and_gsm8k_against_a_real_server(
     result = ServingResult.model_validate(json.loads((out / "serving-result.json").read_text()))
     assert proc.returncode == 0, f"{proc.stderr[-3000:]}\nfailures: {result.failures}"
     assert result.complete and result.failures == [] and result.error is None
+    # what a user sees: the verdict first; CPU servers decide nothing (gate.allowCpuTimings is off); status.json
+    # is written for spx report / spx gate
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("verdict: Inconclusive: ") and "CPU servers" in first, proc.stdout[:500]
+    assert json.loads((out / "status.json").read_text())["verdict"] == "Inconclusive"
+    assert result.device == "cpu"
 
     # fresh server per arm, in order: each its own process, started after the previous one exited
     assert [a.name for a in result.arms] == ["B1", "A1", "A2", "B2"]

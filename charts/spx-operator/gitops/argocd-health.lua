@@ -1,10 +1,14 @@
--- Argo CD health check of bench.spx.dev/ShardedProjectionExperiment, keyed on the Decided condition.
+-- Argo CD health check of bench.spx.dev/ShardedProjectionExperiment that GATES a rollout on the verdict.
 -- Install: argocd-cm data key `resource.customizations.health.bench.spx.dev_ShardedProjectionExperiment`
--- (docs/operator.md "GitOps health"). Tested by tests/chart/test_gitops_health.py with a real Lua.
---   no status yet / status of an older generation  -> Progressing (the operator has not looked yet)
---   Decided True, reason Pass | Fail | Inconclusive -> Healthy (a finished measurement; the verdict is in the message)
---   Decided True, reason InvalidSpec | BenchmarkFailed | InfraFailed -> Degraded (no verdict; needs a spec change)
---   Decided False (Pending, Queued, Running, Analyzing) -> Progressing; Queued -> Suspended
+-- (docs/gating.md "GitOps health checks"). Tested by tests/chart/test_gitops_health.py with a real Lua.
+-- gitops-engine (pkg/sync/sync_context.go) fails a sync on Degraded, keeps it running on Progressing
+-- and Suspended, and lets the next wave go on Healthy; so:
+--   no status yet / status of an older generation / Decided False -> Progressing (measuring)
+--   Decided False, reason Queued                                -> Suspended (waiting for a slot)
+--   Decided True, reason Pass                                   -> Healthy (the rollout may go)
+--   Decided True, reason Inconclusive                           -> Suspended (held: a human decides)
+--   Decided True, reason Fail | InvalidSpec | BenchmarkFailed | InfraFailed -> Degraded (stops)
+-- "The measurement finished, whatever its verdict" is argocd-health-finished.lua, a separate check.
 local hs = {}
 local generation = 0
 if obj.metadata ~= nil and obj.metadata.generation ~= nil then
@@ -33,8 +37,11 @@ if decided == nil or (decided.observedGeneration ~= nil and decided.observedGene
 end
 local message = decided.message or ""
 if decided.status == "True" then
-  if decided.reason == "Pass" or decided.reason == "Fail" or decided.reason == "Inconclusive" then
+  if decided.reason == "Pass" then
     hs.status = "Healthy"
+  elseif decided.reason == "Inconclusive" then
+    hs.status = "Suspended"
+    message = "held for a human (docs/gating.md): " .. message
   else
     hs.status = "Degraded"
   end

@@ -12,7 +12,7 @@ a zero-width interval at its ``speedup``. Definitions (tokens are M, the batch's
 - **indifference band**: the same with the any-prior intervals: the token range where the split's
   effect on this projection is within what is not known (samples, the prior's fit, the priors' spread).
 - **confidence** (:func:`confidence`): ``none`` (no crossover), ``within-spread`` (a bracketing
-  point's own interval contains 1.0, or its IQRs overlap), ``priors-disagree`` (a bracketing point's
+  point's own interval contains 1.0, or, for a point without an interval, its IQRs overlap), ``priors-disagree`` (a bracketing point's
   any-prior interval contains 1.0), ``unbracketed`` (the last losing and first winning measured counts
   are further apart than ±``bracket_rel`` of the break-even and than the floor: an unmeasured gap,
   :func:`spx.analysis.crossover.bracket_gap`), else ``resolved``; every failing check is given as a
@@ -22,7 +22,9 @@ a zero-width interval at its ``speedup``. Definitions (tokens are M, the batch's
   split is then known to win wherever vLLM would use it.
 - **stake** (:func:`stake_at`): ``replicated − split`` µs of this projection at M (> 0: the split
   saves), times the model's layers for one prefill chunk of M tokens (ms); replicated and split times
-  are interpolated log-log between the measured neighbours and never extrapolated.
+  are interpolated log-log between the measured neighbours and never extrapolated. With ``host``, the
+  host-bound regime's stake too: −Δh (:mod:`spx.analysis.regimes`; a graph point's Δg) and its
+  interval, interpolated linearly in log M (a difference may change sign, so not log-log).
 
 Pure: no I/O.
 """
@@ -37,7 +39,11 @@ from typing import Literal
 from spx.analysis.crossover import DEFAULT_BRACKET_REL, Interpolation, bracket_gap, break_even_tokens, sorted_points
 from spx.analysis.gather_prior import interpolate_time
 from spx.analysis.interval import PointInterval
+from spx.analysis.regimes import HOST_BOUND, regime_delta
+from spx.analysis.threshold import recommended_threshold_tokens
+from spx.api.gate import VLLM_DEFAULT_THRESHOLD_TOKENS
 from spx.api.status import CrossoverConfidence, CrossoverUncertainty, KernelPoint, StakeRow
+from spx.vocabulary import ThresholdRounding, ThresholdRule
 
 #: DeepSeek-V4.1's decoder layers (``num_hidden_layers`` of its config), each running
 #: ``fused_wqa_wkv`` once per forward: the stake of one prefill chunk is 40× the per-layer one.
@@ -135,6 +141,25 @@ def lower_bound_threshold(points: Iterable[KernelPoint]) -> int | None:
     return first
 
 
+def recommended_threshold(
+    points: Iterable[KernelPoint], break_even: float | None, rule: ThresholdRule, rounding: ThresholdRounding,
+    tensor_parallel_size: int,
+) -> int | None:
+    """The threshold to recommend (tokens), by ``spec.gate.thresholdRule``: the one rule ``spx run``/``spx report``
+    (:func:`spx.analysis.summary.evaluate`) and ``spx predict`` (:mod:`spx.analysis.predict`) apply.
+
+    ``break-even``: ``break_even`` (the interpolated crossover, tokens) rounded up by ``rounding``;
+    ``lower-bound``: :func:`lower_bound_threshold` of ``points`` rounded up the same way. ``None`` when the
+    rule finds no count (no break-even; a lower bound < 1 at the largest count).
+
+    Raises:
+        ValueError: a repeated token count, ``tensor_parallel_size < 1``
+            (:func:`spx.analysis.threshold.recommended_threshold_tokens`).
+    """
+    tokens = lower_bound_threshold(points) if rule == "lower-bound" else break_even
+    return recommended_threshold_tokens(tokens, rounding, tensor_parallel_size) if tokens else None
+
+
 def confidence(
     points: Iterable[KernelPoint], bracket_rel: float = DEFAULT_BRACKET_REL, floor_tokens: int = 1,
     interpolation: Interpolation = "log-log",
@@ -165,7 +190,8 @@ def confidence(
         found.append(("unbracketed", gap))
     for p in bracket:
         lo, hi = bound(p, "low"), bound(p, "high")
-        if not p.decided or lo <= 1.0 <= hi:
+        iqr_only = p.speedup_low is None or p.speedup_high is None  # no interval: the IQRs decide
+        if (iqr_only and not p.decided) or lo <= 1.0 <= hi:
             found.append(("within-spread", (
                 f"at {p.tokens:,} tokens the speed-up {p.speedup:.3f}× has interval [{lo:.3f}, {hi:.3f}]"
                 + (" that overlaps 1.0" if lo <= 1.0 <= hi else " and the candidates' IQRs overlap"))))
@@ -185,13 +211,40 @@ def _interp_log(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
     return interpolate_time(x, xs, ys, "log-log")
 
 
-def stake_at(points: Sequence[KernelPoint], label: str, tokens: float, layers: int = V41_NUM_LAYERS) -> StakeRow:
+def _lin_log(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
+    """``ys`` interpolated linearly in ``log x`` between the neighbours of ``x`` (``xs`` ascending, x inside)."""
+    for i in range(1, len(xs)):
+        if x <= xs[i]:
+            a, b = xs[i - 1], xs[i]
+            f = 0.0 if b == a else (math.log(x) - math.log(a)) / (math.log(b) - math.log(a))
+            return ys[i - 1] + f * (ys[i] - ys[i - 1])
+    return ys[-1]
+
+
+def host_stake(points: Sequence[KernelPoint], tokens: float, layers: int) -> dict[str, float]:
+    """The host-bound columns of a :class:`StakeRow` at ``tokens`` (module docstring); empty outside the range."""
+    deltas = [d for d in (regime_delta(p, HOST_BOUND) for p in sorted_points(points)) if d is not None]
+    if not deltas or not deltas[0].tokens <= tokens <= deltas[-1].tokens:
+        return {}
+    xs = [float(d.tokens) for d in deltas]
+    if len(xs) == 1:
+        v, lo, hi = deltas[0].value, deltas[0].low, deltas[0].high
+    else:
+        v, lo, hi = (_lin_log(tokens, xs, [getattr(d, k) for d in deltas]) for k in ("value", "low", "high"))
+    saving, s_lo, s_hi = -v, -hi, -lo
+    return {"host_saving_us": saving, "host_saving_low_us": s_lo, "host_saving_high_us": s_hi,
+            "host_saving_ms_per_chunk": saving * layers / 1000, "host_saving_low_ms_per_chunk": s_lo * layers / 1000,
+            "host_saving_high_ms_per_chunk": s_hi * layers / 1000}
+
+
+def stake_at(points: Sequence[KernelPoint], label: str, tokens: float, layers: int = V41_NUM_LAYERS,
+             host: bool = False) -> StakeRow:
     """What splitting at ``tokens`` saves (> 0) or costs (< 0) per layer and per prefill chunk.
 
     ``saving_us = replicated − split`` (interpolated log-log between measured neighbours);
     ``saving_low/high_us`` from the any-prior interval of the speed-up (also interpolated):
     ``replicated · (1 − 1/s)``; unset when no point carries an interval. ``*_ms_per_chunk`` = × ``layers`` / 1000. Outside the measured range
-    every value is ``None`` (not extrapolated).
+    every value is ``None`` (not extrapolated). ``host``: also the host-bound columns (:func:`host_stake`).
 
     Raises:
         ValueError: ``layers < 1`` or a repeated token count.
@@ -209,7 +262,8 @@ def stake_at(points: Sequence[KernelPoint], label: str, tokens: float, layers: i
     lo_us, hi_us = rep * (1 - 1 / s_lo), rep * (1 - 1 / s_hi) if math.isfinite(s_hi) else rep
     saving = rep - split
     row = StakeRow(label=label, tokens=tokens, layers=layers, replicated_us=rep, split_us=split,
-                   saving_us=saving, saving_ms_per_chunk=saving * layers / 1000)
+                   saving_us=saving, saving_ms_per_chunk=saving * layers / 1000,
+                   **(host_stake(ordered, tokens, layers) if host else {}))
     if not any(p.speedup_low is not None for p in ordered):
         return row  # no interval known: no bounds (unknown, not zero)
     low, high = min(lo_us, saving), max(hi_us, saving)
@@ -242,12 +296,13 @@ def uncertainty(
     floor_tokens: int = 1,
     level: float = 0.95,
     interpolation: Interpolation = "log-log",
+    host: bool = False,
 ) -> tuple[CrossoverConfidence, CrossoverUncertainty]:
     """Confidence and the ``kernel.uncertainty`` section of a sweep (definitions: module docstring).
 
-    Stake rows: the band's closed edges, the recommended threshold, the interval rule's threshold
-    and the gate threshold (one row per token count, its labels joined; rows outside the measured
-    range carry no values). When no point carries an interval (a table without samples) the
+    Stake rows: the band's closed edges, the recommended threshold, the interval rule's threshold,
+    the gate threshold and vLLM's default 2048 when the gate's differs (one row per token count, its labels joined; rows outside
+    the measured range carry no values), with the host-bound regime's columns when ``host``. When no point carries an interval (a table without samples) the
     crossover interval and the band are left unset: their width is unknown, not zero.
 
     Raises:
@@ -271,6 +326,8 @@ def uncertainty(
     if lb is not None:
         marks.append(("lower-bound threshold", float(lb)))
     marks.append(("gate threshold", float(gate_threshold_tokens)))
+    if gate_threshold_tokens != VLLM_DEFAULT_THRESHOLD_TOKENS:  # (at 2048 the gate threshold's row is it)
+        marks.append(("vLLM default", float(VLLM_DEFAULT_THRESHOLD_TOKENS)))
     return conf, CrossoverUncertainty(
         level=level,
         confidence_reasons=reasons,
@@ -283,5 +340,5 @@ def uncertainty(
         lower_bound_threshold_tokens=lb,
         threshold_rule=THRESHOLD_RULE,
         layers=layers,
-        stake=[stake_at(ordered, ", ".join(labels), t, layers) for t, labels in _by_tokens(marks).items()],
+        stake=[stake_at(ordered, ", ".join(labels), t, layers, host) for t, labels in _by_tokens(marks).items()],
     )

@@ -20,11 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 from spx.api.status import CrossoverConfidence, KernelPoint
-
-Interpolation = Literal["log-log", "linear"]
+from spx.vocabulary import Interpolation as Interpolation
 
 
 def speedup(replicated_us: float, split_us: float) -> float:
@@ -262,13 +260,22 @@ def bracket_gap(be: BreakEven, bracket_rel: float = DEFAULT_BRACKET_REL, floor_t
             f"or a gap of at most {floor_tokens} tokens")
 
 
+def resolved_against_one(point: KernelPoint) -> bool:
+    """Whether a point says on which side of 1.0 its speed-up lies: by its interval when it has one
+    (``speedupLow/High``: the paired bootstrap, which narrows with samples), else by ``decided`` (IQRs)."""
+    if point.speedup_low is not None and point.speedup_high is not None:
+        return not (point.speedup_low <= 1.0 <= point.speedup_high)
+    return point.decided
+
+
 def crossover_confidence(
     points: Iterable[KernelPoint], bracket_rel: float = DEFAULT_BRACKET_REL, floor_tokens: int = 1
 ) -> CrossoverConfidence:
     """How far the crossover can be trusted, from the medians, IQRs and the bracket.
 
     ``"none"`` when there is no crossover; ``"within-spread"`` when a bracketing point (the last losing
-    and the first winning one; only the smallest point when the split wins everywhere) is not decided;
+    and the first winning one; only the smallest point when the split wins everywhere) is not resolved
+    (:func:`resolved_against_one`);
     ``"unbracketed"`` when the last losing and first winning measured counts are further apart than
     :func:`bracket_gap` allows (``resolved`` is never claimed across an unmeasured gap); else
     ``"resolved"``. :func:`spx.analysis.band.confidence` adds the speed-up intervals and gives reasons.
@@ -281,7 +288,7 @@ def crossover_confidence(
     if be is None:
         return "none"
     bracket = {be.upper_tokens} | ({be.lower_tokens} if be.lower_tokens is not None else set())
-    if not all(p.decided for p in ordered if p.tokens in bracket):
+    if not all(resolved_against_one(p) for p in ordered if p.tokens in bracket):
         return "within-spread"
     if bracket_gap(be, bracket_rel, floor_tokens) is not None:
         return "unbracketed"

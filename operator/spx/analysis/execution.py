@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Literal
 
-ExecutionMode = Literal["graph", "eager"]
-StreamMode = Literal["parallel", "sequential"]
+from spx.vocabulary import Execution
+from spx.vocabulary import ExecutionMode as ExecutionMode
+from spx.vocabulary import StreamMode as StreamMode
 
 #: ``_set_cudagraph_sizes``' cap on Hopper and earlier (``vllm/config/vllm.py``).
 HOPPER_CAPTURE_LIMIT = 512
@@ -95,7 +95,7 @@ def max_cudagraph_capture_size(
                   f"= {size}")
 
 
-def execution_mode(tokens: int, execution: str, capture_size: int) -> tuple[ExecutionMode, str]:
+def graph_or_eager(tokens: int, execution: Execution | str, capture_size: int) -> tuple[ExecutionMode, str]:
     """How a point of ``tokens`` is timed under ``spec.kernel.execution`` and why.
 
     ``auto``: ``graph`` when ``tokens <= capture_size`` (vLLM captures that batch size), else ``eager``;

@@ -33,11 +33,12 @@ from spx.analysis.gather_fit import GatherFit, fit_gather_bandwidth, fit_gather_
 from spx.analysis.threshold import next_multiple
 from spx.api.gather_model import CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, GatherModelSpec, GatherRegime
 from spx.api.status import KernelPoint
+from spx.vocabulary import GATHER_REGIMES, INTERPOLATIONS
 
 #: ``fused_wqa_wkv``'s output width (q_a 1280 + kv 512) and bf16 bytes: the seed table's gather shape.
 SEED_OUTPUT_SIZE = 1792
 SEED_DTYPE_BYTES = 2
-REGIMES: tuple[GatherRegime, ...] = ("custom", "nccl")
+REGIMES: tuple[GatherRegime, ...] = GATHER_REGIMES
 
 
 def interpolate_time(x: float, xs: Sequence[float], ys: Sequence[float], interpolation: Interpolation) -> float:
@@ -52,8 +53,8 @@ def interpolate_time(x: float, xs: Sequence[float], ys: Sequence[float], interpo
     """
     if not xs or len(xs) != len(ys):
         raise ValueError("need a non-empty table with as many times as token counts")
-    if interpolation not in ("log-log", "linear"):
-        raise ValueError(f"unknown interpolation {interpolation!r}; use 'log-log' or 'linear'")
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"unknown interpolation {interpolation!r}; use {' or '.join(repr(i) for i in INTERPOLATIONS)}")
     if x <= xs[0]:
         return ys[0]
     for x0, y0, x1, y1 in zip(xs, ys, xs[1:], ys[1:], strict=False):

@@ -146,6 +146,68 @@ def bootstrap_speedup(
     return SpeedupInterval(value, min(low, value), max(high, value))
 
 
+@dataclass(frozen=True)
+class DeltaInterval:
+    """A difference ``split − replicated`` in µs (negative: the split is shorter) and its interval ``low ≤ value ≤ high``."""
+
+    value: float
+    low: float
+    high: float
+
+    def straddles_zero(self) -> bool:
+        """True when the interval contains 0 (the split may be shorter or longer)."""
+        return self.low <= 0.0 <= self.high
+
+
+def bootstrap_difference(
+    replicated_us: Sequence[float],
+    split_us: Sequence[float],
+    *,
+    level: float = DEFAULT_LEVEL,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = 0,
+) -> DeltaInterval:
+    """Paired-round percentile bootstrap of ``median(split) − median(replicated)`` (µs; method: module docstring).
+
+    The Δg of a point (GPU spans) or its Δh (host issue times): sample ``i`` of both candidates comes from
+    round ``i`` and rounds are resampled together; unequal lengths are resampled independently. The
+    interval is widened to contain the point estimate. Deterministic for a given ``seed``.
+
+    Args:
+        replicated_us, split_us: per-sample µs (finite, ≥ 0: a host timer may read 0) in measurement order.
+        level: two-sided confidence level in (0, 1).
+        resamples: bootstrap resamples (≥ 1).
+        seed: of the resampling.
+
+    Raises:
+        ValueError: an empty sample list, a sample that is not finite and ≥ 0, a level outside (0, 1) or
+            ``resamples < 1``.
+    """
+    for name, values in (("replicated_us", replicated_us), ("split_us", split_us)):
+        if not values:
+            raise ValueError(f"{name}: no samples; the bootstrap needs at least one per candidate")
+        bad = [v for v in values if not (math.isfinite(v) and v >= 0)]
+        if bad:
+            raise ValueError(f"{name}: samples must be finite and >= 0 µs, got {bad[:5]}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    value = statistics.median(split_us) - statistics.median(replicated_us)
+    rng = random.Random(seed)
+    n_rep, n_split = len(replicated_us), len(split_us)
+    paired = n_rep == n_split
+    stats: list[float] = []
+    for _ in range(resamples):
+        idx = rng.choices(range(n_rep), k=n_rep)
+        sidx = idx if paired else rng.choices(range(n_split), k=n_split)
+        stats.append(statistics.median(split_us[i] for i in sidx) - statistics.median(replicated_us[i] for i in idx))
+    stats.sort()
+    alpha = (1.0 - level) / 2.0
+    low, high = _quantile(stats, alpha), _quantile(stats, 1.0 - alpha)
+    return DeltaInterval(value, min(low, value), max(high, value))
+
+
 def h20_gather_se_us(padded_tokens: int, output_size: int, dtype_bytes: int, tp: int,
                      stats: tuple[int, float, float, float] = H20_CUSTOM_FIT_STATS) -> float:
     """Standard error (µs) of the H20-calibrated prior's gather at ``[padded_tokens, output_size]``.

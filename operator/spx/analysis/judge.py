@@ -14,17 +14,20 @@ Rules:
    measured points (a losing one and a winning one); a split that wins "from the smallest measured
    count" of a run that stopped early, or a single point, yields no threshold and confidence ``none``.
    The reasons say it is partial (``n of N token counts``) and what the measured points alone show.
-3. **A complete run**: :func:`spx.analysis.summary.evaluate` (crossover, threshold, kernel gate); with
-   serving/accuracy statuses (or ``require_vllm`` for a spec with ``serving``, where a missing section
-   counts as undecided, never as a silent pass) the verdict covers every gate
-   (:func:`spx.analysis.rollout.combine_verdict`).
+3. **A complete run**: :func:`spx.analysis.summary.evaluate` (both regimes' crossover, threshold and
+   gate; the step A/B where the regimes disagree; a Pass above the deployment's largest batch refused:
+   :mod:`spx.analysis.decide`); with serving/accuracy statuses (or ``require_vllm`` for a spec with
+   ``serving``, where a missing section counts as undecided, never as a silent pass) the verdict covers
+   every gate (:func:`spx.analysis.rollout.combine_verdict`); ``kernel.decidedBy`` names the
+   measurement that decided.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spx.analysis.rollout import combine_verdict
+from spx.analysis.decide import max_num_batched_tokens
+from spx.analysis.rollout import combine_verdict, demoted_by
 from spx.analysis.summary import Evaluation, evaluate, point_from_result, points_with_reasons
 from spx.api.accuracy import AccuracyStatus
 from spx.api.result import KernelResult, ResultSummary
@@ -40,6 +43,7 @@ from spx.api.status import (
     KernelStatus,
     Verdict,
 )
+from spx.api.step import StepStatus
 
 #: Said in every partial run's reasons and status message.
 PARTIAL = "partial run"
@@ -65,6 +69,7 @@ class Judgement:
         measured_verdict: for a partial run, the kernel verdict its points alone would get: shown by
             ``spx report``, never published as ``verdict``.
         serving, accuracy: the sections as judged (a missing expected one filled in as undecided).
+        step: the step A/B's section as given (``status.step``).
     """
 
     kernel: KernelStatus | None
@@ -76,6 +81,7 @@ class Judgement:
     measured_verdict: Verdict | None = None
     serving: ServingStatus | None = None
     accuracy: AccuracyStatus | None = None
+    step: StepStatus | None = None
 
     @property
     def decided_message(self) -> str:
@@ -120,6 +126,32 @@ def cap_partial(kernel: KernelStatus) -> tuple[KernelStatus, list[str]]:
     ]
 
 
+def _largest_batch(spec: ExperimentSpec) -> tuple[int | None, list[str]]:
+    """The deployment's largest batch (:func:`spx.analysis.decide.max_num_batched_tokens`) and a reason when
+    ``spec.serving.extraArgs`` has a malformed value (then not checked, and said so)."""
+    try:
+        return max_num_batched_tokens(spec), []
+    except ValueError as err:
+        return None, [f"the deployment's largest batch is unknown: {err}"]
+
+
+def _partial(ev: Evaluation, spec: ExperimentSpec, result: KernelResult | ResultSummary, measured: int,
+             serving: ServingStatus | None, accuracy: AccuracyStatus | None, step: StepStatus | None) -> Judgement:
+    """The judgement of a partial run (module rule 2): no verdict, what its points support and show."""
+    kernel, withdrawn = cap_partial(ev.kernel)
+    kernel = kernel.model_copy(update={"decided_by": None, "next_step": None})  # no verdict: nothing decided it
+    total = len(spec.sweep.tokens)
+    why = result.error or "the run did not complete (no error recorded)"
+    refine = spec.sweep.refine
+    counted = (f"{measured} of {total} token counts" if refine is None else
+               f"{measured} of {total} listed + up to {refine.max_added_points} adaptive token counts")
+    head = f"{PARTIAL}: {counted} measured before it stopped ({why}); a partial run publishes no verdict"
+    shows = f"the measured points alone would be judged {ev.verdict}" + (f": {ev.reasons[0]}" if ev.reasons else "")
+    return Judgement(kernel=kernel, verdict=None, reason="BenchmarkFailed", reasons=[head, *withdrawn, shows],
+                     message=f"benchmark failed ({head})", partial=True, measured_verdict=ev.verdict,
+                     serving=serving, accuracy=accuracy, step=step)
+
+
 def _fail(reason: str, kernel: KernelStatus | None = None, *, partial: bool = False) -> Judgement:
     return Judgement(kernel=kernel, verdict=None, reason="BenchmarkFailed", reasons=[reason],
                      message=f"benchmark failed: {reason}", partial=partial)
@@ -133,6 +165,7 @@ def judge(
     accuracy: AccuracyStatus | None = None,
     require_vllm: bool = False,
     gather_source: GatherSource | None = None,
+    step: StepStatus | None = None,
 ) -> Judgement:
     """Judge one run of ``spec`` (rules in the module docstring).
 
@@ -145,17 +178,20 @@ def judge(
         require_vllm: the run was asked to run ``spec.serving`` / ``spec.accuracy`` (``spx run
             --serving``, the operator): a section that is missing is judged undecided.
         gather_source: overrides the result's (``measured``/``modelled``).
+        step: the step A/B's status (``status.step``): decides when the kernel regimes disagree.
 
     Returns:
         The :class:`Judgement`. Never raises for a bad result: an unusable one is ``BenchmarkFailed``.
     """
     if result is None:
         return _fail("the run left no result")
+    max_batched, spec_note = _largest_batch(spec)
     try:
         points = _points(result)
         ev = evaluate(
             points, spec.gate, gather_source or result.gather_source, spec.parallelism.tensor_parallel_size,
-            gemm_backend=result.gemm_backend, timer=result.timer, device=_device(result),
+            gemm_backend=result.gemm_backend, timer=result.timer, device=_device(result), step=step,
+            max_batched_tokens=max_batched,
         )
     except ValueError as err:  # a repeated token count, a time that is not finite and > 0
         return _fail(f"the result cannot be analysed: {err}", partial=not result.complete)
@@ -166,20 +202,8 @@ def judge(
     if not points:
         return _fail(result.error or "the result has no points", partial=partial)
     if partial:
-        kernel, withdrawn = cap_partial(ev.kernel)
-        total = len(spec.sweep.tokens)
-        why = result.error or "the run did not complete (no error recorded)"
-        refine = spec.sweep.refine
-        counted = (f"{len(points)} of {total} token counts" if refine is None else
-                   f"{len(points)} of {total} listed + up to {refine.max_added_points} adaptive token counts")
-        head = (f"{PARTIAL}: {counted} measured before it stopped ({why}); "
-                "a partial run publishes no verdict")
-        shows = f"the measured points alone would be judged {ev.verdict}" + (
-            f": {ev.reasons[0]}" if ev.reasons else "")
-        return Judgement(kernel=kernel, verdict=None, reason="BenchmarkFailed", reasons=[head, *withdrawn, shows],
-                         message=f"benchmark failed ({head})", partial=True, measured_verdict=ev.verdict,
-                         serving=serving, accuracy=accuracy)
-    verdict, reasons = ev.verdict, list(ev.reasons)
+        return _partial(ev, spec, result, len(points), serving, accuracy, step)
+    verdict, reasons, kernel = ev.verdict, [*ev.reasons, *spec_note], ev.kernel
     if require_vllm and spec.serving is not None:
         if serving is None and spec.serving.points:
             serving = ServingStatus(reasons=["the serving A/B left no result"])
@@ -187,10 +211,12 @@ def judge(
             accuracy = AccuracyStatus(reasons=["GSM8K: the run left no result"],
                                       max_drop_points=spec.accuracy.max_drop_points)
     if serving is not None or accuracy is not None:
-        verdict, reasons = combine_verdict(verdict, reasons, serving, accuracy)
+        verdict, reasons = combine_verdict(ev.verdict, reasons, serving, accuracy)
+        by = demoted_by(ev.verdict, verdict, serving, accuracy)
+        kernel = kernel.model_copy(update={"decided_by": by}) if by else kernel
     first = reasons[0] if reasons else verdict
-    return Judgement(kernel=ev.kernel, verdict=verdict, reason=verdict, reasons=reasons, message=f"{verdict}: {first}",
-                     serving=serving, accuracy=accuracy)
+    return Judgement(kernel=kernel, verdict=verdict, reason=verdict, reasons=reasons, message=f"{verdict}: {first}",
+                     serving=serving, accuracy=accuracy, step=step)
 
 
 def _condition(type_: str, status: str, reason: str, message: str, now: str) -> Condition:
@@ -232,6 +258,7 @@ def local_status(
         kernel=judgement.kernel,
         serving=judgement.serving,
         accuracy=judgement.accuracy,
+        step=judgement.step,
         verdict=judgement.verdict,
         verdict_reasons=list(judgement.reasons),
     )

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from spx.analysis.band import uncertainty
+from spx.analysis.band import recommended_threshold, uncertainty
 from spx.analysis.crossover import (
     Interpolation,
     break_even_tokens,
@@ -49,12 +49,12 @@ from spx.analysis.interval import point_interval
 from spx.analysis.reference import parse_kernel_table
 from spx.analysis.remodel import remodel_gather
 from spx.analysis.summary import points_from_result
-from spx.analysis.threshold import recommended_threshold_tokens
 from spx.api.base import CamelModel
 from spx.api.gate import VLLM_DEFAULT_THRESHOLD_TOKENS, ThresholdRounding
 from spx.api.gather_model import GatherModelSpec
 from spx.api.result import KernelResult
 from spx.api.status import CrossoverConfidence, CrossoverUncertainty, KernelPoint
+from spx.vocabulary import ThresholdRule
 
 #: (GEMM rows, H100/H200 speedup over H20) anchors of the seed author's scaling.
 SEED_SCALING_ANCHORS: tuple[tuple[int, float], ...] = ((256, 2.0), (512, 3.7), (1024, 6.7))
@@ -289,15 +289,17 @@ def predict_with_measured(
 def predict_remodelled(
     measured: KernelResult,
     model: GatherModelSpec,
-    rounding: ThresholdRounding = "next-power-of-two",
-    gate_threshold_tokens: int = VLLM_DEFAULT_THRESHOLD_TOKENS,
+    rounding: ThresholdRounding | None = None,
+    gate_threshold_tokens: int | None = None,
 ) -> Prediction:
-    """A one-GPU run judged under a gather prior: the same points, intervals, crossover and band as
+    """A one-GPU run judged under a gather prior: the same points, intervals, crossover, threshold and band as
     ``spx report`` gives for that run's result re-modelled with ``model`` (:func:`spx.analysis.remodel.remodel_gather`;
     the result itself when ``model`` is the one it was measured with).
 
-    The break-even is log-log interpolated, the threshold rounded with ``rounding`` at TP of the run,
-    the stake given at ``gate_threshold_tokens``. ``rows`` is empty (no H20 inputs are involved).
+    The break-even is log-log interpolated; the threshold follows the run's ``spec.gate.thresholdRule``
+    (:func:`spx.analysis.band.recommended_threshold`, as ``spx report``), rounded with ``rounding`` (default:
+    the run's ``spec.gate.thresholdRounding``) at TP of the run; the stake is given at ``gate_threshold_tokens``
+    (default: the run's ``spec.gate.thresholdTokens``). ``rows`` is empty (no H20 inputs are involved).
 
     Raises:
         ValueError: the result's gather was measured, a point cannot be analysed, or TP < 1.
@@ -305,24 +307,30 @@ def predict_remodelled(
     same = measured.spec.kernel.gather_model == model
     result = measured if same else remodel_gather(measured, model)
     tp = result.spec.parallelism.tensor_parallel_size
+    gate = measured.spec.gate
+    rounding = gate.threshold_rounding if rounding is None else rounding
     points = points_from_result(result)
     gpu = measured.environment.gpu or measured.device
     method = (
         f"GEMMs measured on {gpu} with {measured.gemm_backend}; all-gather modelled with {model.describe()}. "
         "Break-even: log-log interpolation; speed-up intervals: paired bootstrap of the samples' rounds and the "
-        f"gather prior's uncertainty (spx.analysis.interval); threshold: {rounding}. Same analysis as spx report."
+        f"gather prior's uncertainty (spx.analysis.interval); threshold: {gate.threshold_rule}, {rounding}. Same "
+        "analysis as spx report."
     )
-    return _prediction([], tp, rounding, "log-log", method, points, gate_threshold_tokens)
+    stake_at = gate.threshold_tokens if gate_threshold_tokens is None else gate_threshold_tokens
+    return _prediction([], tp, rounding, "log-log", method, points, stake_at, rule=gate.threshold_rule)
 
 
 def _prediction(rows: Sequence[PredictedRow], tp: int, rounding: ThresholdRounding, interpolation: Interpolation,
                 method: str, points: Sequence[KernelPoint] | None = None,
-                gate_threshold_tokens: int = VLLM_DEFAULT_THRESHOLD_TOKENS) -> Prediction:
+                gate_threshold_tokens: int = VLLM_DEFAULT_THRESHOLD_TOKENS,
+                rule: ThresholdRule = "break-even") -> Prediction:
     """Predicted rows (or ``points``) → :class:`Prediction`: break-even (``interpolation``), threshold
-    (``rounding``), confidence and uncertainty (:func:`spx.analysis.band.uncertainty`, floor TP)."""
+    (``rule``, ``rounding``: :func:`spx.analysis.band.recommended_threshold`, the rule ``spx report`` applies),
+    confidence and uncertainty (:func:`spx.analysis.band.uncertainty`, floor TP)."""
     pts = sorted_points(points) if points is not None else rows_to_points(rows)
     be = break_even_tokens(pts, interpolation)
-    recommended = recommended_threshold_tokens(be.tokens, rounding, tp) if be else None
+    recommended = recommended_threshold(pts, be.tokens if be else None, rule, rounding, tp)
     confidence, unc = uncertainty(pts, recommended_threshold_tokens=recommended,
                                   gate_threshold_tokens=gate_threshold_tokens, floor_tokens=tp,
                                   interpolation=interpolation)

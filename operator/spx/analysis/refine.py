@@ -28,6 +28,13 @@ over a dip):
 3. **Probe below the smallest count**, when the point estimate wins at every
    measured count (the break-even may lie below it): half the smallest count.
 
+Where the decision is (issue #28): with ``gate_threshold`` the gate threshold ``T`` itself is measured
+first when it lies inside the measured range and was not listed (the verdict is judged from ``T`` up);
+with ``host_points`` (the sweep in the host-bound regime, :func:`spx.analysis.regimes.host_view`) the
+host-bound point estimate is one more curve, so the host regime's crossover is bracketed too (where the
+regimes disagree lies between the two crossovers). Off-alignment counts (:func:`off_alignment_counts`:
+``T + 1``, ``2T + 1``) are measured by the sweep itself (``sweep.offAlignment``), not by the planner.
+
 Token counts: any integer M is a batch vLLM can see; the split pads M up to a multiple of TP
 (``sp_shard``), so a count that is not a multiple of TP times padding rows that no unpadded batch of
 that size has. Proposals are multiples of TP (rows per rank exactly M / TP) strictly inside their gap,
@@ -71,6 +78,23 @@ class PlannedPoint:
 
     tokens: int
     reason: str
+
+
+def off_alignment_counts(tokens: Sequence[int], threshold: int) -> list[PlannedPoint]:
+    """The off-alignment counts of the gate threshold ``T`` to measure besides ``tokens``: ``T + 1`` and ``2T + 1``.
+
+    A batch of ``T + 1`` tokens is split with a pad (``sp_shard`` pads M up to a multiple of TP: one pad
+    copy) and a partial tile; 7 of 8 real batch sizes are not multiples of TP = 8. Counts already listed or
+    above the largest listed count (the bench sizes its buffers by it) are left out; the rest come
+    with their reason (``addedBecause``), in increasing order.
+    """
+    listed, top = set(tokens), max(tokens, default=0)
+    out = []
+    for count, what in ((threshold + 1, "T + 1"), (2 * threshold + 1, "2T + 1")):
+        if count not in listed and count <= top:
+            out.append(PlannedPoint(count, f"off-alignment ({what} for gate.thresholdTokens T = {threshold:,}): the "
+                                           "split's pad copy and a partial tile, which 7 of 8 real batch sizes pay"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -149,6 +173,41 @@ def _narrow(lo: int, hi: int, t: float, tp: int, bracket_rel: float) -> tuple[in
                f"±{100 * bracket_rel:.0f} %); measure at {m:,} (= {m // tp} rows per rank × TP{tp})")
 
 
+Proposals = dict[int, dict[str, list[str]]]  # count → reason → the curves that give it
+
+
+def _curve_proposals(name: str, ordered: Sequence[KernelPoint], which: Bound, pessimistic: Bound, tp: int,
+                     floor: int, bracket_rel: float, verify: Proposals, narrow: Proposals, notes: list[str]) -> None:
+    """Rules 1-3 (module docstring) for one curve of ``ordered``: adds to ``verify`` / ``narrow`` / ``notes``."""
+    pts = curve(ordered, which)
+    first = first_winning_tokens(pts)
+    be = break_even_tokens(pts)
+    if first is None or be is None:
+        notes.append(f"{name}: no crossover in the measured range")
+        return
+    gap_notes: list[str] = []
+    for m, reason in _verify(ordered, [p for p in pts if p.tokens >= first], pessimistic, tp, gap_notes):
+        verify.setdefault(m, {}).setdefault(reason, []).append(name)
+    notes.extend(f"{name}: {n}" for n in gap_notes)
+    if be.lower_tokens is None:
+        smallest = be.upper_tokens
+        probe = max(tp, (smallest // 2) // tp * tp)
+        if which == "value" and smallest > floor and probe < smallest:
+            narrow.setdefault(probe, {}).setdefault(
+                f"the split wins at every measured count; probe below the smallest ({smallest:,})", []).append(name)
+        else:
+            notes.append(f"{name}: wins from the smallest measured count {smallest:,}")
+        return
+    lo, hi, t = be.lower_tokens, be.upper_tokens, be.tokens
+    pick = _narrow(lo, hi, t, tp, bracket_rel)
+    if hi - lo <= max(2 * bracket_rel * t, float(floor)):
+        notes.append(f"{name}: bracketed by {lo:,}–{hi:,} tokens around ≈ {t:,.0f}")
+    elif pick is None:
+        notes.append(f"{name}: {lo:,}–{hi:,} has no multiple of TP{tp} inside (the floor)")
+    else:
+        narrow.setdefault(pick[0], {}).setdefault(pick[1], []).append(name)
+
+
 def plan_refinement(
     points: Sequence[KernelPoint],
     tp: int,
@@ -157,19 +216,24 @@ def plan_refinement(
     floor_tokens: int | None = None,
     max_new: int = 4,
     bounds: bool = True,
+    gate_threshold: int | None = None,
+    host_points: Sequence[KernelPoint] | None = None,
 ) -> RefinePlan:
     """Next token counts for an adaptive sweep (rules: module docstring).
 
     Args:
         points: the points measured so far (intervals where known, :func:`spx.analysis.band.with_intervals`;
             a point without them counts as a zero-width interval).
-        tp: the TP size (≥ 1): proposals are multiples of it.
+        tp: the TP size (≥ 1): proposals are multiples of it (the gate threshold excepted).
         bracket_rel: a bracket within ``±bracket_rel`` of its break-even is narrow enough (0.10: ±10 %).
         floor_tokens: a bracket no wider than this is narrow enough (default ``tp``; e.g. the GEMM's
             tile step in M).
-        max_new: at most this many counts per round (the point estimate's proposals first, then each
-            curve's in :data:`CURVES` order).
+        max_new: at most this many counts per round (the gate threshold first, then the point estimate's
+            proposals, then each curve's in :data:`CURVES` order, then the host-bound curve's).
         bounds: also the ends of the intervals (``False``: the point estimate only).
+        gate_threshold: ``gate.thresholdTokens``: measured first when inside the range and not measured.
+        host_points: the points in the host-bound regime (:func:`spx.analysis.regimes.regime_points`);
+            ``None``: one regime.
 
     Returns:
         :class:`RefinePlan`: proposals never repeat a measured count and carry their reason (the rule
@@ -187,38 +251,17 @@ def plan_refinement(
         return RefinePlan((), "no points measured: nothing to refine")
     floor = floor_tokens if floor_tokens is not None else tp
     measured = {p.tokens for p in ordered}
-    # count → reason → the curves that give it (a count several curves ask for is measured once)
-    verify: dict[int, dict[str, list[str]]] = {}
-    narrow: dict[int, dict[str, list[str]]] = {}
+    verify: Proposals = {}
+    narrow: Proposals = {}
     notes: list[str] = []
+    thr = gate_threshold
+    if thr is not None and thr not in measured and ordered[0].tokens < thr < ordered[-1].tokens:
+        verify[thr] = {f"the decision: measure gate.thresholdTokens {thr:,} itself (judged from it up)": ["gate threshold"]}
     for name, which, pessimistic in CURVES if bounds else CURVES[:1]:
-        pts = curve(ordered, which)
-        first = first_winning_tokens(pts)
-        be = break_even_tokens(pts)
-        if first is None or be is None:
-            notes.append(f"{name}: no crossover in the measured range")
-            continue
-        gap_notes: list[str] = []
-        for m, reason in _verify(ordered, [p for p in pts if p.tokens >= first], pessimistic, tp, gap_notes):
-            verify.setdefault(m, {}).setdefault(reason, []).append(name)
-        notes.extend(f"{name}: {n}" for n in gap_notes)
-        if be.lower_tokens is None:
-            smallest = be.upper_tokens
-            probe = max(tp, (smallest // 2) // tp * tp)
-            if which == "value" and smallest > floor and probe < smallest:
-                narrow.setdefault(probe, {}).setdefault(
-                    f"the split wins at every measured count; probe below the smallest ({smallest:,})", []).append(name)
-            else:
-                notes.append(f"{name}: wins from the smallest measured count {smallest:,}")
-            continue
-        lo, hi, t = be.lower_tokens, be.upper_tokens, be.tokens
-        pick = _narrow(lo, hi, t, tp, bracket_rel)
-        if hi - lo <= max(2 * bracket_rel * t, float(floor)):
-            notes.append(f"{name}: bracketed by {lo:,}–{hi:,} tokens around ≈ {t:,.0f}")
-        elif pick is None:
-            notes.append(f"{name}: {lo:,}–{hi:,} has no multiple of TP{tp} inside (the floor)")
-        else:
-            narrow.setdefault(pick[0], {}).setdefault(pick[1], []).append(name)
+        _curve_proposals(name, ordered, which, pessimistic, tp, floor, bracket_rel, verify, narrow, notes)
+    if host_points is not None:
+        _curve_proposals("host-bound point estimate", sorted_points(host_points), "value", "low", tp, floor,
+                         bracket_rel, verify, narrow, notes)
     # every curve's winning run is verified before any bracket is narrowed: a probe inside a run's gap
     # placed by another curve's narrowing would split that gap off-grid and could step over a dip
     proposals = {m: rs for m, rs in (verify or narrow).items() if m not in measured}

@@ -12,6 +12,10 @@ decidable (``None``). Combined:
 
 A section the spec does not have (``None``) takes no part. Reasons keep the kernel's and add one
 headline per serving/accuracy gate; the reasons of the gates that decided the verdict come first.
+
+The kernel verdict already holds the step A/B's decision where the kernel regimes disagree
+(:mod:`spx.analysis.decide`); the serving and accuracy gates can only demote it (:func:`demoted_by`
+names the gate that did, for ``kernel.decidedBy``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Sequence
 
 from spx.api.accuracy import AccuracyStatus
 from spx.api.serving import ServingStatus
-from spx.api.status import Verdict
+from spx.api.status import DecidedBy, Verdict
 
 
 def serving_headline(serving: ServingStatus) -> str:
@@ -74,3 +78,19 @@ def combine_verdict(
         first = list(kernel_reasons) + undecided if kernel_verdict == "Inconclusive" else undecided + list(kernel_reasons)
         return verdict, first + passed
     return "Pass", list(kernel_reasons) + passed
+
+
+def demoted_by(kernel_verdict: Verdict, verdict: Verdict, serving: ServingStatus | None,
+               accuracy: AccuracyStatus | None) -> DecidedBy | None:
+    """The gate that changed ``kernel_verdict`` into ``verdict`` (:func:`combine_verdict`), ``None`` when unchanged.
+
+    A failed gate before an undecided one, serving before accuracy.
+    """
+    if verdict == kernel_verdict:
+        return None
+    for wanted in (False, None):
+        if serving is not None and serving.gate_passed is wanted:
+            return "serving"
+        if accuracy is not None and accuracy.gate_passed is wanted:
+            return "accuracy"
+    return None

@@ -32,6 +32,7 @@ from spx.api.serving import (
     ServingArmValue,
     ServingGateSpec,
     ServingMetric,
+    ServingPointSpec,
     ServingPointStatus,
     ServingResult,
     ServingSpec,
@@ -144,18 +145,26 @@ def is_gated(metric: ServingMetric) -> bool:
 
 
 def summarize_point(
-    name: str, metric: ServingMetric, values: Sequence[ServingArmValue], gate: ServingGateSpec | None = None
+    name: str, metric: ServingMetric, values: Sequence[ServingArmValue], gate: ServingGateSpec | None = None, *,
+    threshold_tokens: int | None = None, max_batch: int | None = None, sampling: Mapping[str, str] | None = None,
 ) -> ServingPointStatus:
-    """Means of the main and split arms' values (failed arms left out), the change and the check."""
+    """Means of the main and split arms' values (failed arms left out), the change and the check.
+
+    ``threshold_tokens``: the split arms' threshold (``values`` hold the split arms of that threshold only);
+    ``max_batch``: the largest batch the point forms (:func:`max_batch_tokens`). A point is gated only with a
+    noise estimate (two values of each variant: ``within_kind_pct``) and when the split can engage
+    (``max_batch`` ≥ the threshold); a *control* point (it cannot) is reported, never gated.
+    """
     main = [v.value for v in values if v.variant == "main" and v.value is not None]
     split = [v.value for v in values if v.variant == "split" and v.value is not None]
     main_mean, split_mean = mean(main), mean(split)
     change = None
     if main_mean is not None and split_mean is not None and main_mean != 0:
         change = change_pct(main_mean, split_mean)
-    spreads = [s for s in (spread_pct(main), spread_pct(split)) if s is not None]
-    within = max(spreads) if spreads else None
-    noisy = is_noise(change, within)
+    main_spread, split_spread = spread_pct(main), spread_pct(split)
+    within = None if main_spread is None or split_spread is None else max(main_spread, split_spread)
+    control = threshold_tokens is not None and max_batch is not None and max_batch < threshold_tokens
+    undecided = within is None or is_noise(change, within) or control
     return ServingPointStatus(
         name=name,
         metric=metric,
@@ -166,8 +175,56 @@ def summarize_point(
         change_pct=change,
         improvement_pct=None if change is None else improvement_pct(metric, change),
         within_kind_pct=within,
-        passed=None if gate is None or noisy else gate_point(metric, change, gate),
+        threshold_tokens=threshold_tokens,
+        max_batch_tokens=max_batch,
+        control=control,
+        sampling=dict(sampling or {}),
+        passed=None if gate is None or undecided else gate_point(metric, change, gate),
     )
+
+
+def max_batch_tokens(point: ServingPointSpec, extra_args: Sequence[str]) -> int | None:
+    """The largest batch (tokens) a point can form: ``min(concurrency × input_len, --max-num-batched-tokens)``.
+
+    A prefill batch holds at most the prompts in flight (``concurrency`` × ``input_len`` tokens) and at most the
+    chunk budget; a decode batch at most ``concurrency`` tokens per step (× (1 + speculative tokens), still far
+    below). ``None`` never: the prompts bound it; the budget is read from ``serving.extraArgs`` when given.
+    """
+    bound = point.concurrency * point.input_len
+    budget = flag_int(extra_args, "--max-num-batched-tokens")
+    return bound if budget is None else min(bound, budget)
+
+
+def flag_int(args: Sequence[str], flag: str) -> int | None:
+    """The integer value of ``flag`` in an argv (``--flag N`` or ``--flag=N``; the last one wins), else ``None``."""
+    value: int | None = None
+    for i, a in enumerate(args):
+        raw = args[i + 1] if a == flag and i + 1 < len(args) else a.split("=", 1)[1] if a.startswith(flag + "=") else None
+        if raw is not None:
+            try:
+                value = int(raw.replace("_", ""))
+            except ValueError:
+                continue
+    return value
+
+
+#: ``vllm bench serve`` sampling flags recorded with each point.
+SAMPLING_FLAGS: tuple[str, ...] = ("--temperature", "--top-p", "--top-k", "--min-p", "--repetition-penalty")
+
+
+def sampling_of(extra_bench_args: Sequence[str]) -> dict[str, str]:
+    """The sampling a point's requests asked for: the sampling flags of ``serving.extraBenchArgs``, and for a
+    missing temperature the server's default (``vllm bench serve`` ≥ 0.33 sends none, so the model's
+    generation_config decides: not greedy unless it says so)."""
+    out: dict[str, str] = {}
+    for i, a in enumerate(extra_bench_args):
+        for flag in SAMPLING_FLAGS:
+            if a == flag and i + 1 < len(extra_bench_args):
+                out[flag.lstrip("-")] = extra_bench_args[i + 1]
+            elif a.startswith(flag + "="):
+                out[flag.lstrip("-")] = a.split("=", 1)[1]
+    out.setdefault("temperature", "server default (none sent: the model's generation_config)")
+    return out
 
 
 def spread_pct(values: Sequence[float]) -> float | None:
@@ -188,29 +245,49 @@ def _fmt_change(change: float) -> str:
     return f"{change:+.2f}%"
 
 
+def _label(p: ServingPointStatus, several: bool) -> str:
+    return f"{p.name} (split at T={p.threshold_tokens})" if several else p.name
+
+
 def gate_reasons(points: Sequence[ServingPointStatus], gate: ServingGateSpec) -> tuple[bool | None, list[str]]:
     """The serving gate over all points: ``(passed, reasons)``.
 
-    Noise first: a gated point whose within-kind spread exceeds its ``|change_pct|`` is undecided (its
-    reason gives both numbers), whatever its change. Then ``False`` as soon as one gated point clear of
-    the noise fails its bound; ``None`` (inconclusive) when a gated point is undecided (no value for one
-    variant, or within noise), or when no point is gated; else ``True``.
+    Controls (the split cannot engage: every batch below the threshold) are reported, not gated. A gated point
+    needs a noise estimate (two servers of each variant); without one it is undecided. Noise first: a point
+    whose within-kind spread exceeds its ``|change_pct|`` is undecided (its reason gives both numbers), whatever
+    its change. Then ``False`` as soon as one gated point clear of the noise fails its bound; ``None``
+    (inconclusive) when a gated point is undecided, or when no point is gated; else ``True``.
     """
     reasons: list[str] = []
     failed = undecided = False
     gated = 0
+    several = len({p.threshold_tokens for p in points}) > 1
     for p in points:
         if not is_gated(p.metric):
+            continue
+        label = _label(p, several)
+        if p.control:
+            reasons.append(
+                f"{label}: control, not gated: its largest batch ({p.max_batch_tokens} tokens) is below the threshold, "
+                f"so the split cannot engage" + ("" if p.change_pct is None else
+                                                  f" (change {_fmt_change(p.change_pct)}: the A/B's own noise)"))
             continue
         gated += 1
         if p.change_pct is None:
             undecided = True
-            reasons.append(f"{p.name}: no {p.metric} value for one variant; cannot compare")
+            reasons.append(f"{label}: no {p.metric} value for one variant; cannot compare")
+            continue
+        if p.within_kind_pct is None:
+            undecided = True
+            reasons.append(
+                f"{label}: inconclusive: no noise estimate (fewer than two servers of a variant finished), so the "
+                f"{_fmt_change(p.change_pct)} {p.metric} change cannot be told from server-to-server noise; run two "
+                "arms per variant (the default B1 A1 A2 B2) or the step A/B (spec.serving.step)")
             continue
         if is_noise(p.change_pct, p.within_kind_pct):
             undecided = True
             reasons.append(
-                f"{p.name}: inconclusive: arms of the same kind differ by {p.within_kind_pct:.2f}%, more than the "
+                f"{label}: inconclusive: arms of the same kind differ by {p.within_kind_pct:.2f}%, more than the "
                 f"{_fmt_change(p.change_pct)} {p.metric} change split vs main; the A/B cannot tell the variants apart here"
             )
             continue
@@ -223,26 +300,48 @@ def gate_reasons(points: Sequence[ServingPointStatus], gate: ServingGateSpec) ->
         if not ok:
             failed = True
         verdict = "ok" if ok else "FAIL"
-        reasons.append(f"{p.name}: {p.metric} change {_fmt_change(p.change_pct)} split vs main ({bound}): {verdict}")
+        reasons.append(f"{label}: {p.metric} change {_fmt_change(p.change_pct)} split vs main "
+                       f"(noise {p.within_kind_pct:.2f}%; {bound}): {verdict}")
     if gated == 0:
-        reasons.append("no throughput or TTFT point measured: nothing to gate")
+        reasons.append("no throughput or TTFT point where the split can engage was measured: nothing to gate")
         return None, reasons
     if failed:
         return False, reasons
     return (None if undecided else True), reasons
 
 
-def summarize(result: ServingResult) -> ServingStatus:
-    """``status.serving`` from a (possibly partial) serving result document."""
+#: Said when a CPU serving A/B is kept from deciding.
+CPU_SERVING = ("CPU servers: the serving A/B proves the pipeline and decides nothing (set gate.allowCpuTimings to "
+               "let a CPU run decide, for pipeline tests)")
+
+
+def summarize(result: ServingResult, *, allow_cpu_timings: bool = False) -> ServingStatus:
+    """``status.serving`` from a (possibly partial) serving result document.
+
+    One point status per point and split threshold (arms with different thresholds are never pooled); a run
+    on CPU (``result.device``) leaves the gate undecided unless ``allow_cpu_timings``.
+    """
     spec = result.serving
+    thresholds: list[str] = []
+    for arm in result.arms:
+        if arm.variant == "split" and arm.threshold not in thresholds:
+            thresholds.append(arm.threshold)
     points: list[ServingPointStatus] = []
     for point in spec.points:
-        values: list[ServingArmValue] = []
-        for arm in result.arms:
-            run = next((r for r in arm.points if r.point == point.name), None)
-            values.append(ServingArmValue(arm=arm.name, variant=arm.variant, value=None if run is None else run.value))
-        points.append(summarize_point(point.name, point.metric, values, spec.gate))
+        runs = {arm.name: next((r for r in arm.points if r.point == point.name), None) for arm in result.arms}
+        sampling = next((r.sampling for r in runs.values() if r is not None and r.sampling), sampling_of(spec.extra_bench_args))
+        for t in thresholds:
+            values = [ServingArmValue(arm=a.name, variant=a.variant, value=None if runs[a.name] is None else runs[a.name].value)  # type: ignore[union-attr]
+                      for a in result.arms if a.variant == "main" or a.threshold == t]
+            t_tokens = int(t) if t.isdigit() else None
+            points.append(summarize_point(
+                point.name, point.metric, values, spec.gate, threshold_tokens=t_tokens,
+                max_batch=max_batch_tokens(point, spec.extra_args), sampling=sampling))
     passed, reasons = gate_reasons(points, spec.gate)
+    cpu = result.device == "cpu"
+    if cpu and not allow_cpu_timings:
+        passed = None
+        reasons.insert(0, CPU_SERVING)
     if result.failures:
         reasons.append(f"{len(result.failures)} arm/point failure(s); means use the arms that finished")
     arms = [
@@ -256,6 +355,7 @@ def summarize(result: ServingResult) -> ServingStatus:
         failures=list(result.failures),
         gate_passed=passed,
         reasons=reasons,
+        cpu_timings=cpu,
     )
 
 

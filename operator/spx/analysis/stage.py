@@ -3,7 +3,9 @@
 From a :class:`~spx.api.stage.StageResult` (``python -m spx.bench.stage``): the seed PR's second table
 for this GPU (per layer kind and token count: replicated, split, speedup, split-all) and, at the
 prefill chunk (``stage.chunkTokens``), the stage's total over all layers (Σ kinds: layers × µs per
-layer) for each candidate, GPU-bound and host-bound, and what splitting saves per chunk.
+layer) for each candidate, in both regimes (docs/kernel-benchmark.md, "Regimes": gpu-bound sums GPU
+spans, host-bound sums host issue times, so the candidates' difference is Δg or Δh; never the per-op
+``max(host, span)``), and what splitting saves per chunk.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spx.api.stage import STAGE_CANDIDATES, StageResult, StageRow, StageTimes
+from spx.api.stage import StageResult, StageRow, StageTimes
+from spx.vocabulary import KERNEL_REGIMES, STAGE_CANDIDATES
 
-BOUNDS = ("gpu-bound", "host-bound")
+BOUNDS = KERNEL_REGIMES  #: the stage is totalled in both regimes (spx.vocabulary.KERNEL_REGIMES)
 
 
 def bound_us(times: StageTimes, bound: str) -> float | None:
-    """A candidate's µs per layer under ``bound``: ``gpu-bound`` the GPU span, ``host-bound`` max(host, span).
+    """A candidate's µs per layer under ``bound``: ``gpu-bound`` the GPU span, ``host-bound`` the host issue time.
 
     Raises:
         ValueError: an unknown bound.
@@ -25,7 +28,7 @@ def bound_us(times: StageTimes, bound: str) -> float | None:
     if bound == "gpu-bound":
         return times.gpu_us
     if bound == "host-bound":
-        return times.host_bound_us
+        return times.host_us
     raise ValueError(f"unknown bound {bound!r}; use one of {BOUNDS}")
 
 

@@ -10,15 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from spx.analysis.band import V41_NUM_LAYERS, lower_bound_threshold, uncertainty, with_intervals
-from spx.analysis.bounds import combine_bounds, has_host_times, host_bound_fields, host_bound_points
-from spx.analysis.crossover import decided_from_quartiles, find_crossover, sorted_points, speedup
+from spx.analysis.band import V41_NUM_LAYERS, recommended_threshold, uncertainty, with_intervals
+from spx.analysis.crossover import Crossover, decided_from_quartiles, find_crossover, sorted_points, speedup
+from spx.analysis.decide import decide
 from spx.analysis.interval import point_interval
-from spx.analysis.threshold import recommended_threshold_tokens
-from spx.analysis.verdict import gate_verdict
+from spx.analysis.regimes import GPU_BOUND, HOST_BOUND, has_host_regime, host_medians, point_deltas, regime_points
+from spx.analysis.verdict import GateOutcome, gate_verdict
 from spx.api.gate import GateSpec
 from spx.api.result import KernelResult, PointResult
-from spx.api.status import BoundCrossover, GatherSource, KernelPoint, KernelStatus, Verdict
+from spx.api.spec import ExperimentSpec
+from spx.api.status import GatherSource, KernelPoint, KernelRegime, KernelStatus, RegimeSummary, Verdict
+from spx.api.step import StepStatus
 
 
 @dataclass(frozen=True)
@@ -31,18 +33,20 @@ class Evaluation:
     reasons: list[str]
 
 
-def point_from_result(point: PointResult) -> KernelPoint:
+def point_from_result(point: PointResult, spec: ExperimentSpec | None = None) -> KernelPoint:
     """Summarise one :class:`~spx.api.result.PointResult` as a :class:`~spx.api.status.KernelPoint`.
 
     Times are the candidates' stored medians (µs); ``speedup = replicated / split``; ``iqr_pct`` is
     the larger of the two candidates' ``iqr_pct``; ``decided`` compares the stored ``[q1, q3]``
     intervals (:func:`~spx.analysis.crossover.decided_from_quartiles`). ``gather_us``,
-    ``rows_per_rank``, ``max_abs_error`` and ``execution`` are copied; with host samples the host
-    medians and host-bound effective times are added (:func:`spx.analysis.bounds.host_bound_fields`).
+    ``rows_per_rank``, ``max_abs_error`` and ``execution`` are copied; Δg and, for an eager point with
+    host samples, the host medians and Δh are added with their intervals
+    (:func:`spx.analysis.regimes.point_deltas`; ``spec`` widens Δg by a modelled gather's band).
     """
     rep, split = point.replicated, point.split
     return KernelPoint(
-        **host_bound_fields(rep, split),  # type: ignore[arg-type]
+        **host_medians(rep, split),  # type: ignore[arg-type]
+        **point_deltas(point, spec),  # type: ignore[arg-type]
         execution=point.execution,
         tokens=point.tokens,
         rows_per_rank=point.rows_per_rank,
@@ -66,7 +70,7 @@ def points_from_result(result: KernelResult) -> list[KernelPoint]:
     Raises:
         ValueError: on a repeated token count or a sample that is not finite and > 0.
     """
-    points = sorted_points(point_from_result(p) for p in result.points)
+    points = sorted_points(point_from_result(p, result.spec) for p in result.points)
     intervals = {p.tokens: point_interval(p, result.spec) for p in result.points}
     return with_intervals(points, intervals)
 
@@ -82,6 +86,53 @@ def points_with_reasons(result: KernelResult) -> list[KernelPoint]:
             for p in points_from_result(result)]
 
 
+@dataclass(frozen=True)
+class RegimeRun:
+    """One regime's judgement of the sweep (:func:`judge_regime`)."""
+
+    regime: KernelRegime
+    points: list[KernelPoint]
+    crossover: Crossover
+    recommended: int | None
+    outcome: GateOutcome
+
+    def kernel_status(self, points: list[KernelPoint], gate: GateSpec, gather_source: GatherSource,
+                      gemm_backend: str | None, timer: str | None) -> KernelStatus:
+        """The status' kernel section with this regime at the top level (the GPU-bound one's)."""
+        be = self.crossover.break_even
+        return KernelStatus(
+            points=points, crossover_tokens=be.tokens if be else None,
+            first_winning_tokens=self.crossover.first_winning_tokens, crossover_confidence=self.crossover.confidence,
+            recommended_threshold_tokens=self.recommended, threshold_rounding=gate.threshold_rounding,
+            gather_source=gather_source, gemm_backend=gemm_backend, timer=timer,
+        )
+
+    def summary(self) -> RegimeSummary:
+        """The status' :class:`~spx.api.status.RegimeSummary`."""
+        be = self.crossover.break_even
+        return RegimeSummary(
+            regime=self.regime, crossover_tokens=be.tokens if be else None,
+            first_winning_tokens=self.crossover.first_winning_tokens, crossover_confidence=self.crossover.confidence,
+            recommended_threshold_tokens=self.recommended, speed_verdict=self.outcome.speed_verdict,
+            verdict=self.outcome.verdict, reasons=[r[:500] for r in self.outcome.reasons[:8]],
+        )
+
+
+def judge_regime(regime: KernelRegime, points: list[KernelPoint], gate: GateSpec, gather_source: GatherSource,
+                 tp: int, cpu: bool, advise_move: bool = True) -> RegimeRun:
+    """Crossover (with its confidence), recommended threshold and gate outcome of one regime's points."""
+    crossover = find_crossover(points, floor_tokens=tp)
+    be = crossover.break_even
+    recommended = recommended_threshold(points, be.tokens if be else None, gate.threshold_rule,
+                                        gate.threshold_rounding, tp)  # the one rule, in either regime
+    confidence, _ = uncertainty(points, recommended_threshold_tokens=recommended,
+                                gate_threshold_tokens=gate.threshold_tokens, floor_tokens=tp)
+    crossover = replace(crossover, confidence=confidence)
+    outcome = gate_verdict(points, gate, gather_source, crossover=crossover, recommended_threshold_tokens=recommended,
+                           cpu_timings=cpu, advise_move=advise_move)
+    return RegimeRun(regime, points, crossover, recommended, outcome)
+
+
 def evaluate(
     points: Iterable[KernelPoint],
     gate: GateSpec,
@@ -91,92 +142,48 @@ def evaluate(
     timer: str | None = None,
     device: str | None = None,
     layers: int = V41_NUM_LAYERS,
+    step: StepStatus | None = None,
+    max_batched_tokens: int | None = None,
 ) -> Evaluation:
-    """Crossover, recommended threshold and gate verdict of a sweep.
+    """Crossover, recommended threshold and gate verdict of a sweep, in both regimes.
 
     Args:
-        points: the sweep (any order); ``speedup`` and ``decided`` are taken as given (build them with
-            :func:`points_from_result`, :func:`spx.analysis.reference.parse_kernel_table` or, from
-            medians and IQRs only, :func:`spx.analysis.crossover.with_decided_from_iqr`).
-        gate: the experiment's gate; its ``threshold_rounding`` picks the recommended threshold's rule.
+        points: the sweep (any order); ``speedup``, its interval, Δg/Δh and ``decided`` are taken as
+            given (build them with :func:`points_from_result`, :func:`spx.analysis.reference.parse_kernel_table`
+            or, from medians and IQRs only, :func:`spx.analysis.crossover.with_decided_from_iqr`).
+        gate: the experiment's gate; its ``threshold_rule`` and ``threshold_rounding`` apply to both regimes.
         gather_source: ``measured`` or ``modelled``.
         tensor_parallel_size: TP (≥ 1), for the ``next-multiple-of-tp`` rounding.
         gemm_backend, timer: copied into the status for the record.
         device: ``cpu`` marks a CPU smoke run: its speed verdict is reported as Inconclusive unless
             ``gate.allow_cpu_timings``.
         layers: of the model, for the stake per prefill chunk (:mod:`spx.analysis.band`).
+        step: the step A/B's status: decides when the regimes disagree (:mod:`spx.analysis.decide`).
+        max_batched_tokens: the largest batch the deployment forms (a Pass above it is refused).
 
     Returns:
-        :class:`Evaluation` with ``kernel.points`` sorted by tokens, ``crossover_tokens`` (the log-log
-        interpolated break-even, tokens), ``first_winning_tokens``, ``crossover_confidence`` (with the
-        intervals, the bracket and the priors: :func:`spx.analysis.band.confidence`; the bracket's floor
-        is TP), ``recommended_threshold_tokens`` (``gate.threshold_rule``), ``uncertainty`` (crossover
-        interval, indifference band, stake), and the verdict with its reasons.
+        :class:`Evaluation`: ``kernel`` with the GPU-bound regime at the top level (crossover in tokens,
+        ``recommended_threshold_tokens``, ``uncertainty`` with both regimes' stake), ``regimes`` (both),
+        ``decided_by``, ``next_step``; the verdict and its reasons (deciding first).
 
     Raises:
         ValueError: on a repeated token count or ``tensor_parallel_size < 1``.
     """
     if tensor_parallel_size < 1:
         raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
-    ordered = sorted_points(points)
-    crossover = find_crossover(ordered, floor_tokens=tensor_parallel_size)
-    be = crossover.break_even
-    if gate.threshold_rule == "lower-bound":
-        lb = lower_bound_threshold(ordered)
-        recommended = (
-            recommended_threshold_tokens(lb, gate.threshold_rounding, tensor_parallel_size) if lb else None
-        )
-    else:
-        recommended = (
-            recommended_threshold_tokens(be.tokens, gate.threshold_rounding, tensor_parallel_size) if be else None
-        )
-    confidence, unc = uncertainty(
-        ordered, recommended_threshold_tokens=recommended, gate_threshold_tokens=gate.threshold_tokens,
-        layers=layers, floor_tokens=tensor_parallel_size,
-    )
-    crossover = replace(crossover, confidence=confidence)
-    outcome = gate_verdict(
-        ordered, gate, gather_source, crossover=crossover, recommended_threshold_tokens=recommended,
-        cpu_timings=device == "cpu",
-    )
-    host: BoundCrossover | None = None
-    verdict, reasons = outcome.verdict, list(outcome.reasons)
-    if has_host_times(ordered):
-        host_pts = host_bound_points(ordered)
-        host_x = find_crossover(host_pts)
-        host_be = host_x.break_even
-        host_rec = (recommended_threshold_tokens(host_be.tokens, gate.threshold_rounding, tensor_parallel_size)
-                    if host_be else None)
-        host_outcome = gate_verdict(host_pts, gate, gather_source, crossover=host_x,
-                                    recommended_threshold_tokens=host_rec, cpu_timings=device == "cpu")
-        host = BoundCrossover(
-            crossover_tokens=host_be.tokens if host_be else None,
-            first_winning_tokens=host_x.first_winning_tokens,
-            crossover_confidence=host_x.confidence,
-            recommended_threshold_tokens=host_rec,
-            verdict=host_outcome.verdict,
-        )
-        bounds = combine_bounds(outcome.verdict, host_outcome.verdict, recommended, host_rec, gate.threshold_tokens)
-        verdict, rests_on = bounds.verdict, bounds.rests_on
-        if verdict == outcome.verdict == host_outcome.verdict:
-            reasons = [*outcome.reasons, *bounds.reasons]
-        else:
-            host_reasons = [f"host-bound: {r}" for r in host_outcome.reasons[:3]]
-            reasons = [*bounds.reasons, *(f"GPU-bound: {r}" for r in outcome.reasons), *host_reasons]
-    else:
-        rests_on = combine_bounds(outcome.verdict, None, recommended, None, gate.threshold_tokens).rests_on
-    kernel = KernelStatus(
-        points=ordered,
-        crossover_tokens=be.tokens if be else None,
-        first_winning_tokens=crossover.first_winning_tokens,
-        crossover_confidence=confidence,
-        recommended_threshold_tokens=recommended,
-        threshold_rounding=gate.threshold_rounding,
-        gather_source=gather_source,
-        gemm_backend=gemm_backend,
-        timer=timer,
-        host_bound=host,
-        verdict_bound=rests_on,
-        uncertainty=unc,
-    )
-    return Evaluation(kernel=kernel, verdict=verdict, reasons=reasons)
+    ordered, tp, cpu = sorted_points(points), tensor_parallel_size, device == "cpu"
+    gpu = judge_regime(GPU_BOUND, ordered, gate, gather_source, tp, cpu)
+    two = has_host_regime(ordered)
+    host = judge_regime(HOST_BOUND, regime_points(ordered, HOST_BOUND), gate, gather_source, tp, cpu) if two else None
+    if host is not None and host.outcome.speed_verdict != gpu.outcome.speed_verdict:  # no advice to move
+        gpu = judge_regime(GPU_BOUND, ordered, gate, gather_source, tp, cpu, advise_move=False)
+        host = judge_regime(HOST_BOUND, host.points, gate, gather_source, tp, cpu, advise_move=False)
+    decision = decide(gpu.outcome, host.outcome if host else None, gate, step=step,
+                      max_batched_tokens=max_batched_tokens)
+    _, unc = uncertainty(ordered, recommended_threshold_tokens=gpu.recommended,
+                         gate_threshold_tokens=gate.threshold_tokens, layers=layers, floor_tokens=tp, host=two)
+    kernel = gpu.kernel_status(ordered, gate, gather_source, gemm_backend, timer).model_copy(update={
+        "regimes": [r.summary() for r in (gpu, host) if r is not None], "regimes_agree": decision.regimes_agree,
+        "decided_by": decision.decided_by, "next_step": decision.next_step,
+        "max_num_batched_tokens": max_batched_tokens, "uncertainty": unc})
+    return Evaluation(kernel=kernel, verdict=decision.verdict, reasons=list(decision.reasons))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from spx.api.gate import ThresholdRounding
+from spx.vocabulary import THRESHOLD_ROUNDINGS, one_of
 
 
 def next_power_of_two(n: int) -> int:
@@ -64,4 +65,4 @@ def recommended_threshold_tokens(
         return next_multiple(n, tensor_parallel_size)
     if rounding == "none":
         return n
-    raise ValueError(f"unknown threshold rounding {rounding!r}; use next-power-of-two, next-multiple-of-tp or none")
+    raise ValueError(f"unknown threshold rounding {rounding!r}; use {one_of(THRESHOLD_ROUNDINGS)}")

@@ -21,19 +21,27 @@ is the runner's check on the machine itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
-if TYPE_CHECKING:  # the spec's validator imports this module: no import back at run time
-    from spx.api.spec import ExperimentSpec
+from spx.vocabulary import (
+    CUDA_GATHER_BACKENDS,
+    CUDA_GEMM_BACKENDS,
+    CUDA_TIMERS,
+    FP8_BLOCK128,
+    MXFP8,
+    MXFP8_GEMM_BACKENDS,
+)
 
-MXFP8 = "mxfp8-block32-ue8m0"  # (spx.bench.gemm.MXFP8: the same weight format literal)
-FP8_BLOCK128 = "fp8-block128-ue8m0"
+
+def _and(values: tuple[str, ...]) -> str:
+    """``("a", "b", "c")`` → ``"a, b and c"`` (a message's list of a vocabulary's values)."""
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} and {values[-1]}"
 
 
 @dataclass(frozen=True)
-class Condition:
+class FieldPredicate:
     """``spec.<path>`` is (``negate=False``) or is not (``negate=True``) one of ``values``.
 
     ``path`` is camelCase below ``spec``, e.g. ``kernel.device``.
@@ -52,35 +60,37 @@ class Combination:
     ``spx validate`` and the API server's CEL message.
     """
 
-    when: tuple[Condition, ...]
+    when: tuple[FieldPredicate, ...]
     message: str
 
 
-_CPU = Condition("kernel.device", ("cpu",))
+_CPU = FieldPredicate("kernel.device", ("cpu",))
 
-#: Every refused combination (order: the order problems are listed in).
+#: Every refused combination (order: the order problems are listed in). The values that need CUDA are the
+#: vocabulary's (:data:`~spx.vocabulary.CUDA_TIMERS`, :data:`~spx.vocabulary.CUDA_GATHER_BACKENDS`,
+#: :data:`~spx.vocabulary.CUDA_GEMM_BACKENDS`), which ``spx.bench.context`` and ``spx.bench.gemm`` check at run time.
 COMBINATIONS: tuple[Combination, ...] = (
-    Combination((_CPU, Condition("kernel.timer", ("cupti", "cuda-events"))),
-                "spec.kernel.timer: cupti and cuda-events time CUDA kernels, but spec.kernel.device is cpu: "
+    Combination((_CPU, FieldPredicate("kernel.timer", CUDA_TIMERS)),
+                f"spec.kernel.timer: {_and(CUDA_TIMERS)} time CUDA kernels, but spec.kernel.device is cpu: "
                 "use timer host or auto"),
     # vLLM's sp_all_gather runs over gloo on CPU (tests/real_vllm/test_run_vllm_backend.py): only NCCL needs CUDA
-    Combination((_CPU, Condition("kernel.gather", ("nccl",)),
-                 Condition("parallelism.tensorParallelSize", (1,), negate=True)),
-                "spec.kernel.gather: nccl gathers between CUDA GPUs, but spec.kernel.device is cpu: "
-                "use gather gloo, vllm, modelled or auto"),
-    Combination((_CPU, Condition("kernel.gemmBackend", ("humming", "marlin", "torch-fp8"))),
-                "spec.kernel.gemmBackend: humming, marlin and torch-fp8 are CUDA kernels, but spec.kernel.device "
+    Combination((_CPU, FieldPredicate("kernel.gather", CUDA_GATHER_BACKENDS),
+                 FieldPredicate("parallelism.tensorParallelSize", (1,), negate=True)),
+                f"spec.kernel.gather: {_and(CUDA_GATHER_BACKENDS)} gathers between CUDA GPUs, but spec.kernel.device "
+                "is cpu: use gather gloo, vllm, modelled or auto"),
+    Combination((_CPU, FieldPredicate("kernel.gemmBackend", CUDA_GEMM_BACKENDS)),
+                f"spec.kernel.gemmBackend: {_and(CUDA_GEMM_BACKENDS)} are CUDA kernels, but spec.kernel.device "
                 "is cpu: use gemmBackend torch-bf16 or auto"),
-    Combination((Condition("kernel.device", ("cuda",)), Condition("kernel.timer", ("host",))),
-                "spec.kernel.timer: host is for CPU smoke runs, but spec.kernel.device is cuda: use timer cupti, "
-                "cuda-events or auto"),
-    Combination((Condition("kernel.gemmBackend", ("humming", "marlin")),
-                 Condition("projection.weightFormat", (MXFP8,), negate=True)),
-                f"spec.kernel.gemmBackend: humming and marlin run vLLM's MXFP8 path (32×32 blocks, e8m0 scales), "
-                f"but spec.projection.weightFormat is not {MXFP8}: use weightFormat {MXFP8}, or gemmBackend "
+    Combination((FieldPredicate("kernel.device", ("cuda",)), FieldPredicate("kernel.timer", ("host",))),
+                f"spec.kernel.timer: host is for CPU smoke runs, but spec.kernel.device is cuda: use timer "
+                f"{', '.join(CUDA_TIMERS)} or auto"),
+    Combination((FieldPredicate("kernel.gemmBackend", MXFP8_GEMM_BACKENDS),
+                 FieldPredicate("projection.weightFormat", (MXFP8,), negate=True)),
+                f"spec.kernel.gemmBackend: {_and(MXFP8_GEMM_BACKENDS)} run vLLM's MXFP8 path (32×32 blocks, e8m0 "
+                f"scales), but spec.projection.weightFormat is not {MXFP8}: use weightFormat {MXFP8}, or gemmBackend "
                 "torch-bf16 or auto"),
-    Combination((Condition("kernel.gemmBackend", ("torch-fp8",)),
-                 Condition("projection.weightFormat", (FP8_BLOCK128,), negate=True)),
+    Combination((FieldPredicate("kernel.gemmBackend", ("torch-fp8",)),
+                 FieldPredicate("projection.weightFormat", (FP8_BLOCK128,), negate=True)),
                 f"spec.kernel.gemmBackend: torch-fp8 (cuBLASLt blockwise W8A8) takes 128×128 blocks only, but "
                 f"spec.projection.weightFormat is not {FP8_BLOCK128}: use gemmBackend humming, marlin, torch-bf16 "
                 "or auto"),
@@ -104,20 +114,22 @@ def _field_path(path: str, model: type[BaseModel]) -> tuple[list[str], Any]:
     return attrs, default
 
 
-def _value(spec: ExperimentSpec, path: str) -> Any:
+def _value(spec: BaseModel, path: str) -> Any:
     obj: Any = spec
     for attr in _field_path(path, type(spec))[0]:
         obj = getattr(obj, attr)
     return obj
 
 
-def refused(combination: Combination, spec: ExperimentSpec) -> bool:
-    """True when every condition of ``combination`` holds for ``spec``."""
+def refused(combination: Combination, spec: BaseModel) -> bool:
+    """True when every condition of ``combination`` holds for ``spec`` (an :class:`~spx.api.spec.ExperimentSpec`;
+    typed as its base so this module, which the spec's validator imports, imports nothing back)."""
     return all((_value(spec, c.path) in c.values) != c.negate for c in combination.when)
 
 
-def combination_problems(spec: ExperimentSpec) -> list[str]:
-    """The message of every :data:`COMBINATIONS` entry ``spec`` falls into (empty: none), all at once."""
+def combination_problems(spec: BaseModel) -> list[str]:
+    """The message of every :data:`COMBINATIONS` entry ``spec`` (an :class:`~spx.api.spec.ExperimentSpec`) falls
+    into (empty: none), all at once."""
     return [c.message for c in COMBINATIONS if refused(c, spec)]
 
 
@@ -158,5 +170,5 @@ class CombinationError(ValueError):
         super().__init__("\n".join(problems))
 
 
-__all__ = ["COMBINATIONS", "Combination", "CombinationError", "Condition", "cel_rule", "cel_rules",
+__all__ = ["COMBINATIONS", "Combination", "CombinationError", "FieldPredicate", "cel_rule", "cel_rules",
            "combination_problems", "refused"]

@@ -229,6 +229,17 @@ def _map_lists(status: dict[str, Any]) -> None:
     conditions["x-kubernetes-list-map-keys"] = ["type"]
 
 
+#: ``kubectl explain shardedprojectionexperiment``'s top-level text (the CRD's root schema description).
+DESCRIPTION = (
+    "A ShardedProjectionExperiment measures on the cluster's GPUs whether vLLM should split DeepSeek-V4.1's "
+    "fused_wqa_wkv projection by token across tensor-parallel ranks (each rank projects its token shard, then "
+    "an all-gather rebuilds the output), and from how many tokens: the spx operator runs a benchmark Job, "
+    "writes the crossover, the recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS and a verdict (Pass, Fail, "
+    "Inconclusive) to status, and sets the Decided condition when it is done (kubectl wait "
+    "--for=condition=Decided). spec says what to measure; status is written by the operator only."
+)
+
+
 def build_crd() -> dict[str, Any]:
     """The ``CustomResourceDefinition`` of ``ShardedProjectionExperiment`` as a manifest dict.
 
@@ -240,8 +251,13 @@ def build_crd() -> dict[str, Any]:
     # Conditions are a map-list keyed by type (metav1.Condition convention; server-side apply and
     # kstatus readers merge them by type).
     status_schema["properties"]["conditions"].update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
+    # Defaulted so that every read returns a `status` (the API server applies a schema default when
+    # reading from etcd): GitOps health expressions (Flux's CEL) fail to evaluate on a missing top-level
+    # field, and a new experiment has none until the operator's first status write.
+    status_schema["default"] = {}
     root: dict[str, Any] = {
         "type": "object",
+        "description": DESCRIPTION,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},

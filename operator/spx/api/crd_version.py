@@ -5,7 +5,7 @@ the CRD of an older release. A stale CRD is not harmless: the API server silentl
 fields its schema does not declare (kopf #574), so a newer operator's results would vanish. The
 generated CRD (:func:`spx.api.crd.build_crd`) carries :data:`SCHEMA_VERSION_LABEL` =
 :data:`SCHEMA_VERSION`; the operator compares the installed CRD's label with its own at start-up
-(:func:`spx.controller.crd_check.check_crd`) and refuses to start on a mismatch, naming the command
+(:func:`spx.controller.decide.crd_check.check_crd`) and refuses to start on a mismatch, naming the command
 that fixes it (``docs/install.md`` "Upgrading").
 
 :data:`SCHEMA_VERSION` is bumped by hand whenever the generated schema changes;
@@ -23,9 +23,9 @@ from typing import Any, Final
 #: Label on the CustomResourceDefinition holding :data:`SCHEMA_VERSION` (a decimal integer).
 SCHEMA_VERSION_LABEL: Final = "bench.spx.dev/schema-version"
 #: Version of the schema this operator was built for; bump with every change of the generated CRD.
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 6
 #: :func:`fingerprint` of the CRD ``spec`` that :data:`SCHEMA_VERSION` names.
-SCHEMA_FINGERPRINT: Final = "fd0798a833c63a22"
+SCHEMA_FINGERPRINT: Final = "4cfa71cfaab6c9f7"
 
 
 def fingerprint(crd_spec: Mapping[str, Any]) -> str:

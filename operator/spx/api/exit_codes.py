@@ -13,10 +13,12 @@ code  name                meaning
                           hold (memory) or that is GPU-sized on a CPU without ``--device cpu``
 4     ``EXIT_UNREACHABLE``  the cluster could not be reached or refused access (no kubeconfig, connection refused,
                           TLS, 401/403, API server errors)
+70    ``EXIT_INTERNAL``   an internal error (a bug in spx: an exception no command expected); never a verdict, so
+                          a pipeline never reads a crash as ``spx gate``'s Fail (``EX_SOFTWARE`` of ``sysexits.h``)
 78    ``EXIT_CONFIG``     ``spx operator``: refuses to start, the installed CRD is not the one it was built for
                           (``EX_CONFIG`` of BSD ``sysexits.h``; the message names the command that fixes it)
 130   ``EXIT_INTERRUPTED``  interrupted (SIGINT, Ctrl-C); 128 + 2, the shell's convention
-141   ``EXIT_PIPE``       stdout (or stderr) was closed by its reader (``spx crd | head -1``): the output stops
+141   ``EXIT_PIPE``       stdout (or stderr) was closed by its reader before spx finished (``spx crd | true``): the output stops
                           quietly, as a tool killed by SIGPIPE (128 + 13); ``spx run`` and ``spx serving`` instead
                           finish the run (its results are files) and exit with its code
 ====  ==================  =====================================================================================
@@ -27,11 +29,14 @@ mistyped the name" now can.
 
 from __future__ import annotations
 
+from spx.vocabulary import CommandName
+
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_UNDECIDED = 2
 EXIT_USAGE = 3
 EXIT_UNREACHABLE = 4
+EXIT_INTERNAL = 70
 EXIT_CONFIG = 78
 EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141
@@ -45,29 +50,30 @@ TABLE: tuple[tuple[int, str, str], ...] = (
     (EXIT_USAGE, "usage", "bad option or input: invalid/unreadable file, no such experiment, --out in use, "
      "a run this machine cannot hold"),
     (EXIT_UNREACHABLE, "unreachable", "the cluster could not be reached or refused access"),
+    (EXIT_INTERNAL, "internal", "an internal error (a bug in spx; the message says where); never a verdict"),
     (EXIT_CONFIG, "config", "spx operator: the installed CRD is not the one it was built for (the message names the fix)"),
     (EXIT_INTERRUPTED, "interrupted", "interrupted (Ctrl-C)"),
-    (EXIT_PIPE, "pipe", "stdout closed by its reader (| head): output stopped quietly, as SIGPIPE would"),
+    (EXIT_PIPE, "pipe", "stdout closed by its reader before spx finished writing: output stopped quietly, as SIGPIPE would"),
 )
 
 
 #: The codes each ``spx`` command exits with: its ``--help`` and docs/cli.md list them from here.
-COMMAND_CODES: dict[str, tuple[int, ...]] = {
-    "run": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED),
-    "validate": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE),
-    "report": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE),
-    "predict": (EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE),
-    "gate": (EXIT_OK, EXIT_FAIL, EXIT_UNDECIDED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED, EXIT_PIPE),
-    "crd": (EXIT_OK, EXIT_USAGE, EXIT_PIPE),
-    "serving": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED),
-    "operator": (EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_CONFIG, EXIT_INTERRUPTED),
-    "completion": (EXIT_OK, EXIT_USAGE, EXIT_PIPE),
+COMMAND_CODES: dict[CommandName, tuple[int, ...]] = {
+    "run": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED),
+    "validate": (EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE),
+    "report": (EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE),
+    "predict": (EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE),
+    "gate": (EXIT_OK, EXIT_FAIL, EXIT_UNDECIDED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE),
+    "crd": (EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_PIPE),
+    "serving": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED),
+    "operator": (EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERNAL, EXIT_CONFIG, EXIT_INTERRUPTED),
+    "completion": (EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_PIPE),
 }
 
 
 #: What a code means for one command, in its own words (its ``--help``); a code not listed here means
 #: what :data:`TABLE` says (interrupted, stdout closed, cluster unreachable read the same everywhere).
-COMMAND_MEANINGS: dict[str, dict[int, str]] = {
+COMMAND_MEANINGS: dict[CommandName, dict[int, str]] = {
     "run": {
         EXIT_OK: "the benchmark completed (the verdict is in the report)",
         EXIT_FAIL: "the benchmark failed or the vLLM benches could not start (partial results and logs kept)",
@@ -107,7 +113,7 @@ COMMAND_MEANINGS: dict[str, dict[int, str]] = {
 }
 
 
-def epilog(command: str | None = None) -> str:
+def epilog(command: CommandName | None = None) -> str:
     """The exit-code table as plain text, for ``--help``; with ``command``, only the codes it exits with, each
     in that command's words (:data:`COMMAND_MEANINGS`)."""
     if command is None:

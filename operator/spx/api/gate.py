@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, StrictInt
 
 from spx.api.base import CamelModel, FiniteFloat
+from spx.vocabulary import ThresholdRounding as ThresholdRounding
+from spx.vocabulary import ThresholdRule
 
 #: vLLM ≥ 0.33 ``_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` (``vllm/models/deepseek_v41/attention.py``).
 VLLM_DEFAULT_THRESHOLD_TOKENS = 2048
 
-ThresholdRounding = Literal["next-power-of-two", "next-multiple-of-tp", "none"]
-#: How the recommended threshold is chosen (``spx.analysis.band``): from the interpolated break-even
-#: (``break-even``), or the smallest measured count from which the speedup's lower bound stays ≥ 1.
-ThresholdRule = Literal["break-even", "lower-bound"]
+#: vLLM's default ``max_num_batched_tokens`` for its OpenAI-compatible server on a GPU of at least 70 GiB
+#: that is not an A100 (H100, H200): ``vllm/engine/arg_utils.py``, ``EngineArgs.get_batch_defaults``
+#: (``UsageContext.OPENAI_API_SERVER: 8192``; 2048 on smaller GPUs, 16384 for the offline ``LLM`` class).
+#: No batch is larger, so a split threshold above it never engages.
+VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 
 
 class GateSpec(CamelModel):
@@ -40,5 +41,7 @@ class GateSpec(CamelModel):
     """Allow a Pass or Fail on CPU timings (for pipeline tests on machines without GPUs; otherwise Inconclusive)."""
     threshold_rounding: ThresholdRounding = "next-power-of-two"
     """How the recommended threshold is rounded up from the crossover: next-power-of-two, next-multiple-of-tp or none."""
+    max_num_batched_tokens: StrictInt | None = Field(default=None, gt=0, le=1 << 24)
+    """The deployment's largest batch (vLLM --max-num-batched-tokens); unset: the value in spec.serving.extraArgs, else vLLM's default 8192. A Pass for a thresholdTokens above it is refused: the split would never engage."""
     threshold_rule: ThresholdRule = "break-even"
     """break-even (round the interpolated break-even up) or lower-bound (the smallest measured count from which the speedup's 95 % lower bound stays >= 1, then rounded)."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from spx.api.base import CamelModel
@@ -13,15 +11,13 @@ from spx.vocabulary import (
     GATHER_BACKENDS,
     GEMM_BACKEND_MEANINGS,
     GEMM_BACKENDS,
+    Device,
+    Execution,
     GatherBackend,
     GemmBackend,
+    Timer,
     one_of,
 )
-
-Timer = Literal["auto", "cupti", "cuda-events", "host"]
-Device = Literal["auto", "cuda", "cpu"]
-#: ``kernel.execution``: how each point is timed (``auto``: as vLLM would run that batch size).
-Execution = Literal["auto", "graph", "eager"]
 
 
 class KernelSpec(CamelModel):

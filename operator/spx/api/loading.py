@@ -96,10 +96,16 @@ def parse_experiment(doc: Any, source: str = "experiment") -> Experiment:
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """PyYAML's safe loader (libyaml's C parser when available)."""
+    """PyYAML's safe loader (libyaml's C parser when available), reading ``1.5e0`` as the number 1.5 as
+    Kubernetes does (:data:`_UNSIGNED_EXPONENT_FLOAT`)."""
 
 
 _INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+#: A decimal point and an exponent without a sign (``1.5e0``, ``.5E3``): a float in YAML 1.2 and to Kubernetes
+#: (``sigs.k8s.io/yaml``, go-yaml), text to YAML 1.1, whose float pattern wants a signed exponent (``1.5e+0``).
+#: Read as the number here. ``1e3`` (no point) stays text: it is refused in a whole-number field with what to write.
+_UNSIGNED_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9_]+)[eE][0-9]+$")
+_Loader.add_implicit_resolver(_FLOAT_TAG, _UNSIGNED_EXPONENT_FLOAT, list("-+0123456789."))
 _LEADING_ZERO = re.compile(r"[-+]?0[0-9_]+")
 _SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")
 

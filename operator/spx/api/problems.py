@@ -160,9 +160,44 @@ def _exponent_whole(text: str) -> int | None:
     return int(value) if value.is_integer() and abs(value) < 1e18 else None
 
 
+#: Text that looks like a number (digits, a sign, a point, an exponent, a base prefix) but that YAML 1.1 may read
+#: as a string: ``1e309``, ``0o40``, ``1e3``.
+_NUMBER_LIKE = re.compile(r"[-+]?(?:0[xob][0-9a-f_]+|[0-9_]*\.?[0-9_]+(?:e[-+]?[0-9]+)?)", re.IGNORECASE)
+
+
+def _string_hint(value: Any) -> str:
+    """Why a number field got a string, from the text alone: a plain scalar YAML 1.1 reads as a number can only
+    be a string when it was quoted (then: unquote it); text that looks like a number but that YAML 1.1 reads as
+    text (``1e309``, ``0o40``) is said to be so, with what to write; anything else gets no hint."""
+    import yaml
+
+    if not isinstance(value, str) or len(value) > 40:
+        return ""
+    try:
+        plain = yaml.safe_load(value)
+    except yaml.YAMLError:
+        plain = value
+    if isinstance(plain, int | float):  # (bool too: a quoted 'false')
+        return " (unquoted: quotes make it a string)"
+    if not _NUMBER_LIKE.fullmatch(value):
+        return ""
+    text = value.lower().replace("_", "")
+    if text.lstrip("+-").startswith("0o"):
+        return (f" (YAML read {value} as text: 0o is YAML 1.2's octal prefix and YAML 1.1 has none; write "
+                f"{int(text.replace('0o', '', 1), 8)})")
+    try:
+        number = float(text)
+    except ValueError:
+        return f" (YAML read {value} as text, not a number)"
+    if number in (float("inf"), float("-inf")):
+        return f" (YAML read {value} as text: it is beyond the largest 64-bit floating-point number, about 1.8e308)"
+    shown = int(number) if number.is_integer() and abs(number) < 1e18 else number
+    return f" (YAML read {value} as text, not a number: write {shown})"
+
+
 def _fix(kind: str, ctx: dict[str, Any], value: Any, path: str) -> str | None:
     """What is expected and how to fix it, for pydantic error type ``kind``; ``None``: keep pydantic's message."""
-    quoted = " (unquoted: quotes make it a string)" if isinstance(value, str) else ""
+    quoted = _string_hint(value)
     if kind in ("int_type", "int_from_float", "int_parsing"):
         if isinstance(value, str) and (whole := _exponent_whole(value)) is not None:
             return f"must be a whole number: write {whole} (YAML reads {value} as text)"

@@ -11,8 +11,9 @@ from typing import Annotated, Final, Literal
 from pydantic import Field, field_validator, model_validator
 
 from spx.api.base import CamelModel
+from spx.vocabulary import BF16, FP8_BLOCK128, MXFP8
+from spx.vocabulary import WeightFormat as WeightFormat
 
-WeightFormat = Literal["mxfp8-block32-ue8m0", "fp8-block128-ue8m0", "bf16"]
 ActivationDtype = Literal["bfloat16", "float16", "float32"]
 
 #: Block edge of the DeepSeek-V3-style FP8 block format (128×128 blocks, ``weight_block_size: [128, 128]``).
@@ -25,13 +26,9 @@ MXFP8_BLOCK = 32
 #: Weight format → block edge b (one power-of-two scale per b×b block; N and K must be multiples of b).
 #: ``bf16`` has no blocks (``None``). The V4.1 default is ``mxfp8-block32-ue8m0``; ``fp8-block128-ue8m0``
 #: is the DeepSeek-V3 / V3.1 layout (``weight_scale_inv`` per 128×128 block, ``scale_fmt: ue8m0``).
-WEIGHT_FORMAT_BLOCK: Final[dict[str, int | None]] = {
-    "mxfp8-block32-ue8m0": MXFP8_BLOCK,
-    "fp8-block128-ue8m0": FP8_BLOCK,
-    "bf16": None,
-}
+WEIGHT_FORMAT_BLOCK: Final[dict[WeightFormat, int | None]] = {MXFP8: MXFP8_BLOCK, FP8_BLOCK128: FP8_BLOCK, BF16: None}
 #: The format of DeepSeek-V4.1's ``fused_wqa_wkv`` (and the default of :class:`ProjectionSpec`).
-V41_WEIGHT_FORMAT: Final = "mxfp8-block32-ue8m0"
+V41_WEIGHT_FORMAT: Final[WeightFormat] = MXFP8
 
 
 def weight_block(weight_format: str) -> int | None:

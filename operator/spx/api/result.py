@@ -18,11 +18,19 @@ from spx.api.base import CamelModel
 from spx.api.combinations import CombinationError
 from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
-from spx.api.status import Environment, GatherSource, KernelPoint
+from spx.api.status import Environment, KernelPoint
+from spx.vocabulary import (
+    Execution,
+    ExecutionMode,
+    GatherSource,
+    GemmBackend,
+    ResolvedDevice,
+    ResolvedGatherBackend,
+    Timer,
+)
 
 RESULT_SCHEMA_VERSION: Final = "spx.dev/kernel-result/v1"
 
-Candidate = Literal["replicated", "split"]
 
 
 class CandidateStats(CamelModel):
@@ -73,7 +81,7 @@ class PointResult(CamelModel):
     fails the run when it exceeds :attr:`KernelResult.reference_tolerance`.
     ``execution`` is how the point was timed (``graph``: CUDA-graph replays; ``eager``: op by op, as
     vLLM runs batches above its largest capture size) and ``execution_reason`` why
-    (:func:`spx.analysis.execution.execution_mode`). ``gather_host_us`` is the all-gather's host issue
+    (:func:`spx.analysis.execution.graph_or_eager`). ``gather_host_us`` is the all-gather's host issue
     time included in the split's host samples, ``gather_host_source`` whether it was measured (inside
     the sample) or modelled (``kernel.gatherModel.hostUs``). ``uncovered_samples`` counts host samples
     whose GPU cover ran out (:func:`spx.bench.timing.time_host_issue`).
@@ -93,7 +101,7 @@ class PointResult(CamelModel):
     max_abs_error: float = Field(ge=0)
     max_abs_reference: float | None = Field(default=None, ge=0)
     reference_rel_error: float | None = Field(default=None, ge=0)
-    execution: Literal["graph", "eager"] | None = None
+    execution: ExecutionMode | None = None
     execution_reason: str | None = Field(default=None, max_length=256)
     gather_host_us: float | None = Field(default=None, ge=0)
     gather_host_source: GatherSource | None = None
@@ -104,8 +112,9 @@ class PointResult(CamelModel):
 class KernelResult(CamelModel):
     """The whole bench output for one experiment run.
 
-    ``gemm_backend`` is the backend that ran (``auto`` resolved), ``gemm_backend_reason`` why it was
-    chosen (e.g. ``auto: vLLM 0.33 prefers Humming on SM90 …; humming-kernels 0.1.19 importable; runs
+    ``gemm_backend``, ``gather_backend`` and ``timer`` are what ran (``auto`` resolved; the spec's request in a
+    partial result written before any rank resolved them: :func:`spx.runner.local.partial_result`);
+    ``gemm_backend_reason`` says why the backend was chosen (e.g. ``auto: vLLM 0.33 prefers Humming on SM90 …; humming-kernels 0.1.19 importable; runs
     W8A16``), ``reference_tolerance`` the largest relative error against the fp32 reference this
     backend was allowed (``spx.bench.gemm.reference_tolerance``). ``execution`` is ``spec.kernel.execution``
     as run, ``max_cudagraph_capture_size`` the vLLM capture limit ``auto`` compared each point with.
@@ -118,15 +127,18 @@ class KernelResult(CamelModel):
     spec: ExperimentSpec
     environment: Environment = Field(default_factory=Environment)
     world_size: int = Field(ge=1)
-    gemm_backend: str
+    gemm_backend: GemmBackend
+    """The backend that ran; ``auto`` only in a partial result whose ranks died before resolving it."""
     gemm_backend_reason: str | None = Field(default=None, max_length=1024)
     reference_tolerance: float | None = Field(default=None, gt=0)
-    gather_backend: str
+    gather_backend: ResolvedGatherBackend | Literal["auto"]
+    """The all-gather that ran; ``auto`` only in a partial result whose ranks died before resolving it."""
     gather_source: GatherSource
-    timer: str
-    device: str
+    timer: Timer
+    """The timer that ran; ``auto`` only in a partial result whose ranks died before resolving it."""
+    device: ResolvedDevice
     cuda_graphs: bool
-    execution: str | None = None
+    execution: Execution | None = None
     max_cudagraph_capture_size: int | None = Field(default=None, ge=1)
     capture_size_reason: str | None = Field(default=None, max_length=256)
     points: list[PointResult] = Field(default_factory=list)
@@ -214,9 +226,9 @@ class ResultSummary(CamelModel):
     points: list[KernelPoint] = Field(default_factory=list)
     environment: Environment = Field(default_factory=Environment)
     world_size: int = Field(ge=1)
-    gemm_backend: str
+    gemm_backend: GemmBackend
     gather_source: GatherSource
-    timer: str
+    timer: Timer
     complete: bool = True
     error: str | None = Field(default=None, max_length=512)
     serving: ServingStatus | None = None

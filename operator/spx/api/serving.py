@@ -21,11 +21,12 @@ from pydantic import Field, field_validator, model_validator
 
 from spx.api.base import CamelModel, FiniteFloat
 from spx.api.step import StepSpec
-from spx.vocabulary import RESERVED_SERVER_ENV
+from spx.vocabulary import ARM_VARIANTS, RESERVED_SERVER_ENV
+from spx.vocabulary import RESERVED_MOUNT_PATHS as RESERVED_MOUNT_PATHS  # re-exported: the model volume's rule
+from spx.vocabulary import ArmVariant as ArmVariant  # re-exported: the serving documents' type
 
 SERVING_RESULT_SCHEMA_VERSION: Final = "spx.dev/serving-result/v1"
 
-ArmVariant = Literal["main", "split"]
 #: What a point reports, as named in ``vllm bench serve``'s saved JSON (``mean_<metric>_ms`` for the
 #: latencies, ``<metric>`` for the throughputs).
 ServingMetric = Literal[
@@ -146,10 +147,6 @@ class ServingGateSpec(CamelModel):
     """Largest allowed TTFT increase of split vs main, in percent (default +1)."""
 
 
-#: Paths the bench Job mounts itself (:mod:`spx.controller.manifests`: the experiment file, the scratch
-#: directory, the memory-backed ``/dev/shm`` and the termination message file): the model volume may be
-#: mounted neither there nor under them.
-RESERVED_MOUNT_PATHS: Final = ("/etc/spx", "/var/run/spx", "/tmp", "/dev/shm", "/dev/termination-log")
 
 
 class ServingSpec(CamelModel):
@@ -247,7 +244,7 @@ class ServingSpec(CamelModel):
         if dupes:
             raise ValueError(f"serving.arms: arm names must be unique, {dupes} repeat")
         variants = {a.variant for a in self.arms}
-        if variants != {"main", "split"}:
+        if variants != set(ARM_VARIANTS):
             raise ValueError(
                 f"serving.arms needs at least one main and one split arm (got only {sorted(variants)})"
             )
@@ -285,6 +282,9 @@ class ServingPointRun(CamelModel):
     log_file: str | None = None
     wall_seconds: float | None = Field(default=None, ge=0)
     command: list[str] = Field(default_factory=list)
+    sampling: dict[str, str] = Field(default_factory=dict)
+    """The sampling the requests asked for (``vllm bench serve`` sends no temperature unless told: the server's
+    default, the model's generation_config, applies): :func:`spx.analysis.serving.sampling_of`."""
     error: str | None = None
 
 
@@ -329,6 +329,8 @@ class ServingResult(CamelModel):
     failures: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     protocol_deviations: list[str] = Field(default_factory=list)
+    device: str | None = None
+    """cuda or cpu: where the servers ran (cpu when no nvidia-smi was found); a CPU A/B decides nothing unless gate.allowCpuTimings."""
     error: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -376,7 +378,15 @@ class ServingPointStatus(CamelModel):
     improvement_pct: float | None = None
     """changePct signed so that positive is better."""
     within_kind_pct: float | None = None
-    """Largest spread between arms of the same variant, percent of their mean; unset: no variant has two values."""
+    """Largest spread between arms of the same variant, percent of their mean; unset: a variant has fewer than two values (no noise estimate: the point is not gated)."""
+    threshold_tokens: int | None = None
+    """The split arms' threshold compared here (arms with different thresholds are never pooled: one status per threshold)."""
+    max_batch_tokens: int | None = None
+    """Largest batch this point can form, tokens: min(concurrency × inputLen, --max-num-batched-tokens); unset: unbounded."""
+    control: bool = False
+    """Every batch stays below the threshold, so the split cannot engage: a control, reported and not gated."""
+    sampling: dict[str, str] = Field(default_factory=dict)
+    """The sampling the point's requests used (see ServingPointRun.sampling)."""
     passed: bool | None = None
     """This point's gate check; unset: not gated or not decidable."""
 
@@ -409,5 +419,7 @@ class ServingStatus(CamelModel):
     """What failed, one entry per arm or point (arm/point: why)."""
     gate_passed: bool | None = None
     """The serving gate's result; unset: inconclusive."""
+    cpu_timings: bool = False
+    """The servers ran on CPU: the A/B proves the pipeline and decides nothing unless gate.allowCpuTimings."""
     reasons: list[str] = Field(default_factory=list)
     """Why the gate passed, failed or could not decide."""

@@ -21,15 +21,19 @@ indexer (layer 20), indexer-only (24, 28, 32, 36).
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
 from spx.api.base import CamelModel
-
-#: Candidates of the stage: everything replicated; ``fused_wqa_wkv`` split; that and the two light GEMMs split.
-STAGE_CANDIDATES: Final = ("replicated", "split", "split-all")
-StageCandidate = Literal["replicated", "split", "split-all"]
+from spx.vocabulary import (
+    ExecutionMode,
+    GatherSource,
+    ResolvedDevice,
+    ResolvedGemmBackend,
+    ResolvedTimer,
+    StageStreams,
+)
 
 #: The indexer's heads (``weights_proj`` output size) in DeepSeek-V4.1.
 V41_INDEXER_HEADS = 32
@@ -105,9 +109,9 @@ class StageTimes(CamelModel):
     gpu_us: float = Field(ge=0)
     """GPU span (first kernel start → last kernel end, all streams): the GPU-bound time."""
     host_us: float | None = Field(default=None, ge=0)
-    """Host issue time with the GPU kept busy."""
+    """Host issue time with the GPU kept busy: the host-bound regime's time."""
     host_bound_us: float | None = Field(default=None, ge=0)
-    """Median of max(host, GPU span): the host-bound time."""
+    """Deprecated, no longer written: median of max(host, GPU span), which describes no regime (the host-bound regime uses hostUs); kept so older stage.json files load."""
     modelled_gather_us: float = Field(default=0.0, ge=0)
     """Modelled all-gather GPU time included in gpu_us (0: none or measured)."""
     modelled_gather_host_us: float = Field(default=0.0, ge=0)
@@ -120,8 +124,8 @@ class StageRow(CamelModel):
     kind: str
     layers: int = Field(ge=1)
     tokens: int = Field(gt=0)
-    execution: Literal["graph", "eager"]
-    streams: Literal["parallel", "sequential", "none"]
+    execution: ExecutionMode
+    streams: StageStreams
     candidates: dict[str, StageTimes]
 
 
@@ -129,10 +133,10 @@ class StageResult(CamelModel):
     """``spx stage``'s document: rows per layer kind and token count (rank 0)."""
 
     schema_version: Literal["spx.dev/stage-result/v1"] = "spx.dev/stage-result/v1"
-    gemm_backend: str
-    gather_source: str
-    device: str
-    timer: str
+    gemm_backend: ResolvedGemmBackend
+    gather_source: GatherSource
+    device: ResolvedDevice
+    timer: ResolvedTimer
     chunk_tokens: int
     rows: list[StageRow] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -15,12 +15,14 @@ from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
 from spx.api.step import StepStatus
-from spx.vocabulary import DECIDED_REASONS, PHASES, VERDICTS, one_of
+from spx.vocabulary import DECIDED_BY, DECIDED_BY_MEANINGS, DECIDED_REASONS, PHASES, VERDICTS, ExecutionMode, one_of
+from spx.vocabulary import DecidedBy as DecidedBy
 from spx.vocabulary import DecidedReason as DecidedReason  # re-exported: the status's types
+from spx.vocabulary import GatherSource as GatherSource
+from spx.vocabulary import KernelRegime as KernelRegime
 from spx.vocabulary import Phase as Phase
 from spx.vocabulary import Verdict as Verdict
 
-GatherSource = Literal["measured", "modelled"]
 #: spx's conditions, then kstatus's (the vocabulary: :mod:`spx.api.conditions`).
 ConditionType = Literal["Scheduled", "Completed", "Decided", "Ready", "Reconciling", "Stalled"]
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -89,13 +91,33 @@ class Environment(CamelModel):
     """Names of the GPU kernels the candidates ran (from the profiler)."""
 
 
+#: Fields of the per-op ``max(host, span)`` curve, withdrawn by issue #28 (it describes no regime): dropped
+#: when an older ``status.json`` is read, so documents written before stay readable (re-judge them with
+#: ``spx report DIR`` for the regimes' figures).
+WITHDRAWN_POINT_FIELDS = ("replicatedHostBoundUs", "splitHostBoundUs", "hostBoundDecided")
+WITHDRAWN_KERNEL_FIELDS = ("hostBound", "verdictBound")
+
+
+def _drop_withdrawn(data: Any, keys: tuple[str, ...]) -> Any:
+    """``data`` (a wire dict) without ``keys``; anything else unchanged."""
+    if isinstance(data, dict) and any(k in data for k in keys):
+        return {k: v for k, v in data.items() if k not in keys}
+    return data
+
+
 class KernelPoint(CamelModel):
     """One token count of the sweep, summarised.
 
     Times are µs per call, the median over samples of the max over ranks. ``speedup`` is
     ``replicated_us / split_us`` (> 1: the split wins). ``iqr_pct`` is the larger of the two
-    candidates' interquartile range over median, in percent.
+    candidates' interquartile range over median, in percent. Δg and Δh: docs/kernel-benchmark.md, "Regimes".
     """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _withdrawn(cls, data: Any) -> Any:
+        """Drop the withdrawn max(host, span) fields of an older document (:data:`WITHDRAWN_POINT_FIELDS`)."""
+        return _drop_withdrawn(data, WITHDRAWN_POINT_FIELDS)
 
     tokens: int = Field(gt=0)
     """Token count M."""
@@ -119,18 +141,24 @@ class KernelPoint(CamelModel):
     """Max |split − replicated| over the outputs."""
     decided: bool = True
     """False when the speedup lies within the spread and the point cannot decide the verdict."""
-    execution: Literal["graph", "eager"] | None = None
+    execution: ExecutionMode | None = None
     """How the point was timed: graph (CUDA-graph replays) or eager (op by op, as vLLM runs batches above its capture limit)."""
     replicated_host_us: float | None = Field(default=None, ge=0)
-    """Median host time (µs) to issue the replicated candidate, measured with the GPU kept busy."""
+    """Median host time (µs) to issue the replicated candidate, measured with the GPU kept busy (eager points)."""
     split_host_us: float | None = Field(default=None, ge=0)
-    """Median host time (µs) to issue the split candidate (a modelled gather's host time included)."""
-    replicated_host_bound_us: float | None = Field(default=None, gt=0)
-    """Host-bound effective time (µs) of the replicated candidate: median over samples of max(host, GPU span)."""
-    split_host_bound_us: float | None = Field(default=None, gt=0)
-    """Host-bound effective time (µs) of the split candidate: median over samples of max(host, GPU span)."""
-    host_bound_decided: bool | None = None
-    """Whether the host-bound effective times' interquartile intervals do not overlap."""
+    """Median host time (µs) to issue the split candidate (a modelled gather's host time included; eager points)."""
+    gpu_delta_us: float | None = None
+    """Δg: the split's GPU difference, median split − median replicated GPU span, µs per call (one call per layer); negative: the split saves GPU time."""
+    gpu_delta_low_us: float | None = None
+    """Lower end of Δg's 95 % interval (paired bootstrap over rounds: sample i of both candidates come from round i), µs."""
+    gpu_delta_high_us: float | None = None
+    """Upper end of Δg's 95 % interval, µs."""
+    host_delta_us: float | None = None
+    """Δh: the split's host difference, median split − median replicated host issue time, µs per call (eager points only: a graph point's forward is one graph, host-bound = GPU-bound there); negative: the split issues faster."""
+    host_delta_low_us: float | None = None
+    """Lower end of Δh's 95 % interval (paired bootstrap over rounds), µs."""
+    host_delta_high_us: float | None = None
+    """Upper end of Δh's 95 % interval, µs."""
     speedup_low: float | None = Field(default=None, ge=0)
     """Lower end of the speedup's 95 % interval: paired bootstrap of the samples' rounds, widened by a modelled gather prior's own standard error."""
     speedup_high: float | None = Field(default=None, ge=0)
@@ -143,29 +171,44 @@ class KernelPoint(CamelModel):
     """Why an adaptive sweep (sweep.refine) measured this token count; unset for the coarse sweep's counts."""
 
 
-class BoundCrossover(CamelModel):
-    """The crossover under one bound (``spx.analysis.bounds``): where the split starts to pay when the layer is host-bound."""
+class RegimeSummary(CamelModel):
+    """The kernel sweep judged in one regime (``spx.analysis.regimes``; docs/kernel-benchmark.md, "Regimes").
 
+    ``gpu-bound`` judges the GPU spans (the GPU is the bottleneck: the split moves the step by Δg);
+    ``host-bound`` judges the host issue times of the eager points (the host is the bottleneck: the step
+    moves by Δh; graph points keep their GPU span, as a graph's host cost does not depend on its
+    contents). Both use the same threshold rule and rounding (``gate.thresholdRule``,
+    ``gate.thresholdRounding``).
+    """
+
+    regime: KernelRegime
+    """gpu-bound or host-bound."""
     crossover_tokens: float | None = None
-    """Interpolated break-even (tokens) of the host-bound effective times; unset: no crossover."""
+    """Interpolated break-even (tokens) in this regime; unset: no crossover measured."""
     first_winning_tokens: int | None = None
-    """Smallest measured token count from which the split wins at every larger one (host-bound)."""
+    """Smallest measured token count from which the split wins at every larger one, in this regime."""
     crossover_confidence: CrossoverConfidence = "none"
-    """resolved, within-spread or none (host-bound)."""
+    """resolved, within-spread, unbracketed, priors-disagree or none (as kernel.crossoverConfidence)."""
     recommended_threshold_tokens: int | None = None
-    """The threshold the host-bound times support, rounded by gate.thresholdRounding."""
+    """The threshold this regime's times support (gate.thresholdRule, rounded by gate.thresholdRounding)."""
+    speed_verdict: Verdict | None = None
+    """What this regime's times alone say at and above gate.thresholdTokens, before the modelled-gather and CPU caps: the verdicts compared between regimes."""
     verdict: Verdict | None = None
-    """The gate verdict on the host-bound times alone."""
+    """The gate verdict on this regime's times alone (caps applied)."""
+    reasons: list[str] = Field(default_factory=list, max_length=8)
+    """This regime's reasons (at most 8 of at most 500 characters), most important first."""
 
 
 class StakeRow(CamelModel):
     """What splitting at one token count saves (> 0) or costs (< 0): µs per layer, ms per prefill chunk.
 
-    Unset values: the count lies outside the measured range (never extrapolated).
+    Both regimes: ``saving*`` is the GPU-bound regime (replicated − split GPU span, −Δg), ``hostSaving*``
+    the host-bound one (−Δh). Unset values: the count lies outside the measured range (never
+    extrapolated), or no eager point carries host times there.
     """
 
     label: str = Field(max_length=128)
-    """band low edge, band high edge, recommended threshold, lower-bound threshold or gate threshold (several, comma-separated, when they fall on one count)."""
+    """band low edge, band high edge, recommended threshold, lower-bound threshold, gate threshold or vLLM default (several, comma-separated, when they fall on one count)."""
     tokens: float = Field(gt=0)
     """Token count M (a prefill chunk of M tokens)."""
     layers: int = Field(ge=1)
@@ -186,6 +229,18 @@ class StakeRow(CamelModel):
     """savingLowUs × layers, ms."""
     saving_high_ms_per_chunk: float | None = None
     """savingHighUs × layers, ms."""
+    host_saving_us: float | None = None
+    """Host-bound regime: −Δh at M (replicated − split host issue time, interpolated linearly in log M), µs per layer (> 0: the split saves); unset without eager host times around M."""
+    host_saving_low_us: float | None = None
+    """Lower end of the host saving over Δh's 95 % interval, µs per layer."""
+    host_saving_high_us: float | None = None
+    """Upper end of the host saving over Δh's 95 % interval, µs per layer."""
+    host_saving_ms_per_chunk: float | None = None
+    """hostSavingUs × layers, ms per prefill chunk of M tokens."""
+    host_saving_low_ms_per_chunk: float | None = None
+    """hostSavingLowUs × layers, ms."""
+    host_saving_high_ms_per_chunk: float | None = None
+    """hostSavingHighUs × layers, ms."""
 
 
 class CrossoverUncertainty(CamelModel):
@@ -232,10 +287,11 @@ class CrossoverUncertainty(CamelModel):
 class KernelStatus(CamelModel):
     """Outcome of the kernel microbenchmark and its analysis (``spx.analysis``).
 
-    The top-level crossover and threshold are the GPU-bound case (GPU spans: what the GPU needs);
-    ``host_bound`` the same for the host-bound case (each candidate's max of host issue time and GPU
-    span), present when the points carry host times; ``verdict_bound`` says which case the verdict
-    rests on (gpu-bound, host-bound or both).
+    The top-level crossover, threshold and ``uncertainty`` are the GPU-bound regime's (GPU spans);
+    ``regimes`` holds both regimes' summaries (gpu-bound first; host-bound when eager points carry
+    host times). When the regimes' verdicts disagree the step A/B decides (``status.step``);
+    ``decided_by`` says which measurement decided ``status.verdict`` and ``next_step`` what to run when
+    nothing did.
     """
 
     points: list[KernelPoint] = Field(default_factory=list)
@@ -258,14 +314,25 @@ class KernelStatus(CamelModel):
     """GEMM backend that ran."""
     timer: str | None = None
     """Timer that produced the samples."""
-    host_bound: BoundCrossover | None = None
-    """Crossover, threshold and verdict when the layer is host-bound (eager points' host issue times)."""
-    verdict_bound: str | None = None
-    """What the verdict rests on: gpu-bound (no host times), host-bound, or both (the two agree or were reconciled)."""
+    regimes: list[RegimeSummary] = Field(default_factory=list, max_length=2)
+    """The sweep judged per regime: gpu-bound (GPU spans), then host-bound (eager host issue times) when measured."""
+    regimes_agree: bool | None = None
+    """True when both regimes reach the same speed verdict at and above gate.thresholdTokens; unset with one regime."""
+    decided_by: DecidedBy | None = Field(default=None, description=f"Which measurement decided status.verdict: {one_of(DECIDED_BY, DECIDED_BY_MEANINGS)}.")
+    next_step: str | None = Field(default=None, max_length=1024)
+    """What to run next when no measurement decided (e.g. the step A/B: spec.serving.step and the command)."""
+    max_num_batched_tokens: int | None = Field(default=None, gt=0)
+    """The largest batch (tokens) the deployment forms: gate.maxNumBatchedTokens, else --max-num-batched-tokens in spec.serving.extraArgs, else vLLM's default for its OpenAI server on a GPU of >= 70 GiB (8192)."""
     max_cudagraph_capture_size: int | None = None
     """vLLM's CUDA-graph capture limit the sweep used: points above it were timed eagerly (execution auto)."""
     uncertainty: CrossoverUncertainty | None = None
     """The crossover as an interval, the indifference band, the stake and the interval rule's threshold."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _withdrawn(cls, data: Any) -> Any:
+        """Drop the withdrawn max(host, span) fields of an older document (:data:`WITHDRAWN_KERNEL_FIELDS`)."""
+        return _drop_withdrawn(data, WITHDRAWN_KERNEL_FIELDS)
 
     @model_validator(mode="after")
     def _round_crossover(self) -> Self:

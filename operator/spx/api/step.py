@@ -14,10 +14,10 @@ Design (issue #28; difference in differences, no server-to-server noise in the e
   ``T + 1`` tokens (the *pad* path: ``sp_shard`` pads to a multiple of TP), each sent as a list of
   token IDs with ``max_tokens`` 1 (the request's latency is its prefill step) and checked against the
   server's ``usage.prompt_tokens``;
-- per round, the within-server difference ``latency(L) − latency(T − TP)``; the step effect of the
-  split at length ``L`` is the treated server's difference minus the control server's (the cost of the
-  extra ``L − (T − TP)`` tokens cancels), with a bootstrap interval over rounds; per layer it is divided
-  by the model's layers (DeepSeek-V4.1: 40).
+- per server, the difference ``Q(L) − Q(T − TP)`` of a latency quantile (``quantile``, default the median)
+  over its rounds; the step effect of the split at length ``L`` is the treated server's difference minus
+  the control server's (the cost of the extra ``L − (T − TP)`` tokens cancels), with a bootstrap interval
+  over rounds; per layer it is divided by the model's layers (DeepSeek-V4.1: 40).
 
 Negative effects are gains (the split shortens the step), as Δg and Δh are split − replicated.
 
@@ -26,7 +26,7 @@ The result document (``step-result.json``) keeps every request; the status secti
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field
 
@@ -43,8 +43,10 @@ StepRegime = Literal["gpu-bound", "host-bound", "between", "undetermined"]
 StepOutcome = Literal["gain", "loss", "indifferent"]
 #: The role of a request's length in a round.
 StepLengthRole = Literal["base", "split", "pad"]
-#: The role of a server in the design.
-StepServerRole = Literal["treated", "control"]
+#: The role of a server in the design: ``treated`` splits at T, ``control`` never splits, ``positive-control``
+#: never splits but has a chunk budget of T tokens (``--max-num-batched-tokens T``), so that T + 1 tokens take a
+#: second prefill step: an effect the design must detect (``StepSpec.positive_control``).
+StepServerRole = Literal["treated", "control", "positive-control"]
 
 
 class StepSpec(CamelModel):
@@ -55,7 +57,7 @@ class StepSpec(CamelModel):
     ``gate.thresholdTokens`` (always measured).
     """
 
-    thresholds: list[int] = Field(default_factory=list, max_length=8)
+    thresholds: list[Annotated[int, Field(gt=0, le=1 << 24)]] = Field(default_factory=list, max_length=8)
     """Thresholds T (tokens) to measure besides gate.thresholdTokens, each on its own treated server."""
     rounds: int = Field(default=40, ge=8, le=10_000)
     """Rounds per server; each round sends one prompt of each length (T − TP, T, T + 1) in a shuffled order."""
@@ -68,7 +70,11 @@ class StepSpec(CamelModel):
     request_timeout_seconds: int = Field(default=600, ge=1, le=24 * 3600)
     """Seconds one request may take."""
     seed: int = Field(default=0, ge=0)
-    """Seed of the token IDs and of each round's order."""
+    """Seed of the token IDs, of each round's order and of the bootstrap."""
+    quantile: float = Field(default=0.5, gt=0, le=0.5)
+    """The latency quantile compared per server and length (0.5: the median); lower it on a shared, noisy host, where interference only adds time (0.05 in the CPU test stage)."""
+    positive_control: bool = False
+    """Also run a server that never splits with a chunk budget of gate.thresholdTokens (--max-num-batched-tokens T): at T + 1 tokens it takes a second prefill step, an effect the design must detect on this deployment (status.step.positiveControls)."""
 
 
 # --------------------------------------------------------------------------- result document
@@ -82,6 +88,8 @@ class StepRequest(CamelModel):
     which must equal ``length``.
     """
 
+    threshold_tokens: int = Field(gt=0)
+    """The T whose round this request belongs to (its lengths are T − TP, T and T + 1)."""
     round: int = Field(ge=0)
     order: int = Field(ge=0)
     role: StepLengthRole
@@ -102,7 +110,11 @@ class StepServerRun(CamelModel):
     """The T whose lengths this server measured (a control server measures every T's lengths)."""
     server_command: list[str] = Field(default_factory=list)
     server_log: str | None = None
+    server_exit_code: int | None = None
+    healthy_after_seconds: float | None = Field(default=None, ge=0)
     threshold_confirmed: bool | None = None
+    wall_seconds: float | None = Field(default=None, ge=0)
+    """Seconds from the first warm-up request to the last request."""
     requests: list[StepRequest] = Field(default_factory=list)
     error: str | None = None
 
@@ -130,8 +142,8 @@ class StepResult(CamelModel):
 class StepEffect(CamelModel):
     """The split's measured effect on the step at one threshold and one length (``spx.analysis.step``).
 
-    ``effect_ms`` is the difference in differences (treated − control) of the median within-round
-    latency difference ``latency(length) − latency(T − TP)``, in ms per step; negative: the split
+    ``effect_ms`` is the difference in differences (treated − control) of ``Q(length) − Q(T − TP)``, ``Q`` the
+    latency quantile of ``StepSpec.quantile`` (the median by default) over a server's rounds, in ms per step; negative: the split
     shortens the step. ``per_layer_us`` is ``effect_ms × 1000 / layers``. ``kernel_gpu_us`` and
     ``kernel_host_us`` are the kernel sweep's Δg and Δh at this length (µs per layer, interpolated), the
     figures the regime is judged against.
@@ -165,6 +177,10 @@ class StepEffect(CamelModel):
     """The kernel sweep's Δg at this length, µs per layer (split − replicated GPU span)."""
     kernel_host_us: float | None = None
     """The kernel sweep's Δh at this length, µs per layer (split − replicated host issue time)."""
+    server: str = "treated"
+    """The server measured against the control (its name in step-result.json)."""
+    control_rounds: int = Field(default=0, ge=0)
+    """Rounds of the control server used."""
     regime: StepRegime = "undetermined"
     """Which kernel regime the step effect matches."""
     outcome: StepOutcome = "indifferent"
@@ -176,8 +192,12 @@ class StepStatus(CamelModel):
 
     effects: list[StepEffect] = Field(default_factory=list)
     """One per threshold and length (T, and T + 1 with pad)."""
+    positive_controls: list[StepEffect] = Field(default_factory=list)
+    """The positive control's effects (StepSpec.positiveControl): at T + 1 a second prefill step, which must come out a loss."""
     complete: bool = False
     """True when every server answered every round."""
+    statistic: str = "median"
+    """The location compared per server and length: median, or the StepSpec.quantile (e.g. 0.05-quantile)."""
     cpu_timings: bool = False
     """The servers ran on CPU: the effects prove the machinery, they say nothing about GPUs."""
     failures: list[str] = Field(default_factory=list)

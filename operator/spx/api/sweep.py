@@ -13,11 +13,13 @@ SEED_TOKENS = [6, 12, 24, 48, 96, 384, 1024, 2048, 4096, 8192, 16384]
 
 
 class RefineSpec(CamelModel):
-    """The adaptive sweep (opt-in): after the listed counts, add counts where the crossover is not bracketed.
+    """The adaptive sweep (opt-in): after the listed counts, add counts where the decision is.
 
-    Planner: ``spx.analysis.refine`` (counts are multiples of TP, each recorded with why it was added);
-    it stops when every speedup curve's bracket is within ``±bracketRelative`` of its break-even or no
-    wider than ``floorTokens``, or after ``maxAddedPoints`` / ``maxRounds``.
+    Planner: ``spx.analysis.refine`` (counts are multiples of TP, each recorded with why it was added):
+    gate.thresholdTokens itself when not listed, then where a crossover is not bracketed — every speedup
+    curve's, and the host-bound regime's when eager host times were measured (where the regimes
+    disagree). It stops when every bracket is within ``±bracketRelative`` of its break-even or no wider
+    than ``floorTokens``, or after ``maxAddedPoints`` / ``maxRounds``.
     """
 
     bracket_relative: float = Field(default=0.10, gt=0.0, le=1.0)
@@ -41,8 +43,10 @@ class SweepSpec(CamelModel):
         default_factory=lambda: list(SEED_TOKENS), min_length=1, max_length=64
     )
     """Token counts M to measure, strictly increasing, each at most 16,777,216."""
+    off_alignment: bool = True
+    """Also measure the off-alignment counts of gate.thresholdTokens T: T + 1 and 2T + 1 (the split's pad copy and a partial tile, which 7 of 8 real batch sizes pay), each up to the largest listed count and recorded with addedBecause."""
     refine: RefineSpec | None = None
-    """Opt-in adaptive sweep: after these counts, add counts around the crossover until it is bracketed."""
+    """Opt-in adaptive sweep: after these counts, add the gate threshold and counts around each regime's crossover until it is bracketed."""
 
     @field_validator("tokens")
     @classmethod

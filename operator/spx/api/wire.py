@@ -16,7 +16,7 @@ so the reader's validation names the field. The reader refuses those tokens too 
 wrote them): the line is reported as a problem, never silently turned into a number.
 
 Pure: strings in, plain JSON values out; validation into models is the reader's caller's business
-(:mod:`spx.controller.results`). The writer's side of the termination message is here too
+(:mod:`spx.controller.decide.results`). The writer's side of the termination message is here too
 (:func:`build_summary`, the bounded :class:`~spx.api.result.ResultSummary` of a run), beside
 :func:`parse_summary`, which reads it.
 """
@@ -121,10 +121,19 @@ _ENV_KEEP_STEPS: tuple[tuple[str, ...] | None, ...] = (
 )
 
 
-#: Host fields of a point dropped, in this order, when the points still do not fit (eager points).
+#: Host fields of a point dropped, in this order, when the points still do not fit (eager points): Δh's
+#: interval (the host regime then judges Δh's sign alone), then the host times (one regime is left).
 _HOST_DROP_STEPS: tuple[tuple[str, ...], ...] = (
-    ("replicated_host_us", "split_host_us"),
-    ("replicated_host_bound_us", "split_host_bound_us", "host_bound_decided", "execution"),
+    ("host_delta_low_us", "host_delta_high_us"),
+    ("replicated_host_us", "split_host_us", "host_delta_us", "execution"),
+)
+#: Point fields dropped first, in this order: the adaptive sweep's reasons, Δg (shown, never judged: the
+#: GPU regime judges the speed-up and its interval), then the speed-up intervals (any-prior ends, own).
+_POINT_DROP_STEPS: tuple[tuple[str, ...], ...] = (
+    ("added_because",),
+    ("gpu_delta_low_us", "gpu_delta_high_us", "gpu_delta_us"),
+    ("speedup_low_any_prior", "speedup_high_any_prior"),
+    ("speedup_low", "speedup_high"),
 )
 
 
@@ -138,8 +147,16 @@ def _round_point(p: KernelPoint, digits: int) -> KernelPoint:
     return p.model_copy(update={k: _round_sig(v, digits) for k, v in p.__dict__.items() if isinstance(v, float)})
 
 
-def _compact(model: Any) -> str:
-    return dumps(dump_model(model))
+#: Wire keys of a point's IQRs, left out of a summary before its host regime (they default to 0 when read).
+_IQR_KEYS = ("iqrPct", "replicatedIqrPct", "splitIqrPct")
+
+
+def _compact(model: Any, strip: tuple[str, ...] = ()) -> str:
+    """Compact JSON of ``model``; ``strip``: keys left out of each of its ``points``."""
+    doc = dump_model(model)
+    if strip:
+        doc["points"] = [{k: v for k, v in p.items() if k not in strip} for p in doc.get("points", [])]
+    return dumps(doc)
 
 
 def _clip(text: str, n: int) -> str:
@@ -194,12 +211,14 @@ def build_summary(
 ) -> str:
     """Compact JSON of a :class:`ResultSummary` of ``result`` in at most ``max_bytes`` bytes (UTF-8).
 
-    Times are rounded to 6 significant digits. Shrinks in this order until it fits: the serving and
-    accuracy sections (:func:`vllm_summary_levels`), environment detail (kernel names are never
-    the adaptive sweep's ``addedBecause`` texts, the points' speedup intervals (any-prior ends, then their
-    own), environment detail (kernel names are never included), the error text, the points' precision
-    (5, 4, 3 significant digits), then the points' host medians and at last their host-bound times — the
-    points themselves are always kept.
+    Times are rounded to 6 significant digits. Shrinks in this order until it fits: the adaptive sweep's
+    ``addedBecause`` texts, the points' Δg, their speedup intervals (any-prior ends, then their own),
+    environment detail (kernel names are never included), the error text, the points' precision (5, 4, 3
+    significant digits), Δh's interval, the points' IQRs (``iqrPct``, ``replicatedIqrPct``,
+    ``splitIqrPct``: shown, while ``decided`` is kept), and at last the host times and Δh (the host-bound
+    regime: without them the summary is judged in one regime); each step with the serving and accuracy
+    sections at every level of :func:`vllm_summary_levels`. The points themselves are always kept. The
+    operator judges from the pod's full result in its log when it has it; this summary is the fallback.
     Returns the smallest form when even that does not fit.
     """
     env_full = result.environment.model_copy(update={"kernels": []})
@@ -209,7 +228,7 @@ def build_summary(
     # before any environment detail: the operator labels its metrics with the GPU
     point_forms = [points]
     drop: tuple[str, ...]
-    for drop in (("added_because",), ("speedup_low_any_prior", "speedup_high_any_prior"), ("speedup_low", "speedup_high")):
+    for drop in _POINT_DROP_STEPS:
         point_forms.append([p.model_copy(update=dict.fromkeys(drop)) for p in point_forms[-1]])
     points = point_forms[-1]
 
@@ -231,14 +250,18 @@ def build_summary(
     for digits in (5, 4, 3):
         rounded = [_round_point(p, digits) for p in points]
         candidates.append(last.model_copy(update={"points": rounded}))
-    for host_drop in _HOST_DROP_STEPS:  # at last the host detail: the medians, then the host-bound times
-        candidates.append(candidates[-1].model_copy(update={
-            "points": [p.model_copy(update=dict.fromkeys(host_drop)) for p in candidates[-1].points]}))
+    forms: list[tuple[ResultSummary, tuple[str, ...]]] = [(c, ()) for c in candidates]
+    interval_dropped = candidates[-1].model_copy(update={
+        "points": [p.model_copy(update=dict.fromkeys(_HOST_DROP_STEPS[0])) for p in candidates[-1].points]})
+    forms += [(interval_dropped, ()), (interval_dropped, _IQR_KEYS)]
+    one_regime = interval_dropped.model_copy(update={
+        "points": [p.model_copy(update=dict.fromkeys(_HOST_DROP_STEPS[1])) for p in interval_dropped.points]})
+    forms.append((one_regime, _IQR_KEYS))  # at last the host regime
     levels = vllm_summary_levels(serving, accuracy) if serving is not None or accuracy is not None else [(None, None)]
     text = ""
-    for cand in candidates:
+    for cand, strip in forms:
         for sv, acc in levels:
-            text = _compact(cand.model_copy(update={"serving": sv, "accuracy": acc}))
+            text = _compact(cand.model_copy(update={"serving": sv, "accuracy": acc}), strip)
             if len(text.encode()) <= max_bytes:
                 return text
     return text

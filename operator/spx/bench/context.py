@@ -3,7 +3,11 @@
 :func:`setup` initialises this rank (device, process group, weights, GEMM backend) into a
 :class:`BenchContext`; :func:`preflight` checks before any rank starts that the host can run the spec.
 :func:`timing_protocol` turns the context into the :class:`~spx.bench.timing.TimingProtocol` of one
-point (graph or eager: :func:`spx.analysis.execution.execution_mode`).
+point (graph or eager: :func:`spx.analysis.execution.graph_or_eager`).
+
+Which timers, gathers and GEMM backends need CUDA is one rule, the vocabulary's :data:`~spx.vocabulary.CUDA_TIMERS`
+and :data:`~spx.vocabulary.CUDA_GEMM_BACKENDS` (and ``nccl``): :mod:`spx.api.combinations` refuses them for
+``device: cpu`` before a pod exists, this module for a device that resolved to the CPU at run time.
 """
 
 from __future__ import annotations
@@ -14,11 +18,21 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from spx.analysis.execution import ExecutionMode, execution_mode, max_cudagraph_capture_size, serving_batch_args
+from spx.analysis.execution import graph_or_eager, max_cudagraph_capture_size, serving_batch_args
 from spx.api.spec import ExperimentSpec
 from spx.bench.gemm import build_projection, resolve_gemm_backend, weight_block_of
 from spx.bench.projection import activation_dtype
 from spx.bench.timing import TimingProtocol
+from spx.vocabulary import (
+    CUDA_GATHER_BACKENDS,
+    CUDA_TIMERS,
+    ExecutionMode,
+    GatherSource,
+    ResolvedDevice,
+    ResolvedGatherBackend,
+    ResolvedGemmBackend,
+    ResolvedTimer,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -38,11 +52,11 @@ class BenchContext:
     rank: int
     world_size: int
     tp: int
-    gemm_backend: str
+    gemm_backend: ResolvedGemmBackend
     gemm_backend_reason: str
-    gather_backend: str  # nccl | gloo | vllm | modelled | none
-    gather_source: str  # measured | modelled
-    timer: str  # cupti | cuda-events | host
+    gather_backend: ResolvedGatherBackend
+    gather_source: GatherSource
+    timer: ResolvedTimer
     cuda_graphs: bool
     projection: Projection
     dtype: torch.dtype
@@ -57,6 +71,11 @@ class BenchContext:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+    @property
+    def device_type(self) -> ResolvedDevice:
+        """``cuda`` or ``cpu``: where this rank runs (``KernelResult.device``)."""
+        return "cuda" if self.device.type == "cuda" else "cpu"
 
 
 def _env_int(name: str, default: int) -> int:
@@ -76,10 +95,15 @@ def _resolve_device(spec: ExperimentSpec, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def _resolve_timer(spec: ExperimentSpec, device: torch.device) -> str:
+def _resolve_timer(spec: ExperimentSpec, device: torch.device) -> ResolvedTimer:
+    """``spec.kernel.timer`` on ``device``: ``auto`` is cupti on GPUs, host on CPU.
+
+    Raises:
+        ValueError: a CUDA timer (:data:`~spx.vocabulary.CUDA_TIMERS`) on CPU, or ``host`` on a GPU.
+    """
     timer = spec.kernel.timer
     if device.type == "cpu":
-        if timer not in ("auto", "host"):
+        if timer in CUDA_TIMERS:
             raise ValueError(f"spec.kernel.timer: {timer} needs a CUDA GPU; on CPU use timer: host or auto")
         return "host"
     if timer == "host":
@@ -87,7 +111,9 @@ def _resolve_timer(spec: ExperimentSpec, device: torch.device) -> str:
     return "cupti" if timer == "auto" else timer
 
 
-def _resolve_gather(spec: ExperimentSpec, device: torch.device, world_size: int, tp: int) -> tuple[str, str]:
+def _resolve_gather(
+    spec: ExperimentSpec, device: torch.device, world_size: int, tp: int
+) -> tuple[ResolvedGatherBackend, GatherSource]:
     """``(backend, source)`` of the all-gather: ``auto`` models it with fewer ranks than TP (and says so in
     the result: ``gatherSource: modelled``); an explicit ``nccl``/``gloo``/``vllm`` asks for a measured
     gather, so fewer ranks than TP is refused instead of modelled behind the user's back.
@@ -100,7 +126,7 @@ def _resolve_gather(spec: ExperimentSpec, device: torch.device, world_size: int,
     want = spec.kernel.gather
     if want == "modelled":
         return "modelled", "modelled"
-    if want == "nccl" and device.type != "cuda":
+    if want in CUDA_GATHER_BACKENDS and device.type != "cuda":
         raise ValueError("spec.kernel.gather: nccl needs CUDA GPUs; on CPU use gather: gloo or auto")
     if world_size < tp:
         if want == "auto":
@@ -260,15 +286,15 @@ def capture_size_of(spec: ExperimentSpec, device: torch.device) -> tuple[int, st
     """
     import torch
 
-    cap = tuple(torch.cuda.get_device_capability(device)) if device.type == "cuda" else None
+    cap = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     args = spec.serving.extra_args if spec.serving is not None else []
     seqs, spec_tokens = serving_batch_args(args)
-    return max_cudagraph_capture_size(cap, seqs, spec_tokens, spec.kernel.max_cudagraph_capture_size)  # type: ignore[arg-type]
+    return max_cudagraph_capture_size(cap, seqs, spec_tokens, spec.kernel.max_cudagraph_capture_size)
 
 
 def point_execution(ctx: BenchContext, tokens: int) -> tuple[ExecutionMode, str]:
     """How the point of ``tokens`` is timed here and why: vLLM's rule, then what this device can do."""
-    mode, reason = execution_mode(tokens, ctx.spec.kernel.execution, ctx.capture_size)
+    mode, reason = graph_or_eager(tokens, ctx.spec.kernel.execution, ctx.capture_size)
     if ctx.device.type != "cuda":
         return "eager", f"CPU smoke run: eager only (on a GPU {reason})"
     if mode == "graph" and not ctx.cuda_graphs:

@@ -27,6 +27,16 @@ from typing import TYPE_CHECKING
 from spx.api.projection import weight_block
 from spx.api.spec import ExperimentSpec
 from spx.bench.projection import DTYPES, Projection, activation_dtype
+from spx.vocabulary import (
+    BF16,
+    FP8_BLOCK128,
+    MXFP8,
+    MXFP8_GEMM_BACKENDS,
+    GemmBackend,
+    ResolvedDevice,
+    ResolvedGemmBackend,
+    WeightFormat,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -36,20 +46,19 @@ if TYPE_CHECKING:
 __all__ = ["DTYPES", "Projection", "activation_dtype", "build_projection", "choose_gemm_backend",
            "reference_tolerance", "resolve_gemm_backend", "weight_block_of"]
 
-MXFP8 = "mxfp8-block32-ue8m0"
 #: vLLM 0.33 ``_HUMMING_PREFERRED_CAPABILITIES`` (``utils/humming/priority.py``): Humming outranks Marlin.
 HUMMING_PREFERRED_CAPABILITIES = frozenset({90})
 CEILING = "a cuBLAS reference ceiling, not vLLM's kernel"
 
 
 def choose_gemm_backend(
-    requested: str,
-    weight_format: str,
-    device_type: str,
+    requested: GemmBackend,
+    weight_format: WeightFormat,
+    device_type: ResolvedDevice,
     capability: tuple[int, int] | None,
     humming: tuple[bool, str],
     marlin: tuple[bool, str],
-) -> tuple[str, str]:
+) -> tuple[ResolvedGemmBackend, str]:
     """Pure decision: the backend to run and why (recorded as ``gemmBackendReason``).
 
     ``requested`` is ``spec.kernel.gemmBackend``; ``device_type`` ``cuda``/``cpu``; ``capability`` the
@@ -72,7 +81,7 @@ def choose_gemm_backend(
     if requested == "auto":
         if not cuda:
             return "torch-bf16", "auto: CPU smoke run: torch-bf16 (vLLM's MXFP8 kernels need CUDA); timings say nothing about GPUs"
-        if weight_format == "bf16":
+        if weight_format == BF16:
             return "torch-bf16", "auto: weightFormat bf16 is unquantized: torch-bf16 (cuBLAS), as vLLM runs unquantized linears"
         if weight_format != MXFP8:
             if cap is not None and cap >= 90:
@@ -99,7 +108,7 @@ def choose_gemm_backend(
             f"`pip install 'spx-operator[gpu]'`) nor marlin ({marlin[1]}); install one, or set gemmBackend "
             "torch-bf16 for a cuBLAS ceiling"
         )
-    if requested in ("humming", "marlin"):
+    if requested == "humming" or requested == "marlin":
         if not cuda:
             raise ValueError(f"spec.kernel.gemmBackend: {requested} needs a CUDA GPU (device is cpu); use torch-bf16 or auto on CPU")
         if weight_format != MXFP8:
@@ -113,9 +122,9 @@ def choose_gemm_backend(
         name = "HummingMxfp8LinearKernel" if requested == "humming" else "MarlinMxfp8LinearKernel"
         return requested, f"requested: {requested} (vLLM 0.33 {name}, W8A16) on {sm}; {why}"
     if requested == "torch-fp8":
-        if weight_format != "fp8-block128-ue8m0":
+        if weight_format != FP8_BLOCK128:
             raise ValueError(
-                f"spec.kernel.gemmBackend: torch-fp8 needs weightFormat fp8-block128-ue8m0 (cuBLASLt's blockwise W8A8 "
+                f"spec.kernel.gemmBackend: torch-fp8 needs weightFormat {FP8_BLOCK128} (cuBLASLt's blockwise W8A8 "
                 f"takes 1×128 / 128×128 scale blocks only), not {weight_format}: use gemmBackend humming, marlin or "
                 "torch-bf16 for MXFP8 weights"
             )
@@ -142,7 +151,7 @@ def marlin_status() -> tuple[bool, str]:
     return bool(ok), str(why) if why else ("marlin available" if ok else "marlin unavailable")
 
 
-def resolve_gemm_backend(spec: ExperimentSpec, device: torch.device) -> tuple[str, str]:
+def resolve_gemm_backend(spec: ExperimentSpec, device: torch.device) -> tuple[ResolvedGemmBackend, str]:
     """``spec.kernel.gemmBackend`` resolved for ``device``: ``(backend, reason)`` (see :func:`choose_gemm_backend`).
 
     Raises:
@@ -153,15 +162,16 @@ def resolve_gemm_backend(spec: ExperimentSpec, device: torch.device) -> tuple[st
     from spx.bench.humming_backend import humming_available
 
     cuda = device.type == "cuda"
-    cap = tuple(torch.cuda.get_device_capability(device)) if cuda else None
+    cap = torch.cuda.get_device_capability(device) if cuda else None
     requested = spec.kernel.gemm_backend
-    needs_kernels = cuda and spec.projection.weight_format == MXFP8 and requested in ("auto", "humming", "marlin")
+    needs_kernels = cuda and spec.projection.weight_format == MXFP8 and (requested == "auto" or requested in MXFP8_GEMM_BACKENDS)
     humming = humming_available() if needs_kernels else (False, "not checked")
     marlin = marlin_status() if needs_kernels and (requested == "marlin" or (requested == "auto" and not humming[0])) else (False, "not checked")
-    return choose_gemm_backend(requested, spec.projection.weight_format, device.type, cap, humming, marlin)  # type: ignore[arg-type]
+    device_type: ResolvedDevice = "cuda" if cuda else "cpu"
+    return choose_gemm_backend(requested, spec.projection.weight_format, device_type, cap, humming, marlin)
 
 
-def reference_tolerance(backend: str, weight_format: str) -> float:
+def reference_tolerance(backend: ResolvedGemmBackend, weight_format: WeightFormat) -> float:
     """Largest allowed relative Frobenius error ‖y − y_ref‖ / ‖y_ref‖ of ``backend`` against the fp32 reference.
 
     ``y_ref = x.float() @ W_deq.float().T`` (:func:`spx.bench.correctness.reference_error`). W8A16 kernels
@@ -170,12 +180,12 @@ def reference_tolerance(backend: str, weight_format: str) -> float:
     remain: ~3e-3 measured; tolerance 1e-2. W8A8 (torch-fp8, vLLM on 128×128 blocks) also rounds X to
     e4m3 (3 mantissa bits, ~3 % RMS relative per element): tolerance 5e-2.
     """
-    w8a8 = backend == "torch-fp8" or (backend == "vllm" and weight_format == "fp8-block128-ue8m0")
+    w8a8 = backend == "torch-fp8" or (backend == "vllm" and weight_format == FP8_BLOCK128)
     return 5e-2 if w8a8 else 1e-2
 
 
 def build_projection(
-    backend: str, weight: BlockFp8Weight, spec: ExperimentSpec, device: torch.device
+    backend: ResolvedGemmBackend, weight: BlockFp8Weight, spec: ExperimentSpec, device: torch.device
 ) -> Projection:
     """A callable ``x[M, K] (activation dtype) -> y[M, N] (activation dtype)`` for ``backend``.
 

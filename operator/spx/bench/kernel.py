@@ -26,17 +26,22 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from spx.analysis.stats import candidate_stats
 from spx.api.base import utc_now
 from spx.api.result import CandidateStats, KernelResult, PointResult
 from spx.api.spec import ExperimentSpec
-from spx.bench.candidates import CANDIDATES, PointPlan, build_candidates, gather_path
+from spx.bench.candidates import PointPlan, build_candidates, gather_path
 from spx.bench.context import BenchContext, point_execution, preflight, setup, timing_protocol, warm_up_gpu
 from spx.bench.correctness import check_correctness, check_reference
 from spx.bench.fingerprint import collect_environment
 from spx.bench.gemm import reference_tolerance
 from spx.bench.timing import bench_time
+from spx.vocabulary import CANDIDATES, GatherSource
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["CANDIDATES", "FAULT_ENV", "FAULT_TOKENS_ENV", "BenchContext", "PointPlan", "measure_point",
            "preflight", "run_kernel_bench", "setup"]
@@ -74,9 +79,9 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
     protocol = timing_protocol(ctx, mode)
     checked: dict[str, float] = {}
 
-    def check(outputs: dict[str, object]) -> None:
-        checked["err"], checked["ref"] = check_correctness(ctx, outputs["replicated"], outputs["split"], plan)  # type: ignore[arg-type]
-        checked["rel"] = check_reference(ctx, cands, outputs["replicated"])  # type: ignore[arg-type]
+    def check(outputs: dict[str, torch.Tensor]) -> None:
+        checked["err"], checked["ref"] = check_correctness(ctx, outputs["replicated"], outputs["split"], plan)
+        checked["rel"] = check_reference(ctx, cands, outputs["replicated"])
 
     launched = mode == "eager" and cands.launch is not None  # the real 1-rank gather launch in the host samples
     timing = bench_time(cands.launches(), protocol, check, cands.host_launches() if launched else None)
@@ -87,7 +92,7 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         walls = cands.gather_walls[-samples:]
         gather = walls if protocol.reduce_max is None else _reduced(protocol.reduce_max, walls)
     gather_host: float | None = None
-    gather_host_source = "measured" if cands.gathered else None
+    gather_host_source: GatherSource | None = "measured" if cands.gathered else None
     if ctx.gather_source == "modelled" and ctx.tp > 1:
         model = ctx.spec.kernel.gather_model
         g = model.gather_us(plan.padded_tokens, ctx.spec.projection.output_size, ctx.dtype.itemsize, ctx.tp)
@@ -119,7 +124,7 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         split=split_stats,
         shard_gemm_us=max(0.0, split_stats.median_us - gather_med),
         gather_us=gather_med if ctx.timer != "cuda-events" or ctx.gather_source == "modelled" else None,
-        gather_source=ctx.gather_source,  # type: ignore[arg-type]
+        gather_source=ctx.gather_source,
         gather_path=gather_path(ctx, plan.padded_tokens),
         max_abs_error=checked["err"],
         max_abs_reference=checked["ref"],
@@ -127,7 +132,7 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         execution=mode,
         execution_reason=why[:256],
         gather_host_us=gather_host,
-        gather_host_source=gather_host_source,  # type: ignore[arg-type]
+        gather_host_source=gather_host_source,
         uncovered_samples=timing.uncovered,
     )
 
@@ -162,7 +167,9 @@ def run_kernel_bench(
     try:
         warm_up_gpu(ctx)
         points: list[PointResult] = []
-        if spec.sweep.refine is not None:  # the adaptive sweep (spx.bench.adaptive): rank 0 plans, all measure
+        from spx.bench.adaptive import planned_extra
+
+        if spec.sweep.refine is not None or planned_extra(spec):  # spx.bench.adaptive: rank 0 plans, all measure
             from spx.bench.adaptive import adaptive_sweep, torch_broadcast
 
             def measure(counts: list[int]) -> list[PointResult] | None:
@@ -170,7 +177,7 @@ def run_kernel_bench(
                 return [p for p in got if p is not None] if ctx.rank == 0 else None
 
             points = adaptive_sweep(spec, measure, torch_broadcast(ctx.rank, ctx.distributed), on_point) or []
-        for tokens in spec.sweep.tokens if spec.sweep.refine is None else ():
+        for tokens in spec.sweep.tokens if spec.sweep.refine is None and not planned_extra(spec) else ():
             point = measure_point(ctx, tokens)
             if point is not None:
                 points.append(point)
@@ -210,9 +217,9 @@ def run_kernel_bench(
             gemm_backend_reason=ctx.gemm_backend_reason,
             reference_tolerance=reference_tolerance(ctx.gemm_backend, spec.projection.weight_format),
             gather_backend=ctx.gather_backend,
-            gather_source=ctx.gather_source,  # type: ignore[arg-type]
+            gather_source=ctx.gather_source,
             timer=ctx.timer,
-            device=ctx.device.type,
+            device=ctx.device_type,
             cuda_graphs=ctx.cuda_graphs,
             execution=spec.kernel.execution,
             max_cudagraph_capture_size=ctx.capture_size,

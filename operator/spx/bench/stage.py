@@ -24,16 +24,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spx.analysis.bounds import host_bound_samples
 from spx.analysis.execution import stream_mode
-from spx.api.result import CandidateStats
 from spx.api.spec import ExperimentSpec
-from spx.api.stage import STAGE_CANDIDATES, LayerKindSpec, StageResult, StageRow, StageSpec, StageTimes
+from spx.api.stage import LayerKindSpec, StageResult, StageRow, StageSpec, StageTimes
 from spx.bench.candidates import PointPlan, activations, gather_fn
 from spx.bench.context import BenchContext, point_execution, setup, timing_protocol, warm_up_gpu
 from spx.bench.fingerprint import host_cpu_model
 from spx.bench.sequence_parallel import resolve_sp_shard, sp_trim
 from spx.bench.timing import bench_time
+from spx.vocabulary import EXECUTIONS, GEMM_BACKENDS, STAGE_CANDIDATES, StageStreams
 
 if TYPE_CHECKING:
     import torch
@@ -68,7 +67,7 @@ class _Layer:
             if kind.compressor_output_size else None
         self.w_i = (torch.randn(kind.indexer_heads, k, generator=gen, device=ctx.device) / k**0.5).to(ctx.dtype) \
             if kind.indexer_heads else None
-        self.streams = "none" if self.w_c is None and self.w_i is None else stream_mode(tokens, stage.multi_stream_threshold)
+        self.streams: StageStreams = "none" if self.w_c is None and self.w_i is None else stream_mode(tokens, stage.multi_stream_threshold)
         cuda = ctx.device.type == "cuda"
         self.aux = [torch.cuda.Stream(ctx.device), torch.cuda.Stream(ctx.device)] if cuda and self.streams == "parallel" else []
         self.shard, _ = resolve_sp_shard(ctx.tp, ctx.rank, use_vllm=ctx.gather_backend == "vllm")
@@ -151,13 +150,9 @@ def _times(span: list[float], host: list[float], gather: tuple[float, float]) ->
     g_gpu, g_host = gather
     span = [s + g_gpu for s in span]
     host = [h + g_host for h in host]
-    stats = CandidateStats(samples_us=span, median_us=max(statistics.median(span), 1e-9), q1_us=0, q3_us=0, iqr_pct=0,
-                           host_samples_us=host)
-    bound = host_bound_samples(stats)
     return StageTimes(
         gpu_us=round(statistics.median(span), 3),
         host_us=round(statistics.median(host), 3) if host else None,
-        host_bound_us=round(statistics.median(bound), 3) if bound else None,
         modelled_gather_us=round(g_gpu, 3),
         modelled_gather_host_us=round(g_host, 3),
     )
@@ -171,7 +166,7 @@ def measure_stage_row(ctx: BenchContext, kind: LayerKindSpec, tokens: int, stage
     if ctx.rank != 0:
         return None
     return StageRow(
-        kind=kind.name, layers=len(kind.layers), tokens=tokens, execution=mode, streams=layer.streams,  # type: ignore[arg-type]
+        kind=kind.name, layers=len(kind.layers), tokens=tokens, execution=mode, streams=layer.streams,
         candidates={name: _times(timing.span_us[name], timing.host_us.get(name, []), layer.modelled_gathers(name, mode))
                     for name in STAGE_CANDIDATES},
     )
@@ -200,7 +195,7 @@ def run_stage(spec: ExperimentSpec) -> StageResult | None:
         if ctx.gather_source == "modelled" and ctx.tp > 1:
             notes.append(f"every all-gather modelled ({ctx.world_size} rank(s) < TP {ctx.tp}): GPU "
                          f"{spec.kernel.gather_model.describe()}; host {spec.kernel.gather_model.host_us:g} µs each (modelled)")
-        return StageResult(gemm_backend=ctx.gemm_backend, gather_source=ctx.gather_source, device=ctx.device.type,
+        return StageResult(gemm_backend=ctx.gemm_backend, gather_source=ctx.gather_source, device=ctx.device_type,
                            timer=ctx.timer, chunk_tokens=stage.chunk_tokens, rows=rows, warnings=notes,
                            host_cpu=host_cpu_model())
     finally:
@@ -215,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m spx.bench.stage", description=__doc__.split("\n")[0])
     parser.add_argument("spec")
-    parser.add_argument("--gemm-backend")
-    parser.add_argument("--execution", choices=["auto", "graph", "eager"])
+    parser.add_argument("--gemm-backend", choices=GEMM_BACKENDS)
+    parser.add_argument("--execution", choices=EXECUTIONS)
     parser.add_argument("--tokens", help="comma-separated token counts (overrides stage.tokens)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -231,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(result.model_dump_json(by_alias=True, indent=1))
+        from spx.files import write_atomic
+
+        write_atomic(args.out, result.model_dump_json(by_alias=True, indent=1))
     print("\n".join(stage_table_lines(result)))
     return 0
 

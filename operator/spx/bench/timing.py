@@ -40,9 +40,10 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from spx.bench.cupti import ANNOTATION_PREFIX, SampleSpan, extract_spans, is_gather_kernel
+from spx.vocabulary import ResolvedTimer, TimingMode
 
 if TYPE_CHECKING:
     import torch
@@ -54,7 +55,6 @@ __all__ = [
 ]
 
 Launches = Mapping[str, Callable[[], object]]
-Mode = Literal["graph", "eager", "host"]
 #: Warm-up per point runs for at least this long as well as ``warmup`` rounds: on H200 with 5
 #: warm-ups, the first ~12 samples of the 8192-token replicated GEMM ran 5-13 % slow (222 vs 197 µs;
 #: clocks settling under the heavier load), pushing its IQR to 3.1 %.
@@ -208,8 +208,8 @@ class TimingProtocol:
         cover_us: the GPU cover before each eager launch and each host-timed launch (µs).
     """
 
-    mode: Mode
-    timer: str
+    mode: TimingMode
+    timer: ResolvedTimer
     samples: int
     warmup: int
     min_warmup_s: float = MIN_WARMUP_S

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from spx.api.projection import WEIGHT_FORMAT_BLOCK
 from spx.api.spec import ExperimentSpec
 from spx.bench.vllm_gather import GATHER_PATHS, VllmGather, build_vllm_gather, vllm_graph_capture
 from spx.bench.vllm_runtime import (
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "ENV_SKIP_VERSION_CHECK", "FORMAT_BLOCKS", "GATHER_PATHS", "MIN_VLLM", "MXFP8_GROUP", "VllmGather", "VllmLayerInfo",
+    "ENV_SKIP_VERSION_CHECK", "GATHER_PATHS", "MIN_VLLM", "MXFP8_GROUP", "VllmGather", "VllmLayerInfo",
     "VllmProjection", "build_vllm_gather", "build_vllm_layer", "build_vllm_projection", "resolve_device",
     "checkpoint_quant_config", "checkpoint_tensors", "ensure_vllm", "init_vllm_runtime", "layer_model_config",
     "load_checkpoint_weight", "mxfp8_kernel_candidates", "vllm_graph_capture", "vllm_quant_config",
@@ -64,8 +65,6 @@ __all__ = [
 
 #: vLLM's MXFP8 group size (``MXFP8_BLOCK_SIZE`` in ``layers/quantization/utils/mxfp8_utils.py``).
 MXFP8_GROUP = 32
-#: Block edge of each weight format spx knows (``spec.projection.weightFormat``).
-FORMAT_BLOCKS = {"mxfp8-block32-ue8m0": 32, "fp8-block128-ue8m0": 128}
 
 
 class BlockFp8WeightLike(Protocol):
@@ -163,12 +162,13 @@ def _weight_block(weight: BlockFp8WeightLike, spec: ExperimentSpec) -> int:
     """The weight's block edge (``weight.block``, 128 when absent), checked against ``weightFormat``."""
     block = int(getattr(weight, "block", 128))
     fmt = spec.projection.weight_format
-    if fmt == "bf16":
+    expected = WEIGHT_FORMAT_BLOCK[fmt]
+    if expected is None:
+        blocked = [f for f, b in WEIGHT_FORMAT_BLOCK.items() if b is not None]
         raise ValueError(
             f"gemmBackend vllm loads FP8 block weights as the checkpoint stores them; weightFormat {fmt} is not "
-            f"one (use {' or '.join(FORMAT_BLOCKS)})"
+            f"one (use {' or '.join(blocked)})"
         )
-    expected = FORMAT_BLOCKS.get(fmt, block)
     if expected != block:
         raise ValueError(f"weightFormat {fmt} has {expected}×{expected} blocks, the weight has {block}×{block}")
     return block

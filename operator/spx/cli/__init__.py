@@ -19,7 +19,7 @@ from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREAC
 from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (importing registers their commands)
 from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
 from spx.cli.registry import COMMANDS, build_parser, command
-from spx.cli.streams import pipe_safe_streams, stdout_closed
+from spx.cli.streams import degrade_unencodable_characters, internal_error, pipe_safe_streams, stdout_closed
 
 
 def _error(message: str) -> None:
@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
 
     Usage errors (argparse's own included) are 3, an unreachable cluster 4, Ctrl-C 130 with one line, a
     closed stdout or stderr 141 and nothing printed (``spx run`` and ``spx serving`` go on, write their files
-    and exit with their own code: :mod:`spx.cli.streams`).
+    and exit with their own code: :mod:`spx.cli.streams`), an exception no command expected 70 (never 1, which
+    ``spx gate`` means as Fail). A character the output's encoding cannot show is written as an ASCII stand-in.
     """
+    degrade_unencodable_characters()
     try:
         parser = build_parser()
         try:
@@ -68,6 +70,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `spx crd | head -1`: stop quietly, exit 141 as SIGPIPE would
         return stdout_closed()
+    except Exception as exc:  # a bug: never exit 1 (spx gate's Fail, spx run's failed benchmark)
+        return internal_error(exc)
 
 
 __all__ = [

@@ -47,19 +47,24 @@ def cmd_serving(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file} has no spec.serving, so there is no vLLM bench to run; add a spec.serving "
                          "section (docs/serving.md)")
     from spx.cli import outdir
-    from spx.serving.ab import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE
+    from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE, STATUS_FILE, STEP_RESULT_FILE
 
     with outdir.locked(args.out):  # one run at a time per --out, as spx run
-        earlier = [n for n in (SERVING_RESULT_FILE, ACCURACY_RESULT_FILE) if (args.out / n).exists()]
+        earlier = [n for n in (SERVING_RESULT_FILE, ACCURACY_RESULT_FILE, STEP_RESULT_FILE) if (args.out / n).exists()]
         if earlier and not args.overwrite:
             raise UsageError(f"--out {args.out} already holds serving results ({', '.join(earlier)}); pass "
                              "--overwrite to replace them, or choose another --out")
         try:
-            complete = run_vllm_benches(exp.spec, args.out, name=exp.metadata.name, vllm_command=args.vllm.split())
+            outcome = run_vllm_benches(exp.spec, args.out, name=exp.metadata.name, vllm_command=args.vllm.split())
         except (ValueError, OSError) as err:
             err_console().print(f"[bold red]the vLLM benches did not start:[/] {escape(str(err))}", highlight=False)
             return EXIT_FAIL
-    return EXIT_OK if complete else EXIT_FAIL
+    from spx.cli.serving_lines import bench_lines
+
+    for line in bench_lines(outcome.status):
+        print(line)
+    print(f"status: {args.out / STATUS_FILE} (spx report / spx gate {args.out})")
+    return EXIT_OK if outcome.complete else EXIT_FAIL
 
 
 def _operator_args(p: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from rich.table import Table
 from spx.api import Experiment, ExperimentSpec, SpecError, dump_model, load_experiment, validate_spec
 from spx.api.exit_codes import EXIT_USAGE
 from spx.api.loading import MAX_DOCUMENT_BYTES
+from spx.vocabulary import OUTPUT_FORMATS
 
 DEFAULT_OUT_ROOT = "spx-runs"
 #: Width of output that is not a terminal (pipes, logs, tests); text lines are not wrapped there at all and a
@@ -27,7 +28,6 @@ PIPE_WIDTH = 160
 #: The widest a table is laid out off a terminal: a GPU run's kernel table (graph/eager, host-bound columns and
 #: both speedup intervals: 14 columns) is 214 wide, and squeezing it into 160 cropped its intervals to ``0.448–0.…``.
 PIPE_TABLE_MAX_WIDTH = 240
-OUTPUT_FORMATS = ("text", "json", "yaml")
 
 
 class UsageError(Exception):

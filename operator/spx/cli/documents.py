@@ -31,6 +31,8 @@ from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
 from spx.api.spec import Experiment
 from spx.api.status import DecidedReason, Environment, KernelStatus, Verdict
+from spx.api.step import StepStatus
+from spx.files import write_atomic
 
 #: The ``problems`` field of the report and predict documents (``valid: false`` and ``problems`` in validate's).
 PROBLEMS = ("why there is no result (the command exits 3): one line per problem, as stderr says in text "
@@ -65,6 +67,10 @@ class ReportDocument(CamelModel):
     kernel: KernelStatus | None = None
     serving: ServingStatus | None = None
     accuracy: AccuracyStatus | None = None
+    step: StepStatus | None = Field(default=None, description="the step A/B judged with the sweep (status.json's step)")
+    judged_with: list[str] = Field(
+        default_factory=list, description="the vLLM results judged with the kernel sweep, each with where it was read "
+                                          "(so the verdict is the one spx gate reads from the same folder)")
     environment: Environment | None = None
     cpu: bool = Field(default=False, description="CPU smoke run: timings say nothing about GPUs")
     warnings: list[str] = Field(default_factory=list)
@@ -120,7 +126,7 @@ def write_schemas(directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, model in DOCUMENTS.items():
-        (directory / name).write_text(schema_text(model), encoding="utf-8")
+        write_atomic(directory / name, schema_text(model))
         paths.append(directory / name)
     return paths
 

@@ -27,17 +27,25 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from pydantic import ValidationError
+
 from spx.api.exit_codes import EXIT_FAIL, EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.api.exit_codes import EXIT_OK as EXIT_PASS
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.vocabulary import TERMINAL_PHASES, Verdict, one_of
+from spx.api.status import ExperimentStatus
+from spx.vocabulary import OUTPUT_FORMATS, STATUS_FILE, TERMINAL_PHASES, Verdict, one_of
 
 #: The exit code of each verdict (every verdict of :data:`spx.vocabulary.VERDICTS`; a test checks).
 EXIT_BY_VERDICT: dict[Verdict, int] = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "Inconclusive": EXIT_UNDECIDED}
+
+
+#: ``GateResult.reason`` when there was no status to decide on (:meth:`GateResult.unread`).
+UNREAD_REASONS: tuple[str, ...] = ("Unreadable", "Unreachable")
 
 
 class GateError(Exception):
@@ -65,9 +73,15 @@ class GateResult:
     #: ``--wait`` polls again (a cluster that may come back); false for a kubeconfig that cannot be used.
     retry: bool = True
 
+    @property
+    def unread(self) -> bool:
+        """The status could not be read (reason ``Unreadable``: a usage error; ``Unreachable``: no cluster): not a
+        decision at all, so the line goes to stderr."""
+        return self.reason in UNREAD_REASONS
+
     def line(self) -> str:
         """One human-readable line, e.g. ``Pass: ml/h200-tp8 (phase Succeeded)``."""
-        if self.reason in ("Unreadable", "Unreachable"):  # a usage error or no cluster: not a decision at all
+        if self.unread:
             return f"error: {self.message or self.source}"
         head = self.verdict if self.verdict else ("Undecided" if not self.decided else f"No verdict ({self.reason})")
         text = f"{head}: {self.source}"
@@ -78,23 +92,47 @@ class GateResult:
         return text
 
 
-def decide(status: dict[str, Any] | None, source: str, generation: int | None = None) -> GateResult:
-    """The gate decision for one experiment status (the camelCase ``.status`` mapping).
+#: The fields of :class:`~spx.api.status.ExperimentStatus` a decision rests on. Only these are validated, so
+#: a kernel, serving or accuracy section written by another spx version does not keep a release from its gate.
+DECISION_FIELDS = ("phase", "observed_generation", "conditions", "verdict", "verdict_reasons", "message")
+
+
+def decision_status(status: Mapping[str, Any] | None) -> ExperimentStatus:
+    """The decision fields (:data:`DECISION_FIELDS`) of a camelCase ``.status`` mapping, parsed by the status model.
+
+    Raises:
+        pydantic.ValidationError: a decision field the model refuses (a verdict that is not one, a condition
+            without its type, status, reason or lastTransitionTime, a phase spx does not have).
+    """
+    aliases = {ExperimentStatus.model_fields[name].alias or name for name in DECISION_FIELDS}
+    return ExperimentStatus.model_validate({k: v for k, v in (status or {}).items() if k in aliases})
+
+
+def decide(status: ExperimentStatus | Mapping[str, Any] | None, source: str, generation: int | None = None) -> GateResult:
+    """The gate decision for one experiment status: the model, or the camelCase ``.status`` mapping read through
+    :func:`decision_status` (a mapping the model refuses is not a decision: exit 2, the message names the field).
 
     ``generation`` is the object's ``metadata.generation`` when read from a cluster: a status
     observed for an older generation describes an older spec and is not a decision for this one.
     """
-    status = status or {}
-    phase = status.get("phase")
-    conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
-    decided_cond = conditions.get("Decided")
-    verdict = status.get("verdict")
-    reasons = [str(r) for r in status.get("verdictReasons") or []]
+    if not isinstance(status, ExperimentStatus):
+        try:
+            status = decision_status(status)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            return GateResult(EXIT_UNDECIDED, source, False, message=(
+                f"the status is not an ExperimentStatus spx can decide on ({where}: {first['msg']}; got "
+                f"{str(first.get('input'))[:80]!r}): not a decision"))
+    phase = status.phase
+    decided_cond = next((c for c in status.conditions if c.type == "Decided"), None)
+    verdict = status.verdict
+    reasons = list(status.verdict_reasons)
 
-    observed = status.get("observedGeneration")
-    if decided_cond is not None and decided_cond.get("observedGeneration") is not None:
-        observed = decided_cond.get("observedGeneration")
-    if generation is not None and observed is not None and int(observed) < generation:
+    observed = status.observed_generation
+    if decided_cond is not None and decided_cond.observed_generation is not None:
+        observed = decided_cond.observed_generation
+    if generation is not None and observed is not None and observed < generation:
         return GateResult(
             EXIT_UNDECIDED,
             source,
@@ -110,25 +148,25 @@ def decide(status: dict[str, Any] | None, source: str, generation: int | None = 
             msg += f": a bare verdict field ({verdict!r}) is not a decision"
         return GateResult(EXIT_UNDECIDED, source, False, None, phase, message=msg)
 
-    if decided_cond.get("status") != "True":
-        msg = decided_cond.get("message") or "the Decided condition is not True yet"
-        return GateResult(EXIT_UNDECIDED, source, False, None, phase, decided_cond.get("reason"), msg)
+    if decided_cond.status != "True":
+        msg = decided_cond.message or "the Decided condition is not True yet"
+        return GateResult(EXIT_UNDECIDED, source, False, None, phase, decided_cond.reason, msg)
 
-    reason = decided_cond.get("reason")
+    reason = decided_cond.reason
     if phase not in TERMINAL_PHASES:
         return GateResult(EXIT_UNDECIDED, source, False, None, phase, reason,
                           f"Decided is True but the phase is {phase!r}, not {one_of(TERMINAL_PHASES)}: not decided yet")
     if reason in EXIT_BY_VERDICT:
-        msg = "; ".join(reasons) or decided_cond.get("message") or ""
+        msg = "; ".join(reasons) or decided_cond.message or ""
         if verdict is not None and verdict != reason:
             if reason == "Pass":  # fail closed: a Pass needs the verdict field to say Pass too
-                code = EXIT_BY_VERDICT.get(str(verdict), EXIT_UNDECIDED)
-                return GateResult(code, source, code != EXIT_UNDECIDED, str(verdict) if code != EXIT_UNDECIDED else None,
+                code = EXIT_BY_VERDICT[verdict]
+                return GateResult(code, source, code != EXIT_UNDECIDED, verdict if code != EXIT_UNDECIDED else None,
                                   phase, reason, f"the Decided reason is 'Pass' but the verdict field says {verdict!r}: "
                                   "a Pass needs both, so the status is not a Pass; " + msg, reasons)
             msg = f"the verdict field says {verdict!r} but the Decided reason is {reason!r}: the reason decides; " + msg
         return GateResult(EXIT_BY_VERDICT[reason], source, True, reason, phase, reason, msg, reasons)
-    msg = decided_cond.get("message") or status.get("message") or ""
+    msg = decided_cond.message or status.message or ""
     if verdict is not None:
         msg = f"decided {reason} without a verdict (a verdict field {verdict!r} is not trusted): " + msg
     return GateResult(EXIT_UNDECIDED, source, True, None, phase, reason, msg, reasons)
@@ -145,7 +183,7 @@ def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
 
     raw = str(path)
     path = Path(raw)
-    target = os.path.join(raw, "status.json") if path.is_dir() else raw
+    target = os.path.join(raw, STATUS_FILE) if path.is_dir() else raw
     try:
         data = json.loads(Path(target).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -175,7 +213,8 @@ def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
 
 
 #: The fields of an ExperimentStatus the gate reads: a document with none of them is not a status.
-STATUS_FIELDS = {"phase": str, "conditions": list, "verdict": str, "observedGeneration": int}
+STATUS_FIELDS = {ExperimentStatus.model_fields[name].alias or name: typ
+                 for name, typ in (("phase", str), ("conditions", list), ("verdict", str), ("observed_generation", int))}
 
 
 def check_status(data: dict[str, Any], target: str, whole_object: bool = False) -> dict[str, Any]:
@@ -189,7 +228,7 @@ def check_status(data: dict[str, Any], target: str, whole_object: bool = False) 
     kind = str(data.get("schemaVersion") or "")
     if is_run_result(data):
         run_dir = os.path.dirname(target) or "."
-        raise GateError(f"{target} is a run's result, not a status: pass {os.path.join(run_dir, 'status.json')} "
+        raise GateError(f"{target} is a run's result, not a status: pass {os.path.join(run_dir, STATUS_FILE)} "
                         f"or the run directory {run_dir}")
     if kind:
         raise GateError(f"{target} is a {kind[:60]} document, not an experiment status: pass a run's status.json, "
@@ -277,17 +316,22 @@ def _is_local(target: str) -> bool:
     return target.endswith(".json") or "/" in target or Path(target).exists()
 
 
-def evaluate(
+def read_and_decide(
     target: str, namespace: str | None = None, kubeconfig: str | None = None, context: str | None = None
 ) -> GateResult:
     """Read ``target`` (a local path or an experiment name) once and decide."""
     try:
         if _is_local(target):
-            from spx.cli.outdir import run_in_progress
+            from spx.cli.outdir import partial_points, run_in_progress
 
-            if holder := run_in_progress(Path(target) if os.path.isdir(target) else Path(target).parent):
+            run_dir = Path(target) if os.path.isdir(target) else Path(target).parent
+            if holder := run_in_progress(run_dir):
                 return GateResult(EXIT_UNDECIDED, target, False, phase="Running",
                                   message=f"a run is in progress ({holder}); its status.json is written when it ends")
+            if not (run_dir / STATUS_FILE).exists() and (n := partial_points(run_dir)):
+                return GateResult(EXIT_UNDECIDED, target, False, message=(
+                    f"the run ended without writing its status.json (a full disk, SIGKILL, the OOM killer): not "
+                    f"decided; {n} measured point(s) in points.partial.jsonl (spx report {run_dir} reports them)"))
             local, local_generation = read_local(target)
             return decide(local, target, local_generation)
         check_names(target, namespace)
@@ -324,7 +368,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval", type=float, default=10.0, metavar="SECONDS", help="poll interval with --wait (default 10)"
     )
-    parser.add_argument("-o", "--output", choices=("text", "json", "yaml"), default=None,
+    parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default=None,
                         help="output format (default text); json/yaml: one document, schema docs/schemas/gate.schema.json")
     parser.add_argument("--json", action="store_true", help="the same as -o json (not with another -o)")
 
@@ -353,7 +397,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     deadline = time.monotonic() + args.wait
     while True:
-        result = evaluate(args.target, args.namespace, args.kubeconfig, args.context)
+        result = read_and_decide(args.target, args.namespace, args.kubeconfig, args.context)
         if result.decided or result.exit_code == EXIT_USAGE or not result.retry or time.monotonic() >= deadline:
             break
         time.sleep(max(0.1, min(args.interval, deadline - time.monotonic())))
@@ -365,7 +409,7 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(yaml.safe_dump(document(result), sort_keys=True, allow_unicode=True))
     else:
-        stream = sys.stderr if result.reason in ("Unreadable", "Unreachable") else sys.stdout
+        stream = sys.stderr if result.unread else sys.stdout
         print(result.line(), file=stream)
     return result.exit_code
 
@@ -376,11 +420,17 @@ def main(argv: list[str] | None = None) -> int:
         prog="spx gate", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_arguments(parser)
+    from spx.cli.streams import degrade_unencodable_characters, internal_error
+
+    degrade_unencodable_characters()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code not in (0, None) else 0
-    return run(args)
+    try:
+        return run(args)
+    except Exception as exc:  # a bug: never exit 1, which is Fail
+        return internal_error(exc)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """A run's output folder: locked for the run's lifetime, earlier results replaced only when asked.
 
+A run records the files it wrote in ``OUT/.spx-manifest.json`` (:data:`MANIFEST_FILE`); ``--overwrite``
+replaces only those, and refuses, naming them, when other files are where the new run writes (a ``logs/`` with
+a file of the user's, a hand-written ``result.json``): nothing spx did not write is ever deleted.
+
 ``--overwrite`` moves the earlier run's files aside (``OUT/.spx-replaced``, :func:`prepare`) instead of
 deleting them; :func:`settle` deletes them once the new run has something of its own to keep, and moves them
 back when it was refused before it started or interrupted before it measured a point (a refused or empty run
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -23,10 +28,19 @@ from pathlib import Path
 
 from spx.api.base import utc_now
 from spx.cli.common import UsageError
+from spx.vocabulary import (
+    LOCK_FILE,
+    LOGS_DIR,
+    MANIFEST_FILE,
+    POINTS_FILE,
+    RESULT_FILE,
+    RUN_MARKERS,
+    RUN_OUTPUTS,
+    SERVING_DIR,
+)
 
-LOCK_FILE = ".spx.lock"
 #: Files a run writes into --out; an earlier run's are replaced by --overwrite (never others).
-RUN_OUTPUTS = ("result.json", "status.json", "crossover.png", "points.partial.jsonl", "serving")
+MANIFEST_SCHEMA = "spx.dev/run-files/v1"
 #: Where ``--overwrite`` keeps the earlier run until the new one has replaced it (:func:`settle`).
 REPLACED_DIR = ".spx-replaced"
 
@@ -102,15 +116,17 @@ def _lock(out: Path) -> Iterator[None]:
 
 
 def prepare(out: Path, overwrite: bool) -> Path | None:
-    """Refuse to mix two runs in one directory; with ``overwrite``, move the earlier run's files (and its
-    ``logs/``) aside into ``OUT/.spx-replaced`` and return that folder (``None``: nothing to replace).
+    """Refuse to mix two runs in one directory; with ``overwrite``, move the earlier run's files (those its
+    manifest names, :data:`MANIFEST_FILE`) aside into ``OUT/.spx-replaced`` and return that folder (``None``:
+    nothing to replace).
 
     Call with the lock held (:func:`locked`), then :func:`settle` the returned folder.
 
     Raises:
-        UsageError: ``out`` holds an earlier run and ``overwrite`` is false; or ``OUT/.spx-replaced`` holds a run
-            set aside by an ``--overwrite`` run that was killed (SIGKILL) before it settled: it is never deleted
-            unasked.
+        UsageError: ``out`` holds an earlier run and ``overwrite`` is false; files that no spx run recorded writing
+            are where this run writes (``result.json``, ``logs/``…: named, never deleted); or ``OUT/.spx-replaced``
+            holds a run set aside by an ``--overwrite`` run that was killed (SIGKILL) before it settled: it is never
+            deleted unasked.
     """
     aside = out / REPLACED_DIR
     if aside.is_dir() and any(aside.iterdir()):
@@ -120,27 +136,82 @@ def prepare(out: Path, overwrite: bool) -> Path | None:
             f"to let it go, delete {aside}; then run again"
         )
     earlier = [name for name in RUN_OUTPUTS if (out / name).exists()]
-    if not earlier:
-        return None
-    if not overwrite:
+    if earlier and not overwrite:
         raise UsageError(
             f"--out {out} already holds a run ({', '.join(earlier)}); pass --overwrite to replace it, "
             "or choose another --out"
         )
+    if foreign := not_written_by_spx(out):
+        shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+        raise UsageError(
+            f"--out {out} holds files no spx run recorded writing ({MANIFEST_FILE} does not list them), where this run "
+            f"writes: {shown}; they are not {'replaced' if overwrite else 'mixed with a new run'}: move them away (or "
+            "delete them), or choose another --out"
+        )
+    if not earlier:
+        return None
     shutil.rmtree(aside, ignore_errors=True)  # an empty one, left by a run killed while it set the earlier aside
     aside.mkdir()
-    for name in (*earlier, "logs"):
+    for name in (*earlier, LOGS_DIR, MANIFEST_FILE):
         if (out / name).exists():
             os.rename(out / name, aside / name)
     return aside
 
 
+def _run_files(out: Path) -> list[str]:
+    """The files (POSIX paths relative to ``out``) under the names a run writes (:data:`RUN_OUTPUTS`, ``logs/``)."""
+    found: list[str] = []
+    for name in (*RUN_OUTPUTS, LOGS_DIR):
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            found += sorted(p.relative_to(out).as_posix() for p in path.rglob("*") if not p.is_dir() or p.is_symlink())
+        elif path.exists() or path.is_symlink():
+            found.append(name)
+    return found
+
+
+def not_written_by_spx(out: Path) -> list[str]:
+    """The files where a run writes that ``out``'s manifest does not list (all of them without a manifest):
+    what ``--overwrite`` must not delete. A manifest of a run that was killed (``"complete": false``) owns its
+    output names and everything under its ``logs/`` and ``serving/``."""
+    try:
+        manifest = json.loads((out / MANIFEST_FILE).read_text(encoding="utf-8"))
+        files = {str(f) for f in manifest.get("files", [])}
+        dirs = () if manifest.get("complete") else tuple(f"{d}/" for d in manifest.get("dirs", []))
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
+        files, dirs = set(), ()
+    return [f for f in _run_files(out) if f not in files and not f.startswith(dirs)]
+
+
+def begin_manifest(out: Path) -> None:
+    """Record, before the run writes anything, that the names it writes are its own (:data:`MANIFEST_FILE`,
+    ``"complete": false``): a run killed before :func:`finish_manifest` can still be replaced by ``--overwrite``."""
+    _write_manifest(out, {"complete": False, "files": list(RUN_OUTPUTS), "dirs": [LOGS_DIR, SERVING_DIR]})
+
+
+def finish_manifest(out: Path) -> None:
+    """Record every file the run wrote (:data:`MANIFEST_FILE`, ``"complete": true``), or remove the manifest when
+    it wrote none (a run refused before it started leaves its ``--out`` as it found it)."""
+    files = _run_files(out)
+    if files:
+        _write_manifest(out, {"complete": True, "files": files})
+    else:
+        (out / MANIFEST_FILE).unlink(missing_ok=True)
+
+
+def _write_manifest(out: Path, body: dict[str, object]) -> None:
+    from spx.files import write_atomic
+
+    doc = {"schemaVersion": MANIFEST_SCHEMA, "writtenAt": utc_now(), **body}
+    write_atomic(out / MANIFEST_FILE, json.dumps(doc, indent=1) + "\n")
+
+
 def enclosing_run(out: Path) -> Path | None:
     """The nearest folder above ``out`` that holds a run (its ``status.json``, ``result.json``,
-    ``points.partial.jsonl`` or lock), else ``None``: a run inside another's directory (e.g. in its
+    ``points.partial.jsonl``, lock or manifest), else ``None``: a run inside another's directory (e.g. in its
     ``logs/``) would be deleted by an ``--overwrite`` of the outer one."""
     for parent in out.absolute().parents:
-        if any((parent / name).exists() for name in ("status.json", "result.json", "points.partial.jsonl", LOCK_FILE)):
+        if any((parent / name).exists() for name in RUN_MARKERS):
             return parent
     return None
 
@@ -166,7 +237,7 @@ def run_in_progress(out: Path) -> str | None:
 def partial_points(out: Path) -> int:
     """How many points ``out/points.partial.jsonl`` holds (lines; 0 when absent): a killed run's only record."""
     try:
-        return sum(1 for line in (out / "points.partial.jsonl").read_bytes().splitlines() if line.strip())
+        return sum(1 for line in (out / POINTS_FILE).read_bytes().splitlines() if line.strip())
     except OSError:
         return 0
 
@@ -174,12 +245,10 @@ def partial_points(out: Path) -> int:
 def measured(out: Path) -> bool:
     """Whether the run in ``out`` measured at least one point (a line in ``points.partial.jsonl``, or points
     in ``result.json``)."""
-    import json
-
     if partial_points(out):
         return True
     try:
-        return bool(json.loads((out / "result.json").read_text(encoding="utf-8")).get("points"))
+        return bool(json.loads((out / RESULT_FILE).read_text(encoding="utf-8")).get("points"))
     except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
@@ -192,7 +261,7 @@ def settle(out: Path, aside: Path | None, *, keep_new: bool) -> None:
     if keep_new:
         shutil.rmtree(aside, ignore_errors=True)
         return
-    for name in (*RUN_OUTPUTS, "logs"):
+    for name in (*RUN_OUTPUTS, LOGS_DIR, MANIFEST_FILE):
         _remove(out / name)
     for entry in aside.iterdir():
         os.rename(entry, out / entry.name)

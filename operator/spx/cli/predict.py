@@ -17,6 +17,7 @@ from spx.cli.common import (
 )
 from spx.cli.documents import PredictDocument
 from spx.cli.registry import command
+from spx.vocabulary import INTERPOLATIONS, PREDICT_GATHERS, RESULT_FILE, THRESHOLD_ROUNDINGS
 
 if TYPE_CHECKING:
     from spx.api.result import KernelResult
@@ -29,12 +30,13 @@ def _predict_args(p: argparse.ArgumentParser) -> None:
                    help="kernel table (tokens,rows_per_rank,replicated_us,split_allgather_us,speedup); "
                    "default: the seed's 8× H20 table shipped with spx")
     p.add_argument("--tp", type=int, default=8, help="TP size the table was measured at (default 8)")
-    p.add_argument("--interpolation", choices=("linear", "log-log"), default="linear",
+    p.add_argument("--interpolation", choices=sorted(INTERPOLATIONS, key=lambda i: i != "linear"), default="linear",
                    help="interpolation of the shard GEMM time and the break-even (default linear, "
                    "which reproduces the seed author's ~1450 tokens; log-log gives ~1270)")
-    p.add_argument("--rounding", choices=("next-power-of-two", "next-multiple-of-tp", "none"),
-                   default="next-power-of-two", help="threshold rounding rule")
-    p.add_argument("--gather", choices=("h20-derived", "h20-calibrated", "datasheet"), default="h20-derived",
+    p.add_argument("--rounding", choices=THRESHOLD_ROUNDINGS,
+                   help="threshold rounding rule (default next-power-of-two; with --measured and a --gather prior, "
+                   "the run's spec.gate.thresholdRounding, as spx report)")
+    p.add_argument("--gather", choices=PREDICT_GATHERS, default="h20-derived",
                    help="all-gather of the prediction: the one derived from the table (default, the seed "
                    "author's method), or GatherModelSpec's h20-calibrated or datasheet prior")
     p.add_argument("--measured", metavar="RESULT",
@@ -65,6 +67,7 @@ def _predict(args: argparse.Namespace) -> int:
     from spx.api import KernelStatus
     from spx.api.gather_model import GatherModelSpec
     from spx.cli.tables import crossover_lines, kernel_table, prediction_table, terminal_width, uncertainty_lines
+    from spx.vocabulary import ThresholdRounding
 
     if args.csv:
         text, source = _read_table(args.csv), args.csv
@@ -76,13 +79,14 @@ def _predict(args: argparse.Namespace) -> int:
     measured = _read_measured(args.measured) if args.measured else None
     gather_model = None if args.gather == "h20-derived" else GatherModelSpec(prior=args.gather)
 
+    rounding: ThresholdRounding = args.rounding or "next-power-of-two"
+
     def predict(how: Interpolation) -> Prediction:
-        if measured is not None and gather_model is not None:
+        if measured is not None and gather_model is not None:  # the run's gate (rule, rounding), as spx report
             return predict_remodelled(measured, gather_model, rounding=args.rounding)
         if measured is not None:
-            return predict_with_measured(text, measured, tp=args.tp, rounding=args.rounding, interpolation=how)
-        return predict_from_table(text, tp=args.tp, rounding=args.rounding, interpolation=how,
-                                  gather_model=gather_model)
+            return predict_with_measured(text, measured, tp=args.tp, rounding=rounding, interpolation=how)
+        return predict_from_table(text, tp=args.tp, rounding=rounding, interpolation=how, gather_model=gather_model)
 
     try:
         pred = predict(interpolation)
@@ -176,7 +180,7 @@ def _read_measured(path: str) -> KernelResult:
     from spx.api.result import KernelResult
 
     if os.path.isdir(path):
-        result = os.path.join(path, "result.json")
+        result = os.path.join(path, RESULT_FILE)
         if not os.path.isfile(result):
             raise UsageError(f"--measured {path}: the directory has no result.json; give a run's --out directory "
                              "or its result.json")

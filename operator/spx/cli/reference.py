@@ -76,5 +76,7 @@ def render(text: str) -> str:
 
 if __name__ == "__main__":
     doc = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/cli.md")
-    doc.write_text(render(doc.read_text(encoding="utf-8")), encoding="utf-8")
+    from spx.files import write_atomic
+
+    write_atomic(doc, render(doc.read_text(encoding="utf-8")))
     print(doc)

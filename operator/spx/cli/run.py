@@ -9,6 +9,7 @@ read and validate the file → refuse what cannot run (``--serving`` without ``s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,7 @@ from spx.cli.common import (
 )
 from spx.cli.registry import command
 from spx.cli.report import draw_plot, gpu_label, table_title
-from spx.vocabulary import GEMM_BACKENDS, one_of
+from spx.vocabulary import DEVICES, GEMM_BACKENDS, PLOT_FILE, RESULT_FILE, SERVING_DIR, STATUS_FILE, one_of
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -46,7 +47,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, metavar="N",
                    help="ranks to start (default: visible GPUs, else 2 on CPU; capped at TP); fewer than TP: gather auto "
                         "models the all-gather, an explicit nccl/gloo/vllm is refused")
-    p.add_argument("--device", choices=("auto", "cuda", "cpu"),
+    p.add_argument("--device", choices=DEVICES,
                    help="override spec.kernel.device; --device cpu runs a GPU-sized spec on CPU anyway (a smoke run)")
     p.add_argument("--gemm-backend", metavar="B", help=f"override spec.kernel.gemmBackend ({one_of(GEMM_BACKENDS)})")
     p.add_argument("--samples", type=int, metavar="N", help="override spec.kernel.samples")
@@ -117,19 +118,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.nproc is not None and args.nproc < 1:
         raise UsageError(f"--nproc must be >= 1 (got {args.nproc})")
     name = exp.metadata.name
-    out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / name
+    if args.out is not None and not args.out.strip():
+        raise UsageError(f"--out {args.out!r} is empty: give a directory (or leave --out out for "
+                         f"{DEFAULT_OUT_ROOT}/{name})")
+    out = Path(args.out) if args.out is not None else Path(DEFAULT_OUT_ROOT) / name
     if args.summary_file:
         check_writable(args.summary_file, args.file)
     with outdir.locked(out):
         aside = outdir.prepare(out, args.overwrite)
         code: int | None = None
         try:
+            outdir.begin_manifest(out)
             code = _run_locked(args, spec, name, out)
             return code
         finally:
             # refused before it started (an exception) or Ctrl-C before the first point: keep the earlier run
             keep_new = outdir.measured(out) or code not in (None, EXIT_INTERRUPTED)
             outdir.settle(out, aside, keep_new=keep_new)
+            if keep_new or aside is None:
+                with contextlib.suppress(OSError):  # (a full disk: the run's own error says so)
+                    outdir.finish_manifest(out)
             if aside is not None and not keep_new:
                 err_console().print(f"nothing was measured: the earlier run in {out} is kept (this run's empty "
                                     "result and logs are dropped)", highlight=False, markup=False, soft_wrap=True)
@@ -137,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: Path) -> int:
     from spx.cli.progress import progress_for
-    from spx.runner.experiment import run_experiment
+    from spx.runner.experiment import ExperimentOptions, RunHooks, run_experiment
     from spx.runner.local import RunnerError
 
     console = make_console(stderr=bool(args.jsonl))
@@ -166,11 +174,12 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
     logging.raiseExceptions = False  # a full disk fails the run once below, not once per launcher log record
     try:
         outcome = run_experiment(
-            spec, out, name=name, nproc=args.nproc, serving=args.serving,
-            vllm_command=(args.vllm or "vllm").split(),
-            summary_file=args.summary_file, on_point=on_point, progress=progress_for(console),
-            on_kernel=lambda o: _kernel_report(o, spec, name, out, console, stdout, jsonl=args.jsonl),
-            on_vllm_documents=on_documents, on_summary_error=summary_error,
+            spec, out, name=name,
+            options=ExperimentOptions(nproc=args.nproc, serving=args.serving,
+                                      vllm_command=(args.vllm or "vllm").split(), summary_file=args.summary_file),
+            hooks=RunHooks(on_point=on_point, progress=progress_for(console),
+                           on_kernel=lambda o: _kernel_report(o, spec, name, out, console, stdout, jsonl=args.jsonl),
+                           on_vllm_documents=on_documents, on_summary_error=summary_error),
         )
     except RunnerError as exc:
         raise UsageError(str(exc)) from None
@@ -192,16 +201,22 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
         err_console().print(f"[bold red]{escape(outcome.vllm_error)}[/]", highlight=False)
     for line in vllm_report_lines(outcome.serving, outcome.accuracy):
         console.print(line, highlight=False, markup=False)
+    if outcome.step is not None:
+        from spx.cli.serving_lines import step_lines
+
+        for line in step_lines(outcome.step):
+            console.print(line, highlight=False, markup=False)
     if outcome.status.verdict is not None:
         console.print(f"verdict over every gate: {outcome.status.verdict}", highlight=False, markup=False)
-    console.print(f"results: {out / 'status.json'}, {out / 'serving'}", highlight=False, markup=False)
+    console.print(f"results: {out / STATUS_FILE}, {out / SERVING_DIR}", highlight=False, markup=False)
     return EXIT_FAIL if outcome.vllm_error else EXIT_OK
 
 
 def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, out: Path, console: Console,
                    stdout: TextIO, *, jsonl: bool) -> None:
     """The kernel bench's report and plot, printed before the vLLM step starts."""
-    from spx.cli.tables import partial_extent, print_report
+    from spx.cli.decision import print_report
+    from spx.cli.tables import partial_extent
     from spx.runner.experiment import is_cpu
 
     result, judgement, tp = outcome.result, outcome.judgement, spec.parallelism.tensor_parallel_size
@@ -216,10 +231,10 @@ def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, 
         gate_threshold_tokens=spec.gate.threshold_tokens, notes=notes, partial=partial,
     )
     if judgement.kernel is not None and judgement.kernel.points:
-        draw_plot(console, judgement.kernel, out / "crossover.png", name=name, gpu=gpu_label(result.environment, cpu),
+        draw_plot(console, judgement.kernel, out / PLOT_FILE, name=name, gpu=gpu_label(result.environment, cpu),
                   gemm_backend=result.gemm_backend, gather_source=result.gather_source, cpu=cpu,
                   gate_threshold=spec.gate.threshold_tokens, tp=tp, partial=partial)
-    console.print(f"results: {out / 'status.json'}, {out / 'result.json'}", highlight=False, markup=False)
+    console.print(f"results: {out / STATUS_FILE}, {out / RESULT_FILE}", highlight=False, markup=False)
     if jsonl:
         wire.write_line(stdout, "result", dump_model(result))
 
@@ -235,11 +250,13 @@ def _report_failure(outcome: ExperimentOutcome, spec: ExperimentSpec) -> None:
         f = run.failures[0]
         path, what = traceback_log(f)
         err.print(f"rank {f.rank} log ({what}): {path}", highlight=False, markup=False)
-    err.print(
-        f"partial result kept: {run.out_dir / 'result.json'} ({len(result.points)} of {len(spec.sweep.tokens)} "
-        f"token counts); logs: {run.log_dir}",
-        highlight=False, markup=False,
-    )
+    if result.points:
+        kept = (f"partial result kept: {run.out_dir / RESULT_FILE} ({len(result.points)} of {len(spec.sweep.tokens)} "
+                f"token counts); logs: {run.log_dir}")
+    else:
+        kept = (f"no token count was measured, so no result was kept ({run.out_dir / RESULT_FILE} records only the "
+                f"error); logs: {run.log_dir}")
+    err.print(kept, highlight=False, markup=False)
 
 
 def vllm_report_lines(serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> list[str]:
@@ -249,8 +266,15 @@ def vllm_report_lines(serving: ServingStatus | None, accuracy: AccuracyStatus | 
         lines.append(f"serving A/B: gate {'passed' if serving.gate_passed else 'FAILED' if serving.gate_passed is False else 'inconclusive'}")
         for p in serving.points:
             change = "—" if p.change_pct is None else f"{p.change_pct:+.2f}%"
-            lines.append(f"  {p.name}: {p.metric} main {p.main_mean} split {p.split_mean} {p.unit}, change {change}")
+            lines.append(f"  {p.name}: {p.metric} main {_figure(p.main_mean)} split {_figure(p.split_mean)} {p.unit}, "
+                         f"change {change}")
         lines += [f"  failed: {f}" for f in serving.failures]
-    if accuracy is not None:
-        lines.append("GSM8K: " + ("; ".join(accuracy.reasons) or "no result"))
+    if accuracy is not None:  # (its reasons may already start with "GSM8K: ")
+        reasons = [r.removeprefix("GSM8K: ") for r in accuracy.reasons]
+        lines.append("GSM8K: " + ("; ".join(reasons) or "no result"))
     return lines
+
+
+def _figure(value: float | None) -> str:
+    """A measured mean as a report shows it: 4 significant figures (``22.35``), ``—`` when absent."""
+    return "—" if value is None else f"{value:.4g}"

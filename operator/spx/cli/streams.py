@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from spx.api.exit_codes import EXIT_PIPE
+from spx.api.exit_codes import EXIT_INTERNAL, EXIT_PIPE
 
 #: The one line on stderr when stdout's reader has gone.
 CLOSED_NOTE = "spx: stdout was closed by its reader (broken pipe); the rest of the output is dropped, the command goes on"
@@ -95,6 +95,41 @@ class PipeSafeStream:
         return getattr(self._stream, name)
 
 
+#: ASCII stand-ins for the characters spx prints, where the output's encoding cannot show them.
+ASCII_STAND_INS = {
+    "×": "x", "µ": "u", "≈": "~", "—": "-", "–": "-", "≥": ">=", "≤": "<=", "→": "->", "←": "<-", "…": "...",
+    "·": ".", "•": "*", "±": "+/-", "≠": "!=", "✓": "ok", "✗": "x", "°": " deg", "’": "'", "‘": "'", "“": '"',
+    "”": '"', "¹": "1", "²": "2", "⁰": "0", "⌈": "ceil(", "⌉": ")",
+}
+#: The name of the codec error handler that writes :data:`ASCII_STAND_INS` (else ``?``).
+DEGRADE = "spx-degrade"
+
+
+def _degrade(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    bad = err.object[err.start:err.end]
+    return "".join(ASCII_STAND_INS.get(ch, "?") for ch in bad), err.end
+
+
+def degrade_unencodable_characters() -> None:
+    """Let ``sys.stdout`` and ``sys.stderr`` write a character their encoding cannot show (``PYTHONIOENCODING=ascii``,
+    a Latin-1 terminal) as an ASCII stand-in (``×`` → ``x``, ``µ`` → ``u``, ``≈`` → ``~``; others ``?``) instead of
+    raising :class:`UnicodeEncodeError` mid-command: the character degrades, not the command (nor its exit code).
+    Streams that can show every character are unchanged (the handler only runs on an encoding error)."""
+    import codecs
+
+    try:
+        codecs.lookup_error(DEGRADE)
+    except LookupError:
+        codecs.register_error(DEGRADE, _degrade)
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and (getattr(stream, "errors", None) or "strict") == "strict":
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors=DEGRADE)
+
+
 @contextlib.contextmanager
 def pipe_safe_streams() -> Iterator[tuple[PipeSafeStream, PipeSafeStream]]:
     """``sys.stdout`` and ``sys.stderr`` wrapped in :class:`PipeSafeStream` for the ``with`` block (restored
@@ -109,3 +144,18 @@ def pipe_safe_streams() -> Iterator[tuple[PipeSafeStream, PipeSafeStream]]:
             with contextlib.suppress(BrokenPipeError):
                 safe.flush()
         sys.stdout, sys.stderr = saved_out, saved_err
+
+
+def internal_error(exc: BaseException) -> int:
+    """One line on stderr for an exception no command expected (its type, message and where it was raised) and
+    :data:`~spx.api.exit_codes.EXIT_INTERNAL` (70): an uncaught exception would exit 1, ``spx gate``'s Fail."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"error: spx stopped on an error no command expected (exit {EXIT_INTERNAL}, never a verdict; "
+                         f"if it is not the machine's, e.g. out of memory, please report this line): "
+                         f"{type(exc).__name__}: {str(exc)[:500]}{where}\n")
+        sys.stderr.flush()
+    return EXIT_INTERNAL

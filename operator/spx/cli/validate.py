@@ -11,6 +11,7 @@ from spx.api.spec import Experiment
 from spx.cli.common import UsageError, add_output_option, emit, err_console, problems_of, read_experiment, source_name
 from spx.cli.documents import ValidateDocument
 from spx.cli.registry import command
+from spx.vocabulary import COMPLETION_SHELLS
 
 
 def _validate_args(p: argparse.ArgumentParser) -> None:
@@ -46,7 +47,7 @@ def cmd_crd(args: argparse.Namespace) -> int:
 
 
 def _completion_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("shell", choices=("bash", "zsh", "tcsh"), help="the shell to complete for")
+    p.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete for")
 
 
 @command("completion", "Print a shell completion script: `source <(spx completion bash)`, or save it under "

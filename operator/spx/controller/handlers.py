@@ -19,9 +19,10 @@ import kopf
 
 from spx import __version__
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.controller import crd_check, leader, metrics
+from spx.controller import leader, metrics
+from spx.controller.build.naming import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
+from spx.controller.decide import crd_check
 from spx.controller.kube import ApiError, KubeClient, resource_path
-from spx.controller.naming import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
 from spx.controller.reactor import Reactor
 from spx.controller.settings import OperatorSettings, load_settings
 
@@ -47,8 +48,8 @@ class NoEssenceDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
 
 class CrdMismatch(kopf.PermanentError):
-    """The installed CRD is not the one this operator was built for (:mod:`spx.controller.crd_check`):
-    the operator does not start. ``spx operator`` exits with :data:`~spx.controller.crd_check.EXIT_CODE`
+    """The installed CRD is not the one this operator was built for (:mod:`spx.controller.decide.crd_check`):
+    the operator does not start. ``spx operator`` exits with :data:`~spx.controller.decide.crd_check.EXIT_CODE`
     and this message (it names the command that fixes it)."""
 
 
@@ -57,7 +58,7 @@ CRD_PATH = resource_path("apiextensions.k8s.io/v1", "customresourcedefinitions",
 
 
 async def check_installed_crd(client: KubeClient, operator_version: str = __version__) -> crd_check.CrdCheck:
-    """Read the installed CRD (None on 404) and judge it with :func:`~spx.controller.crd_check.check_crd`.
+    """Read the installed CRD (None on 404) and judge it with :func:`~spx.controller.decide.crd_check.check_crd`.
 
     Raises:
         CrdMismatch: the CRD cannot be read for lack of rights (401/403): the check cannot be made.

@@ -5,7 +5,7 @@ takes its kubelet along: a log read after the fact can find nothing (404). So th
 log stream of every running bench pod (``GET pods/{name}/log?follow=true``, the API server proxying
 the kubelet's stream) from the moment it runs, and keeps every line it received — the points and
 the partial summary the bench writes up to its exit, its SIGTERM grace period included. The kept
-text is what :class:`~spx.controller.decision.Results` calls ``progress_log``.
+text is what :class:`~spx.controller.decide.decision.Results` calls ``progress_log``.
 
 Bounded: at most ``limit_bytes`` are kept per pod (the head, then the newest lines, where the
 result is); a stream that breaks while the pod still runs is re-opened (from the start: the kubelet
@@ -21,8 +21,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from spx.controller.build.naming import CONTAINER_NAME
 from spx.controller.kube import ApiError, KubeClient, resource_path
-from spx.controller.naming import CONTAINER_NAME
 
 logger = logging.getLogger("spx.controller.logs")
 
@@ -40,6 +40,8 @@ class Followed:
     pod: str
     job_uid: str
     text: str = ""
+    #: The API server answered 404 for the pod's log: the pod is gone (reported through ``on_gone``).
+    gone: bool = False
     received_at: dt.datetime | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
@@ -58,12 +60,15 @@ def _bounded(text: str, limit: int) -> str:
 @dataclass
 class LogFollowers:
     """The followed logs, by pod uid; ``running(namespace, pod, pod_uid)`` says whether the pod still runs
-    (the store)."""
+    (the store). ``on_gone(namespace, pod, pod_uid)`` is told when the API server answers a stream with
+    404 (the pod does not exist, whatever the store says): an observation, not a silent stop — the
+    reactor re-lists and the decision step sees what vanished (a pod deleted during a watch gap)."""
 
     client: KubeClient
     limit_bytes: int
     running: Callable[[str, str, str], bool]
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+    on_gone: Callable[[str, str, str], None] = lambda namespace, pod, pod_uid: None
     _pods: dict[str, Followed] = field(default_factory=dict)
     _by_job: dict[str, list[str]] = field(default_factory=dict)
     _job_uids: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -132,6 +137,11 @@ class LogFollowers:
                             f.text = received
                             f.received_at = self.clock()
                 except ApiError as err:
+                    if err.not_found:  # the pod is gone: re-opening cannot help, the store is behind
+                        logger.info("log stream of pod %s/%s: the API server has no such pod (404)", namespace, f.pod)
+                        f.gone = True
+                        self.on_gone(namespace, f.pod, pod_uid)
+                        return
                     logger.info("log stream of pod %s/%s: %s", namespace, f.pod, err)
                 except (OSError, TimeoutError, asyncio.IncompleteReadError) as err:
                     logger.info("log stream of pod %s/%s broke: %r", namespace, f.pod, err)

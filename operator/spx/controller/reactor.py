@@ -1,14 +1,14 @@
 """The reactor: kopf's watch events in, reconcile workers out, re-lists in between. Effects only.
 
-kopf's watch events go into the :class:`~spx.controller.store.Store` and put the owning
+kopf's watch events go into the :class:`~spx.controller.decide.store.Store` and put the owning
 experiment's key on the :class:`~spx.controller.workqueue.WorkQueue`. Workers take keys off the
 queue (never the same key twice at once) and hand each to the
 :class:`~spx.controller.reconciler.Reconciler` (observe, decide with the pure
-:func:`~spx.controller.conclusion.conclude`, answer its questions, carry out its effects).
+:func:`~spx.controller.decide.conclusion.conclude`, answer its questions, carry out its effects).
 
 The API server, not the cache, is the truth: at start-up and every ``SPX_RESYNC_SECONDS`` the
 reactor lists experiments, Jobs and pods itself and corrects the store; admission waits for the first
-of those lists (:mod:`spx.controller.admission`); a Job the status names and the store lacks is
+of those lists (:mod:`spx.controller.decide.admission`); a Job the status names and the store lacks is
 looked up before it is declared gone; the owner is re-read before a child is written. When kopf
 re-lists (after a ``410 Gone`` or a reconnect: it reports no deletions), the reactor re-lists too and
 reconciles at once every experiment whose Job or pod vanished (:mod:`spx.controller.relist`).
@@ -28,21 +28,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spx.api.spec import KIND, PLURAL
-from spx.controller import admission, metrics, relist, retention
-from spx.controller import conclusion as c
-from spx.controller import conditions as cond
+from spx.api.spec import API_VERSION, KIND, PLURAL
+from spx.controller import metrics, relist
+from spx.controller.decide import admission, retention
+from spx.controller.decide import conditions as cond
+from spx.controller.decide import decision as dec
+from spx.controller.decide.job_status import job_finished
+from spx.controller.decide.objects import POD_ENDED_PHASES, deleting, meta, owner_uid
+from spx.controller.decide.store import Key, Store
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.leader import LeaderElector
 from spx.controller.logs import LogFollowers
 from spx.controller.memory import Trimmer
-from spx.controller.objects import POD_ENDED_PHASES, owner_uid
 from spx.controller.reads import Reads
 from spx.controller.reconciler import Reconciler
 from spx.controller.settings import OperatorSettings
-from spx.controller.store import Key, Store, deleting, meta
 from spx.controller.workqueue import WorkQueue
-from spx.controller.writes import EXPERIMENT_API, Backoff, Writes
+from spx.controller.writes import Backoff, Writes
 
 logger = logging.getLogger("spx.controller")
 
@@ -83,7 +85,8 @@ class Reactor:
         self.writes = Writes(self.client, lambda: cond.now_rfc3339(self.clock()))
         self.reads = Reads(self.client, self.store, self.settings.log_limit_bytes)
         self.backoff = Backoff(self.settings.conflict_backoff_s, self.settings.conflict_backoff_max_s)
-        self.logs = LogFollowers(self.client, self.settings.log_limit_bytes, self._pod_running, self.clock)
+        self.logs = LogFollowers(self.client, self.settings.log_limit_bytes, self._pod_running, self.clock,
+                                 on_gone=self._pod_log_gone)
         self.reconciler = Reconciler(
             settings=self.settings, store=self.store, queue=self.queue, writes=self.writes, reads=self.reads,
             logs=self.logs, backoff=self.backoff, clock=lambda: self.clock(), is_synced=lambda: self.synced,
@@ -152,6 +155,19 @@ class Reactor:
         shortly after the last such object) and reconcile what vanished at once."""
         if event_type is not None or not self.synced:
             return
+        self._relist_soon()
+
+    def _pod_log_gone(self, namespace: str, pod: str, pod_uid: str) -> None:
+        """A followed pod's log answered 404 while the store may still hold the pod: it was deleted unseen
+        (a watch gap whose re-list delivered nothing, e.g. the namespace's only Job and pod). Re-list now,
+        so the decision step sees the pod and its Job gone instead of waiting for ``SPX_RESYNC_SECONDS``."""
+        held = self.store.pods.get((namespace, pod))
+        if held is not None and str(meta(held).get("uid")) == pod_uid:
+            logger.info("pod %s/%s: its log answered 404 but the store still holds it: re-listing", namespace, pod)
+            self._relist_soon()
+
+    def _relist_soon(self) -> None:
+        """Re-list once, :data:`RELIST_DEBOUNCE_S` after the last call, and reconcile what vanished."""
         loop = asyncio.get_running_loop()
         if self._relist_timer is not None:
             self._relist_timer.cancel()
@@ -178,14 +194,14 @@ class Reactor:
             self._stalled.clear()
 
     async def _expire(self) -> None:
-        """Delete the experiments past ``SPX_FINISHED_RETENTION_SECONDS`` (:mod:`spx.controller.retention`);
+        """Delete the experiments past ``SPX_FINISHED_RETENTION_SECONDS`` (:mod:`spx.controller.decide.retention`);
         only the leader does, and a failed delete is retried at the next re-list."""
         if self.settings.finished_retention_s <= 0 or (self.leader is not None and not self.leader.is_leader):
             return
         for namespace, name in retention.due(self.store.experiments.values(), self.clock(),
                                              self.settings.finished_retention_s):
             try:
-                await self.client.delete(resource_path(EXPERIMENT_API, PLURAL, namespace, name))
+                await self.client.delete(resource_path(API_VERSION, PLURAL, namespace, name))
                 logger.info("deleted %s/%s: decided more than %.0f s ago (SPX_FINISHED_RETENTION_SECONDS)",
                             namespace, name, self.settings.finished_retention_s)
             except ApiError as err:
@@ -278,7 +294,7 @@ class Reactor:
             self.logs.forget_job(str(meta(obj).get("uid")))
         if key is not None:
             self.queue.add(key)
-        if gone or (c.job_finished(obj) and (old is None or not c.job_finished(old))):
+        if gone or (job_finished(obj) and (old is None or not job_finished(old))):
             self.wake_queued()
 
     def on_pod(self, event_type: str | None, obj: dict[str, Any]) -> None:
@@ -326,14 +342,14 @@ class Reactor:
     # Admission and the reconcile (spx.controller.reconciler) -------------------------------------------
 
     def active_keys(self) -> set[Key]:
-        """Experiments holding a slot (see :func:`spx.controller.admission.active`)."""
+        """Experiments holding a slot (see :func:`spx.controller.decide.admission.active`)."""
         return self.reconciler.active_keys()
 
     def _waiting(self) -> list[Key]:
         return admission.waiting(self.store)
 
-    def observed(self, key: Key, **answers: Any) -> c.Observed | None:
-        """The :class:`~spx.controller.conclusion.Observed` of ``key`` from the store (None: no such experiment)."""
+    def observed(self, key: Key, **answers: Any) -> dec.Observed | None:
+        """The :class:`~spx.controller.decide.conclusion.Observed` of ``key`` from the store (None: no such experiment)."""
         return self.reconciler.observed(key, **answers)
 
     async def reconcile(self, key: Key) -> str:

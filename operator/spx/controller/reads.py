@@ -7,17 +7,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spx.controller import admission
+from spx.controller.build.naming import CONTAINER_NAME, LABEL_EXPERIMENT_UID
+from spx.controller.decide import admission
+from spx.controller.decide.objects import meta
+from spx.controller.decide.store import Store
 from spx.controller.kube import ApiError, KubeClient, resource_path
-from spx.controller.naming import CONTAINER_NAME, LABEL_EXPERIMENT_UID
-from spx.controller.store import Store, meta
 
 logger = logging.getLogger("spx.controller.reads")
 
 
 @dataclass
 class Reads:
-    """Reads over one :class:`~spx.controller.kube.KubeClient` into one :class:`~spx.controller.store.Store`."""
+    """Reads over one :class:`~spx.controller.kube.KubeClient` into one :class:`~spx.controller.decide.store.Store`."""
 
     client: KubeClient
     store: Store
@@ -87,7 +88,7 @@ class Reads:
         return text
 
     async def queue_refusal(self, namespace: str, queue: str) -> tuple[str, str] | None:
-        """Why a Job cannot wait for Kueue LocalQueue ``queue`` (:func:`~spx.controller.admission.queue_refusal`):
+        """Why a Job cannot wait for Kueue LocalQueue ``queue`` (:func:`~spx.controller.decide.admission.queue_refusal`):
         asks discovery whether ``kueue.x-k8s.io`` is served, then gets the LocalQueue. An answer the
         operator may not read (403) or a failed request counts as "cannot tell": no refusal."""
         try:

@@ -1,8 +1,8 @@
 """One experiment's reconcile: observe it from the store, decide, answer the decision's questions
 from the API server, carry out its effects. Effects only.
 
-:class:`Reconciler` assembles an :class:`~spx.controller.conclusion.Observed` from the
-:class:`~spx.controller.store.Store`, calls the pure :func:`~spx.controller.conclusion.conclude`,
+:class:`Reconciler` assembles an :class:`~spx.controller.decide.conclusion.Observed` from the
+:class:`~spx.controller.decide.store.Store`, calls the pure :func:`~spx.controller.decide.conclusion.conclude`,
 answers its questions (admission, "is the Job really gone", create the Job, read the results, are the
 nodes Ready) and decides again, then carries out the rest: writes before the status, the status (a
 409 backs off, a 422 is decided once more as ``StatusRejected`` and never abandoned), writes after.
@@ -22,16 +22,19 @@ from pydantic import ValidationError
 from spx.api.loading import SpecError, validate_spec
 from spx.api.spec import KIND, ExperimentSpec
 from spx.api.status import ExperimentStatus
-from spx.controller import admission, metrics
-from spx.controller import conclusion as c
-from spx.controller import conditions as cond
+from spx.controller import metrics
+from spx.controller.build.manifests import BenchOptions
+from spx.controller.build.naming import KUEUE_QUEUE_LABEL, job_name
+from spx.controller.decide import admission
+from spx.controller.decide import conclusion as c
+from spx.controller.decide import conditions as cond
+from spx.controller.decide import decision as dec
+from spx.controller.decide.objects import deleting, generation, meta
+from spx.controller.decide.store import Key, Store
 from spx.controller.kube import ApiError
 from spx.controller.logs import LogFollowers
-from spx.controller.manifests import BenchOptions
-from spx.controller.naming import KUEUE_QUEUE_LABEL, job_name
 from spx.controller.reads import Reads
 from spx.controller.settings import OperatorSettings
-from spx.controller.store import Key, Store, deleting, generation, meta
 from spx.controller.workqueue import WorkQueue
 from spx.controller.writes import Backoff, Conflict, ForeignConfigMap, Gone, Rejected, Writes
 
@@ -118,18 +121,20 @@ class Reconciler:
     # Admission ----------------------------------------------------------------------------------------
 
     def active_keys(self) -> set[Key]:
-        """Experiments holding a slot (see :func:`spx.controller.admission.active`)."""
+        """Experiments holding a slot (see :func:`spx.controller.decide.admission.active`)."""
         return admission.active(self.store, self.reserved)
 
-    def _admit(self, key: Key) -> c.Admission:
+    def _admit(self, key: Key) -> dec.Admission:
         limit = self.settings.max_concurrent
         synced = self.is_synced()
+        if admission.kueue_managed(self.store.experiments.get(key)):  # Kueue queues it: no second queue
+            return dec.Admission(True, 0, 0, synced)
         if limit <= 0 and synced:  # no limit: no need to count (O(experiments + Jobs))
-            return c.Admission(True, 0, 0, True)
+            return dec.Admission(True, 0, 0, True)
         v = admission.admit(key, limit, self.active_keys(), admission.waiting(self.store), synced)
         if v.admitted:
             self.reserved.add(key)
-        return c.Admission(v.admitted, v.active, limit, v.synced)
+        return dec.Admission(v.admitted, v.active, limit, v.synced)
 
     # The reconcile ------------------------------------------------------------------------------------
 
@@ -145,8 +150,8 @@ class Reconciler:
             self._specs[(uid, gen)] = cached
         return cached
 
-    def observed(self, key: Key, **answers: Any) -> c.Observed | None:
-        """The :class:`~spx.controller.conclusion.Observed` of ``key`` from the store (None: no such experiment)."""
+    def observed(self, key: Key, **answers: Any) -> dec.Observed | None:
+        """The :class:`~spx.controller.decide.conclusion.Observed` of ``key`` from the store (None: no such experiment)."""
         exp = self.store.experiments.get(key)
         if exp is None:
             return None
@@ -165,13 +170,13 @@ class Reconciler:
         followed = self.logs.latest(current_uid) if current_uid is not None else None
         progress = (followed.received_at or self.clock(), followed.text) if followed is not None else None
         s = self.settings
-        return c.Observed(
+        return dec.Observed(
             name=key[1], namespace=key[0], uid=uid, generation=gen,
             spec=self._spec(uid, gen, exp.get("spec"), f"{key[0]}/{key[1]}"), status=status, now=self.clock(),
             jobs=jobs, pods=pods, gone_pods=gone, deleting=deleting(exp), timeouts=s.timeouts, bench_image=s.bench_image,
             bench=BenchOptions(command=s.bench_command, service_account_name=s.bench_service_account,
                                shm_size=s.bench_shm_size, image_pull_policy=s.bench_image_pull_policy,
-                               extra_env=dict(s.extra_env)),
+                               extra_env=dict(s.extra_env), placement=s.bench_placement),
             progress_interval_s=s.progress_log_interval_s, policy=s.policy,
             progress_log=progress[1] if progress else None, progress_read_at=progress[0] if progress else None,
             **answers,
@@ -198,7 +203,7 @@ class Reconciler:
                 if d.need is None:
                     return d.outcome
                 answers = await self._answer(key, o, d.need)
-                if isinstance(d.need, c.CreateJob) and not answers:
+                if isinstance(d.need, dec.CreateJob) and not answers:
                     # Created: admission ends here. The status (Pending, naming the Job) is written by a
                     # normal-priority reconcile, after the other new experiments got their Jobs.
                     self.queue.add(key)
@@ -211,12 +216,12 @@ class Reconciler:
         finally:
             self.reserved.discard(key)
 
-    async def _answer(self, key: Key, o: c.Observed, need: c.Need) -> dict[str, Any]:
+    async def _answer(self, key: Key, o: dec.Observed, need: dec.Need) -> dict[str, Any]:
         """Find out what ``need`` asks (from the API server); the answers for :class:`Observed`."""
         namespace = key[0]
-        if isinstance(need, c.AskAdmission):
+        if isinstance(need, dec.AskAdmission):
             return {"admission": self._admit(key)}
-        if isinstance(need, c.ConfirmJobGone):
+        if isinstance(need, dec.ConfirmJobGone):
             job = await self.writes.job(namespace, need.name)
             if job is not None and o.uid in [r.get("uid") for r in meta(job).get("ownerReferences") or []]:
                 job.setdefault("apiVersion", "batch/v1")
@@ -228,10 +233,10 @@ class Reconciler:
             if cut is not None:  # deleted mid-run: its pod's stream delivers its last lines
                 await self.logs.settle(cut, LOG_SETTLE_S)
             return {"job_gone": True}
-        if isinstance(need, c.CreateJob):
+        if isinstance(need, dec.CreateJob):
             queue = (need.manifest["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
             if queue and (why := await self.reads.queue_refusal(namespace, str(queue))):  # before any Job exists
-                return {"creation": c.JobCreation(reason=why[0], message=why[1])}
+                return {"creation": dec.JobCreation(reason=why[0], message=why[1])}
             job, refusal = await self.writes.create_job(need.manifest, o.uid)
             if job is None:
                 return {"creation": refusal}
@@ -239,22 +244,22 @@ class Reconciler:
             self.own_writes.wrote("Job", job)
             self.reads.listed.add(str(meta(job).get("uid")))
             return {}
-        if isinstance(need, c.FetchFailedCreate):
+        if isinstance(need, dec.FetchFailedCreate):
             job = self.store.jobs.get((namespace, need.job))
             return {"failed_create": await self.reads.failed_create(namespace, job) if job else ""}
-        if isinstance(need, c.ReadResults):
+        if isinstance(need, dec.ReadResults):
             # (StoreResult re-reads the owner from the API server before the ConfigMap is written.)
             this = next((j for j in o.jobs if meta(j).get("name") == job_name(key[1], o.generation)), None)
             if this is not None:  # the stream of the pod that just ended delivers its last lines
                 await self.logs.settle(str(meta(this).get("uid")), LOG_SETTLE_S)
             log = await self.reads.log(namespace, need.pod) if need.pod else None
             followed = self.logs.latest(str(meta(this).get("uid"))) if this is not None else None
-            return {"results": c.Results(log=log, progress_log=followed.text if followed else o.progress_log)}
-        if isinstance(need, c.CheckNodes):
+            return {"results": dec.Results(log=log, progress_log=followed.text if followed else o.progress_log)}
+        if isinstance(need, dec.CheckNodes):
             return {"nodes": {name: await self.reads.node_ready(name) for name in need.names}}
         raise TypeError(f"unknown need {need!r}")
 
-    async def _carry_out(self, key: Key, o: c.Observed, d: c.Decision) -> str | None:
+    async def _carry_out(self, key: Key, o: dec.Observed, d: dec.Decision) -> str | None:
         """Effects before, the status, effects after; a string ends the reconcile with that outcome."""
         exp = self.store.experiments.get(key)
         if exp is None:
@@ -264,7 +269,7 @@ class Reconciler:
                 stop = await self._act(key, o, exp, action)
             except ApiError as err:
                 refused_for_good = err.code in STORE_REFUSALS or isinstance(err, ForeignConfigMap)
-                if not (isinstance(action, c.StoreResult) and refused_for_good) or o.store_refused is not None:
+                if not (isinstance(action, dec.StoreResult) and refused_for_good) or o.store_refused is not None:
                     raise
                 # refused for good (a quota, an admission policy): decide without it, saying why
                 logger.warning("%s/%s: the API server refused the result ConfigMap: %s; deciding without it",
@@ -328,9 +333,9 @@ class Reconciler:
             self.queue.add_after(key, max(0.05, d.requeue_after_s))
         return None
 
-    async def _act(self, key: Key, o: c.Observed, exp: Mapping[str, Any], action: c.Action) -> str | None:
+    async def _act(self, key: Key, o: dec.Observed, exp: Mapping[str, Any], action: dec.Action) -> str | None:
         namespace = key[0]
-        if isinstance(action, c.DeleteJobs):
+        if isinstance(action, dec.DeleteJobs):
             for jname in action.names:
                 await self.writes.delete_job(namespace, jname)
                 job = self.store.jobs.get((namespace, jname))
@@ -338,18 +343,18 @@ class Reconciler:
                     self.store.put_job(job, deleted=True)
                 self.writes.event_soon(exp, "Normal", "JobDeleted", f"deleted Job {jname}: {action.why}")
             self.wake_queued()
-        elif isinstance(action, c.StoreResult):
+        elif isinstance(action, dec.StoreResult):
             if not await self.writes.owner_alive(namespace, key[1], o.uid):
                 logger.info("%s/%s is gone or being deleted: its result ConfigMap is not written", *key)
                 return "deleted"
             await self.writes.configmap(action.manifest)
-        elif isinstance(action, c.ReadProgress):
+        elif isinstance(action, dec.ReadProgress):
             pod = self.store.pods.get((namespace, action.pod))
             if pod is not None:  # the stream is the read: make sure it is followed
                 self.follow_if_running(pod)
         return None
 
-    async def _rejected(self, key: Key, o: c.Observed, d: c.Decision, message: str) -> str:
+    async def _rejected(self, key: Key, o: dec.Observed, d: dec.Decision, message: str) -> str:
         """A 422 on a status write: decide once more with the refusal (a minimal, terminal
         ``InfraFailed``/``StatusRejected`` status). If even that is refused, re-read the experiment from
         the API server and decide again from it after ``REJECTED_RETRY_S`` (never abandoned)."""
@@ -375,7 +380,7 @@ class Reconciler:
         return "status-rejected"
 
 
-def _answers(o: c.Observed) -> dict[str, Any]:
+def _answers(o: dec.Observed) -> dict[str, Any]:
     """The answers already in ``o`` (carried into the next :func:`conclude`)."""
     return {k: getattr(o, k) for k in ("admission", "creation", "job_gone", "failed_create", "results", "status_rejected",
                                       "nodes")

@@ -3,7 +3,7 @@
 kopf's watches feed the store; a watch that restarts through a re-list (``410 Gone``, a reconnect)
 reports no deletions, so a Job deleted during the gap would stay in a watch-fed cache forever.
 :func:`relist` lists experiments, then Jobs, then pods, makes the store agree
-(:meth:`~spx.controller.store.Store.reconcile_list`) and says which experiments lost a Job or pod.
+(:meth:`~spx.controller.decide.store.Store.reconcile_list`) and says which experiments lost a Job or pod.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from spx.api.spec import KIND, PLURAL
+from spx.api.spec import API_VERSION, KIND, PLURAL
+from spx.controller.build.naming import MANAGED_SELECTOR
+from spx.controller.decide.objects import meta
+from spx.controller.decide.store import Key, Store
 from spx.controller.kube import KubeClient, resource_path
-from spx.controller.naming import MANAGED_SELECTOR
-from spx.controller.store import Key, Store, meta
-from spx.controller.writes import EXPERIMENT_API
 
 logger = logging.getLogger("spx.controller")
 
@@ -60,7 +60,7 @@ async def relist(client: KubeClient, store: Store, where: Sequence[str | None]) 
         ApiError: a list failed (403 with cluster scope: the caller lists namespace by namespace).
     """
     affected: set[Key] = set()
-    for kind, api, plural, selector in (("experiment", EXPERIMENT_API, PLURAL, None),
+    for kind, api, plural, selector in (("experiment", API_VERSION, PLURAL, None),
                                         ("job", "batch/v1", "jobs", MANAGED_SELECTOR),
                                         ("pod", "v1", "pods", MANAGED_SELECTOR)):
         for ns in where:

@@ -13,7 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spx.api.exit_codes import EXIT_USAGE
+from spx.api.exit_codes import EXIT_INTERRUPTED, EXIT_USAGE
+from spx.vocabulary import LOG_FORMATS
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
 
@@ -35,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-A", "--all-namespaces", action="store_true", help="watch all namespaces (default)")
     parser.add_argument("--liveness", default=DEFAULT_LIVENESS,
                         help=f"liveness endpoint URL, '' to disable (default {DEFAULT_LIVENESS})")
-    parser.add_argument("--log-format", default="json", choices=["json", "plain", "full"], help="log format")
+    parser.add_argument("--log-format", default="json", choices=LOG_FORMATS, help="log format")
     parser.add_argument("--peering", default=None, help="kopf peering name (default: standalone)")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--max-concurrent", type=int, default=None,
@@ -70,14 +71,14 @@ def run_operator(args: argparse.Namespace, preflight: Callable[[str | None], obj
         preflight(settings.kube_server)
     import kopf
 
-    from spx.controller import crd_check
+    from spx.controller.decide import crd_check
     from spx.controller.handlers import CrdMismatch  # (the import registers the handlers)
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     try:
         kopf.run(**kopf_run_options(args), memo=kopf.Memo(settings=settings))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         mismatch = _cause(exc, CrdMismatch)
         if mismatch is None:

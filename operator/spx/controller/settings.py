@@ -24,7 +24,9 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
 from spx.api.policy import Policy, check_bench_image, policy_from_env
-from spx.controller.observation import Timeouts
+from spx.controller.build.manifests import DEFAULT_BENCH_COMMAND
+from spx.controller.build.placement import PlacementDefaults
+from spx.controller.decide.observation import Timeouts
 from spx.controller.workqueue import HOLD_S
 
 DEFAULT_BENCH_IMAGE = "ghcr.io/spx-dev/spx-bench:0.1.0"
@@ -63,6 +65,11 @@ class OperatorSettings(BaseSettings):
     image_pull_timeout_s: float = _env("SPX_IMAGE_PULL_TIMEOUT_SECONDS",
                                        "seconds of image-pull / container-creation errors before InfraFailed",
                                        default=Timeouts.image_pull_timeout_s, gt=0)
+    replacement_timeout_s: float = _env(
+        "SPX_REPLACEMENT_TIMEOUT_SECONDS",
+        "seconds the Job controller may take to replace a disrupted (evicted) pod before PodCreateFailed, counted "
+        "from the disruption; never less than the Job controller's pod back-off plus a slack, whatever "
+        "SPX_IMAGE_PULL_TIMEOUT_SECONDS is", default=Timeouts.replacement_timeout_s, gt=0)
     max_disruptions: int = _env("SPX_MAX_DISRUPTIONS", "pod disruptions (evictions) retried before InfraFailed",
                                 default=Timeouts.max_disruptions, ge=0)
     metrics_port: int = _env("SPX_METRICS_PORT", "port of the Prometheus endpoint /metrics; 0 disables it",
@@ -75,9 +82,14 @@ class OperatorSettings(BaseSettings):
         "what an experiment may ask for (image registries/digests, priority classes, tolerations, node-selector "
         "keys), JSON in camelCase (spx.api.policy; chart: values `policy`); empty = allow everything",
         default_factory=Policy)
+    bench_placement: Annotated[PlacementDefaults, NoDecode] = _env(
+        "SPX_BENCH_PLACEMENT",
+        "the cluster's default placement of bench pods where an experiment sets none: JSON in camelCase "
+        "{nodeSelector, tolerations, affinity, gpuNodeAffinity} (spx.controller.build.placement.PlacementDefaults; "
+        "chart: values `benchPlacement`)", default_factory=PlacementDefaults)
     crd_check: bool = _env("SPX_CRD_CHECK",
                            "refuse to start unless the installed CRD carries this operator's schema version "
-                           "(spx.controller.crd_check); false only for development API servers without the CRD",
+                           "(spx.controller.decide.crd_check); false only for development API servers without the CRD",
                            default=True)
     workers: int = _env("SPX_RECONCILE_WORKERS", "concurrent reconciles (never the same experiment twice at once)",
                         default=64, ge=1)
@@ -98,7 +110,7 @@ class OperatorSettings(BaseSettings):
     bench_image_pull_policy: str = _env("SPX_BENCH_IMAGE_PULL_POLICY", "imagePullPolicy of the bench container",
                                         default="IfNotPresent", pattern=r"^(Always|IfNotPresent|Never)$")
     bench_command: Annotated[tuple[str, ...], NoDecode] = _env(
-        "SPX_BENCH_COMMAND", "command that runs the bench in the image, space-separated", default=("spx", "run"))
+        "SPX_BENCH_COMMAND", "command that runs the bench in the image, space-separated", default=DEFAULT_BENCH_COMMAND)
     log_limit_bytes: int = _env("SPX_LOG_LIMIT_BYTES", "bytes of pod log read when collecting the result",
                                 default=16 * 1024 * 1024, gt=0)
     progress_log_interval_s: float = _env(
@@ -166,6 +178,13 @@ class OperatorSettings(BaseSettings):
             return tuple(value.split())
         return value
 
+    @field_validator("bench_placement", mode="before")
+    @classmethod
+    def _parse_placement(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return PlacementDefaults.model_validate_json(value or "{}")
+        return value
+
     @field_validator("policy", mode="before")
     @classmethod
     def _parse_policy(cls, value: Any) -> Any:
@@ -187,7 +206,8 @@ class OperatorSettings(BaseSettings):
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("max_concurrent", "schedule_timeout_s", "image_pull_timeout_s", "max_disruptions", "metrics_port",
+    @field_validator("max_concurrent", "schedule_timeout_s", "image_pull_timeout_s", "replacement_timeout_s",
+                     "max_disruptions", "metrics_port",
                      "workers", "admission_hold_s", "resync_s", "log_limit_bytes", "progress_log_interval_s", "watch_server_timeout_s",
                      "watch_client_timeout_s", "watch_inactivity_timeout_s", "request_timeout_s",
                      "conflict_backoff_s", "conflict_backoff_max_s", "bench_image", "bench_image_pull_policy",
@@ -220,9 +240,9 @@ class OperatorSettings(BaseSettings):
 
     @property
     def timeouts(self) -> Timeouts:
-        """The limits :func:`spx.controller.pod_outcome.observe` classifies a run against."""
+        """The limits :func:`spx.controller.decide.pod_outcome.observe` classifies a run against."""
         return Timeouts(schedule_timeout_s=self.schedule_timeout_s, image_pull_timeout_s=self.image_pull_timeout_s,
-                        max_disruptions=self.max_disruptions)
+                        max_disruptions=self.max_disruptions, replacement_timeout_s=self.replacement_timeout_s)
 
 
 def env_var(field_name: str) -> str:

@@ -19,15 +19,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spx.api.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from spx.api.spec import API_VERSION, KIND, PLURAL
 from spx.api.status import ExperimentStatus
-from spx.controller.conclusion import JobCreation
+from spx.controller.decide.decision import JobCreation
+from spx.controller.decide.objects import meta as _meta
 from spx.controller.kube import ApiError, KubeClient, resource_path
-from spx.controller.objects import meta as _meta
 
 logger = logging.getLogger("spx.controller.writes")
 
-EXPERIMENT_API = f"{GROUP}/{VERSION}"
 
 
 class Conflict(Exception):
@@ -111,7 +110,7 @@ class Writes:
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
         body = {"metadata": {"resourceVersion": meta.get("resourceVersion")},
                 "status": merge_patch_for(exp.get("status") or {}, status.to_wire())}
-        path = resource_path(EXPERIMENT_API, PLURAL, namespace, name, "status")
+        path = resource_path(API_VERSION, PLURAL, namespace, name, "status")
         try:
             return await self.client.merge_patch(path, body)
         except ApiError as err:
@@ -126,7 +125,7 @@ class Writes:
     async def experiment(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The experiment as the API server has it now (None: 404)."""
         try:
-            return await self.client.get(resource_path(EXPERIMENT_API, PLURAL, namespace, name))  # type: ignore[no-any-return]
+            return await self.client.get(resource_path(API_VERSION, PLURAL, namespace, name))  # type: ignore[no-any-return]
         except ApiError as err:
             if err.not_found:
                 return None

@@ -7,8 +7,8 @@ prints and maps the outcome to an exit code. Steps:
 1. the kernel benchmark on one process per rank (:func:`spx.runner.local.run_local`; ``result.json``);
 2. its judgement (:func:`spx.analysis.judge.judge`) → ``status.json``, and the pod → operator
    summary (:func:`spx.api.wire.build_summary`) into ``summary_file``;
-3. ``on_kernel`` (the CLI prints the report and draws the plot here, before the hours of step 4);
-4. with ``serving`` and a completed kernel bench: the vLLM serving A/B and GSM8K
+3. ``hooks.on_kernel`` (the CLI prints the report and draws the plot here, before the hours of step 4);
+4. with ``options.serving`` and a completed kernel bench: the vLLM serving A/B and GSM8K
    (``spx.serving.ab.run_vllm_benchmarks``) into ``OUT/serving``, then the judgement over every gate
    (``require_vllm``) → ``status.json`` and the summary again.
 """
@@ -24,18 +24,55 @@ from typing import TYPE_CHECKING
 from spx.analysis.judge import CPU_NOTE, Judgement, judge, local_status
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, dump_model, wire
 from spx.api.base import utc_now
+from spx.files import write_atomic
 from spx.runner.local import LocalRunOutcome, RunProgress, run_local
+from spx.vocabulary import SERVING_DIR, STATUS_FILE
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
     from spx.api.serving import ServingResult, ServingStatus
+    from spx.api.step import StepStatus
 
-STATUS_FILE = "status.json"
-SERVING_DIR = "serving"
 #: Start of ``KernelResult.error`` when Ctrl-C stopped the run (:func:`spx.runner.local.run_local`).
 INTERRUPTED_PREFIX = "interrupted (SIGINT)"
 
 VllmDocuments = Callable[["ServingResult | None", "AccuracyResult | None"], None]
+
+
+@dataclass(frozen=True)
+class ExperimentOptions:
+    """How :func:`run_experiment` runs on this host (``spx run``'s options).
+
+    Attributes:
+        nproc: ranks (default: visible GPUs, else 2 on CPU; capped at TP).
+        serving: run the vLLM benches after a completed kernel bench (``spec.serving`` must be set).
+        vllm_command: the vLLM CLI argv prefix.
+        summary_file: where to write the pod → operator summary (e.g. ``/dev/termination-log``).
+    """
+
+    nproc: int | None = None
+    serving: bool = False
+    vllm_command: Sequence[str] = ("vllm",)
+    summary_file: str | None = None
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """What the caller of :func:`run_experiment` is told while it runs; each is optional (``None``: not told).
+
+    Attributes:
+        on_point: each measured point, as rank 0 finishes it (``--jsonl``).
+        progress: told of the ranks' start, each point, the end.
+        on_kernel: called once the kernel bench is judged and ``status.json`` written.
+        on_vllm_documents: the vLLM benches' result documents, after every arm (the last call wins).
+        on_summary_error: a summary that could not be written (``None``: the error propagates).
+    """
+
+    on_point: Callable[[PointResult], None] | None = None
+    progress: RunProgress | None = None
+    on_kernel: Callable[[ExperimentOutcome], None] | None = None
+    on_vllm_documents: VllmDocuments | None = None
+    on_summary_error: Callable[[str, OSError], None] | None = None
 
 
 @dataclass
@@ -57,6 +94,7 @@ class ExperimentOutcome:
     vllm_ran: bool = False
     serving: ServingStatus | None = None
     accuracy: AccuracyStatus | None = None
+    step: StepStatus | None = None
     vllm_error: str | None = None
 
     @property
@@ -91,8 +129,8 @@ def build_status(result: KernelResult, judgement: Judgement) -> ExperimentStatus
 
 
 def write_status(out: Path, status: ExperimentStatus) -> None:
-    """``OUT/status.json`` (camelCase, indented)."""
-    (out / STATUS_FILE).write_text(json.dumps(dump_model(status), indent=1) + "\n", encoding="utf-8")
+    """``OUT/status.json`` (camelCase, indented), whole or not at all (:func:`spx.files.write_atomic`)."""
+    write_atomic(out / STATUS_FILE, json.dumps(dump_model(status), indent=1) + "\n")
 
 
 def write_result_summary(path: str, result: KernelResult, serving: ServingStatus | None = None,
@@ -109,8 +147,7 @@ def write_result_summary(path: str, result: KernelResult, serving: ServingStatus
     except ValueError:
         points = []
     text = wire.build_summary(result, points, serving=serving, accuracy=accuracy)
-    with open(path, "w", encoding="utf-8") as f:  # also /dev/termination-log: truncate, write once
-        f.write(text)
+    write_atomic(path, text)  # (/dev/termination-log, not a regular file: written in place, once)
 
 
 def run_experiment(
@@ -118,15 +155,8 @@ def run_experiment(
     out: Path,
     *,
     name: str,
-    nproc: int | None = None,
-    serving: bool = False,
-    vllm_command: Sequence[str] = ("vllm",),
-    summary_file: str | None = None,
-    on_point: Callable[[PointResult], None] | None = None,
-    progress: RunProgress | None = None,
-    on_kernel: Callable[[ExperimentOutcome], None] | None = None,
-    on_vllm_documents: VllmDocuments | None = None,
-    on_summary_error: Callable[[str, OSError], None] | None = None,
+    options: ExperimentOptions = ExperimentOptions(),
+    hooks: RunHooks = RunHooks(),
 ) -> ExperimentOutcome:
     """Run ``spec`` on this host into ``out`` (steps in the module docstring); never raises for a failed rank.
 
@@ -134,35 +164,28 @@ def run_experiment(
         spec: the validated spec (command-line overrides applied).
         out: the output folder, locked and prepared by the caller.
         name: the experiment's name (recorded in the results).
-        nproc: ranks (default: visible GPUs, else 2 on CPU; capped at TP).
-        serving: run the vLLM benches after a completed kernel bench (``spec.serving`` must be set).
-        vllm_command: the vLLM CLI argv prefix.
-        summary_file: where to write the pod → operator summary (e.g. ``/dev/termination-log``).
-        on_point: each measured point, as rank 0 finishes it (``--jsonl``).
-        progress: told of the ranks' start, each point, the end.
-        on_kernel: called once the kernel bench is judged and ``status.json`` written.
-        on_vllm_documents: the vLLM benches' result documents, after every arm (the last call wins).
-        on_summary_error: a summary that could not be written (default: the error propagates).
+        options: ranks, the vLLM step, the summary file (:class:`ExperimentOptions`).
+        hooks: what the caller is told while it runs (:class:`RunHooks`).
 
     Raises:
         spx.runner.sizing.RunnerError: the run cannot start on this host (before any rank starts).
         OSError: ``out`` cannot be written.
-        ValueError: ``serving`` without ``spec.serving``.
+        ValueError: ``options.serving`` without ``spec.serving``.
     """
-    if serving and spec.serving is None:
+    if options.serving and spec.serving is None:
         raise ValueError("serving asked for, but the spec has no spec.serving")
-    run = run_local(spec, out, nproc=nproc, experiment=name, on_point=on_point, progress=progress,
+    run = run_local(spec, out, nproc=options.nproc, experiment=name, on_point=hooks.on_point, progress=hooks.progress,
                     device_asked=spec.kernel.device == "cpu")
     judgement = judge(run.result, spec)
     outcome = ExperimentOutcome(run=run, status=build_status(run.result, judgement), judgement=judgement)
     write_status(out, outcome.status)
-    _summary(summary_file, outcome, on_summary_error)
-    if on_kernel is not None:
-        on_kernel(outcome)
-    if serving and outcome.kernel_completed:
-        _vllm_step(spec, out, name, vllm_command, outcome, on_vllm_documents)
+    _summary(options.summary_file, outcome, hooks.on_summary_error)
+    if hooks.on_kernel is not None:
+        hooks.on_kernel(outcome)
+    if options.serving and outcome.kernel_completed:
+        _vllm_step(spec, out, name, options.vllm_command, outcome, hooks.on_vllm_documents)
         write_status(out, outcome.status)
-        _summary(summary_file, outcome, on_summary_error)
+        _summary(options.summary_file, outcome, hooks.on_summary_error)
     return outcome
 
 
@@ -187,6 +210,8 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
     """
     from spx.analysis.accuracy import summarize as summarize_accuracy
     from spx.analysis.serving import summarize as summarize_serving
+    from spx.analysis.step import kernel_deltas
+    from spx.analysis.step import summarize as summarize_step
     from spx.api.accuracy import AccuracyStatus
     from spx.api.serving import ServingStatus
     from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
@@ -211,26 +236,66 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
             outcome.accuracy = AccuracyStatus(reasons=[f"GSM8K: {why}"], max_drop_points=spec.accuracy.max_drop_points)
     else:
         emit(benches.serving, benches.accuracy)
-        outcome.serving = summarize_serving(benches.serving) if benches.serving is not None else None
+        allow_cpu = spec.gate.allow_cpu_timings
+        outcome.serving = (summarize_serving(benches.serving, allow_cpu_timings=allow_cpu)
+                           if benches.serving is not None else None)
         outcome.accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
+        outcome.step = summarize_step(benches.step, kernel_deltas(outcome.judgement.kernel)) if benches.step is not None else None
+    # the step A/B decides where the kernel regimes disagree: judged with it, so that status.verdict (what
+    # spx gate reads) is the verdict spx report reaches on this folder
     outcome.status = build_status(outcome.result, judge(outcome.result, spec, serving=outcome.serving,
-                                                        accuracy=outcome.accuracy, require_vllm=True))
+                                                        accuracy=outcome.accuracy, step=outcome.step,
+                                                        require_vllm=True))
+    if outcome.step is not None:
+        outcome.status = outcome.status.model_copy(update={"step": outcome.step})
 
 
-def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command: Sequence[str] = ("vllm",)) -> bool:
-    """Only the vLLM serving A/B and GSM8K of ``spec`` into ``out`` (``spx serving``); True when every
-    measurement finished (the results are written either way).
+@dataclass
+class BenchesOutcome:
+    """What ``spx serving`` produced: the statuses (``None`` when not in the spec) and ``status.json``'s document.
+
+    ``complete``: every measurement finished (the results are written either way).
+    """
+
+    status: ExperimentStatus
+    serving: ServingStatus | None
+    accuracy: AccuracyStatus | None
+    step: StepStatus | None
+    complete: bool
+
+
+def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command: Sequence[str] = ("vllm",)) -> BenchesOutcome:
+    """Only the vLLM serving A/B, GSM8K and step A/B of ``spec`` into ``out`` (``spx serving``), then their
+    verdict (:func:`spx.analysis.benches.benches_verdict`) into ``OUT/status.json``, which ``spx report`` and
+    ``spx gate`` read.
 
     Raises:
         ValueError: the benches cannot start (no ``spec.serving``, an accuracy arm that is not a serving arm).
         OSError: a missing GSM8K dataset, ``out`` not writable.
     """
+    from spx.analysis.accuracy import summarize as summarize_accuracy
+    from spx.analysis.benches import benches_verdict
+    from spx.analysis.serving import summarize as summarize_serving
+    from spx.analysis.step import summarize as summarize_step
     from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
 
     if spec.serving is None:
         raise ValueError("the spec has no spec.serving")
+    started = utc_now()
     benches = run_vllm_benchmarks(spec, out, RunnerOptions(vllm_command=list(vllm_command), experiment=name))
-    return all(r is None or r.complete for r in (benches.serving, benches.accuracy))
+    allow_cpu = spec.gate.allow_cpu_timings
+    serving = summarize_serving(benches.serving, allow_cpu_timings=allow_cpu) if benches.serving is not None else None
+    accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
+    step = summarize_step(benches.step) if benches.step is not None else None
+    verdict, reasons = benches_verdict(serving, accuracy, step, allow_cpu_timings=allow_cpu)
+    judgement = Judgement(kernel=None, verdict=verdict, reason=verdict, reasons=reasons,
+                          message=f"{verdict}: {reasons[0] if reasons else verdict}", serving=serving, accuracy=accuracy,
+                          step=step)
+    status = local_status(judgement, now=utc_now(), started_at=started, completed_summary="vLLM benches completed")
+    write_status(out, status)
+    complete = all(r is None or r.complete for r in (benches.serving, benches.accuracy, benches.step))
+    return BenchesOutcome(status=status, serving=serving, accuracy=accuracy, step=step, complete=complete)
 
 
-__all__ = ["ExperimentOutcome", "run_vllm_benches", "build_status", "is_cpu", "run_experiment", "write_result_summary", "write_status"]
+__all__ = ["BenchesOutcome", "ExperimentOptions", "ExperimentOutcome", "RunHooks", "build_status", "is_cpu", "run_experiment",
+           "run_vllm_benches", "write_result_summary", "write_status"]

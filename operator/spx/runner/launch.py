@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from spx.api import ExperimentSpec, KernelResult, PointResult
+from spx.vocabulary import LAUNCHER_LOG, LOGS_DIR, POINTS_FILE
 
-POINTS_FILE = "points.partial.jsonl"
-LAUNCHER_LOG = "launcher.log"
 #: Loggers of the launcher whose records go to ``logs/launcher.log`` during a run.
 LAUNCHER_LOGGERS = ("torch.distributed", "torch.multiprocessing")
 #: Seconds the agent waits after SIGTERM before it SIGKILLs the remaining ranks.
@@ -57,11 +57,46 @@ def _rank_main(spec_json: str, out_dir: str, experiment: str, bench: str) -> str
     """
     from functools import partial
 
+    die_with_parent(_parent_pid())
     run_bench = _load_bench(bench)
     spec = ExperimentSpec.model_validate_json(spec_json)
     on_point = partial(_append_point, os.path.join(out_dir, POINTS_FILE))
     result = run_bench(spec, experiment=experiment, on_point=on_point)
     return None if result is None else result.model_dump_json(by_alias=True)
+
+
+#: Environment variable carrying the pid of the ``spx run`` process to its ranks (:func:`die_with_parent`).
+PARENT_PID_ENV = "SPX_RUN_PID"
+#: ``prctl(2)`` option: the signal this process gets when its parent dies (``<linux/prctl.h>``).
+PR_SET_PDEATHSIG = 1
+
+
+def _parent_pid() -> int | None:
+    try:
+        return int(os.environ[PARENT_PID_ENV])
+    except (KeyError, ValueError):
+        return None
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """Make the kernel SIGKILL this rank when the process that started it dies, however it dies (``kill -9``
+    of ``spx run``, the OOM killer): ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` through ctypes (Linux; elsewhere
+    nothing is done).
+
+    torch's spawn wrapper (``torch.multiprocessing.spawn._wrap``) sets the parent-death signal to SIGINT, which
+    the ranks ignore (:func:`ranks_ignore_terminal_interrupt`), so without this a rank outlived a killed
+    ``spx run`` and ran its sweep to the end. A parent that died before this call (the rank was importing
+    torch) is caught by comparing ``getppid()`` with ``parent_pid`` afterwards, the race ``prctl(2)`` documents.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        return
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def rank_entry(spec_json: str, out_dir: str, experiment: str, bench: str = BENCH_ENTRY) -> str | None:
@@ -156,7 +191,7 @@ def launch_environment(device: str, nproc: int) -> Iterator[None]:
     Also saves and restores the signal handlers and ``TORCHELASTIC_SIGNALS_TO_HANDLE`` the elastic
     agent installs in this process.
     """
-    saved_env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "TORCHELASTIC_SIGNALS_TO_HANDLE")}
+    saved_env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "TORCHELASTIC_SIGNALS_TO_HANDLE", PARENT_PID_ENV)}
     if device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     in_main = threading.current_thread() is threading.main_thread()
@@ -208,8 +243,9 @@ def launch(spec: ExperimentSpec, out: Path, nproc: int, experiment: str, bench: 
     """
     from torch.distributed.launcher.api import elastic_launch
 
+    os.environ[PARENT_PID_ENV] = str(os.getpid())  # (the ranks inherit it: die_with_parent)
     with ranks_ignore_terminal_interrupt():
-        returns = elastic_launch(launch_config(nproc, out / "logs"), rank_entry)(
+        returns = elastic_launch(launch_config(nproc, out / LOGS_DIR), rank_entry)(
             spec.model_dump_json(by_alias=True), str(out), experiment, bench
         )
     return returns if isinstance(returns, dict) else {}

@@ -30,21 +30,21 @@ from typing import Protocol
 
 from spx.api import Environment, ExperimentSpec, KernelResult, PointResult
 from spx.api.base import utc_now
+from spx.files import write_atomic
 from spx.runner.forensics import RankFailure, rank_failures
-from spx.runner.launch import BENCH_ENTRY, POINTS_FILE, launch, launch_environment, launcher_logging
+from spx.runner.launch import BENCH_ENTRY, launch, launch_environment, launcher_logging
 from spx.runner.sizing import (
     RunEstimate,
     RunnerError,
     check_fits,
     check_nproc,
+    check_time_limit,
     default_nproc,
     preflight,
     resolve_device,
     visible_gpus,
 )
-
-RESULT_FILE = "result.json"
-LOGS_DIR = "logs"
+from spx.vocabulary import LOGS_DIR, POINTS_FILE, RESULT_FILE, ResolvedDevice
 
 PointCallback = Callable[[PointResult], None]
 
@@ -71,7 +71,7 @@ class LocalRunOutcome:
     out_dir: Path
     log_dir: Path
     nproc: int
-    device: str
+    device: ResolvedDevice
     failures: list[RankFailure] = field(default_factory=list)
     estimate: RunEstimate | None = None
 
@@ -137,7 +137,7 @@ def partial_result(
     *,
     experiment: str,
     nproc: int,
-    device: str,
+    device: ResolvedDevice,
     error: str,
     started_at: str | None = None,
     wall_seconds: float | None = None,
@@ -184,14 +184,17 @@ def partial_result(
 
 
 def plan(spec: ExperimentSpec, nproc: int | None = None, *, device_asked: bool | None = None,
-         bench: str = BENCH_ENTRY) -> tuple[str, int, RunEstimate | None]:
+         bench: str = BENCH_ENTRY, timeout_s: float | None = None) -> tuple[ResolvedDevice, int, RunEstimate | None]:
     """``(device, nproc, estimate)`` of a run, checked before anything starts.
 
-    ``device_asked`` defaults to ``spec.kernel.device == "cpu"``: a CPU run that was asked for.
+    ``device_asked`` defaults to ``spec.kernel.device == "cpu"``: a CPU run that was asked for. The checks run in
+    this order, so the first thing to fix is named first: the backends this host can run (a spec's ``vllm``
+    backend without vLLM installed), then the memory and the GPU-sized rule (:func:`~spx.runner.sizing.check_fits`),
+    then the time estimate against the run's own limit (``timeout_s``, default ``spec.timeoutSeconds``).
 
     Raises:
         RunnerError: an impossible ``nproc``/device, a backend the device cannot run, a sweep too large for
-            this host's memory, or a GPU-sized spec on a CPU that was not asked for (:func:`~spx.runner.sizing.check_fits`).
+            this host's memory, a GPU-sized spec on a CPU that was not asked for, or an estimate over the limit.
     """
     gpus = visible_gpus()
     device = resolve_device(spec, gpus)
@@ -199,9 +202,30 @@ def plan(spec: ExperimentSpec, nproc: int | None = None, *, device_asked: bool |
     if bench != BENCH_ENTRY:
         return device, n, None
     asked = spec.kernel.device == "cpu" if device_asked is None else device_asked
-    est = check_fits(spec, device, n, device_asked=asked)
     preflight(spec, device, n)
+    est = check_fits(spec, device, n, device_asked=asked)
+    check_time_limit(est, spec.timeout_seconds if timeout_s is None else timeout_s,
+                     "spec.timeoutSeconds" if timeout_s is None else "the timeout", n)
     return device, n, est
+
+
+@dataclass
+class _Attempt:
+    """What the launcher left: rank 0's result document (JSON) or an error, and the failed ranks."""
+
+    result_json: str | None = None
+    error: str | None = None
+    failures: list[RankFailure] = field(default_factory=list)
+
+    def result(self) -> KernelResult | None:
+        """Rank 0's :class:`KernelResult`; ``None`` (and ``error`` set) when it returned none or an invalid one."""
+        if self.result_json is None:
+            return None
+        try:
+            return KernelResult.model_validate_json(self.result_json)
+        except ValueError as err:
+            self.error = f"rank 0 returned an invalid result document: {err}"
+            return None
 
 
 def run_local(
@@ -233,98 +257,96 @@ def run_local(
 
     Returns:
         The outcome; ``outcome.result.complete`` is False and ``outcome.result.error`` names the
-        failing rank when the run failed. ``result.json`` is written either way.
+        failing rank when the run failed. ``result.json`` is written either way (whole or not at all:
+        :func:`spx.files.write_atomic`).
 
     Raises:
         RunnerError: before anything starts (:func:`plan`).
+        OSError: ``result.json`` cannot be written (a full disk); ``points.partial.jsonl`` keeps the points.
     """
-    device, n, est = plan(spec, nproc, device_asked=device_asked, bench=bench)
+    device, n, est = plan(spec, nproc, device_asked=device_asked, bench=bench, timeout_s=timeout_s)
     out = Path(out_dir)
-    log_dir = out / LOGS_DIR
-    log_dir.mkdir(parents=True, exist_ok=True)
+    points_path = _fresh_outputs(out)
+    tail = _PointTail(points_path, lambda p: _tell(p, progress, on_point))
+    started_at, t0 = utc_now(), time.monotonic()
+    if progress is not None:
+        refine = spec.sweep.refine  # an adaptive sweep adds at most maxAddedPoints counts
+        progress.start(len(spec.sweep.tokens), n, device, est, added=refine.max_added_points if refine else 0)
+    try:
+        attempt = _launch_watched(spec, out, n, experiment, bench, device, tail, timeout_s)
+    finally:
+        if progress is not None:
+            progress.stop()
+    result = attempt.result() or partial_result(
+        spec, tail.points, experiment=experiment, nproc=n, device=device, error=attempt.error or "unknown failure",
+        started_at=started_at, wall_seconds=time.monotonic() - t0,
+    )
+    write_atomic(out / RESULT_FILE, result.model_dump_json(by_alias=True, indent=1) + "\n")
+    if result.complete:  # the streamed points are all in result.json now; keep them only for a failed run
+        points_path.unlink(missing_ok=True)
+    return LocalRunOutcome(result=result, out_dir=out, log_dir=out / LOGS_DIR, nproc=n, device=device,
+                           failures=attempt.failures, estimate=est)
+
+
+def _fresh_outputs(out: Path) -> Path:
+    """``out/logs/`` created, an earlier ``result.json`` and ``points.partial.jsonl`` removed, the latter created
+    empty (the tail reads it from the start); returns its path."""
+    (out / LOGS_DIR).mkdir(parents=True, exist_ok=True)
     points_path = out / POINTS_FILE
     points_path.unlink(missing_ok=True)
     (out / RESULT_FILE).unlink(missing_ok=True)
     points_path.touch()
+    return points_path
 
-    def _on_point(p: PointResult) -> None:
-        if progress is not None:
-            progress.point(p)
-        if on_point is not None:
-            on_point(p)
 
-    tail = _PointTail(points_path, _on_point)
-    stop = threading.Event()
-    timed_out = threading.Event()
-    limit = float(spec.timeout_seconds if timeout_s is None else timeout_s)
-    limit_source = "spec.timeoutSeconds" if timeout_s is None else "timeout"
+def _tell(point: PointResult, progress: RunProgress | None, on_point: PointCallback | None) -> None:
+    if progress is not None:
+        progress.point(point)
+    if on_point is not None:
+        on_point(point)
 
+
+def _launch_watched(spec: ExperimentSpec, out: Path, n: int, experiment: str, bench: str, device: str,
+                    tail: _PointTail, timeout_s: float | None) -> _Attempt:
+    """Start the ranks with the points tail and the timeout watchdog running; every way the launcher ends,
+    as an :class:`_Attempt` (a rank's failure, the timeout, an interrupt, the launcher's own failure)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    started_at = utc_now()
-    t0 = time.monotonic()
-    error: str | None = None
-    failures: list[RankFailure] = []
-    result_json: str | None = None
-    tail_thread = threading.Thread(target=tail.run, args=(stop,), name="spx-points-tail", daemon=True)
+    log_dir = out / LOGS_DIR
+    limit = float(spec.timeout_seconds if timeout_s is None else timeout_s)
+    limit_source = "spec.timeoutSeconds" if timeout_s is None else "timeout"
+    stop, timed_out = threading.Event(), threading.Event()
 
     def _watchdog() -> None:
         if not stop.wait(limit):
             timed_out.set()
             os.kill(os.getpid(), signal.SIGTERM)
 
-    watchdog = threading.Thread(target=_watchdog, name="spx-timeout", daemon=True)
-    if progress is not None:
-        refine = spec.sweep.refine  # an adaptive sweep adds at most maxAddedPoints counts
-        progress.start(len(spec.sweep.tokens), n, device, est, added=refine.max_added_points if refine else 0)
-    try:
-        with launcher_logging(log_dir), launch_environment(device, n):
-            tail_thread.start()
-            watchdog.start()
-            try:
-                returns = launch(spec, out, n, experiment, bench)
-                result_json = returns.get(0)
-                if result_json is None:
-                    error = "rank 0 finished without returning a result"
-            except ChildFailedError as exc:
-                failures = rank_failures(exc, log_dir, n)
-                first = failures[0]
-                error = f"rank {first.rank} failed: {first.message}"
-            except SignalException as exc:
-                if timed_out.is_set():
-                    error = f"timed out after {limit:g} s ({limit_source}); all ranks stopped"
-                else:
-                    error = f"interrupted ({exc.sigval.name}); all ranks stopped"
-            except KeyboardInterrupt:
-                error = "interrupted (SIGINT); all ranks stopped"
-            except Exception as exc:  # the launcher itself failed (rendezvous, spawn)
-                error = f"launcher failed: {type(exc).__name__}: {exc}"
-            finally:
-                stop.set()
-                tail_thread.join(timeout=5)
-                tail.drain()
-    finally:
-        if progress is not None:
-            progress.stop()
-
-    wall = time.monotonic() - t0
-    result: KernelResult | None = None
-    if result_json is not None:
+    attempt = _Attempt()
+    with launcher_logging(log_dir), launch_environment(device, n):
+        tail_thread = threading.Thread(target=tail.run, args=(stop,), name="spx-points-tail", daemon=True)
+        tail_thread.start()
+        threading.Thread(target=_watchdog, name="spx-timeout", daemon=True).start()
         try:
-            result = KernelResult.model_validate_json(result_json)
-        except ValueError as err:
-            error = f"rank 0 returned an invalid result document: {err}"
-    if result is None:
-        result = partial_result(
-            spec, tail.points, experiment=experiment, nproc=n, device=device,
-            error=error or "unknown failure", started_at=started_at, wall_seconds=wall,
-        )
-    (out / RESULT_FILE).write_text(result.model_dump_json(by_alias=True, indent=1) + "\n", encoding="utf-8")
-    if result.complete:  # the streamed points are all in result.json now; keep them only for a failed run
-        points_path.unlink(missing_ok=True)
-    return LocalRunOutcome(result=result, out_dir=out, log_dir=log_dir, nproc=n, device=device, failures=failures,
-                           estimate=est)
+            attempt.result_json = launch(spec, out, n, experiment, bench).get(0)
+            if attempt.result_json is None:
+                attempt.error = "rank 0 finished without returning a result"
+        except ChildFailedError as exc:
+            attempt.failures = rank_failures(exc, log_dir, n)
+            attempt.error = f"rank {attempt.failures[0].rank} failed: {attempt.failures[0].message}"
+        except SignalException as exc:
+            attempt.error = (f"timed out after {limit:g} s ({limit_source}); all ranks stopped" if timed_out.is_set()
+                             else f"interrupted ({exc.sigval.name}); all ranks stopped")
+        except KeyboardInterrupt:
+            attempt.error = "interrupted (SIGINT); all ranks stopped"
+        except Exception as exc:  # the launcher itself failed (rendezvous, spawn)
+            attempt.error = f"launcher failed: {type(exc).__name__}: {exc}"
+        finally:
+            stop.set()
+            tail_thread.join(timeout=5)
+            tail.drain()
+    return attempt
 
 
 __all__ = [

@@ -14,13 +14,14 @@ from pathlib import Path
 
 from spx.analysis.threshold import next_multiple
 from spx.api import ExperimentSpec
+from spx.vocabulary import ResolvedDevice
 
-#: A spec whose ``kernel.device`` is ``auto`` and that would run on CPU (no GPU visible) runs there
-#: only when its estimated time is below this; otherwise it is GPU-sized and needs ``--device cpu``.
-CPU_AUTO_LIMIT_S = 120.0
-#: A sweep whose GEMMs add up to more than this (FLOPs per rank, warm-up and samples included) is GPU-sized
-#: whatever this CPU's speed: the V4.1 TP8 sweep is ~5e13, the CPU quickstart ~4e10. A machine-independent
-#: bound keeps the refusal deterministic (a time estimate alone moves 2-3× with the load of a shared host).
+#: The one rule for a GPU-sized spec (docs/cli.md, ``spx run`` step 5): with ``kernel.device: auto`` and no GPU
+#: visible, a sweep whose GEMMs add up to more than this (FLOPs per rank, warm-up and samples included:
+#: :func:`point_flops`) is refused unless CPU is asked for. The V4.1 TP8 sweep is ~5e13, the CPU quickstart ~4e10.
+#: A count of operations, not a time estimate, so the refusal is the same on every machine (a time estimate moves
+#: 2-3× with the load of a shared host); the time estimate is checked against the run's own limit instead
+#: (:func:`check_time_limit`).
 GPU_SIZED_FLOPS = 1e12
 #: Resident memory of one rank before any tensor (a CPU torch process with gloo: ~300 MiB measured
 #: on torch 2.13; a CUDA context is larger but lives on the GPU).
@@ -46,7 +47,7 @@ def visible_gpus() -> int:
         return 0
 
 
-def resolve_device(spec: ExperimentSpec, gpus: int | None = None) -> str:
+def resolve_device(spec: ExperimentSpec, gpus: int | None = None) -> ResolvedDevice:
     """``cuda`` or ``cpu``: ``spec.kernel.device`` with ``auto`` resolved by what is visible."""
     if spec.kernel.device != "auto":
         return spec.kernel.device
@@ -62,7 +63,7 @@ def default_nproc(spec: ExperimentSpec, gpus: int | None = None) -> int:
     return max(1, min(n, spec.parallelism.tensor_parallel_size))
 
 
-def check_nproc(spec: ExperimentSpec, nproc: int, device: str, gpus: int | None = None) -> int:
+def check_nproc(spec: ExperimentSpec, nproc: int, device: ResolvedDevice, gpus: int | None = None) -> int:
     """Validate a requested rank count; returns it capped at TP.
 
     Raises:
@@ -184,7 +185,7 @@ def calibrate_cpu_gflops(spec: ExperimentSpec, seconds: float = 0.3) -> float:
     return 2 * rows * k * n / max(statistics.median(times), 1e-9) / 1e9
 
 
-def estimate(spec: ExperimentSpec, device: str, nproc: int, cpu_gflops: float | None = None) -> RunEstimate:
+def estimate(spec: ExperimentSpec, device: ResolvedDevice, nproc: int, cpu_gflops: float | None = None) -> RunEstimate:
     """Peak memory (and on CPU the time, at ``cpu_gflops``) of ``spec``'s sweep with ``nproc`` ranks.
 
     Each rank gets ``1/nproc`` of the CPU's rate (the runner splits the threads evenly).
@@ -230,14 +231,14 @@ def gpu_memory_bytes() -> int | None:
 
 
 def check_fits(
-    spec: ExperimentSpec, device: str, nproc: int, *, device_asked: bool, cpu_gflops: float | None = None,
+    spec: ExperimentSpec, device: ResolvedDevice, nproc: int, *, device_asked: bool, cpu_gflops: float | None = None,
     available: int | None = None,
 ) -> RunEstimate:
     """Refuse, before spawning, a run this host cannot hold or that is GPU-sized on a CPU.
 
     ``device_asked``: the user chose CPU explicitly (``--device cpu`` or ``spec.kernel.device: cpu``);
-    without it a CPU run whose GEMMs exceed :data:`GPU_SIZED_FLOPS` or whose time estimate exceeds
-    :data:`CPU_AUTO_LIMIT_S` is refused.
+    without it a CPU run whose GEMMs exceed :data:`GPU_SIZED_FLOPS` is refused (the one rule; the time estimate
+    is checked against the run's own limit by :func:`check_time_limit`).
 
     On CPU the memory check comes before the calibration GEMM (:func:`calibrate_cpu_gflops`), which
     allocates at most :data:`CALIBRATION_MAX_WEIGHT` weight elements.
@@ -257,14 +258,13 @@ def check_fits(
     est = estimate(spec, device, nproc, cpu_gflops)
     if device == "cpu":
         flops = sum(point_flops(spec, t, nproc) for t in spec.sweep.tokens)
-        too_slow = est.seconds is not None and est.seconds > CPU_AUTO_LIMIT_S
-        if not device_asked and (too_slow or flops > GPU_SIZED_FLOPS):
+        if not device_asked and flops > GPU_SIZED_FLOPS:
             raise RunnerError(
-                f"no GPU is visible and this experiment is sized for GPUs (hiddenSize "
-                f"{spec.projection.hidden_size}, {len(spec.sweep.tokens)} token counts up to {largest:,}): on this "
-                f"CPU it would take {est.describe(nproc)}. Pass --device cpu (or set spec.kernel.device: cpu) to "
-                "run it on CPU anyway (a smoke run: CPU timings say nothing about GPUs), or try "
-                "examples/quickstart.yaml"
+                f"no GPU is visible and this experiment is GPU-sized: its GEMMs add up to {flops:.1e} FLOPs per rank "
+                f"(hiddenSize {spec.projection.hidden_size}, {len(spec.sweep.tokens)} token counts up to {largest:,}), "
+                f"over the {GPU_SIZED_FLOPS:.0e} a CPU run takes unasked (docs/cli.md, spx run). Pass --device cpu (or "
+                "set spec.kernel.device: cpu) to run it on CPU anyway (a smoke run: CPU timings say nothing about "
+                "GPUs), or try examples/quickstart.yaml"
             )
     else:
         total = gpu_memory_bytes() if available is None else available
@@ -274,6 +274,23 @@ def check_fits(
                 f"than the GPU holds ({fmt_bytes(total)}): lower spec.sweep.tokens (largest {largest:,})"
             )
     return est
+
+
+def check_time_limit(est: RunEstimate | None, limit_s: float, limit_name: str, nproc: int) -> None:
+    """Refuse a sweep whose estimated time (:attr:`RunEstimate.seconds`, CPU only) exceeds its own time limit:
+    it would burn the cores until the limit stops it, and keep a partial result at best.
+
+    Raises:
+        RunnerError: the estimate and the limit, and the fixes (fewer or smaller token counts, fewer samples,
+            or a larger limit).
+    """
+    if est is None or est.seconds is None or est.seconds <= limit_s:
+        return
+    raise RunnerError(
+        f"this sweep cannot finish within its time limit: it would take {est.describe(nproc)}, and {limit_name} is "
+        f"{limit_s:g} s; lower spec.sweep.tokens (largest {est.peak_tokens:,}) or "
+        f"spec.kernel.samples, or raise {limit_name}"
+    )
 
 
 def _memory_refusal(spec: ExperimentSpec, est: RunEstimate, nproc: int, avail: int) -> str:
@@ -291,7 +308,7 @@ def _memory_refusal(spec: ExperimentSpec, est: RunEstimate, nproc: int, avail: i
             f"can hold ({fmt_bytes(avail)} available): {fix}")
 
 
-def preflight(spec: ExperimentSpec, device: str, nproc: int) -> list[str]:
+def preflight(spec: ExperimentSpec, device: ResolvedDevice, nproc: int) -> list[str]:
     """:func:`spx.bench.kernel.preflight`: the backend, gather and timer this host can run.
 
     Raises:
@@ -306,6 +323,6 @@ def preflight(spec: ExperimentSpec, device: str, nproc: int) -> list[str]:
 
 
 __all__ = [
-    "CPU_AUTO_LIMIT_S", "RunEstimate", "RunnerError", "check_fits", "check_nproc", "default_nproc", "estimate",
+    "GPU_SIZED_FLOPS", "RunEstimate", "RunnerError", "check_fits", "check_nproc", "check_time_limit", "default_nproc", "estimate",
     "host_memory_available", "point_bytes", "preflight", "resolve_device", "visible_gpus",
 ]

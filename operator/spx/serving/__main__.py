@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SpecError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    ok = all(r is None or r.complete for r in (outcome.serving, outcome.accuracy))
+    ok = all(r is None or r.complete for r in (outcome.serving, outcome.accuracy, outcome.step))
     return EXIT_OK if ok else EXIT_FAIL
 
 

@@ -38,15 +38,20 @@ from spx.api.accuracy import AccuracyResult, AccuracyRun
 from spx.api.base import utc_now
 from spx.api.serving import ServingArmRun, ServingArmSpec, ServingPointRun, ServingResult, ServingSpec
 from spx.api.spec import ExperimentSpec
+from spx.api.step import StepResult
+from spx.files import write_atomic
 from spx.serving.commands import ENV_THRESHOLD, PLUGIN_NAME, server_command, server_env, serving_of
 from spx.serving.gpus import nvidia_smi_argv, wait_gpus_free
 from spx.serving.gsm8k import Gsm8kData, load_gsm8k, run_gsm8k
 from spx.serving.point import run_point
 from spx.serving.server import ServerError, VllmServer, port_open
-from spx.vocabulary import PLUGIN_LOG_MARKER  # the line the spx plugin logs once it set the threshold
-
-SERVING_RESULT_FILE = "serving-result.json"
-ACCURACY_RESULT_FILE = "accuracy-result.json"
+from spx.vocabulary import (
+    ACCURACY_RESULT_FILE,
+    GSM8K_REPLIES_FILE,
+    PLUGIN_LOG_MARKER,  # the line the spx plugin logs once it set the threshold
+    SERVER_LOG,
+    SERVING_RESULT_FILE,
+)
 
 
 def _stderr_log(msg: str) -> None:
@@ -82,12 +87,11 @@ class VllmRunOutcome:
 
     serving: ServingResult | None
     accuracy: AccuracyResult | None
+    step: StepResult | None = None
 
 
 def _write(path: Path, model: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(model.to_wire(), indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(model.to_wire(), indent=2) + "\n")
 
 
 @dataclass
@@ -149,14 +153,16 @@ class ArmRunner:
         while port_open(s.host, s.port) and time.monotonic() - t_port < s.shutdown_timeout_seconds:
             time.sleep(self.opts.health_poll_seconds)
         if port_open(s.host, s.port):
-            reason = f"port {s.host}:{s.port} still in use before starting the server"
+            reason = (f"port {s.host}:{s.port} still in use before starting the server (another server listens "
+                      "there: stop it, or set spec.serving.port to a free port)")
+            self.opts.log(f"{self.label}: not started: {reason}")
             run.state, run.error = "Failed", reason
             self.docs.serving.failures.append(f"{self.arm.name}: arm failed: {reason}")
             self._fail_rest(f"not run: {reason}")
             self.docs.save()
             return reason
         argv = server_command(self.spec, self.opts.vllm_command)
-        server = VllmServer(argv, server_env(self.spec, self.arm, self.base_env), self.arm_dir / "server.log")
+        server = VllmServer(argv, server_env(self.spec, self.arm, self.base_env), self.arm_dir / SERVER_LOG)
         run.server_command, run.server_log = argv, str(server.log_path)
         self.opts.log(f"{self.label}: starting: {' '.join(argv)}")
         try:
@@ -215,7 +221,7 @@ class ArmRunner:
             assert self.spec.accuracy is not None
             acc_run = run_gsm8k(
                 f"http://{s.host}:{s.port}", s.api_model_name, self.spec.accuracy, self.gsm8k,
-                self.arm_dir / "gsm8k-replies.jsonl", arm=self.arm.name, variant=self.arm.variant,
+                self.arm_dir / GSM8K_REPLIES_FILE, arm=self.arm.name, variant=self.arm.variant,
                 threshold=run.threshold, log=self.opts.log,
             )
             if acc_run.error is None and not server.alive():
@@ -265,6 +271,7 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
     result = ServingResult(
         experiment=opts.experiment, serving=s, gate_threshold_tokens=spec.gate.threshold_tokens, started_at=utc_now(),
         protocol_deviations=protocol_deviations(s),
+        device="cuda" if nvidia_smi_argv(opts.nvidia_smi, opts.env) is not None else "cpu",
     )
     for arm in s.arms:
         result.arms.append(
@@ -307,6 +314,12 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
         if acc_result is not None:
             acc_result.complete = not acc_result.failures and all(r.error is None for r in acc_result.runs) and bool(acc_result.runs)
         docs.save()
-    return VllmRunOutcome(serving=result if s.points else None, accuracy=acc_result)
+    step = None
+    if s.step is not None and abort is None:
+        from spx.serving.step import run_step_ab
+
+        step = run_step_ab(spec, out_dir, opts.vllm_command, base_env,
+                           nvidia_smi=nvidia_smi_argv(opts.nvidia_smi, opts.env), log=opts.log)
+    return VllmRunOutcome(serving=result if s.points else None, accuracy=acc_result, step=step)
 
 

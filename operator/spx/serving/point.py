@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spx.analysis.serving import metric_value, summary_fields
+from spx.analysis.serving import metric_value, sampling_of, summary_fields
 from spx.api.base import utc_now
 from spx.api.serving import ServingPointRun, ServingPointSpec, ServingSpec
 from spx.serving.commands import bench_command
@@ -33,7 +33,8 @@ def run_point(
     log_file = result_dir / f"{point.name}.log"
     result_file.unlink(missing_ok=True)
     argv = bench_command(s, point, vllm, result_dir)
-    run = ServingPointRun(point=point.name, metric=point.metric, log_file=str(log_file), command=argv)
+    run = ServingPointRun(point=point.name, metric=point.metric, log_file=str(log_file), command=argv,
+                          sampling=sampling_of(s.extra_bench_args))
     t0 = time.monotonic()
     with open(log_file, "wb") as log:
         log.write(f"# spx: {utc_now()} {' '.join(argv)}\n".encode())

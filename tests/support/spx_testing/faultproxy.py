@@ -35,7 +35,9 @@ HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "kee
 class Rule:
     """``action``: ``status`` (answer ``code``/``reason``), ``gone`` (a watch: one ERROR 410 event, then
     the end of the stream, as the server sends it), ``stall`` (hold the request ``stall_s`` seconds,
-    then forward it), ``reset`` (drop the connection without an answer)."""
+    then forward it), ``hold`` (hold the request until :meth:`release`, then forward it: a list that
+    answers with what the server holds *after* the test changed it), ``reset`` (drop the connection
+    without an answer)."""
 
     action: str
     path: str = ".*"
@@ -47,6 +49,11 @@ class Rule:
     times: int = 1
     hits: int = 0
     body: str | None = None
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def release(self) -> None:
+        """Forward the requests a ``hold`` rule holds (call it on the proxy's event loop)."""
+        self.released.set()
 
     def matches(self, request: aiohttp.web.Request, body: bytes = b"") -> bool:
         if self.times == 0:
@@ -72,6 +79,7 @@ class FaultProxy:
     _site: aiohttp.web.TCPSite | None = None
     _session: aiohttp.ClientSession | None = None
     _open: set[aiohttp.web.StreamResponse] = field(default_factory=set)
+    _open_paths: dict[int, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -99,6 +107,15 @@ class FaultProxy:
         for rsp in list(self._open):
             if rsp.task is not None:
                 rsp.task.cancel()
+
+    async def cut_matching(self, path: str) -> int:
+        """End the forwarded responses in flight whose request path matches the regex ``path`` (say, the
+        Job watch only); the number ended."""
+        cut = [rsp for rsp in list(self._open) if re.search(path, self._open_paths.get(id(rsp), ""))]
+        for rsp in cut:
+            if rsp.task is not None:
+                rsp.task.cancel()
+        return len(cut)
 
     async def down(self) -> None:
         """Stop listening and cut every open connection: the server is unreachable until :meth:`up`."""
@@ -148,6 +165,8 @@ class FaultProxy:
                 raise asyncio.CancelledError
             if rule.action == "stall":
                 await asyncio.sleep(rule.stall_s)
+            if rule.action == "hold":
+                await rule.released.wait()
         return await self._forward(request, payload)
 
     async def _forward(self, request: aiohttp.web.Request, data: bytes) -> aiohttp.web.StreamResponse:
@@ -163,10 +182,12 @@ class FaultProxy:
                 rsp.headers["Content-Encoding"] = up.headers["Content-Encoding"]
             await rsp.prepare(request)
             self._open.add(rsp)
+            self._open_paths[id(rsp)] = request.path
             try:
                 async for chunk in up.content.iter_any():
                     await rsp.write(chunk)
                 await rsp.write_eof()
             finally:
                 self._open.discard(rsp)
+                self._open_paths.pop(id(rsp), None)
             return rsp

@@ -8,9 +8,9 @@ import asyncio
 import pytest
 
 from spx.api.conditions import kstatus_conditions
-from spx.controller.admission import admit
+from spx.controller.decide.admission import admit
+from spx.controller.decide.store import Store
 from spx.controller.settings import ENV_VARS, load_settings
-from spx.controller.store import Store
 from spx.controller.writes import Backoff, merge_patch_for
 
 A, B, C = ("ml", "a"), ("ml", "b"), ("ml", "c")

@@ -34,7 +34,7 @@ from spx.api.status import ExperimentStatus
 from spx.controller.kube import ApiError, KubeClient, resource_path
 from spx.controller.reactor import Reactor
 from spx.controller.settings import load_settings
-from spx.controller.writes import EXPERIMENT_API, Conflict, Rejected, Writes
+from spx.controller.writes import Conflict, Rejected, Writes
 
 EXTERNAL_KUBECONFIG = os.environ.get("SPX_TEST_KUBECONFIG")
 KUBECTL: str | None = None  # the session control plane's kubectl, when the tests run against it
@@ -125,7 +125,7 @@ def namespace(kubeconfig: Path) -> Iterator[str]:
 
 async def create_experiment(c: KubeClient, ns: str, name: str) -> dict[str, Any]:
     body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "namespace": ns}, "spec": SPEC}
-    return await c.create(resource_path(EXPERIMENT_API, PLURAL, ns), body)
+    return await c.create(resource_path(API_VERSION, PLURAL, ns), body)
 
 
 def test_status_writes_meet_the_real_optimistic_lock_and_schema(namespace: str) -> None:
@@ -201,7 +201,7 @@ def test_fm8_no_result_configmap_after_the_owner_is_gone(namespace: str) -> None
             "ownerReferences": [{"kind": KIND, "uid": exp["metadata"]["uid"], "controller": True}]},
             "spec": {}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}})
         r.reads.listed.add("job-uid")
-        await c.delete(resource_path(EXPERIMENT_API, PLURAL, namespace, "fm8"))  # … while it is being read
+        await c.delete(resource_path(API_VERSION, PLURAL, namespace, "fm8"))  # … while it is being read
         outcome = await r.reconcile((namespace, "fm8"))
         cms = await c.get(resource_path("v1", "configmaps", namespace))
         await r.stop()
@@ -217,8 +217,8 @@ def test_a_result_configmap_of_a_log_full_of_broken_lines_is_accepted(namespace:
     problem per line used to push ``problems.txt`` past the API server's 1 MiB ConfigMap limit — the write
     was refused (422) on every retry and the run never decided. The problems are bounded; the log comes
     first and the real API server accepts the ConfigMap."""
-    from spx.controller.result_configmap import build_result_configmap
-    from spx.controller.results import collect
+    from spx.controller.build.result_configmap import build_result_configmap
+    from spx.controller.decide.results import collect
 
     pad = "x" * 100
     log = "".join(f'{{"kind": "point", "point": {{"tokens": {i}, "medianUs": NaN, "pad": "{pad}"}}}}\n'
@@ -249,9 +249,10 @@ def test_fm5_the_job_controller_marks_a_preemption_as_a_new_suspension(namespace
     import datetime as dt
 
     from spx.api.loading import validate_spec
-    from spx.controller import conclusion as c
-    from spx.controller.conditions import parse_time
-    from spx.controller.job_status import suspended_since
+    from spx.controller.decide import conclusion as c
+    from spx.controller.decide import decision as dec
+    from spx.controller.decide.conditions import parse_time
+    from spx.controller.decide.job_status import suspended_since
 
     body = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "preempted-g1", "namespace": namespace},
             "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
@@ -290,8 +291,36 @@ def test_fm5_the_job_controller_marks_a_preemption_as_a_new_suspension(namespace
     spec = validate_spec({**SPEC, "scheduling": {"queueName": "gpus", "admissionTimeoutSeconds": 60}})
     at = parse_time(suspended_since(again))
     assert at is not None
-    base = c.Observed(name="preempted", namespace=namespace, uid="exp-uid", generation=1, spec=spec,
+    base = dec.Observed(name="preempted", namespace=namespace, uid="exp-uid", generation=1, spec=spec,
                       status=ExperimentStatus(phase="Running", observed_generation=1, job_name="preempted-g1"),
                       now=at + dt.timedelta(seconds=59.5), jobs=[again])
     assert c.conclude(base).outcome == "suspended"
     assert c.conclude(dataclasses.replace(base, now=at + dt.timedelta(seconds=60))).outcome == "not-admitted"
+
+
+def test_a_followed_log_answered_404_is_reported_once_not_retried(namespace: str) -> None:
+    """The log of a pod the API server does not have (deleted unseen, in a watch gap): the follower stops
+    at the first 404 and reports it (``on_gone``) instead of re-opening the stream and giving up silently."""
+    from spx.controller.logs import MAX_RECONNECTS, LogFollowers
+
+    async def scenario() -> tuple[list[tuple[str, str, str]], bool, int]:
+        c = await client()
+        gone: list[tuple[str, str, str]] = []
+        checks = 0
+
+        def running(ns: str, pod: str, uid: str) -> bool:  # the store still says it runs
+            nonlocal checks
+            checks += 1
+            return True
+
+        logs = LogFollowers(c, 1 << 20, running, on_gone=lambda *args: gone.append(args))
+        logs.follow(namespace, "vanished-pod", "uid-1", "job-uid-1", "vanished-g1")
+        await asyncio.wait_for(logs._pods["uid-1"].done.wait(), timeout=30)
+        followed = logs._pods["uid-1"]
+        await logs.stop()
+        await c.close()
+        return gone, followed.gone, checks
+
+    gone, marked, checks = run(scenario())
+    assert gone == [(namespace, "vanished-pod", "uid-1")]
+    assert marked and checks == 0 < MAX_RECONNECTS  # no re-open: the 404 is the answer

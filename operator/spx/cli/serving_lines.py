@@ -1,0 +1,53 @@
+"""What ``spx serving OUT`` prints: the verdict, then per point the change, noise and check, then the step A/B."""
+
+from __future__ import annotations
+
+from spx.api.serving import ServingPointStatus, ServingStatus
+from spx.api.status import ExperimentStatus
+from spx.api.step import StepStatus
+
+
+def _fmt(v: float | None) -> str:
+    return "—" if v is None else f"{v:.4g}"
+
+
+def _point_line(p: ServingPointStatus) -> str:
+    fmt = _fmt
+    change = "—" if p.change_pct is None else f"{p.change_pct:+.2f}%"
+    noise = "no noise estimate" if p.within_kind_pct is None else f"noise ±{p.within_kind_pct:.2f}%"
+    check = ("control (split cannot engage)" if p.control else "ok" if p.passed else
+             "FAIL" if p.passed is False else "undecided")
+    at = f" T={p.threshold_tokens}" if p.threshold_tokens is not None else ""
+    temp = p.sampling.get("temperature")
+    return (f"  {p.name}{at}: {p.metric} main {fmt(p.main_mean)} → split {fmt(p.split_mean)} {p.unit}, change {change} "
+            f"({noise}): {check}" + (f"; temperature {temp}" if temp else ""))
+
+
+def serving_lines(serving: ServingStatus) -> list[str]:
+    """The serving A/B: gate, per point change / noise / check, failures."""
+    gate = "passed" if serving.gate_passed else "FAILED" if serving.gate_passed is False else "inconclusive"
+    lines = [f"serving A/B: gate {gate}" + (" (CPU servers)" if serving.cpu_timings else "")]
+    lines += [_point_line(p) for p in serving.points]
+    lines += [f"  failed: {f}" for f in serving.failures]
+    return lines
+
+
+def step_lines(step: StepStatus) -> list[str]:
+    """The step A/B: one line per effect and positive control (figure, 95 % interval, per layer, outcome)."""
+    lines = [f"step A/B (difference in differences of each server's {step.statistic} latency per length, 95 % "
+             "bootstrap over rounds):"]
+    lines += [f"  {r}" for r in step.reasons]
+    lines += [f"  failed: {f}" for f in step.failures[:10]]
+    return lines
+
+
+def bench_lines(status: ExperimentStatus) -> list[str]:
+    """Everything ``spx serving`` prints: the verdict and its deciding reason first, then each section."""
+    lines = [f"verdict: {status.verdict}: {status.verdict_reasons[0] if status.verdict_reasons else ''}"]
+    if status.serving is not None:
+        lines += serving_lines(status.serving)
+    if status.accuracy is not None:
+        lines.append("GSM8K: " + ("; ".join(status.accuracy.reasons) or "no result"))
+    if status.step is not None:
+        lines += step_lines(status.step)
+    return lines
