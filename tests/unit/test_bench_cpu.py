@@ -97,9 +97,10 @@ def test_cpu_points_record_their_mode_at_the_capture_limit_and_both_bounds():
     assert "9 > max_cudagraph_capture_size 8: vLLM runs this batch eagerly" in p9.execution_reason
     for p in result.points:
         assert len(p.replicated.host_samples_us) == 5 and len(p.split.host_samples_us) == 5
-        # the modelled gather's host time is added to the split's host samples and labelled modelled
-        assert p.gather_host_source == "modelled" and p.gather_host_us == spec.kernel.gather_model.host_us
-        assert p.split.host_median_us >= spec.kernel.gather_model.host_us
+        # the gather's GPU time is modelled; its launch is issued for real (a 1-rank gloo group here)
+        # inside the split's host samples and labelled measured (tests/unit/test_bench_gather_launch.py)
+        assert p.gather_source == "modelled" and p.gather_host_source == "measured"
+        assert p.gather_host_us is not None and 0 < p.gather_host_us <= p.split.host_median_us
     status = judge(result, spec).kernel
     assert status is not None and [r.regime for r in status.regimes] == ["gpu-bound", "host-bound"]
     assert all(p.host_delta_us is not None and p.host_delta_low_us is not None for p in status.points)

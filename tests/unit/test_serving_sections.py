@@ -43,6 +43,11 @@ def test_accuracy_needs_serving() -> None:
         ({"startupTimeoutSeconds": 600}, 2400, True),
         ({"arms": [{"name": "B", "variant": "split"}, {"name": "A", "variant": "main"}]}, 4800, True),
         ({"arms": [{"name": "B", "variant": "split"}, {"name": "A", "variant": "main"}]}, 4799, False),
+        # the step A/B's servers load the model too: control + gate threshold + 1 listed + positive control
+        ({"startupTimeoutSeconds": 600, "step": {}}, 3600, True),
+        ({"startupTimeoutSeconds": 600, "step": {}}, 3599, False),
+        ({"startupTimeoutSeconds": 600, "step": {"thresholds": [4096], "positiveControl": True}}, 4800, True),
+        ({"startupTimeoutSeconds": 600, "step": {"thresholds": [4096], "positiveControl": True}}, 4799, False),
     ],
 )
 def test_timeout_covers_every_arms_model_load(serving: dict[str, Any], timeout: int, ok: bool) -> None:
@@ -61,8 +66,10 @@ def test_the_crd_carries_the_same_rules_as_cel() -> None:
     assert rules == CEL_RULES["spec"]
     text = " ".join(r["rule"] for r in rules)
     assert "!has(self.accuracy) || has(self.serving)" in text
-    # the CRD carries no defaults, so the rule spells out the models' (timeout 3600, 4 arms, 2400 s)
-    assert ": 3600) >= " in text and ": 4) * " in text and ": 2400)" in text
+    # the CRD carries no defaults, so the rule spells out the models (timeout 3600, 4 arms, 2400 s) and counts
+    # the step A/B's servers as spx.api.spec.step_servers does
+    assert ": 3600) >= " in text and ": 4) + " in text and ": 2400)" in text
+    assert "size(self.serving.step.thresholds)" in text and "self.serving.step.positiveControl" in text
 
 
 # The verdict over every gate ----------------------------------------------------------------------------

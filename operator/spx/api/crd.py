@@ -59,11 +59,14 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         {   # ExperimentSpec._vllm_benches_fit, via min_timeout_seconds
             "rule": "!has(self.serving) || "
             f"(has(self.timeoutSeconds) ? self.timeoutSeconds : {DEFAULT_TIMEOUT_SECONDS}) >= "
-            f"(has(self.serving.arms) ? size(self.serving.arms) : {len(default_arms())}) * "
+            f"((has(self.serving.arms) ? size(self.serving.arms) : {len(default_arms())}) + "
+            "(has(self.serving.step) ? 2 + (has(self.serving.step.thresholds) ? size(self.serving.step.thresholds) : 0) "
+            "+ ((has(self.serving.step.positiveControl) && self.serving.step.positiveControl) ? 1 : 0) : 0)) * "
             f"(has(self.serving.startupTimeoutSeconds) ? self.serving.startupTimeoutSeconds : "
             f"{DEFAULT_STARTUP_TIMEOUT_SECONDS})",
-            "message": "with spec.serving, timeoutSeconds must be at least the number of serving arms × "
-            "serving.startupTimeoutSeconds (every arm's model load must fit the Job deadline)",
+            "message": "with spec.serving, timeoutSeconds must be at least (the number of serving arms + the step "
+            "A/B's servers: 2 + step.thresholds + the positive control) × serving.startupTimeoutSeconds (every "
+            "server's model load must fit the Job deadline)",
         },
         *cel_rules(ExperimentSpec),  # ExperimentSpec._runs_somewhere: spx.api.combinations, the same messages
     ],

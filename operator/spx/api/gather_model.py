@@ -65,7 +65,7 @@ class GatherModelSpec(CamelModel):
     custom_all_gather_max_shard_bytes: int = Field(default=CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, ge=0, le=1 << 40)
     """Largest shard (bytes) vLLM's custom all-gather takes (2 MiB); larger gathers use NCCL. 0: always NCCL."""
     host_us: FiniteFloat = Field(default=15.0, ge=0.0, le=10_000.0)
-    """Modelled host time (µs) to issue one all-gather eagerly (only with a modelled gather; labelled modelled). Default 15 µs: the order of a whole small eager NCCL all-gather on 8x H100 (sglang bench_symm: 14-18 µs), so an upper-range guess; measure it on a multi-GPU node."""
+    """Modelled host time (µs) to issue one all-gather eagerly, used only where no gather can be launched: the input-projection stage (python -m spx.bench.stage); the kernel sweep issues a real 1-rank all-gather in the split's host samples instead (gatherHostSource measured). Default 15 µs: the order of a whole small eager NCCL all-gather on 8x H100 (sglang bench_symm: 14-18 µs)."""
 
     def regime(self, padded_tokens: int, output_size: int, dtype_bytes: int, tensor_parallel_size: int) -> GatherRegime:
         """Which collective vLLM runs for a ``[padded_tokens, output_size]`` gather over TP ranks.

@@ -80,9 +80,9 @@ class ExperimentSpec(CamelModel):
         """``accuracy`` runs on ``serving``'s servers; the Job deadline must leave every arm its model load.
 
         ``timeoutSeconds`` is the whole run's deadline (the Job's ``activeDeadlineSeconds``): the
-        kernel bench, then one model load per serving arm, its points and GSM8K. It must be at least
-        ``len(serving.arms) × serving.startupTimeoutSeconds``, so that no arm that loads within its
-        own startup timeout is killed by the deadline (defaults: 4 × 2400 s = 9600 s; plan 3–4 h,
+        kernel bench, then one model load per serving arm, its points and GSM8K, and one per step A/B
+        server. It must be at least ``(len(serving.arms) + step_servers) × serving.startupTimeoutSeconds``,
+        so that no server that loads within its own startup timeout is killed by the deadline (defaults: 4 × 2400 s = 9600 s; plan 3–4 h,
         ``docs/serving.md``).
         """
         if self.accuracy is not None and self.serving is None:
@@ -102,8 +102,8 @@ class ExperimentSpec(CamelModel):
             if self.timeout_seconds < floor:
                 raise ValueError(
                     f"timeoutSeconds={self.timeout_seconds} is too short for spec.serving: "
-                    f"{len(self.serving.arms)} arms × startupTimeoutSeconds {self.serving.startup_timeout_seconds} "
-                    f"= {floor} s of model loading alone; set timeoutSeconds ≥ {floor} (a DeepSeek-V4.1 A/B "
+                    f"({len(self.serving.arms)} arms + {step_servers(self.serving)} step A/B servers) × "
+                    f"startupTimeoutSeconds {self.serving.startup_timeout_seconds} = {floor} s of model loading alone; set timeoutSeconds ≥ {floor} (a DeepSeek-V4.1 A/B "
                     f"with GSM8K takes 3–4 h: 14400) or lower serving.startupTimeoutSeconds"
                 )
         return self
@@ -119,10 +119,20 @@ class ExperimentSpec(CamelModel):
         return self
 
 
+def step_servers(serving: ServingSpec) -> int:
+    """How many ``vllm serve`` the step A/B starts at most (``spec.serving.step``, :mod:`spx.api.step`): one
+    control, one treated server for ``gate.thresholdTokens`` and one per ``step.thresholds`` entry (an entry equal
+    to the gate's threshold is counted too: an upper bound, as the CRD's CEL rule counts), and the positive
+    control when asked; 0 without a step A/B."""
+    step = serving.step
+    return 0 if step is None else 2 + len(step.thresholds) + int(step.positive_control)
+
+
 def min_timeout_seconds(serving: ServingSpec) -> int:
-    """The smallest ``timeoutSeconds`` an experiment with ``serving`` may have: every arm's
-    ``startupTimeoutSeconds`` (the model load it is allowed) fits the Job deadline."""
-    return len(serving.arms) * serving.startup_timeout_seconds
+    """The smallest ``timeoutSeconds`` an experiment with ``serving`` may have: every server's
+    ``startupTimeoutSeconds`` (the model load it is allowed) fits the Job deadline: the serving arms and the
+    step A/B's servers (:func:`step_servers`)."""
+    return (len(serving.arms) + step_servers(serving)) * serving.startup_timeout_seconds
 
 
 class ObjectMeta(CamelModel):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from spx.api.result import rows_per_rank
 from spx.bench.context import BenchContext
+from spx.bench.gather_launch import GatherLaunch, build_gather_launch
 from spx.bench.sequence_parallel import resolve_sp_shard, sp_trim
 
 if TYPE_CHECKING:
@@ -96,6 +97,8 @@ class Candidates:
 
     ``gather_walls`` collects the host wall time (µs) of every gather call on CPU, where no CUPTI
     separates the gather's kernels; ``sp_source`` says whose ``sp_shard`` runs (``vllm`` or ``port``).
+    ``split_launched`` (modelled gather with a launch group only): the split plus the real 1-rank
+    all-gather launch, for the host samples; ``launch`` its launch (whose ``walls_us`` time each call).
     """
 
     replicated: Callable[[], torch.Tensor]
@@ -105,10 +108,17 @@ class Candidates:
     gathered: bool
     sp_source: str
     gather_walls: list[float] = field(default_factory=list)
+    split_launched: Callable[[], torch.Tensor] | None = None
+    launch: GatherLaunch | None = None
 
     def launches(self) -> dict[str, Callable[[], torch.Tensor]]:
         """``{"replicated": …, "split": …}`` for :func:`spx.bench.timing.bench_time`."""
         return {"replicated": self.replicated, "split": self.split}
+
+    def host_launches(self) -> dict[str, Callable[[], torch.Tensor]]:
+        """What the host samples time instead (``bench_time(host_launches=…)``): ``{"split": split_launched}``
+        where a real launch stands in for the modelled gather's host cost, else nothing."""
+        return {"split": self.split_launched} if self.split_launched is not None else {}
 
 
 def activations(ctx: BenchContext, tokens: int, k: int, salt: int = 0) -> torch.Tensor:
@@ -154,5 +164,17 @@ def build_candidates(ctx: BenchContext, tokens: int) -> Candidates:
             sp_trim(trim_buffer, tokens)
         return y
 
-    return Candidates(replicated=replicated, split=split, x=x, plan=plan, gathered=gathered, sp_source=sp_source,
-                      gather_walls=walls)
+    cands = Candidates(replicated=replicated, split=split, x=x, plan=plan, gathered=gathered, sp_source=sp_source,
+                       gather_walls=walls)
+    if not gathered and ctx.launch_group is not None:
+        launch = build_gather_launch(ctx.launch_group, plan.rows_per_rank, n, ctx.dtype, ctx.device)
+
+        def split_launched() -> torch.Tensor:  # as split, with the real 1-rank launch where the gather goes
+            y = proj(shard_fn(x))
+            launch(y)
+            if trim_buffer is not None:
+                sp_trim(trim_buffer, tokens)
+            return y
+
+        cands.split_launched, cands.launch = split_launched, launch
+    return cands

@@ -66,6 +66,7 @@ class BenchContext:
     kernels_seen: set[str] = field(default_factory=set)
     capture_size: int = 512
     capture_size_reason: str = ""
+    launch_group: Any = None  # modelled gather: this rank's 1-rank group for the real launch (spx.bench.gather_launch)
 
     @property
     def distributed(self) -> bool:
@@ -167,7 +168,9 @@ def setup(spec: ExperimentSpec) -> BenchContext:
     """Initialise this rank: device, process group (NCCL on GPUs, gloo on CPU), weights, backend.
 
     Reads the torchrun-style environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
-    ``MASTER_PORT``); without it runs as a single rank.
+    ``MASTER_PORT``); without it runs as a single rank. With a modelled gather (fewer ranks than TP)
+    each rank also gets a 1-rank group (``launch_group``; a 1-rank default group when alone) through
+    which the split's eager host samples issue the real all-gather launch (:mod:`spx.bench.gather_launch`).
 
     Raises:
         ValueError: more ranks than ``tensorParallelSize``, or a backend/timer the device can't run.
@@ -220,6 +223,10 @@ def setup(spec: ExperimentSpec) -> BenchContext:
         reference_weight=weight.dequantize(torch.float32),
     )
     ctx.capture_size, ctx.capture_size_reason = capture_size_of(spec, device)
+    if gather_source == "modelled" and tp > 1:  # the gather's GPU time is modelled, its launch is issued for real
+        from spx.bench.gather_launch import one_rank_group
+
+        ctx.launch_group = one_rank_group(device, rank, world_size)
     if device.type == "cuda":
         l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20))
         if spec.kernel.l2_flush:

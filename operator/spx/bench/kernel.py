@@ -15,8 +15,9 @@ Method (docs/kernel-benchmark.md "Method", from the seed PR: docs/seed.md), poin
   time with the GPU kept busy, max over ranks. On CPU (gloo) a host timer: a smoke run only.
 - Here: :func:`measure_point` (one token count → one :class:`~spx.api.result.PointResult`) and
   :func:`run_kernel_bench` (the sweep). With fewer ranks than TP the shard GEMM is still measured
-  and the gather is modelled (``spec.kernel.gatherModel``: its GPU time and its host time); the result
-  says ``gatherSource: modelled``.
+  and the gather's GPU time is modelled (``spec.kernel.gatherModel``; the result says ``gatherSource:
+  modelled``) while its host cost is a real all-gather launch through a 1-rank group inside the
+  split's eager host samples (:mod:`spx.bench.gather_launch`; ``gatherHostSource: measured``).
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         checked["err"], checked["ref"] = check_correctness(ctx, outputs["replicated"], outputs["split"], plan)
         checked["rel"] = check_reference(ctx, cands, outputs["replicated"])
 
-    timing = bench_time(cands.launches(), protocol, check)
+    launched = mode == "eager" and cands.launch is not None  # the real 1-rank gather launch in the host samples
+    timing = bench_time(cands.launches(), protocol, check, cands.host_launches() if launched else None)
     samples = ctx.spec.kernel.samples
     split, host_split = list(timing.span_us["split"]), list(timing.host_us.get("split", []))
     gather = list(timing.gather_us["split"])
@@ -96,7 +98,11 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         g = model.gather_us(plan.padded_tokens, ctx.spec.projection.output_size, ctx.dtype.itemsize, ctx.tp)
         gather = [g] * len(split)
         split = [s + g for s in split]
-        if mode == "eager":  # inside a CUDA graph the gather costs the host nothing of its own
+        if launched and cands.launch is not None:  # measured inside each split host sample
+            walls = cands.launch.walls_us[-samples:]
+            walls = walls if protocol.reduce_max is None else _reduced(protocol.reduce_max, walls)
+            gather_host, gather_host_source = statistics.median(walls), "measured"
+        elif mode == "eager":  # inside a CUDA graph the gather costs the host nothing of its own
             gather_host, gather_host_source = model.host_us, "modelled"
             host_split = [h + model.host_us for h in host_split]
         else:
@@ -189,7 +195,12 @@ def run_kernel_bench(
         if eager and ctx.device.type == "cuda":
             notes.append(f"timed eagerly at {len(eager)} token count(s) (above max_cudagraph_capture_size "
                          f"{ctx.capture_size} or forced): host issue times measured on {env.host_cpu or 'this host'}")
-        if ctx.gather_source == "modelled" and ctx.tp > 1:
+        if ctx.gather_source == "modelled" and ctx.tp > 1 and ctx.launch_group is not None and eager:
+            backend = "nccl" if ctx.device.type == "cuda" else "gloo"
+            notes.append(f"the split's eager host samples issue a real all-gather launch of the shard through a "
+                         f"1-rank {backend} group (gatherHostSource measured: the launch path, no peers to wait "
+                         "for); the gather's GPU time is modelled")
+        elif ctx.gather_source == "modelled" and ctx.tp > 1:
             notes.append(f"the split's host time includes a modelled all-gather issue time of "
                          f"{spec.kernel.gather_model.host_us:g} µs (gatherModel.hostUs), not a measurement")
         if ctx.timer == "cuda-events":

@@ -23,7 +23,9 @@ their output tensor) and the timer owns everything else, in this order:
    the host); the GPU is kept busy by the cover before each launch, so the host never waits on it
    and ``perf_counter_ns`` around the launch is the time the host needs to issue the candidate. A
    sample whose cover ran out (the stream was idle right after the issue) is retried with a cover
-   twice as long; :attr:`Timing.uncovered` counts those left idle.
+   twice as long; :attr:`Timing.uncovered` counts those left idle. Eagerly, a candidate may be
+   replaced in this pass by a host launch (``bench_time(host_launches=…)``: the split with a real
+   1-rank all-gather launch where the gather's GPU time is modelled).
 6. **Max over ranks** (``reduce_max``): each sample is the max over ranks of that rank's value.
 
 Candidates alternate within every round, and which goes first alternates too (:func:`alternating`).
@@ -255,19 +257,23 @@ def bench_time(
     candidates: Mapping[str, Callable[[], torch.Tensor]],
     protocol: TimingProtocol,
     check: Callable[[dict[str, torch.Tensor]], None] | None = None,
+    host_launches: Launches | None = None,
 ) -> Timing:
     """Measure every candidate under ``protocol`` (the six steps of the module docstring).
 
     ``candidates`` map a name to a zero-argument callable returning its output tensor; in ``graph``
     mode they must be capturable. ``check(outputs)`` runs once, after the correctness run and before
-    any timing, with each candidate's output.
+    any timing, with each candidate's output. ``host_launches`` (eager and host modes) replace a
+    candidate's launch in the host-issue pass only (step 5) and join the warm-up: the split with a
+    real 1-rank all-gather launch whose GPU time is modelled, not spanned
+    (:mod:`spx.bench.gather_launch`).
 
     Raises:
         RuntimeError: CUPTI saw no GPU activity for a launch; anything ``check`` raises.
     """
     names = list(candidates)
     if protocol.mode == "host":
-        return _bench_host(candidates, protocol, check)
+        return _bench_host(candidates, protocol, check, host_launches)
     import torch
 
     launch: dict[str, Callable[[], object]] = {}
@@ -303,11 +309,15 @@ def bench_time(
         if protocol.mode == "eager":
             gpu_cover(protocol.cover_us)
 
+    host_launch = {**launch, **(host_launches or {})} if protocol.mode == "eager" else launch  # a graph's host cost is its replay
     deadline, rounds = time.monotonic() + protocol.min_warmup_s, 0
     while rounds < protocol.warmup or time.monotonic() < deadline:
         for name in names:
             prepare()
             launch[name]()
+            if host_launch[name] is not launch[name]:
+                prepare()
+                host_launch[name]()
         rounds += 1
     torch.cuda.synchronize()
 
@@ -324,7 +334,7 @@ def bench_time(
         timing.gather_us = {name: [0.0] * samples for name in names}
         timing.kernels = {name: [] for name in names}
     if protocol.host_time:
-        timing.host_us, timing.uncovered = time_host_issue(launch, samples, settle, protocol.cover_us)
+        timing.host_us, timing.uncovered = time_host_issue(host_launch, samples, settle, protocol.cover_us)
     del graphs
     timing.span_us = _max_over_ranks(protocol, timing.span_us)
     timing.host_us = _max_over_ranks(protocol, timing.host_us)
@@ -336,20 +346,30 @@ def _bench_host(
     candidates: Mapping[str, Callable[[], torch.Tensor]],
     protocol: TimingProtocol,
     check: Callable[[dict[str, torch.Tensor]], None] | None,
+    host_launches: Launches | None = None,
 ) -> Timing:
-    """CPU: eager, host wall timer (span = host time); a smoke run of the pipeline only."""
+    """CPU: eager, host wall timer (span = host time); a smoke run of the pipeline only.
+
+    With ``host_launches`` the host samples come from a second pass in which they replace their
+    candidates (span = the first pass's walls).
+    """
     outputs = {name: fn() for name, fn in candidates.items()}
     if check is not None:
         check(outputs)
+    host_launch: dict[str, Callable[[], object]] = {**candidates, **(host_launches or {})}
     for _ in range(protocol.warmup):
-        for fn in candidates.values():
+        for name, fn in candidates.items():
             fn()
+            if host_launch[name] is not fn:
+                host_launch[name]()
     barrier = protocol.barrier or _noop
-    walls = time_host(dict(candidates), protocol.samples, barrier)
-    walls = _max_over_ranks(protocol, walls)
+    walls = _max_over_ranks(protocol, time_host(dict(candidates), protocol.samples, barrier))
+    host = walls
+    if host_launches:
+        host = _max_over_ranks(protocol, time_host(host_launch, protocol.samples, barrier))
     return Timing(
         span_us=walls,
-        host_us={name: list(v) for name, v in walls.items()},
+        host_us={name: list(v) for name, v in host.items()},
         gather_us={name: [0.0] * protocol.samples for name in candidates},
         kernels={name: [] for name in candidates},
         outputs=outputs,

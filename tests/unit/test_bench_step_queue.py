@@ -1,0 +1,78 @@
+"""The eager step's summary (spx.bench.step_queue) and its pipeline on CPU (benchmarks/eager_step.py)."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from spx.bench.step_queue import paired_effect, regime_of
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_paired_effect_is_the_median_paired_difference_per_layer():
+    rep = [1000.0, 1100.0, 900.0, 1000.0, 1050.0]
+    split = [r + 40.0 * d for r, d in zip(rep, [1.0, 1.5, 0.5, 1.0, 1.2], strict=True)]  # +40, +60, +20, +40, +48 µs
+    e = paired_effect(rep, split, per=40)
+    assert e.value == pytest.approx(1.0) and e.n == 5
+    assert e.low <= 1.0 <= e.high and e.low >= 0.5 and e.high <= 1.5
+    # a drift shared by both arms of a round stays paired: no widening
+    drift = paired_effect([r + 500 * i for i, r in enumerate(rep)], [s + 500 * i for i, s in enumerate(split)], per=40)
+    assert (drift.value, drift.low, drift.high) == (e.value, e.low, e.high)
+
+
+@pytest.mark.parametrize(("rep", "split", "per", "match"), [
+    ([1.0], [1.0, 2.0], 1, "equal, non-zero length"), ([], [], 1, "equal, non-zero length"), ([1.0], [1.0], 0, "per must be > 0"),
+])
+def test_paired_effect_refuses_unpaired_input(rep, split, per, match):
+    with pytest.raises(ValueError, match=match):
+        paired_effect(rep, split, per=per)
+
+
+@pytest.mark.parametrize(("effect", "dg", "dh", "label", "position"), [
+    (-41.0, -40.0, 30.0, "Δg", -1 / 70),      # GPU-bound step: the GPU difference
+    (34.0, -40.0, 30.0, "Δh", 74 / 70),       # host-bound step: the host difference (beyond it too)
+    (-5.0, -40.0, 30.0, "pivot", 0.5),        # between: the pivot
+    (-22.5, -40.0, 30.0, "Δg", 0.25),         # the edges belong to the ends
+    (12.5, -40.0, 30.0, "Δh", 0.75),
+    (3.0, 5.0, 5.0, "Δg=Δh", None),
+])
+def test_regime_of_places_the_effect_between_dg_and_dh(effect, dg, dh, label, position):
+    got, pos = regime_of(effect, dg, dh)
+    assert got == label
+    assert pos == (None if position is None else pytest.approx(position))
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("eager_step_bench", ROOT / "benchmarks" / "eager_step.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["eager_step_bench"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_step_benchmark_runs_its_pipeline_on_cpu(tmp_path, capsys):
+    """CPU: a smoke run of the builder, the timer and the outputs; its numbers say nothing about GPUs."""
+    pytest.importorskip("torch")
+    bench = _bench_module()
+    args = bench.argparse.Namespace(
+        spec=str(ROOT / bench.SPEC), gemm_backend="torch-bf16", tokens=[16, 17], fillers=[0, 50], host_ops=[0, 2],
+        layers=3, steps=4, op_samples=5, budget_s=600.0, out=tmp_path)
+    overrides = {"projection": {"hiddenSize": 256, "outputSizes": [96, 32]}, "kernel": {"device": "cpu", "warmup": 1}}
+    doc = bench.measure(args, overrides)
+    bench.write(doc, tmp_path)
+    assert [(c["tokens"], c["host_ops"], c["filler_us"]) for c in doc["cases"]] == [
+        (t, h, f) for t in (16, 17) for h in (0, 2) for f in (0, 50)]
+    assert doc["per_op"]["17"]["padded_tokens"] == 24  # 17 tokens pad to a multiple of TP 8
+    for case in doc["cases"]:
+        assert len(case["samples"]["replicated"]["wall_us"]) == 4 and case["samples"]["split"]["event_us"] == []
+        assert case["effect"]["low"] <= case["effect"]["value"] <= case["effect"]["high"]
+        assert case["matches"] in ("Δg", "Δh", "pivot", "Δg=Δh") and case["filler_gpu_us"] is None
+    saved = json.loads((tmp_path / "eager_step.json").read_text())
+    assert saved["layers"] == 3 and saved["gemm_backend"] == "torch-bf16" and isinstance(saved["environment"], dict)
+    rows = (tmp_path / "eager_step.csv").read_text().splitlines()
+    assert len(rows) == 1 + 8 and rows[0].startswith("tokens,host_ops,filler_us")
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 8 and all(line.split()[0] in ("16", "17") for line in printed)  # a line per case as it ends
