@@ -345,9 +345,9 @@ def _run_of_status(status: ExperimentStatus, status_path: Path, directory: Path)
                f"name {name!r} (the directory), TP{tp} ({how}), and the default shapes and gate (thresholdTokens "
                f"{spec.gate.threshold_tokens}); give the run's result.json, or --experiment FILE for its gate")
     result = ResultSummary(points=status.kernel.points, environment=env, world_size=tp,
-                           gemm_backend=status.kernel.gemm_backend or "?",
+                           gemm_backend=status.kernel.gemm_backend or "auto",
                            gather_source=status.kernel.gather_source or "measured",
-                           timer=status.kernel.timer or "?", complete=status.phase != "Failed")
+                           timer=status.kernel.timer or "auto", complete=status.phase != "Failed")
     spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(
         update={"tokens": [p.tokens for p in status.kernel.points]})})
     return LoadedRun(result, status_path, spec, env, name, directory, status, [warning])
