@@ -8,7 +8,8 @@ every vLLM process, and importing ``spx.api`` builds all its pydantic models (2.
 from that type (``typing.get_args``, so the two cannot drift) and, where users choose a value, a
 one-line meaning per value. The pattern follows kopf's ``causes.Reason`` (an enum with derived tuples "to prevent a direct
 usage of strings, and typos"), written as ``Literal`` types so the published schema stays a plain
-string ``enum``.
+string ``enum``. ``tests/unit/test_vocabulary.py::test_no_module_spells_a_vocabulary_out_again`` finds every
+vocabulary here by introspection and fails on a second spelling of one anywhere else in the package.
 
 - verdicts and the reasons of the terminal ``Decided`` condition (:data:`VERDICTS`,
   :data:`FAILURE_REASONS`, :data:`DECIDED_REASONS`), what decided a verdict (:data:`DECIDED_BY`) and
@@ -16,10 +17,14 @@ string ``enum``.
 - phases, waiting and terminal (:data:`PHASES`, :data:`WAITING_PHASES`, :data:`TERMINAL_PHASES`);
 - GEMM and all-gather backends of the kernel microbenchmark (:data:`GEMM_BACKENDS`,
   :data:`GATHER_BACKENDS`, with :data:`GEMM_BACKEND_MEANINGS` / :data:`GATHER_BACKEND_MEANINGS`);
+- the candidates (:data:`CANDIDATES`, :data:`STAGE_CANDIDATES`), the resolved backends and the gather's
+  source, the values that need CUDA (:data:`CUDA_TIMERS`, :data:`CUDA_GATHER_BACKENDS`, :data:`CUDA_GEMM_BACKENDS`);
 - how the kernel bench times (:data:`TIMERS`, :data:`DEVICES`, :data:`EXECUTIONS`, :data:`EXECUTION_MODES`) and
   the weight formats (:data:`WEIGHT_FORMATS`, :data:`MXFP8`);
-- the threshold's rounding and rule, the interpolation and the gather priors;
-- the command line's output formats, shells and log formats;
+- the threshold's rounding and rule, the interpolation, the gather priors and regimes;
+- the serving arms' variants (:data:`ARM_VARIANTS`);
+- the command line: command names, output formats, shells and log formats (the exit codes, with their
+  per-command meanings, are :mod:`spx.api.exit_codes`);
 - the files of a run directory (:data:`RESULT_FILE`, :data:`STATUS_FILE`, :data:`POINTS_FILE`, …);
 - the spx vLLM plugin's environment variables and the marker of the line it logs
   (:data:`PLUGIN_ENV_THRESHOLD`, :data:`PLUGIN_ENV_TARGET`, :data:`PLUGIN_LOG_MARKER`, :data:`ARM_ENV`).
@@ -34,9 +39,9 @@ from typing import Final, Literal, TypeVar, get_args
 
 #: The gate's verdict (``status.verdict``; the reason of ``Decided`` True when a verdict was reached).
 Verdict = Literal["Pass", "Fail", "Inconclusive"]
-#: The reason of ``Decided`` True when the run ended without a verdict.
 #: The failure reasons a bench pod's end can give (``spx.controller.decide.observation``); InvalidSpec is admission's.
 PodFailureReason = Literal["BenchmarkFailed", "InfraFailed"]
+#: The reason of ``Decided`` True when the run ended without a verdict.
 FailureReason = Literal["InvalidSpec", PodFailureReason]
 #: Every reason of the terminal ``Decided`` condition: the verdict, or why there is none.
 DecidedReason = Literal[Verdict, FailureReason]
@@ -83,6 +88,15 @@ Phase = Literal[WaitingPhase, TerminalPhase]
 WAITING_PHASES: Final[tuple[WaitingPhase, ...]] = get_args(WaitingPhase)
 TERMINAL_PHASES: Final[tuple[TerminalPhase, ...]] = get_args(TerminalPhase)
 PHASES: Final[tuple[Phase, ...]] = WAITING_PHASES + TERMINAL_PHASES
+
+# --- the candidates ------------------------------------------------------------------------------
+
+#: The kernel bench's two candidates: every rank projects all M rows, or its token shard then an all-gather.
+Candidate = Literal["replicated", "split"]
+CANDIDATES: Final[tuple[Candidate, ...]] = get_args(Candidate)
+#: The stage bench's candidates (``spx.api.stage``): also ``split-all``, the two light GEMMs split as well.
+StageCandidate = Literal[Candidate, "split-all"]
+STAGE_CANDIDATES: Final[tuple[StageCandidate, ...]] = get_args(StageCandidate)
 
 # --- kernel microbenchmark backends ----------------------------------------------------------------
 
@@ -172,6 +186,11 @@ FP8_BLOCK128: Final[WeightFormat] = WEIGHT_FORMATS[1]
 #: Unquantised weights.
 BF16: Final[WeightFormat] = WEIGHT_FORMATS[2]
 
+#: The modelled all-gather's regimes: vLLM's custom all-gather up to 2 MiB per shard, NCCL above
+#: (``spx.api.gather_model``).
+GatherRegime = Literal["custom", "nccl"]
+GATHER_REGIMES: Final[tuple[GatherRegime, ...]] = get_args(GatherRegime)
+
 # --- the threshold and the prediction --------------------------------------------------------------
 
 #: ``spec.gate.thresholdRounding`` and ``spx predict --rounding``.
@@ -191,7 +210,18 @@ GATHER_PRIORS: Final[tuple[GatherPrior, ...]] = get_args(GatherPrior)
 PredictGather = Literal["h20-derived", GatherPrior]
 PREDICT_GATHERS: Final[tuple[PredictGather, ...]] = get_args(PredictGather)
 
+# --- the serving A/B ------------------------------------------------------------------------------
+
+#: ``spec.serving.arms[].variant``: vLLM as released (``main``) or with the split threshold under test.
+ArmVariant = Literal["main", "split"]
+ARM_VARIANTS: Final[tuple[ArmVariant, ...]] = get_args(ArmVariant)
+
 # --- the command line -----------------------------------------------------------------------------
+
+#: ``spx``'s commands, in the order ``spx --help`` lists them (``spx.cli.registry``; their exit codes:
+#: ``spx.api.exit_codes``).
+CommandName = Literal["run", "validate", "report", "predict", "gate", "crd", "serving", "operator", "completion"]
+COMMAND_NAMES: Final[tuple[CommandName, ...]] = get_args(CommandName)
 
 #: ``-o/--output`` of every ``spx`` command that prints a document.
 OutputFormat = Literal["text", "json", "yaml"]
@@ -233,6 +263,23 @@ MANIFEST_FILE: Final = ".spx-manifest.json"
 RUN_OUTPUTS: Final[tuple[str, ...]] = (RESULT_FILE, STATUS_FILE, PLOT_FILE, POINTS_FILE, SERVING_DIR)
 #: Files whose presence marks a folder as a run's directory.
 RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE, MANIFEST_FILE)
+
+# --- the bench pod's own mounts (``spx.controller.build.manifests``, ``pod_security``) ----------------
+
+#: The experiment file the operator projects into the pod (from an annotation, read-only).
+EXPERIMENT_MOUNT: Final = "/etc/spx"
+#: The scratch emptyDir: results, HOME and the caches.
+SCRATCH_MOUNT: Final = "/var/run/spx"
+#: The scratch volume again (``subPath: tmp``), as ``TMPDIR``.
+TMP_MOUNT: Final = "/tmp"
+#: The memory-backed ``/dev/shm`` NCCL and vLLM need.
+SHM_MOUNT: Final = "/dev/shm"
+#: Where the pod → operator summary is written (``terminationMessagePath``).
+TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
+#: Every path the bench pod mounts itself: ``spec.pod.volumes`` and ``spec.serving.modelMountPath`` may not
+#: be mounted at, above or below them (``spx.api.pod``, ``spx.api.serving``, the CRD's rule).
+RESERVED_MOUNT_PATHS: Final[tuple[str, ...]] = (
+    EXPERIMENT_MOUNT, SCRATCH_MOUNT, TMP_MOUNT, SHM_MOUNT, TERMINATION_MESSAGE_PATH)
 
 # --- the spx vLLM plugin (spx.bench.vllm_plugin) --------------------------------------------------
 

@@ -69,20 +69,26 @@ def test_gate_and_report_of_an_inconclusive_run_degrade_characters_under_an_asci
 
 
 def test_an_exception_no_command_expected_never_exits_1(tmp_path: Path) -> None:
-    """A ``kubectl get spx -o json`` dump whose Decided condition has ``observedGeneration: "two"`` made
-    ``spx gate`` raise ValueError: an uncaught exception exits 1, which a pipeline reads as Fail. Now one line
-    names the error and the exit is 70 (internal), never 1, through ``spx gate`` and ``python -m spx.cli.gate``."""
-    dump = tmp_path / "x.json"
-    dump.write_text('{"kind": "ShardedProjectionExperiment", "metadata": {"name": "x", "generation": 2}, "status": '
-                    '{"phase": "Succeeded", "verdict": "Fail", "conditions": [{"type": "Decided", "status": "True", '
-                    '"reason": "Fail", "observedGeneration": "two"}]}}')
-    for argv in ([SPX, "gate", str(dump)], [sys.executable, "-m", "spx.cli.gate", str(dump)]):
-        proc = subprocess.run(argv, capture_output=True, text=True, env=_env(**ASCII), timeout=120)
-        assert proc.returncode != EXIT_FAIL, proc.stderr
-        if proc.returncode == EXIT_INTERNAL:  # (a stricter reader of the status may call it a usage error: 3)
-            assert proc.stderr.startswith("error: internal error in spx") and "Traceback" not in proc.stderr
-        else:
-            assert proc.returncode == EXIT_USAGE, proc.stderr
+    """``spx gate`` of a 48 MB status document with its address space capped (``RLIMIT_AS``) 150 MiB above what its
+    imports take: json raises MemoryError, which no command handles. An uncaught exception exits 1, which a pipeline
+    reads as Fail; now one line names it and the exit is 70 (internal), through ``spx gate`` and
+    ``python -m spx.cli.gate``."""
+    import resource
+
+    big = tmp_path / "status.json"
+    big.write_text('{"phase": "Running", "x": [' + ",".join(["1.5"] * 12_000_000) + "]}")
+    probe = "import spx.cli, spx.cli.gate, json; print(open('/proc/self/status').read().split('VmSize:')[1].split()[0])"
+    base_kib = int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout)
+    limit = (base_kib + 150 * 1024) * 1024
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    for argv in ([SPX, "gate", str(big)], [sys.executable, "-m", "spx.cli.gate", str(big)]):
+        proc = subprocess.run(argv, capture_output=True, text=True, env=_env(**ASCII), timeout=120, preexec_fn=cap)
+        assert proc.returncode == EXIT_INTERNAL, (argv, proc.returncode, proc.stderr)
+        assert proc.stderr.startswith("error: spx stopped on an error no command expected (exit 70, never a verdict")
+        assert "MemoryError" in proc.stderr and "Traceback" not in proc.stderr
 
 
 # 6. the smaller ones ----------------------------------------------------------------------------------------------

@@ -195,10 +195,8 @@ def test_spx_operator_shares_the_kubeconfig_errors(
 
 
 class Retried(BaseException):
-    """Raised by the stand-in for ``time.sleep`` in :mod:`spx.cli.gate`: ``--wait`` was about to poll again.
-
-    A ``BaseException``, as ``KeyboardInterrupt`` is: spx turns an unexpected ``Exception`` into exit 70, and this
-    one must reach the test."""
+    """Raised by the stand-in for ``time.sleep`` in :mod:`spx.cli.gate`: ``--wait`` was about to poll again (a
+    ``BaseException``, as ``KeyboardInterrupt``: ``spx`` turns an unexpected ``Exception`` into exit 70)."""
 
 
 @pytest.mark.usefixtures("no_cluster_env")

@@ -13,21 +13,24 @@ from rich.table import Table
 
 from spx.api import KernelPoint, KernelStatus
 from spx.cli.common import PIPE_TABLE_MAX_WIDTH, PIPE_WIDTH, PipeConsole, make_console
-from spx.cli.tables import SAME_HOST_NOTE, kernel_columns, kernel_table, print_report
+from spx.cli.decision import print_report
+from spx.cli.tables import kernel_columns, kernel_table
 from spx_testing.factories import kernel_point
 
-BASE = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup", "spread %", "max error"]
+BASE = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup", "spread %", "max error", "Δg µs"]
 HOST = ["host rep µs", "host split µs", "Δh µs"]
-SAME_HOST = SAME_HOST_NOTE
+SAME_HOST = "Δh = Δg at every point (the host issue times add nothing to the GPU spans)"
 
 
 def timed(tokens: int, speedup: float, mode: str | None = "eager", host_factor: float | None = 1.0,
           interval: tuple[float, float] | None = None, any_prior: tuple[float, float] | None = None,
           split_us: float = 100.0) -> KernelPoint:
-    """A point (split ``split_us``, replicated ``speedup·split_us``) whose host issue times are ``host_factor`` × its GPU spans
-    (``None``: no host figures, as in the H20 table); ``interval``/``any_prior``: speedup intervals."""
+    """A point (split ``split_us``, replicated ``speedup·split_us``, Δg their difference) whose host issue times are
+    ``host_factor`` × its GPU spans, Δh their difference (``None``: no host figures, as in the H20 table);
+    ``interval``/``any_prior``: speedup intervals."""
     p = kernel_point(tokens, speedup)
-    p = p.model_copy(update={"split_us": split_us, "replicated_us": speedup * split_us, "gather_us": split_us / 5})
+    p = p.model_copy(update={"split_us": split_us, "replicated_us": speedup * split_us, "gather_us": split_us / 5,
+                             "gpu_delta_us": split_us - speedup * split_us})
     update: dict[str, object] = {"execution": mode}
     if host_factor is not None:
         update |= {"replicated_host_us": p.replicated_us * host_factor, "split_host_us": p.split_us * host_factor,
@@ -48,16 +51,18 @@ def kernel(*points: KernelPoint) -> KernelStatus:
                  [f"every point timed eager; {SAME_HOST}"], id="cpu-smoke-all-eager-host-equals-gpu"),
     pytest.param([timed(8, 0.5, "graph"), timed(2048, 1.9, "eager")], [*BASE, "mode"], [SAME_HOST],
                  id="mixed-modes-keep-mode"),
-    # the replicated candidate issues in 2× its GPU span at 8 tokens (eager)
-    pytest.param([timed(8, 0.5).model_copy(update={"replicated_host_us": 100.0}),
-                  timed(2048, 1.9)], [*BASE, "mode", *HOST], [], id="host-differs-at-one-point"),
-    pytest.param([timed(8, 0.5, host_factor=1.00001), timed(2048, 1.9)], BASE,
-                 [f"every point timed eager; {SAME_HOST}"], id="differs-below-the-printed-precision"),
-    pytest.param([timed(8, 0.5, "graph", host_factor=2.0), timed(2048, 1.9, "graph", host_factor=2.0)], BASE,
-                 ["every point timed graph"], id="graph-points-have-one-figure"),
+    # the replicated candidate's host issue time is 2× its GPU span at 8 tokens: Δh +0.0 where Δg is +50.0
+    pytest.param([timed(8, 0.5, "eager").model_copy(update={"replicated_host_us": 100.0, "host_delta_us": 0.0}),
+                  timed(2048, 1.9, "eager")], [*BASE, "mode", *HOST], [], id="host-differs-at-one-point"),
+    pytest.param([timed(8, 0.5, "graph", host_factor=1.0001), timed(2048, 1.9, "graph")], BASE,
+                 [f"every point timed graph; {SAME_HOST}"], id="differs-below-the-printed-precision"),
     pytest.param([timed(8, 0.5, None, None), timed(2048, 1.9, None, None)], BASE, [], id="no-host-figures"),
     pytest.param([timed(8, 0.5, None, None, (0.4, 0.6)), timed(2048, 1.9, None, None, (1.7, 2.1))],
                  [*BASE[:6], "95 % interval", *BASE[6:]], [], id="interval"),
+    pytest.param([timed(8, 0.5, None, None).model_copy(update={"gpu_delta_low_us": 40.0, "gpu_delta_high_us": 60.0})],
+                 [*BASE, "Δg 95 %"], [], id="delta-interval"),
+    pytest.param([timed(8, 0.5, None, None).model_copy(update={"gpu_delta_us": None})], BASE[:-1], [],
+                 id="no-deltas-an-h20-table"),
     pytest.param([timed(8, 0.5, None, None, (0.4, 0.6), (0.3, 0.7))],
                  [*BASE[:6], "95 % interval", "any prior", *BASE[6:]], [], id="interval-and-any-prior"),
     pytest.param([timed(8, 0.5, None, None, (0.4, 0.6), (0.4, 0.7))],
@@ -77,12 +82,15 @@ def test_the_table_has_those_columns_and_the_note_under_the_callers_caption() ->
 
 
 def test_host_columns_show_the_host_figures() -> None:
-    slow = timed(8, 0.5).model_copy(update={"replicated_host_us": 100.0, "host_delta_us": 0.0})
+    slow = timed(8, 0.5, "eager").model_copy(update={
+        "replicated_host_us": 100.0, "split_host_us": 130.0, "host_delta_us": 30.0, "host_delta_low_us": 22.5,
+        "host_delta_high_us": 41.0, "gpu_delta_low_us": 45.0, "gpu_delta_high_us": 55.0})
     table = kernel_table(kernel(slow))
     cells = {str(c.header): [str(x) for x in c.cells] for c in table.columns}
     assert cells["mode"] == ["eager"]
-    assert cells["host rep µs"] == ["100.0"] and cells["host split µs"] == ["100.0"]
-    assert cells["Δh µs"] == ["+0.0"]  # 100 µs − 100 µs, where the GPU-bound speedup is 0.50×
+    assert cells["host rep µs"] == ["100.0"] and cells["host split µs"] == ["130.0"]
+    assert cells["Δg µs"] == ["+50.0"] and cells["Δg 95 %"] == ["[+45.0, +55.0]"]  # split 100 − replicated 50 µs
+    assert cells["Δh µs"] == ["+30.0"] and cells["Δh 95 %"] == ["[+22.5, +41.0]"]
 
 
 def test_a_cpu_smoke_sweep_fits_in_120_columns() -> None:
@@ -137,14 +145,14 @@ def test_a_table_wider_than_any_limit_is_laid_out_at_the_pipe_table_maximum() ->
 
 
 def test_a_gpu_runs_table_keeps_every_figure_off_a_terminal() -> None:
-    """A GPU run's table (graph/eager mode, host-bound columns, both intervals: 14 columns, 177 wide) used
-    to be squeezed into PIPE_WIDTH, and rich cropped its intervals to ``0.448–0.…`` in every log."""
-    slow_host = {"replicated_host_us": 250.0}
+    """A GPU run's table (graph/eager mode, host columns, both intervals: 15 columns) used to be squeezed into
+    PIPE_WIDTH, and rich cropped its intervals to ``0.448–0.…`` in every log."""
+    slow_host = {"replicated_host_us": 250.0, "host_delta_us": 146.5 - 250.0}
     points = [timed(6, 0.513, "graph", interval=(0.448, 0.599), any_prior=(0.424, 0.599), split_us=19.24),
               timed(8192, 1.45, "eager", interval=(1.385, 1.513), any_prior=(1.301, 1.513),
                     split_us=146.5).model_copy(update=slow_host)]
     table = kernel_table(kernel(*points), title="deepseek-v41-fused-wqa-wkv-tp8: TP8 on 1× NVIDIA H200")
-    assert len(table.columns) == 14
+    assert len(table.columns) == 15
     buf = io.StringIO()
     PipeConsole(file=buf, width=PIPE_WIDTH).print(table)
     out = buf.getvalue()
@@ -175,7 +183,7 @@ def test_a_partial_run_says_what_it_holds(measured: int, listed: int, text: str)
 # A terminal narrower than the table: columns are left out, no figure is cropped ---------------------------------
 
 def _gpu_kernel() -> KernelStatus:
-    slow_host = {"replicated_host_us": 250.0}
+    slow_host = {"replicated_host_us": 250.0, "host_delta_us": 146.5 - 250.0}
     return kernel(timed(6, 0.513, "graph", interval=(0.448, 0.599), any_prior=(0.424, 0.599), split_us=19.24),
                   timed(8192, 1.45, "eager", interval=(1.385, 1.513), any_prior=(1.301, 1.513),
                         split_us=146.5).model_copy(update=slow_host))
@@ -184,10 +192,10 @@ def _gpu_kernel() -> KernelStatus:
 @pytest.mark.parametrize(("width", "left_out"), [
     (None, []),
     (240, []),
-    (130, ["any prior"]),
+    (130, ["rows/rank", "any prior"]),
     (120, ["rows/rank", "any prior"]),
-    (100, ["rows/rank", "gather µs", "any prior", "max error"]),  # (Δh µs is narrower than the old host-bound ×)
-    (80, ["rows/rank", "gather µs", "any prior", "spread %", "max error", "mode"]),
+    (100, ["rows/rank", "gather µs", "any prior", "spread %", "max error"]),
+    (80, ["rows/rank", "gather µs", "any prior", "spread %", "max error", "mode", "host rep µs", "host split µs"]),
     (60, ["rows/rank", "gather µs", "95 % interval", "any prior", "spread %", "max error", "mode", "host rep µs",
           "host split µs"]),
     (30, ["rows/rank", "gather µs", "95 % interval", "any prior", "spread %", "max error", "mode", "host rep µs",

@@ -113,6 +113,15 @@ def test_the_docs_table_names_every_backend() -> None:
         assert f"`{backend}`" in rows["GEMM backends"], backend
 
 
+def test_the_kernel_docs_name_every_weight_format_and_execution() -> None:
+    """docs/kernel-benchmark.md: its weight-format table has a row per format, its method table's execution row
+    names every ``kernel.execution``."""
+    rows = _table_rows("kernel-benchmark.md")
+    assert [f for f in vocabulary.WEIGHT_FORMATS if any(k.startswith(f"`{f}`") for k in rows)] == list(
+        vocabulary.WEIGHT_FORMATS)
+    assert all(f"`{mode}`" in rows["execution"] for mode in vocabulary.EXECUTIONS)
+
+
 def test_metric_label_values_and_the_gate_cover_the_vocabulary() -> None:
     from spx.cli.gate import EXIT_BY_VERDICT
     from spx.cli.tables import VERDICT_STYLE

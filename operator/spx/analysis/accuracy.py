@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 
 from spx.api.accuracy import AccuracyResult, AccuracyRunStatus, AccuracySpec, AccuracyStatus
 from spx.api.serving import ServingArmSpec
+from spx.vocabulary import ARM_VARIANTS
 
 ANSWER_MARKER = "####"
 
@@ -87,14 +88,14 @@ def accuracy_arm_names(arms: Sequence[ServingArmSpec], spec: AccuracySpec) -> li
     """
     names = [a.name for a in arms]
     if spec.arms is None:
-        chosen = {next(a.name for a in arms if a.variant == v) for v in ("main", "split") if any(a.variant == v for a in arms)}
+        chosen = {next(a.name for a in arms if a.variant == v) for v in ARM_VARIANTS if any(a.variant == v for a in arms)}
     else:
         unknown = [n for n in spec.arms if n not in names]
         if unknown:
             raise ValueError(f"accuracy.arms {unknown} are not arms of serving.arms {names}")
         chosen = set(spec.arms)
     variants = {a.variant for a in arms if a.name in chosen}
-    if variants != {"main", "split"}:
+    if variants != set(ARM_VARIANTS):
         raise ValueError(
             f"accuracy.arms must include a main and a split arm to compare (chosen: {sorted(chosen)}, "
             f"variants {sorted(variants)})"

@@ -33,12 +33,12 @@ from spx.analysis.gather_fit import GatherFit, fit_gather_bandwidth, fit_gather_
 from spx.analysis.threshold import next_multiple
 from spx.api.gather_model import CUSTOM_ALL_GATHER_MAX_SHARD_BYTES, GatherModelSpec, GatherRegime
 from spx.api.status import KernelPoint
-from spx.vocabulary import INTERPOLATIONS
+from spx.vocabulary import GATHER_REGIMES, INTERPOLATIONS
 
 #: ``fused_wqa_wkv``'s output width (q_a 1280 + kv 512) and bf16 bytes: the seed table's gather shape.
 SEED_OUTPUT_SIZE = 1792
 SEED_DTYPE_BYTES = 2
-REGIMES: tuple[GatherRegime, ...] = ("custom", "nccl")
+REGIMES: tuple[GatherRegime, ...] = GATHER_REGIMES
 
 
 def interpolate_time(x: float, xs: Sequence[float], ys: Sequence[float], interpolation: Interpolation) -> float:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spx.api.stage import STAGE_CANDIDATES, StageResult, StageRow, StageTimes
-from spx.vocabulary import KERNEL_REGIMES
+from spx.api.stage import StageResult, StageRow, StageTimes
+from spx.vocabulary import KERNEL_REGIMES, STAGE_CANDIDATES
 
 BOUNDS = KERNEL_REGIMES  #: the stage is totalled in both regimes (spx.vocabulary.KERNEL_REGIMES)
 

@@ -29,6 +29,8 @@ mistyped the name" now can.
 
 from __future__ import annotations
 
+from spx.vocabulary import CommandName
+
 EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_UNDECIDED = 2
@@ -56,7 +58,7 @@ TABLE: tuple[tuple[int, str, str], ...] = (
 
 
 #: The codes each ``spx`` command exits with: its ``--help`` and docs/cli.md list them from here.
-COMMAND_CODES: dict[str, tuple[int, ...]] = {
+COMMAND_CODES: dict[CommandName, tuple[int, ...]] = {
     "run": (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED),
     "validate": (EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE),
     "report": (EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE),
@@ -71,7 +73,7 @@ COMMAND_CODES: dict[str, tuple[int, ...]] = {
 
 #: What a code means for one command, in its own words (its ``--help``); a code not listed here means
 #: what :data:`TABLE` says (interrupted, stdout closed, cluster unreachable read the same everywhere).
-COMMAND_MEANINGS: dict[str, dict[int, str]] = {
+COMMAND_MEANINGS: dict[CommandName, dict[int, str]] = {
     "run": {
         EXIT_OK: "the benchmark completed (the verdict is in the report)",
         EXIT_FAIL: "the benchmark failed or the vLLM benches could not start (partial results and logs kept)",
@@ -111,7 +113,7 @@ COMMAND_MEANINGS: dict[str, dict[int, str]] = {
 }
 
 
-def epilog(command: str | None = None) -> str:
+def epilog(command: CommandName | None = None) -> str:
     """The exit-code table as plain text, for ``--help``; with ``command``, only the codes it exits with, each
     in that command's words (:data:`COMMAND_MEANINGS`)."""
     if command is None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final
 
 from pydantic import Field
 
 from spx.api.base import CamelModel, FiniteFloat
 from spx.vocabulary import GatherPrior
-
-GatherRegime = Literal["custom", "nccl"]
+from spx.vocabulary import GatherRegime as GatherRegime  # re-exported: the model's type
 
 #: vLLM's custom all-gather handles shards up to 2 MiB; larger shards go to NCCL (``sp_all_gather`` in
 #: ``vllm/models/common/ops/sequence_parallel.py``; the seed table's README: custom up to 4096 tokens,

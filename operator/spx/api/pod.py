@@ -9,7 +9,7 @@ which of them a tenant may set.
 
 What the operator itself puts into the pod cannot be overridden: the keys, names and paths in
 :data:`RESERVED_LABEL_KEYS`, :data:`RESERVED_PREFIXES`, :data:`RESERVED_ENV`, :data:`RESERVED_VOLUMES`
-and :data:`RESERVED_PATHS` are refused with a message naming the field (an annotation
+and :data:`~spx.vocabulary.RESERVED_MOUNT_PATHS` are refused with a message naming the field (an annotation
 ``bench.spx.dev/experiment`` would replace the experiment the pod runs). Writable volumes are emptyDirs
 only, as the pod's hardening requires (``spx.controller.build.pod_security``); other volumes mount read-only.
 """
@@ -22,6 +22,7 @@ from pydantic import Field, field_validator, model_validator
 
 from spx.api.base import CamelModel
 from spx.api.k8s_patterns import DNS_LABEL, DNS_SUBDOMAIN, LABEL_VALUE, QUANTITY, LabelKey
+from spx.vocabulary import RESERVED_MOUNT_PATHS
 
 #: Label/annotation key prefixes the operator and the Job controller own.
 RESERVED_PREFIXES: Final = ("bench.spx.dev/", "batch.kubernetes.io/")
@@ -39,8 +40,6 @@ RESERVED_ENV: Final = frozenset({
 RESERVED_ENV_PREFIX: Final = "SPX_"
 #: Volume names the operator uses (experiment file, scratch, /dev/shm, the serving model PVC).
 RESERVED_VOLUMES: Final = frozenset({"experiment", "scratch", "dshm", "model"})
-#: Mount paths the operator uses; an extra volume may not be mounted at or above/below them.
-RESERVED_PATHS: Final = ("/etc/spx", "/var/run/spx", "/dev/shm", "/tmp", "/dev/termination-log")
 
 #: Environment variable names as the API server accepts them (``IsEnvVarName``).
 _ENV_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
@@ -126,11 +125,11 @@ class VolumeSpec(CamelModel):
     def _path_free(cls, v: str) -> str:
         if ".." in v.split("/"):
             raise ValueError(f"mountPath {v[:80]!r} contains '..'; use an absolute path without it")
-        clash = [p for p in RESERVED_PATHS if path_overlaps(v, p)]
+        clash = [p for p in RESERVED_MOUNT_PATHS if path_overlaps(v, p)]
         if clash:
             raise ValueError(
                 f"mountPath {v[:80]!r} overlaps {clash[0]}, which the operator mounts; use a path outside "
-                f"{', '.join(RESERVED_PATHS)} (e.g. /data)"
+                f"{', '.join(RESERVED_MOUNT_PATHS)} (e.g. /data)"
             )
         return v
 

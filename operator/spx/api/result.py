@@ -31,7 +31,6 @@ from spx.vocabulary import (
 
 RESULT_SCHEMA_VERSION: Final = "spx.dev/kernel-result/v1"
 
-Candidate = Literal["replicated", "split"]
 
 
 class CandidateStats(CamelModel):
@@ -113,8 +112,9 @@ class PointResult(CamelModel):
 class KernelResult(CamelModel):
     """The whole bench output for one experiment run.
 
-    ``gemm_backend`` is the backend that ran (``auto`` resolved), ``gemm_backend_reason`` why it was
-    chosen (e.g. ``auto: vLLM 0.33 prefers Humming on SM90 …; humming-kernels 0.1.19 importable; runs
+    ``gemm_backend``, ``gather_backend`` and ``timer`` are what ran (``auto`` resolved; the spec's request in a
+    partial result written before any rank resolved them: :func:`spx.runner.local.partial_result`);
+    ``gemm_backend_reason`` says why the backend was chosen (e.g. ``auto: vLLM 0.33 prefers Humming on SM90 …; humming-kernels 0.1.19 importable; runs
     W8A16``), ``reference_tolerance`` the largest relative error against the fp32 reference this
     backend was allowed (``spx.bench.gemm.reference_tolerance``). ``execution`` is ``spec.kernel.execution``
     as run, ``max_cudagraph_capture_size`` the vLLM capture limit ``auto`` compared each point with.
@@ -226,9 +226,9 @@ class ResultSummary(CamelModel):
     points: list[KernelPoint] = Field(default_factory=list)
     environment: Environment = Field(default_factory=Environment)
     world_size: int = Field(ge=1)
-    gemm_backend: str
+    gemm_backend: GemmBackend
     gather_source: GatherSource
-    timer: str
+    timer: Timer
     complete: bool = True
     error: str | None = Field(default=None, max_length=512)
     serving: ServingStatus | None = None

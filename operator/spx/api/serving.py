@@ -21,11 +21,12 @@ from pydantic import Field, field_validator, model_validator
 
 from spx.api.base import CamelModel, FiniteFloat
 from spx.api.step import StepSpec
-from spx.vocabulary import RESERVED_SERVER_ENV
+from spx.vocabulary import ARM_VARIANTS, RESERVED_SERVER_ENV
+from spx.vocabulary import RESERVED_MOUNT_PATHS as RESERVED_MOUNT_PATHS  # re-exported: the model volume's rule
+from spx.vocabulary import ArmVariant as ArmVariant  # re-exported: the serving documents' type
 
 SERVING_RESULT_SCHEMA_VERSION: Final = "spx.dev/serving-result/v1"
 
-ArmVariant = Literal["main", "split"]
 #: What a point reports, as named in ``vllm bench serve``'s saved JSON (``mean_<metric>_ms`` for the
 #: latencies, ``<metric>`` for the throughputs).
 ServingMetric = Literal[
@@ -146,10 +147,6 @@ class ServingGateSpec(CamelModel):
     """Largest allowed TTFT increase of split vs main, in percent (default +1)."""
 
 
-#: Paths the bench Job mounts itself (:mod:`spx.controller.build.manifests`: the experiment file, the scratch
-#: directory, the memory-backed ``/dev/shm`` and the termination message file): the model volume may be
-#: mounted neither there nor under them.
-RESERVED_MOUNT_PATHS: Final = ("/etc/spx", "/var/run/spx", "/tmp", "/dev/shm", "/dev/termination-log")
 
 
 class ServingSpec(CamelModel):
@@ -247,7 +244,7 @@ class ServingSpec(CamelModel):
         if dupes:
             raise ValueError(f"serving.arms: arm names must be unique, {dupes} repeat")
         variants = {a.variant for a in self.arms}
-        if variants != {"main", "split"}:
+        if variants != set(ARM_VARIANTS):
             raise ValueError(
                 f"serving.arms needs at least one main and one split arm (got only {sorted(variants)})"
             )

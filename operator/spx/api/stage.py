@@ -21,7 +21,7 @@ indexer (layer 20), indexer-only (24, 28, 32, 36).
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -34,10 +34,6 @@ from spx.vocabulary import (
     ResolvedTimer,
     StageStreams,
 )
-
-#: Candidates of the stage: everything replicated; ``fused_wqa_wkv`` split; that and the two light GEMMs split.
-STAGE_CANDIDATES: Final = ("replicated", "split", "split-all")
-StageCandidate = Literal["replicated", "split", "split-all"]
 
 #: The indexer's heads (``weights_proj`` output size) in DeepSeek-V4.1.
 V41_INDEXER_HEADS = 32

@@ -24,7 +24,6 @@ from spx.bench.sequence_parallel import resolve_sp_shard, sp_trim
 if TYPE_CHECKING:
     import torch
 
-CANDIDATES = ("replicated", "split")
 
 
 @dataclass

@@ -31,13 +31,13 @@ from spx.analysis.stats import candidate_stats
 from spx.api.base import utc_now
 from spx.api.result import CandidateStats, KernelResult, PointResult
 from spx.api.spec import ExperimentSpec
-from spx.bench.candidates import CANDIDATES, PointPlan, build_candidates, gather_path
+from spx.bench.candidates import PointPlan, build_candidates, gather_path
 from spx.bench.context import BenchContext, point_execution, preflight, setup, timing_protocol, warm_up_gpu
 from spx.bench.correctness import check_correctness, check_reference
 from spx.bench.fingerprint import collect_environment
 from spx.bench.gemm import reference_tolerance
 from spx.bench.timing import bench_time
-from spx.vocabulary import GatherSource
+from spx.vocabulary import CANDIDATES, GatherSource
 
 if TYPE_CHECKING:
     import torch

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 
 from spx.analysis.execution import stream_mode
 from spx.api.spec import ExperimentSpec
-from spx.api.stage import STAGE_CANDIDATES, LayerKindSpec, StageResult, StageRow, StageSpec, StageTimes
+from spx.api.stage import LayerKindSpec, StageResult, StageRow, StageSpec, StageTimes
 from spx.bench.candidates import PointPlan, activations, gather_fn
 from spx.bench.context import BenchContext, point_execution, setup, timing_protocol, warm_up_gpu
 from spx.bench.fingerprint import host_cpu_model
 from spx.bench.sequence_parallel import resolve_sp_shard, sp_trim
 from spx.bench.timing import bench_time
-from spx.vocabulary import EXECUTIONS, StageStreams
+from spx.vocabulary import EXECUTIONS, GEMM_BACKENDS, STAGE_CANDIDATES, StageStreams
 
 if TYPE_CHECKING:
     import torch
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m spx.bench.stage", description=__doc__.split("\n")[0])
     parser.add_argument("spec")
-    parser.add_argument("--gemm-backend")
+    parser.add_argument("--gemm-backend", choices=GEMM_BACKENDS)
     parser.add_argument("--execution", choices=EXECUTIONS)
     parser.add_argument("--tokens", help="comma-separated token counts (overrides stage.tokens)")
     parser.add_argument("--out", type=Path)

@@ -17,9 +17,9 @@ from rich.markup import escape
 from spx.api import SpecError
 from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (importing registers their commands)
-from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, internal_error, parse_tokens
+from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
 from spx.cli.registry import COMMANDS, build_parser, command
-from spx.cli.streams import degrade_unencodable_characters, pipe_safe_streams, stdout_closed
+from spx.cli.streams import degrade_unencodable_characters, internal_error, pipe_safe_streams, stdout_closed
 
 
 def _error(message: str) -> None:

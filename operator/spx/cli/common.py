@@ -17,7 +17,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from spx.api import Experiment, ExperimentSpec, SpecError, dump_model, load_experiment, validate_spec
-from spx.api.exit_codes import EXIT_INTERNAL, EXIT_USAGE
+from spx.api.exit_codes import EXIT_USAGE
 from spx.api.loading import MAX_DOCUMENT_BYTES
 from spx.vocabulary import OUTPUT_FORMATS
 
@@ -225,15 +225,3 @@ def with_error_document(fmt: str, body: Callable[[], int], error_document: Calla
             raise
         emit(error_document(problems_of(err)), fmt)
         return EXIT_USAGE
-
-
-def internal_error(exc: BaseException) -> int:
-    """One line on stderr for an exception no command expected (its type, message and where it was raised) and
-    :data:`~spx.api.exit_codes.EXIT_INTERNAL` (70): an uncaught exception would exit 1, ``spx gate``'s Fail."""
-    import traceback
-
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    err_console().print(f"error: internal error in spx (a bug; please report it with this line): "
-                        f"{type(exc).__name__}: {str(exc)[:500]}{where}", highlight=False, markup=False, soft_wrap=True)
-    return EXIT_INTERNAL

@@ -31,6 +31,7 @@ from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
 from spx.api.spec import Experiment
 from spx.api.status import DecidedReason, Environment, KernelStatus, Verdict
+from spx.api.step import StepStatus
 from spx.files import write_atomic
 
 #: The ``problems`` field of the report and predict documents (``valid: false`` and ``problems`` in validate's).
@@ -66,6 +67,10 @@ class ReportDocument(CamelModel):
     kernel: KernelStatus | None = None
     serving: ServingStatus | None = None
     accuracy: AccuracyStatus | None = None
+    step: StepStatus | None = Field(default=None, description="the step A/B judged with the sweep (status.json's step)")
+    judged_with: list[str] = Field(
+        default_factory=list, description="the vLLM results judged with the kernel sweep, each with where it was read "
+                                          "(so the verdict is the one spx gate reads from the same folder)")
     environment: Environment | None = None
     cpu: bool = Field(default=False, description="CPU smoke run: timings say nothing about GPUs")
     warnings: list[str] = Field(default_factory=list)

@@ -44,6 +44,10 @@ from spx.vocabulary import OUTPUT_FORMATS, STATUS_FILE, TERMINAL_PHASES, Verdict
 EXIT_BY_VERDICT: dict[Verdict, int] = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "Inconclusive": EXIT_UNDECIDED}
 
 
+#: ``GateResult.reason`` when there was no status to decide on (:meth:`GateResult.unread`).
+UNREAD_REASONS: tuple[str, ...] = ("Unreadable", "Unreachable")
+
+
 class GateError(Exception):
     """The experiment or its status could not be read: ``exit_code`` 3 (usage) or 4 (unreachable);
     ``retry`` false where waiting cannot help (a missing or malformed kubeconfig)."""
@@ -69,9 +73,15 @@ class GateResult:
     #: ``--wait`` polls again (a cluster that may come back); false for a kubeconfig that cannot be used.
     retry: bool = True
 
+    @property
+    def unread(self) -> bool:
+        """The status could not be read (reason ``Unreadable``: a usage error; ``Unreachable``: no cluster): not a
+        decision at all, so the line goes to stderr."""
+        return self.reason in UNREAD_REASONS
+
     def line(self) -> str:
         """One human-readable line, e.g. ``Pass: ml/h200-tp8 (phase Succeeded)``."""
-        if self.reason in ("Unreadable", "Unreachable"):  # a usage error or no cluster: not a decision at all
+        if self.unread:
             return f"error: {self.message or self.source}"
         head = self.verdict if self.verdict else ("Undecided" if not self.decided else f"No verdict ({self.reason})")
         text = f"{head}: {self.source}"
@@ -399,7 +409,7 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(yaml.safe_dump(document(result), sort_keys=True, allow_unicode=True))
     else:
-        stream = sys.stderr if result.reason in ("Unreadable", "Unreachable") else sys.stdout
+        stream = sys.stderr if result.unread else sys.stdout
         print(result.line(), file=stream)
     return result.exit_code
 
@@ -410,8 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="spx gate", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_arguments(parser)
-    from spx.cli.common import internal_error
-    from spx.cli.streams import degrade_unencodable_characters
+    from spx.cli.streams import degrade_unencodable_characters, internal_error
 
     degrade_unencodable_characters()
     try:

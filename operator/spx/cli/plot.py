@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from spx.api import KernelPoint, KernelStatus
-from spx.cli.tables import CPU_NOTE, host_bound_differs
+from spx.cli.tables import CPU_NOTE, host_deltas_differ, regime_of
 from spx.files import write_atomic
 
 #: Image formats a plot is written in, by file extension (matplotlib's Agg, PDF, SVG and PS writers).
@@ -67,14 +67,15 @@ def plot_crossover(
     """Draw ``kernel``'s sweep to ``path`` and return the path: in the format its extension names
     (:func:`plot_format`: ``.png``, ``.svg``, ``.pdf``…), written whole or not at all (:func:`spx.files.write_atomic`).
 
-    Replicated and split latency (median µs) vs tokens on log-log axes; the split's all-gather
-    alone as a dotted line when known; with eager host times the candidates' host issue times (the
-    host-bound regime) as dashed curves and that regime's break-even; vertical lines at the
-    interpolated break-even, the recommended threshold, the gate's threshold and vLLM's CUDA-graph
-    capture limit (points above it ran eagerly). When the points carry speed-up intervals
-    (``speedupLow/High``), a second panel shows the speedup with its 95 % error bars (and, lighter,
-    the interval over every gather prior) around 1.0, and both panels shade the indifference band
-    (``kernel.uncertainty``).
+    Replicated and split latency (median GPU span, µs) vs tokens on log-log axes; the split's all-gather
+    alone as a dotted line when known; vertical lines at the interpolated break-even, the recommended
+    threshold, the gate's threshold, vLLM's CUDA-graph capture limit (points above it ran eagerly) and, where
+    the host issue times differ, the host-bound regime's break-even. When the points carry their differences
+    (``gpuDeltaUs``, ``hostDeltaUs``), a panel shows Δg and Δh (split − replicated, µs per layer, with their
+    95 % intervals) around 0: what the step moves by when the GPU, or the host, is the bottleneck
+    (docs/kernel-benchmark.md, "Regimes"). When the points carry speed-up intervals (``speedupLow/High``), a
+    last panel shows the speedup with its 95 % error bars (and, lighter, the interval over every gather
+    prior) around 1.0; every panel shades the indifference band (``kernel.uncertainty``).
 
     Raises:
         ValueError: no points to draw, or an extension that names no image format.
@@ -91,54 +92,23 @@ def plot_crossover(
     pts = sorted(kernel.points, key=lambda p: p.tokens)
     tokens = [p.tokens for p in pts]
     intervals = any(p.speedup_low is not None for p in pts)
-    if intervals:
-        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(10, 7), dpi=120, sharex=True, height_ratios=[3, 2])
-    else:
-        fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
+    deltas = any(p.gpu_delta_us is not None for p in pts)
+    panels = 1 + intervals + deltas
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 4 + 2.5 * (panels - 1)), dpi=120, sharex=True,
+                             height_ratios=[3, *([2] * (panels - 1))], squeeze=False)
+    ax = axes[0][0]
+    ax_delta = axes[1][0] if deltas else None
+    ax2 = axes[-1][0] if intervals else None
     try:
-        differs = host_bound_differs(pts)  # (a CPU smoke run: host-bound = GPU-bound, drawn once)
-        gpu = " (GPU-bound)" if differs else ""
-        ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label=f"replicated{gpu}")
-        ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label=f"split + all-gather{gpu}")
-        gathered = [(p.tokens, p.gather_us) for p in pts if p.gather_us is not None and p.gather_us > 0]
-        if gathered:
-            ax.plot(  # with a marker: a single gathered point is drawn too
-                [t for t, _ in gathered], [g for _, g in gathered], "x:", color="tab:orange", alpha=0.7,
-                label=f"all-gather alone ({kernel.gather_source or '?'})",
-            )
-        hosted = [p for p in pts if p.replicated_host_us and p.split_host_us] if differs else []
-        if hosted:
-            ax.plot([p.tokens for p in hosted], [p.replicated_host_us for p in hosted], "o--", color="tab:blue",
-                    alpha=0.6, mfc="none", label="replicated, host issue time (host-bound regime)")
-            ax.plot([p.tokens for p in hosted], [p.split_host_us for p in hosted], "s--", color="tab:orange",
-                    alpha=0.6, mfc="none", label="split, host issue time (host-bound regime)")
-        host = next((r for r in kernel.regimes if r.regime == "host-bound"), None) if differs else None
-        if host is not None and host.crossover_tokens is not None:
-            ax.axvline(host.crossover_tokens, color="tab:red", linestyle=":",
-                       label=f"host-bound break-even ≈ {host.crossover_tokens:,.0f} tokens")
-        if kernel.max_cudagraph_capture_size is not None and any(p.execution == "graph" for p in pts):
-            ax.axvline(kernel.max_cudagraph_capture_size, color="black", linestyle="--", alpha=0.5,
-                       label=f"vLLM CUDA-graph limit {kernel.max_cudagraph_capture_size:,} (eager above)")
-        if kernel.crossover_tokens is not None:
-            ax.axvline(kernel.crossover_tokens, color="tab:green", linestyle=":",
-                       label=f"{'GPU-bound ' if hosted else ''}break-even ≈ {kernel.crossover_tokens:,.0f} tokens")
-        if kernel.recommended_threshold_tokens is not None:
-            ax.axvline(kernel.recommended_threshold_tokens, color="tab:green", linestyle="-.",
-                       label=f"recommended threshold {kernel.recommended_threshold_tokens:,}")
-        if gate_threshold_tokens is not None and gate_threshold_tokens != kernel.recommended_threshold_tokens:
-            ax.axvline(gate_threshold_tokens, color="tab:gray", linestyle="-.", alpha=0.8,
-                       label=f"gate threshold {gate_threshold_tokens:,}")
-        u = kernel.uncertainty
-        band = (u.band_low_tokens, u.band_high_tokens) if u is not None else (None, None)
-        if band[0] is not None and band[1] is not None:
-            for a in [ax, *([ax2] if intervals else [])]:
-                a.axvspan(band[0], band[1], color="tab:gray", alpha=0.15, lw=0,
-                          label="indifference band" if a is ax else None)
-        if intervals:
+        _times_panel(ax, kernel, pts)
+        _marks(ax, [a for a in (ax_delta, ax2) if a is not None], kernel, pts, gate_threshold_tokens)
+        if ax_delta is not None:
+            _delta_panel(ax_delta, pts, host=host_deltas_differ(pts))
+        if ax2 is not None:
             _speedup_panel(ax2, pts)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        bottom = ax2 if intervals else ax
+        bottom = axes[-1][0]
         bottom.set_xticks(tokens, [f"{t:,}" for t in tokens], rotation=45 if len(tokens) > 8 else 0, fontsize=8)
         bottom.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         bottom.set_xlabel("tokens in the batch (M)")
@@ -155,6 +125,68 @@ def plot_crossover(
     finally:
         plt.close(fig)
     return out
+
+
+def _times_panel(ax: Any, kernel: KernelStatus, pts: list[KernelPoint]) -> None:
+    """Replicated and split GPU spans, and the all-gather alone where known."""
+    tokens = [p.tokens for p in pts]
+    ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label="replicated (GPU span)")
+    ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label="split + all-gather (GPU span)")
+    gathered = [(p.tokens, p.gather_us) for p in pts if p.gather_us is not None and p.gather_us > 0]
+    if gathered:
+        ax.plot(  # with a marker: a single gathered point is drawn too
+            [t for t, _ in gathered], [g for _, g in gathered], "x:", color="tab:orange", alpha=0.7,
+            label=f"all-gather alone ({kernel.gather_source or '?'})",
+        )
+
+
+def _marks(ax: Any, lower: list[Any], kernel: KernelStatus, pts: list[KernelPoint], gate: int | None) -> None:
+    """Vertical lines (break-evens, thresholds, the capture limit) on the times panel, the gate threshold and
+    the host-bound break-even on the ``lower`` panels too, and the indifference band shaded on every panel."""
+    host = regime_of(kernel, "host-bound") if host_deltas_differ(pts) else None
+    if host is not None and host.crossover_tokens is not None:
+        for a in [ax, *lower]:
+            a.axvline(host.crossover_tokens, color="tab:red", linestyle=":",
+                      label=f"host-bound break-even ≈ {host.crossover_tokens:,.0f} tokens" if a is ax else None)
+    if kernel.max_cudagraph_capture_size is not None and any(p.execution == "graph" for p in pts):
+        ax.axvline(kernel.max_cudagraph_capture_size, color="black", linestyle="--", alpha=0.5,
+                   label=f"vLLM CUDA-graph limit {kernel.max_cudagraph_capture_size:,} (eager above)")
+    if kernel.crossover_tokens is not None:
+        ax.axvline(kernel.crossover_tokens, color="tab:green", linestyle=":",
+                   label=f"{'GPU-bound ' if host is not None else ''}break-even ≈ {kernel.crossover_tokens:,.0f} tokens")
+    if kernel.recommended_threshold_tokens is not None:
+        ax.axvline(kernel.recommended_threshold_tokens, color="tab:green", linestyle="-.",
+                   label=f"recommended threshold {kernel.recommended_threshold_tokens:,}")
+    if gate is not None and gate != kernel.recommended_threshold_tokens:
+        for a in [ax, *lower]:
+            a.axvline(gate, color="tab:gray", linestyle="-.", alpha=0.8,
+                      label=f"gate threshold {gate:,}" if a is ax else None)
+    u = kernel.uncertainty
+    if u is not None and u.band_low_tokens is not None and u.band_high_tokens is not None:
+        for a in [ax, *lower]:
+            a.axvspan(u.band_low_tokens, u.band_high_tokens, color="tab:gray", alpha=0.15, lw=0,
+                      label="indifference band" if a is ax else None)
+
+
+def _delta_panel(ax: Any, pts: list[KernelPoint], *, host: bool) -> None:
+    """Δg (and, with ``host``, Δh) vs tokens with 95 % error bars, around 0 (below: the split saves)."""
+    series = [("gpu", "Δg: GPU difference (GPU-bound regime)", "tab:green", "o")]
+    if host:
+        series.append(("host", "Δh: host difference (host-bound regime)", "tab:red", "s"))
+    for kind, label, color, marker in series:
+        rows = [(p.tokens, getattr(p, f"{kind}_delta_us"), getattr(p, f"{kind}_delta_low_us"),
+                 getattr(p, f"{kind}_delta_high_us")) for p in pts if getattr(p, f"{kind}_delta_us") is not None]
+        if not rows:
+            continue
+        lo = [v - (low if low is not None else v) for _, v, low, _ in rows]
+        hi = [(high if high is not None else v) - v for _, v, _, high in rows]
+        ax.errorbar([t for t, *_ in rows], [v for _, v, *_ in rows], yerr=[lo, hi], fmt=f"{marker}-", color=color,
+                    capsize=3, label=label)
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_ylabel("split − replicated, µs per layer")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def _speedup_panel(ax: Any, pts: list[KernelPoint]) -> None:

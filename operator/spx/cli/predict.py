@@ -30,7 +30,7 @@ def _predict_args(p: argparse.ArgumentParser) -> None:
                    help="kernel table (tokens,rows_per_rank,replicated_us,split_allgather_us,speedup); "
                    "default: the seed's 8× H20 table shipped with spx")
     p.add_argument("--tp", type=int, default=8, help="TP size the table was measured at (default 8)")
-    p.add_argument("--interpolation", choices=INTERPOLATIONS, default="linear",
+    p.add_argument("--interpolation", choices=sorted(INTERPOLATIONS, key=lambda i: i != "linear"), default="linear",
                    help="interpolation of the shard GEMM time and the break-even (default linear, "
                    "which reproduces the seed author's ~1450 tokens; log-log gives ~1270)")
     p.add_argument("--rounding", choices=THRESHOLD_ROUNDINGS,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spx.api.exit_codes import epilog
+from spx.vocabulary import COMMAND_NAMES, CommandName
 
 Handler = Callable[[argparse.Namespace], int]
 Configure = Callable[[argparse.ArgumentParser], None]
@@ -27,7 +28,7 @@ class Command:
     are files). Other commands stop at once with exit code 141, as a tool killed by SIGPIPE (:mod:`spx.cli.streams`).
     """
 
-    name: str
+    name: CommandName
     help: str
     configure: Configure
     handler: Handler
@@ -35,12 +36,12 @@ class Command:
 
 
 #: Every ``spx`` subcommand, by name.
-COMMANDS: dict[str, Command] = {}
+COMMANDS: dict[CommandName, Command] = {}
 #: The order ``spx --help`` lists the commands in (others follow in registration order).
-HELP_ORDER = ("run", "validate", "report", "predict", "gate", "crd", "serving", "operator", "completion")
+HELP_ORDER = COMMAND_NAMES
 
 
-def command(name: str, help: str, configure: Configure | None = None, *,
+def command(name: CommandName, help: str, configure: Configure | None = None, *,
             outlives_stdout: bool = False) -> Callable[[Handler], Handler]:
     """Register ``handler`` as ``spx NAME``; ``configure`` adds its options to its subparser
     (``outlives_stdout``: :class:`Command`).

@@ -1,13 +1,16 @@
-"""``spx report DIR``: re-judge a finished (or partial) run, re-print its table, draw its plot (DIR/crossover.png
-when the run has none, or ``--plot PATH``; a run's own plot is never replaced unless ``--plot`` names it)."""
+"""``spx report DIR``: re-judge a finished (or partial) run with the vLLM results its folder holds
+(:mod:`spx.cli.report_vllm`: the verdict ``spx gate DIR`` reads), print the decision first
+(:mod:`spx.cli.decision`) and its table, draw its plot (DIR/crossover.png when the run has none, or
+``--plot PATH``; a run's own plot is never replaced unless ``--plot`` names it)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -40,7 +43,9 @@ from spx.cli.common import (
 )
 from spx.cli.documents import ReportDocument
 from spx.cli.registry import command
-from spx.vocabulary import PLOT_FILE, POINTS_FILE, RESULT_FILE, STATUS_FILE
+from spx.vocabulary import PLOT_FILE, POINTS_FILE, RESULT_FILE, STATUS_FILE, ResolvedDevice
+
+M = TypeVar("M", KernelResult, ExperimentStatus)
 
 
 def draw_plot(
@@ -196,14 +201,17 @@ def result_from_partial_points(path: Path, spec: ExperimentSpec | None) -> tuple
         spec = validate_spec({"parallelism": {"tensorParallelSize": tp}, "sweep": {"tokens": [p.tokens for p in points]}},
                              source=str(path))
         assumed = f"TP{tp} ({how}) and the default shapes and gate; --experiment FILE gives the run's own"
+    cpu = any(k.startswith("cpu:") for k in points[0].replicated.kernels)  # (the kernels the timer saw)
+    device: ResolvedDevice = "cpu" if cpu else "cuda"
+    k = spec.kernel  # the requests, unresolved: the rank that resolved them wrote no result
     result = KernelResult(experiment=path.parent.name, spec=spec, world_size=spec.parallelism.tensor_parallel_size,
-                          gemm_backend="?", gather_backend="?", gather_source=points[-1].gather_source, timer="?",
-                          device="?", cuda_graphs=False, points=points, complete=False,
-                          error="result.json was not written")
+                          gemm_backend=k.gemm_backend, gather_backend=k.gather, gather_source=points[-1].gather_source,
+                          timer=k.timer, device=device, cuda_graphs=False, points=points,
+                          complete=False, error="result.json was not written")
     skipped = f" ({bad} line(s) that are not a point skipped)" if bad else ""
     return result, (f"{path.parent / RESULT_FILE} was not written (the run ended first: a full disk, SIGKILL, the "
                     f"OOM killer): reporting the {len(points)} point(s) it kept in {path.name}{skipped}, as a partial "
-                    f"run; assumed {assumed}")
+                    f"run; assumed {assumed}; device {device} ({'GPU kernels recorded' if device == 'cuda' else 'no GPU kernel recorded'})")
 
 
 def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source: str) -> list[str]:
@@ -224,12 +232,157 @@ def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source:
     return out
 
 
-@command("report", "Re-print the table of a finished run, re-running the analysis; draw its plot when the run "
-         "has none, or to --plot PATH.", _report_args)
+@command("report", "Re-judge a finished run (with the serving, GSM8K and step A/B results its folder holds, as spx "
+         "gate reads it): the decision first, then its table; draw its plot when the run has none, or to --plot "
+         "PATH.", _report_args)
 def cmd_report(args: argparse.Namespace) -> int:
     """The report; with ``-o json|yaml`` an input error is a document with ``problems`` (exit 3), as ``spx validate``."""
     return with_error_document(args.output, lambda: _report(args),
                                lambda problems: ReportDocument(source=args.dir, problems=problems))
+
+
+@dataclass
+class LoadedRun:
+    """What ``spx report`` read from a run's folder: the kernel result (or a status's points), its spec,
+    environment and name, the file it came from, the folder's ``status.json`` (when there is one; beside a
+    result.json only its vLLM sections, :data:`VLLM_SECTIONS`) and the
+    warnings about what had to be assumed."""
+
+    result: KernelResult | ResultSummary
+    source: Path
+    spec: ExperimentSpec
+    env: Environment
+    name: str
+    directory: Path
+    status: ExperimentStatus | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _validated(model: type[M], path: Path) -> M:
+    """``path``'s JSON as ``model``.
+
+    Raises:
+        UsageError: unreadable or not JSON. SpecError: not that document (names the fields).
+    """
+    from pydantic import ValidationError
+
+    from spx.api import describe_validation_error
+
+    try:
+        return model.model_validate(load_json(path))
+    except ValidationError as err:
+        raise SpecError(describe_validation_error(err), str(path)) from None
+
+
+def load_run(target: Path, override: ExperimentSpec | None = None) -> LoadedRun:
+    """The run at ``target`` (a run's folder, its result.json or its status.json): its result.json when there is
+    one, else the status's points, else the points a killed run streamed to ``points.partial.jsonl`` (a partial
+    run, on ``override``'s spec when ``--experiment`` gave one: :func:`result_from_partial_points`); the
+    assumptions are said in ``warnings``.
+
+    Raises:
+        UsageError: nothing to report (names what is missing, a run in progress, killed partial points).
+        SpecError: a document that does not validate, or a token count measured twice.
+    """
+    if not target.exists():
+        raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
+    directory = target if target.is_dir() else target.parent
+    is_status = target.is_file() and (target.name == STATUS_FILE or is_status_document(load_json(target)))
+    result_path = target if target.is_file() and not is_status else directory / RESULT_FILE
+    status_path = target if is_status else directory / STATUS_FILE
+    if result_path.is_file():
+        result = _validated(KernelResult, result_path)
+        status = _vllm_part(status_path) if status_path.is_file() else None
+        run = LoadedRun(result, result_path, result.spec, result.environment, result.experiment, directory, status)
+    elif status_path.is_file():
+        run = _run_of_status(_validated(ExperimentStatus, status_path), status_path, directory)
+    else:
+        _refuse_empty(directory)
+        source = directory / POINTS_FILE
+        result, why = result_from_partial_points(source, override)
+        run = LoadedRun(result, source, result.spec, result.environment, directory.name, directory, None, [why])
+    if not run.result.points:
+        raise UsageError(f"{run.source} has no points to report")
+    if repeated := repeated_tokens(run.result.points):
+        raise SpecError(repeated, str(run.source))
+    return run
+
+
+#: The sections of a status.json that ``spx report`` judges a result.json with (the rest it re-derives).
+VLLM_SECTIONS = ("serving", "accuracy", "step")
+
+
+def _vllm_part(status_path: Path) -> ExperimentStatus:
+    """Only the vLLM sections of ``status_path`` (:data:`VLLM_SECTIONS`): its kernel section is re-derived from
+    result.json, so one written by an older spx (another schema) does not stop the report.
+
+    Raises:
+        UsageError / SpecError: not JSON, or a vLLM section that does not validate.
+    """
+    from pydantic import ValidationError
+
+    from spx.api import describe_validation_error
+
+    data = load_json(status_path)
+    part = {k: data[k] for k in VLLM_SECTIONS if isinstance(data, dict) and data.get(k) is not None}
+    try:
+        return ExperimentStatus.model_validate(part)
+    except ValidationError as err:
+        raise SpecError(describe_validation_error(err), str(status_path)) from None
+
+
+def _run_of_status(status: ExperimentStatus, status_path: Path, directory: Path) -> LoadedRun:
+    """A run known only by its status.json: its points, TP from their rows per rank, the default gate."""
+    if status.kernel is None or not status.kernel.points:
+        raise UsageError(f"{status_path} has no kernel points to report")
+    env, name = status.environment or Environment(), directory.name
+    tp, how = status_tp(status.kernel.points, env.gpu_count)
+    spec = validate_spec({"parallelism": {"tensorParallelSize": tp}}, source=str(status_path))
+    warning = (f"{status_path} without its result.json records neither the experiment's name nor its spec: assumed "
+               f"name {name!r} (the directory), TP{tp} ({how}), and the default shapes and gate (thresholdTokens "
+               f"{spec.gate.threshold_tokens}); give the run's result.json, or --experiment FILE for its gate")
+    result = ResultSummary(points=status.kernel.points, environment=env, world_size=tp,
+                           gemm_backend=status.kernel.gemm_backend or "?",
+                           gather_source=status.kernel.gather_source or "measured",
+                           timer=status.kernel.timer or "?", complete=status.phase != "Failed")
+    spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(
+        update={"tokens": [p.tokens for p in status.kernel.points]})})
+    return LoadedRun(result, status_path, spec, env, name, directory, status, [warning])
+
+
+def _refuse_empty(directory: Path) -> None:
+    """Refuse a folder without result.json and status.json, unless a killed run left its streamed points.
+
+    Raises:
+        UsageError: a run in progress, or nothing to report (no ``points.partial.jsonl`` either).
+    """
+    from spx.cli.outdir import partial_points, run_in_progress
+
+    if holder := run_in_progress(directory):
+        raise UsageError(f"a run is in progress in {directory} ({holder}): its result.json and status.json are "
+                         f"written when it ends; report it then (spx gate {directory} --wait SECONDS waits for it)")
+    if not partial_points(directory):
+        raise UsageError(f"no result.json or status.json in {directory}")
+
+
+def apply_overrides(run: LoadedRun, experiment: str | None, threshold_tokens: int | None) -> None:
+    """``--experiment FILE`` (its gate; the measurement keeps its TP and shapes, warned about) and
+    ``--threshold-tokens N`` applied to ``run.spec`` in place.
+
+    Raises:
+        UsageError / SpecError: the file cannot be read, or the gate with N does not validate.
+    """
+    if experiment is not None:
+        override = read_experiment(experiment)
+        if isinstance(run.result, KernelResult):
+            run.warnings += relabel_warnings(run.spec, override.spec, experiment)
+        run.spec = run.spec.model_copy(update={"gate": override.spec.gate})
+        if override.metadata.name != run.name:  # the measurement keeps its own name; the gate says whose it is
+            run.name = f"{run.name} (gate of {override.metadata.name})"
+    if threshold_tokens is not None:
+        raw = dump_model(run.spec)
+        raw["gate"]["thresholdTokens"] = threshold_tokens
+        run.spec = validate_spec(raw, source="gate with --threshold-tokens")
 
 
 def _report_benches(status: ExperimentStatus, path: Path, output: str) -> int:
@@ -245,111 +398,68 @@ def _report_benches(status: ExperimentStatus, path: Path, output: str) -> int:
     return EXIT_OK
 
 
-def _report(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
+def benches_only(target: Path) -> tuple[ExperimentStatus, Path] | None:
+    """``(status, its path)`` when ``target`` is a run of the vLLM benches alone (``spx serving OUT``): a status.json
+    without kernel points but with a serving, accuracy or step section, and no result.json beside it."""
+    directory = target if target.is_dir() else target.parent
+    path = target if target.is_file() else directory / STATUS_FILE
+    if not path.is_file() or (directory / RESULT_FILE).is_file() or path.name == RESULT_FILE:
+        return None
+    data = load_json(path)
+    if not is_status_document(data) or (data.get("kernel") or {}).get("points"):
+        return None
+    if not any(data.get(k) for k in VLLM_SECTIONS):
+        return None
+    return _validated(ExperimentStatus, path), path
 
-    from spx.api import describe_validation_error
-    from spx.cli.tables import partial_extent, print_report
+
+def _report(args: argparse.Namespace) -> int:
+    """``spx report``: load, re-judge with the folder's vLLM results (:mod:`spx.cli.report_vllm`), print or emit."""
+    from spx.cli.decision import print_report
+    from spx.cli.report_vllm import read_vllm_sections
+    from spx.cli.tables import partial_extent
 
     if args.plot and args.no_plot:
         raise UsageError(f"--plot {args.plot} and --no-plot contradict each other: give one of them")
     if args.plot:
         check_plot_path(Path(args.plot))
-    target = Path(args.dir)
-    if not target.exists():
-        raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
-    directory = target if target.is_dir() else target.parent
-    is_status = target.is_file() and (target.name == STATUS_FILE or is_status_document(load_json(target)))
-    result_path = target if target.is_file() and not is_status else directory / RESULT_FILE
-    status_path = target if is_status else directory / STATUS_FILE
-    override = read_experiment(args.experiment) if args.experiment else None
-
-    result: KernelResult | ResultSummary
-    source: Path
-    status_warnings: list[str] = []
-    if result_path.is_file():
-        source = result_path
-        try:
-            result = KernelResult.model_validate(load_json(result_path))
-        except ValidationError as err:
-            raise SpecError(describe_validation_error(err), str(result_path)) from None
-        spec, env, name = result.spec, result.environment, result.experiment
-    elif status_path.is_file():
-        source = status_path
-        try:
-            status = ExperimentStatus.model_validate(load_json(status_path))
-        except ValidationError as err:
-            raise SpecError(describe_validation_error(err), str(status_path)) from None
-        if (status.kernel is None or not status.kernel.points) and (status.serving or status.step or status.accuracy):
-            return _report_benches(status, status_path, args.output)
-        if status.kernel is None or not status.kernel.points:
-            raise UsageError(f"{status_path} has no kernel points to report")
-        env, name = status.environment or Environment(), directory.name
-        tp, how = status_tp(status.kernel.points, env.gpu_count)
-        spec = validate_spec({"parallelism": {"tensorParallelSize": tp}}, source=str(status_path))
-        status_warnings.append(
-            f"{status_path} without its result.json records neither the experiment's name nor its spec: assumed name "
-            f"{name!r} (the directory), TP{tp} ({how}), and the default shapes and gate (thresholdTokens "
-            f"{spec.gate.threshold_tokens}); give the run's result.json, or --experiment FILE for its gate")
-        result = ResultSummary(points=status.kernel.points, environment=env, world_size=tp,
-                               gemm_backend=status.kernel.gemm_backend or "?",
-                               gather_source=status.kernel.gather_source or "measured",
-                               timer=status.kernel.timer or "?", complete=status.phase != "Failed")
-        spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(
-            update={"tokens": [p.tokens for p in status.kernel.points]})})
-    else:
-        from spx.cli.outdir import partial_points, run_in_progress
-
-        if holder := run_in_progress(Path(directory)):
-            raise UsageError(f"a run is in progress in {directory} ({holder}): its result.json and status.json are "
-                             f"written when it ends; report it then (spx gate {directory} --wait SECONDS waits for it)")
-        if not partial_points(Path(directory)):
-            raise UsageError(f"no result.json or status.json in {directory}")
-        source = directory / POINTS_FILE
-        result, why = result_from_partial_points(source, override.spec if override else None)
-        spec, env, name = result.spec, result.environment, directory.name
-        status_warnings.append(why)
-    if not result.points:
-        raise UsageError(f"{source} has no points to report")
-    if repeated := repeated_tokens(result.points):
-        raise SpecError(repeated, str(source))
-    warnings: list[str] = status_warnings
-    if override is not None:
-        if isinstance(result, KernelResult):
-            warnings += relabel_warnings(spec, override.spec, args.experiment)
-        spec = spec.model_copy(update={"gate": override.spec.gate})
-        if override.metadata.name != name:  # the measurement keeps its own name; the gate says whose it is
-            name = f"{name} (gate of {override.metadata.name})"
-    if args.threshold_tokens is not None:
-        raw = dump_model(spec)
-        raw["gate"]["thresholdTokens"] = args.threshold_tokens
-        spec = validate_spec(raw, source="gate with --threshold-tokens")
-    for w in warnings:
+    if benches := benches_only(Path(args.dir)):
+        return _report_benches(benches[0], benches[1], args.output)
+    override = read_experiment(args.experiment).spec if args.experiment else None
+    run = load_run(Path(args.dir), override)
+    apply_overrides(run, args.experiment, args.threshold_tokens)
+    vllm = read_vllm_sections(run.directory, run.status, allow_cpu_timings=run.spec.gate.allow_cpu_timings,
+                              kernel=lambda: judge(run.result, run.spec).kernel)
+    run.warnings += vllm.warnings
+    for w in run.warnings:
         warn(w)
-
-    j = judge(result, spec)
+    result, spec, env = run.result, run.spec, run.env
+    j = judge(result, spec, serving=vllm.serving, accuracy=vllm.accuracy, step=vllm.step)
     cpu = (result.device if isinstance(result, KernelResult) else None) == "cpu" or env.device == "cpu"
     tp = spec.parallelism.tensor_parallel_size
     kernel = j.kernel or KernelStatus()
     listed = set(spec.sweep.tokens)  # (an adaptive sweep adds counts of its own)
     partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if j.partial else None
-    plot_args = dict(name=name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
+    plot_args = dict(name=run.name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
                      gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
                      partial=partial)
     if args.output != "text":  # the plot first (on stderr), so that a --plot that cannot be written is a problem
-        _plot(args, err_console(), kernel, directory, plot_args)
+        _plot(args, err_console(), kernel, run.directory, plot_args)
         emit(ReportDocument(
-            experiment=name, source=str(source), partial=j.partial, verdict=j.verdict, measured_verdict=j.measured_verdict,
-            decided_reason=j.reason, reasons=j.reasons, kernel=j.kernel, environment=env, cpu=cpu, warnings=warnings,
+            experiment=run.name, source=str(run.source), partial=j.partial, verdict=j.verdict,
+            measured_verdict=j.measured_verdict, decided_reason=j.reason, reasons=j.reasons, kernel=j.kernel,
+            serving=j.serving, accuracy=j.accuracy, step=vllm.step, judged_with=vllm.sources, environment=env,
+            cpu=cpu, warnings=run.warnings,
         ), args.output)
         return EXIT_OK
     console = make_console()
     print_report(
         console, kernel, verdict=j.verdict, reasons=j.reasons,
-        title=table_title(name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
-        gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial,
+        title=table_title(run.name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
+        gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial, step=vllm.step,
+        notes=[f"judged with {', '.join(vllm.sources)}"] if vllm.sources else (),
     )
-    _plot(args, console, kernel, directory, plot_args)
+    _plot(args, console, kernel, run.directory, plot_args)
     return EXIT_OK
 
 

@@ -145,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: Path) -> int:
     from spx.cli.progress import progress_for
-    from spx.runner.experiment import run_experiment
+    from spx.runner.experiment import ExperimentOptions, RunHooks, run_experiment
     from spx.runner.local import RunnerError
 
     console = make_console(stderr=bool(args.jsonl))
@@ -174,11 +174,12 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
     logging.raiseExceptions = False  # a full disk fails the run once below, not once per launcher log record
     try:
         outcome = run_experiment(
-            spec, out, name=name, nproc=args.nproc, serving=args.serving,
-            vllm_command=(args.vllm or "vllm").split(),
-            summary_file=args.summary_file, on_point=on_point, progress=progress_for(console),
-            on_kernel=lambda o: _kernel_report(o, spec, name, out, console, stdout, jsonl=args.jsonl),
-            on_vllm_documents=on_documents, on_summary_error=summary_error,
+            spec, out, name=name,
+            options=ExperimentOptions(nproc=args.nproc, serving=args.serving,
+                                      vllm_command=(args.vllm or "vllm").split(), summary_file=args.summary_file),
+            hooks=RunHooks(on_point=on_point, progress=progress_for(console),
+                           on_kernel=lambda o: _kernel_report(o, spec, name, out, console, stdout, jsonl=args.jsonl),
+                           on_vllm_documents=on_documents, on_summary_error=summary_error),
         )
     except RunnerError as exc:
         raise UsageError(str(exc)) from None
@@ -214,7 +215,8 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
 def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, out: Path, console: Console,
                    stdout: TextIO, *, jsonl: bool) -> None:
     """The kernel bench's report and plot, printed before the vLLM step starts."""
-    from spx.cli.tables import partial_extent, print_report
+    from spx.cli.decision import print_report
+    from spx.cli.tables import partial_extent
     from spx.runner.experiment import is_cpu
 
     result, judgement, tp = outcome.result, outcome.judgement, spec.parallelism.tensor_parallel_size

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from spx.api.exit_codes import EXIT_PIPE
+from spx.api.exit_codes import EXIT_INTERNAL, EXIT_PIPE
 
 #: The one line on stderr when stdout's reader has gone.
 CLOSED_NOTE = "spx: stdout was closed by its reader (broken pipe); the rest of the output is dropped, the command goes on"
@@ -144,3 +144,18 @@ def pipe_safe_streams() -> Iterator[tuple[PipeSafeStream, PipeSafeStream]]:
             with contextlib.suppress(BrokenPipeError):
                 safe.flush()
         sys.stdout, sys.stderr = saved_out, saved_err
+
+
+def internal_error(exc: BaseException) -> int:
+    """One line on stderr for an exception no command expected (its type, message and where it was raised) and
+    :data:`~spx.api.exit_codes.EXIT_INTERNAL` (70): an uncaught exception would exit 1, ``spx gate``'s Fail."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"error: spx stopped on an error no command expected (exit {EXIT_INTERNAL}, never a verdict; "
+                         f"if it is not the machine's, e.g. out of memory, please report this line): "
+                         f"{type(exc).__name__}: {str(exc)[:500]}{where}\n")
+        sys.stderr.flush()
+    return EXIT_INTERNAL

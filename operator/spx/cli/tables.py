@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from spx.api import KernelPoint, KernelStatus
+from spx.api.status import KernelRegime, RegimeSummary, StakeRow
 from spx.vocabulary import Verdict
 
 if TYPE_CHECKING:
@@ -75,61 +76,71 @@ def partial_extent(measured: int, listed: int) -> str:
     return f"{measured} of {listed} {counts}"
 
 
-#: The caption note when every point's host issue times print as its GPU spans (a CPU smoke run, timer host).
-SAME_HOST_NOTE = "host-bound = GPU-bound at every point (host issue times print as the GPU spans)"
+def host_deltas_differ(points: Sequence[KernelPoint]) -> bool:
+    """Whether some point has a host difference Δh that prints differently from its GPU difference Δg: only
+    then do the table and the plot show Δh and the host issue medians (a CPU smoke run, whose timer is the
+    host, never does)."""
+    return any(p.host_delta_us is not None and fmt_delta(p.host_delta_us) != fmt_delta(p.gpu_delta_us)
+               for p in points)
 
 
-def host_bound_differs(points: Sequence[KernelPoint]) -> bool:
-    """Whether some point carries host-bound regime figures (eager host times, Δh) that print differently
-    from its GPU-bound ones: only then do the table, the crossover lines and the plot show the host-bound
-    regime beside the GPU-bound one."""
-    return any(p.replicated_host_us for p in points) and not all(_host_adds_nothing(p) for p in points)
+def fmt_delta(value: float | None) -> str:
+    """A signed difference in µs (split − replicated; negative: the split is shorter): one decimal below 100 µs,
+    none from 100 µs (a CPU smoke run's thousands stay narrow); ``—`` when unknown."""
+    if value is None:
+        return "—"
+    return f"{value:+.0f}" if abs(value) >= 100 else f"{value:+.1f}"
 
 
-def _host_adds_nothing(p: KernelPoint) -> bool:
-    """Whether ``p``'s host issue times print as its GPU spans (both times and the speedup): a graph point,
-    or the timer was the host (a CPU smoke run)."""
-    rep, split = p.replicated_host_us, p.split_host_us
-    if not rep or not split or p.execution == "graph":
-        return True
-    return (fmt_us(rep) == fmt_us(p.replicated_us) and fmt_us(split) == fmt_us(p.split_us)
-            and f"{rep / split:.2f}" == f"{p.speedup:.2f}")
+def fmt_delta_interval(low: float | None, high: float | None) -> str:
+    """A difference's interval ``[low, high]`` in µs, signed (:func:`fmt_delta`); ``—`` when unknown."""
+    return "—" if low is None or high is None else f"[{fmt_delta(low)}, {fmt_delta(high)}]"
 
 
 def kernel_columns(kernel: KernelStatus) -> tuple[list[str], list[str]]:
     """``(column headers, caption notes)`` of :func:`kernel_table` for ``kernel``'s points.
 
     A column that would repeat another is left out and said once in a note instead: the host columns
-    (``mode``, host issue medians, ``Δh µs``) only when some point carries the host-bound regime; ``mode`` also when the points were timed in different modes; the
+    (``mode``, host issue medians, ``Δh µs`` and its interval) only when some point's Δh differs from its Δg
+    (:func:`host_deltas_differ`); ``mode`` also when the points were timed in different modes; the
     intervals only when known, ``any prior`` only when one of its ends differs from the 95 % interval's.
+    ``Δg µs`` is the split's GPU difference (split − replicated span, µs per call), ``Δh µs`` its host
+    difference (split − replicated issue time): what the step moves by when the GPU, or the host, is the
+    bottleneck.
     """
     points = kernel.points
-    host = any(p.replicated_host_us and p.execution != "graph" for p in points)
-    host_differs = host_bound_differs(points)
+    host = any(p.host_delta_us is not None for p in points)
+    host_differs = host_deltas_differ(points)
     modes = sorted({p.execution for p in points if p.execution})
     show_mode = host_differs or len(modes) > 1
     intervals = any(p.speedup_low is not None for p in points)
     any_prior = any(p.speedup_low_any_prior is not None
                     and (p.speedup_low_any_prior, p.speedup_high_any_prior) != (p.speedup_low, p.speedup_high)
                     for p in points)
+    gpu_delta = any(p.gpu_delta_us is not None for p in points)
+    gpu_iv = any(p.gpu_delta_low_us is not None for p in points)
+    host_iv = host_differs and any(p.host_delta_low_us is not None for p in points)
     names = ["tokens", "rows/rank", "replicated µs", "split µs", "gather µs", "speedup",
              *(["95 % interval"] if intervals else []), *(["any prior"] if any_prior else []), "spread %", "max error",
+             *(["Δg µs"] if gpu_delta else []), *(["Δg 95 %"] if gpu_iv else []),
              *(["mode"] if show_mode else []),
-             *(["host rep µs", "host split µs", "Δh µs"] if host_differs else [])]
+             *(["host rep µs", "host split µs", "Δh µs"] if host_differs else []), *(["Δh 95 %"] if host_iv else [])]
     notes = []
     if modes and not show_mode:
         notes.append(f"every point timed {modes[0]}")
     if host and not host_differs:
-        notes.append(SAME_HOST_NOTE)
+        notes.append("Δh = Δg at every point (the host issue times add nothing to the GPU spans)")
+    if host_differs and "graph" in modes:
+        notes.append("graph points have one figure, Δg (a replay's host cost does not depend on what it holds)")
     return names, ["; ".join(notes)] if notes else []
 
 
 #: The order in which :func:`kernel_table` leaves columns out when the terminal is too narrow for every one
-#: (least needed first; the two host issue medians go together); tokens, replicated µs, split µs, speedup and
-#: Δh (the host-bound regime's difference) always stay.
+#: (least needed first; the two host issue medians go together, so do the two differences' intervals); tokens,
+#: replicated µs, split µs, speedup, Δg and Δh always stay.
 NARROW_DROP_ORDER: tuple[tuple[str, ...], ...] = (
     ("any prior",), ("rows/rank",), ("max error",), ("gather µs",), ("spread %",), ("mode",),
-    ("host rep µs", "host split µs"), ("95 % interval",))
+    ("host rep µs", "host split µs"), ("Δg 95 %", "Δh 95 %"), ("95 % interval",))
 
 
 def _cell_text(cell: str | Text) -> str:
@@ -188,8 +199,8 @@ def kernel_table(kernel: KernelStatus, *, title: str | None = None, caption: str
                  width: int | None = None) -> Table:
     """One row per token count: tokens, rows/rank, replicated µs, split µs, gather µs, speedup,
     its 95 % interval and the interval over every gather prior (when known), spread % (the larger
-    candidate IQR/median), max abs error; when some point's host-bound figures differ from its
-    GPU-bound ones also the mode (graph or eager), the host issue medians and the host-bound speedup
+    candidate IQR/median), max abs error, the GPU difference Δg (and its interval); when some point's Δh
+    differs from its Δg also the mode (graph or eager), the host issue medians and the host difference Δh
     (otherwise one caption line says so; :func:`kernel_columns`). A speedup is green when the split
     wins, red when it loses, dim when the two candidates' IQRs overlap or its interval contains 1.0; a
     count an adaptive sweep added is marked ``+``.
@@ -217,12 +228,24 @@ def _kernel_cells(p: KernelPoint) -> dict[str, str | Text]:
         "any prior": fmt_interval(p.speedup_low_any_prior, p.speedup_high_any_prior),
         "spread %": f"{p.iqr_pct:.1f}",
         "max error": fmt_error(p.max_abs_error),
+        "Δg µs": _delta_text(p.gpu_delta_us, p.gpu_delta_low_us, p.gpu_delta_high_us),
+        "Δg 95 %": fmt_delta_interval(p.gpu_delta_low_us, p.gpu_delta_high_us),
         "mode": p.execution or "-",
         "host rep µs": fmt_us(p.replicated_host_us),
         "host split µs": fmt_us(p.split_host_us),
-        "Δh µs": (Text(f"{p.host_delta_us:+.1f}", style="green" if p.host_delta_us < 0 else "red")
-                  if p.host_delta_us is not None else "-"),
+        "Δh µs": _delta_text(p.host_delta_us, p.host_delta_low_us, p.host_delta_high_us),
+        "Δh 95 %": fmt_delta_interval(p.host_delta_low_us, p.host_delta_high_us),
     }
+
+
+def _delta_text(value: float | None, low: float | None, high: float | None) -> str | Text:
+    """A difference: green when the split is shorter, red when longer, dim when its interval contains 0."""
+    if value is None:
+        return "—"
+    style = "green" if value < 0 else "red"
+    if low is not None and high is not None and low <= 0.0 <= high:
+        style = "dim " + style
+    return Text(fmt_delta(value), style=style)
 
 
 def _speedup_style(p: KernelPoint) -> str:
@@ -245,9 +268,22 @@ def _saving(us: float | None, low: float | None, high: float | None, ms: float |
     return f"{us:+.1f} µs/layer{span}, {ms:+.3f} ms per prefill chunk"
 
 
+def stake_line(row: StakeRow, *, host: bool) -> str:
+    """One stake row: what splitting at its count saves (+) or costs (−) per layer (with its interval) and
+    per prefill chunk of that many tokens; ``host``: both regimes (GPU-bound: −Δg, host-bound: −Δh)."""
+    head = f"stake at {fmt_tokens(row.tokens)} tokens ({row.label}, {row.layers} layers): "
+    gpu = _saving(row.saving_us, row.saving_low_us, row.saving_high_us, row.saving_ms_per_chunk)
+    if not host:
+        return head + gpu
+    hosted = (_saving(row.host_saving_us, row.host_saving_low_us, row.host_saving_high_us,
+                      row.host_saving_ms_per_chunk) if row.host_saving_us is not None else "no eager host times there")
+    return f"{head}GPU-bound {gpu}; host-bound {hosted}"
+
+
 def uncertainty_lines(kernel: KernelStatus, *, stakes: bool = True) -> list[str]:
     """The crossover interval and why it is (not) resolved, the indifference band, the interval rule's
-    threshold and (``stakes``) the stake per layer and prefill chunk (``kernel.uncertainty``,
+    threshold and (``stakes``) the stake per layer and prefill chunk, in both regimes where Δh differs from Δg
+    (:func:`stake_line`; ``kernel.uncertainty``,
     :mod:`spx.analysis.band`); empty when unset. ``spx run``, ``spx report`` and ``spx predict`` print these
     same lines; a CPU smoke run leaves the stake out (a shrunk projection's CPU time says nothing of a
     model's prefill)."""
@@ -277,9 +313,8 @@ def uncertainty_lines(kernel: KernelStatus, *, stakes: bool = True) -> list[str]
     lines.append(f"interval rule threshold: {lb:,} tokens (smallest measured count from which the speedup's "
                  f"lower bound stays >= 1)" if lb is not None else
                  "interval rule threshold: none (the speedup's lower bound is below 1 at the largest measured count)")
-    for row in u.stake if stakes else ():
-        lines.append(f"stake at {fmt_tokens(row.tokens)} tokens ({row.label}, {row.layers} layers): "
-                     + _saving(row.saving_us, row.saving_low_us, row.saving_high_us, row.saving_ms_per_chunk))
+    host = host_deltas_differ(kernel.points)
+    lines += [stake_line(row, host=host) for row in (u.stake if stakes else ())]
     return lines
 
 
@@ -309,18 +344,22 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
         lines.append(f"recommended threshold: {kernel.recommended_threshold_tokens:,} tokens{rounding}")
     else:
         lines.append("recommended threshold: none (no break-even measured)")
-    # the host-bound regime only where some point carries it (a CPU smoke run: never)
-    host = next((r for r in kernel.regimes if r.regime == "host-bound"), None) if host_bound_differs(kernel.points) else None
+    # the host-bound regime only where some point's Δh differs from its Δg (a CPU smoke run: never)
+    host = regime_of(kernel, "host-bound") if host_deltas_differ(kernel.points) else None
     if host is not None:
         lines[0] = "GPU-bound " + lines[0]
         lines[1] = "GPU-bound " + lines[1]
+        gpu = regime_of(kernel, "gpu-bound")
+        if gpu is not None:
+            lines.append("GPU-bound regime (the step moves by Δg, GPU spans): " + _regime_verdict(gpu))
         cross = (f"split wins from ≈ {fmt_tokens(host.crossover_tokens)} tokens (confidence {host.crossover_confidence})"
                  if host.crossover_tokens is not None else "none in the measured range")
         rec = f"{host.recommended_threshold_tokens:,} tokens" if host.recommended_threshold_tokens is not None else "none"
-        lines.append(f"host-bound crossover (host issue times, Δh): {cross}; "
-                     f"recommended threshold {rec}; verdict in this regime alone: {host.verdict or '-'}")
-    if kernel.decided_by is not None:
-        lines.append(f"decided by: {kernel.decided_by}" + (f"; next: {kernel.next_step}" if kernel.next_step else ""))
+        lines.append(f"host-bound regime (the step moves by Δh, host issue times): crossover {cross}; "
+                     f"recommended threshold {rec}; " + _regime_verdict(host))
+        if kernel.regimes_agree is not None:
+            lines.append("the regimes agree about the gate threshold" if kernel.regimes_agree else
+                         "the regimes disagree about the gate threshold: only a step measurement decides")
     if kernel.max_cudagraph_capture_size is not None and any(p.execution == "graph" for p in kernel.points):
         # only where graphs were timed: a CPU smoke run (all eager) has no capture limit to show
         lines.append(f"vLLM CUDA-graph capture limit: {kernel.max_cudagraph_capture_size:,} tokens (eager above)")
@@ -329,42 +368,16 @@ def crossover_lines(kernel: KernelStatus, gate_threshold_tokens: int | None = No
     return lines
 
 
-def print_verdict(console: Console, verdict: str | None, reasons: Sequence[str], partial: bool = False) -> None:
-    """Print ``verdict`` (coloured; ``none`` when the run did not complete) and one bullet per reason."""
-    if verdict is None:
-        why = "partial run: no verdict from a run that stopped early" if partial else "the run did not complete"
-        console.print(f"[bold red]verdict: none[/] ({why})")
-    else:
-        console.print(f"verdict: [{VERDICT_STYLE.get(verdict, 'bold')}]{verdict}[/]")
-    for r in reasons:
-        console.print(f"  • {r}", highlight=False, markup=False)
+def _regime_verdict(r: RegimeSummary) -> str:
+    """The regime's speed verdict at and above the gate threshold, and its gate verdict where a cap changed it."""
+    speed = r.speed_verdict or r.verdict or "-"
+    gated = f" (gated {r.verdict}: capped)" if r.verdict is not None and r.verdict != speed else ""
+    return f"at and above the gate threshold alone: {speed}{gated}"
 
 
-def print_report(
-    console: Console,
-    kernel: KernelStatus,
-    *,
-    verdict: str | None,
-    reasons: Sequence[str],
-    title: str | None = None,
-    cpu: bool = False,
-    gate_threshold_tokens: int | None = None,
-    notes: Sequence[str] = (),
-    partial: str | None = None,
-) -> None:
-    """Table, crossover, threshold, verdict and reasons; the CPU note (and ``partial``, the partial-run
-    note) as the table caption."""
-    caption_parts = [*([f"PARTIAL RUN: {partial}"] if partial else []), *([CPU_NOTE] if cpu else []), *notes]
-    caption = "\n".join(caption_parts) or None
-    if kernel.points:
-        console.print(kernel_table(kernel, title=title, caption=caption, width=terminal_width(console)))
-    else:
-        console.print(f"{title or 'sweep'}: no points measured", markup=False)
-        if caption:
-            console.print(caption, markup=False)
-    for line in [*crossover_lines(kernel, gate_threshold_tokens), *uncertainty_lines(kernel, stakes=not cpu)]:
-        console.print(line, highlight=False, markup=False)
-    print_verdict(console, verdict, reasons, partial=partial is not None)
+def regime_of(kernel: KernelStatus, name: KernelRegime) -> RegimeSummary | None:
+    """``kernel``'s summary of regime ``name`` (``gpu-bound`` or ``host-bound``), ``None`` when not judged."""
+    return next((r for r in kernel.regimes if r.regime == name), None)
 
 
 #: :func:`prediction_table`'s columns, and the order it leaves them out on a narrow terminal (the prediction stays).

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spx.api.exit_codes import EXIT_USAGE
+from spx.api.exit_codes import EXIT_INTERRUPTED, EXIT_USAGE
 from spx.vocabulary import LOG_FORMATS
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8081/healthz"
@@ -78,7 +78,7 @@ def run_operator(args: argparse.Namespace, preflight: Callable[[str | None], obj
     try:
         kopf.run(**kopf_run_options(args), memo=kopf.Memo(settings=settings))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         mismatch = _cause(exc, CrdMismatch)
         if mismatch is None:

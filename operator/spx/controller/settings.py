@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
 from spx.api.policy import Policy, check_bench_image, policy_from_env
+from spx.controller.build.manifests import DEFAULT_BENCH_COMMAND
 from spx.controller.build.placement import PlacementDefaults
 from spx.controller.decide.observation import Timeouts
 from spx.controller.workqueue import HOLD_S
@@ -109,7 +110,7 @@ class OperatorSettings(BaseSettings):
     bench_image_pull_policy: str = _env("SPX_BENCH_IMAGE_PULL_POLICY", "imagePullPolicy of the bench container",
                                         default="IfNotPresent", pattern=r"^(Always|IfNotPresent|Never)$")
     bench_command: Annotated[tuple[str, ...], NoDecode] = _env(
-        "SPX_BENCH_COMMAND", "command that runs the bench in the image, space-separated", default=("spx", "run"))
+        "SPX_BENCH_COMMAND", "command that runs the bench in the image, space-separated", default=DEFAULT_BENCH_COMMAND)
     log_limit_bytes: int = _env("SPX_LOG_LIMIT_BYTES", "bytes of pod log read when collecting the result",
                                 default=16 * 1024 * 1024, gt=0)
     progress_log_interval_s: float = _env(

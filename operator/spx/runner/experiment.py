@@ -7,8 +7,8 @@ prints and maps the outcome to an exit code. Steps:
 1. the kernel benchmark on one process per rank (:func:`spx.runner.local.run_local`; ``result.json``);
 2. its judgement (:func:`spx.analysis.judge.judge`) → ``status.json``, and the pod → operator
    summary (:func:`spx.api.wire.build_summary`) into ``summary_file``;
-3. ``on_kernel`` (the CLI prints the report and draws the plot here, before the hours of step 4);
-4. with ``serving`` and a completed kernel bench: the vLLM serving A/B and GSM8K
+3. ``hooks.on_kernel`` (the CLI prints the report and draws the plot here, before the hours of step 4);
+4. with ``options.serving`` and a completed kernel bench: the vLLM serving A/B and GSM8K
    (``spx.serving.ab.run_vllm_benchmarks``) into ``OUT/serving``, then the judgement over every gate
    (``require_vllm``) → ``status.json`` and the summary again.
 """
@@ -37,6 +37,42 @@ if TYPE_CHECKING:
 INTERRUPTED_PREFIX = "interrupted (SIGINT)"
 
 VllmDocuments = Callable[["ServingResult | None", "AccuracyResult | None"], None]
+
+
+@dataclass(frozen=True)
+class ExperimentOptions:
+    """How :func:`run_experiment` runs on this host (``spx run``'s options).
+
+    Attributes:
+        nproc: ranks (default: visible GPUs, else 2 on CPU; capped at TP).
+        serving: run the vLLM benches after a completed kernel bench (``spec.serving`` must be set).
+        vllm_command: the vLLM CLI argv prefix.
+        summary_file: where to write the pod → operator summary (e.g. ``/dev/termination-log``).
+    """
+
+    nproc: int | None = None
+    serving: bool = False
+    vllm_command: Sequence[str] = ("vllm",)
+    summary_file: str | None = None
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """What the caller of :func:`run_experiment` is told while it runs; each is optional (``None``: not told).
+
+    Attributes:
+        on_point: each measured point, as rank 0 finishes it (``--jsonl``).
+        progress: told of the ranks' start, each point, the end.
+        on_kernel: called once the kernel bench is judged and ``status.json`` written.
+        on_vllm_documents: the vLLM benches' result documents, after every arm (the last call wins).
+        on_summary_error: a summary that could not be written (``None``: the error propagates).
+    """
+
+    on_point: Callable[[PointResult], None] | None = None
+    progress: RunProgress | None = None
+    on_kernel: Callable[[ExperimentOutcome], None] | None = None
+    on_vllm_documents: VllmDocuments | None = None
+    on_summary_error: Callable[[str, OSError], None] | None = None
 
 
 @dataclass
@@ -119,15 +155,8 @@ def run_experiment(
     out: Path,
     *,
     name: str,
-    nproc: int | None = None,
-    serving: bool = False,
-    vllm_command: Sequence[str] = ("vllm",),
-    summary_file: str | None = None,
-    on_point: Callable[[PointResult], None] | None = None,
-    progress: RunProgress | None = None,
-    on_kernel: Callable[[ExperimentOutcome], None] | None = None,
-    on_vllm_documents: VllmDocuments | None = None,
-    on_summary_error: Callable[[str, OSError], None] | None = None,
+    options: ExperimentOptions = ExperimentOptions(),
+    hooks: RunHooks = RunHooks(),
 ) -> ExperimentOutcome:
     """Run ``spec`` on this host into ``out`` (steps in the module docstring); never raises for a failed rank.
 
@@ -135,35 +164,28 @@ def run_experiment(
         spec: the validated spec (command-line overrides applied).
         out: the output folder, locked and prepared by the caller.
         name: the experiment's name (recorded in the results).
-        nproc: ranks (default: visible GPUs, else 2 on CPU; capped at TP).
-        serving: run the vLLM benches after a completed kernel bench (``spec.serving`` must be set).
-        vllm_command: the vLLM CLI argv prefix.
-        summary_file: where to write the pod → operator summary (e.g. ``/dev/termination-log``).
-        on_point: each measured point, as rank 0 finishes it (``--jsonl``).
-        progress: told of the ranks' start, each point, the end.
-        on_kernel: called once the kernel bench is judged and ``status.json`` written.
-        on_vllm_documents: the vLLM benches' result documents, after every arm (the last call wins).
-        on_summary_error: a summary that could not be written (default: the error propagates).
+        options: ranks, the vLLM step, the summary file (:class:`ExperimentOptions`).
+        hooks: what the caller is told while it runs (:class:`RunHooks`).
 
     Raises:
         spx.runner.sizing.RunnerError: the run cannot start on this host (before any rank starts).
         OSError: ``out`` cannot be written.
-        ValueError: ``serving`` without ``spec.serving``.
+        ValueError: ``options.serving`` without ``spec.serving``.
     """
-    if serving and spec.serving is None:
+    if options.serving and spec.serving is None:
         raise ValueError("serving asked for, but the spec has no spec.serving")
-    run = run_local(spec, out, nproc=nproc, experiment=name, on_point=on_point, progress=progress,
+    run = run_local(spec, out, nproc=options.nproc, experiment=name, on_point=hooks.on_point, progress=hooks.progress,
                     device_asked=spec.kernel.device == "cpu")
     judgement = judge(run.result, spec)
     outcome = ExperimentOutcome(run=run, status=build_status(run.result, judgement), judgement=judgement)
     write_status(out, outcome.status)
-    _summary(summary_file, outcome, on_summary_error)
-    if on_kernel is not None:
-        on_kernel(outcome)
-    if serving and outcome.kernel_completed:
-        _vllm_step(spec, out, name, vllm_command, outcome, on_vllm_documents)
+    _summary(options.summary_file, outcome, hooks.on_summary_error)
+    if hooks.on_kernel is not None:
+        hooks.on_kernel(outcome)
+    if options.serving and outcome.kernel_completed:
+        _vllm_step(spec, out, name, options.vllm_command, outcome, hooks.on_vllm_documents)
         write_status(out, outcome.status)
-        _summary(summary_file, outcome, on_summary_error)
+        _summary(options.summary_file, outcome, hooks.on_summary_error)
     return outcome
 
 
@@ -219,8 +241,13 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
                            if benches.serving is not None else None)
         outcome.accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
         outcome.step = summarize_step(benches.step, kernel_deltas(outcome.judgement.kernel)) if benches.step is not None else None
+    # the step A/B decides where the kernel regimes disagree: judged with it, so that status.verdict (what
+    # spx gate reads) is the verdict spx report reaches on this folder
     outcome.status = build_status(outcome.result, judge(outcome.result, spec, serving=outcome.serving,
-                                                        accuracy=outcome.accuracy, require_vllm=True, step=outcome.step))
+                                                        accuracy=outcome.accuracy, step=outcome.step,
+                                                        require_vllm=True))
+    if outcome.step is not None:
+        outcome.status = outcome.status.model_copy(update={"step": outcome.step})
 
 
 @dataclass
@@ -270,4 +297,5 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
     return BenchesOutcome(status=status, serving=serving, accuracy=accuracy, step=step, complete=complete)
 
 
-__all__ = ["ExperimentOutcome", "BenchesOutcome", "run_vllm_benches", "build_status", "is_cpu", "run_experiment", "write_result_summary", "write_status"]
+__all__ = ["BenchesOutcome", "ExperimentOptions", "ExperimentOutcome", "RunHooks", "build_status", "is_cpu", "run_experiment",
+           "run_vllm_benches", "write_result_summary", "write_status"]

@@ -44,7 +44,7 @@ from spx.runner.sizing import (
     resolve_device,
     visible_gpus,
 )
-from spx.vocabulary import LOGS_DIR, POINTS_FILE, RESULT_FILE
+from spx.vocabulary import LOGS_DIR, POINTS_FILE, RESULT_FILE, ResolvedDevice
 
 PointCallback = Callable[[PointResult], None]
 
@@ -71,7 +71,7 @@ class LocalRunOutcome:
     out_dir: Path
     log_dir: Path
     nproc: int
-    device: str
+    device: ResolvedDevice
     failures: list[RankFailure] = field(default_factory=list)
     estimate: RunEstimate | None = None
 
@@ -137,7 +137,7 @@ def partial_result(
     *,
     experiment: str,
     nproc: int,
-    device: str,
+    device: ResolvedDevice,
     error: str,
     started_at: str | None = None,
     wall_seconds: float | None = None,
@@ -184,7 +184,7 @@ def partial_result(
 
 
 def plan(spec: ExperimentSpec, nproc: int | None = None, *, device_asked: bool | None = None,
-         bench: str = BENCH_ENTRY, timeout_s: float | None = None) -> tuple[str, int, RunEstimate | None]:
+         bench: str = BENCH_ENTRY, timeout_s: float | None = None) -> tuple[ResolvedDevice, int, RunEstimate | None]:
     """``(device, nproc, estimate)`` of a run, checked before anything starts.
 
     ``device_asked`` defaults to ``spec.kernel.device == "cpu"``: a CPU run that was asked for. The checks run in

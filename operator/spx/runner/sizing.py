@@ -14,6 +14,7 @@ from pathlib import Path
 
 from spx.analysis.threshold import next_multiple
 from spx.api import ExperimentSpec
+from spx.vocabulary import ResolvedDevice
 
 #: The one rule for a GPU-sized spec (docs/cli.md, ``spx run`` step 5): with ``kernel.device: auto`` and no GPU
 #: visible, a sweep whose GEMMs add up to more than this (FLOPs per rank, warm-up and samples included:
@@ -46,7 +47,7 @@ def visible_gpus() -> int:
         return 0
 
 
-def resolve_device(spec: ExperimentSpec, gpus: int | None = None) -> str:
+def resolve_device(spec: ExperimentSpec, gpus: int | None = None) -> ResolvedDevice:
     """``cuda`` or ``cpu``: ``spec.kernel.device`` with ``auto`` resolved by what is visible."""
     if spec.kernel.device != "auto":
         return spec.kernel.device
@@ -62,7 +63,7 @@ def default_nproc(spec: ExperimentSpec, gpus: int | None = None) -> int:
     return max(1, min(n, spec.parallelism.tensor_parallel_size))
 
 
-def check_nproc(spec: ExperimentSpec, nproc: int, device: str, gpus: int | None = None) -> int:
+def check_nproc(spec: ExperimentSpec, nproc: int, device: ResolvedDevice, gpus: int | None = None) -> int:
     """Validate a requested rank count; returns it capped at TP.
 
     Raises:
@@ -184,7 +185,7 @@ def calibrate_cpu_gflops(spec: ExperimentSpec, seconds: float = 0.3) -> float:
     return 2 * rows * k * n / max(statistics.median(times), 1e-9) / 1e9
 
 
-def estimate(spec: ExperimentSpec, device: str, nproc: int, cpu_gflops: float | None = None) -> RunEstimate:
+def estimate(spec: ExperimentSpec, device: ResolvedDevice, nproc: int, cpu_gflops: float | None = None) -> RunEstimate:
     """Peak memory (and on CPU the time, at ``cpu_gflops``) of ``spec``'s sweep with ``nproc`` ranks.
 
     Each rank gets ``1/nproc`` of the CPU's rate (the runner splits the threads evenly).
@@ -230,7 +231,7 @@ def gpu_memory_bytes() -> int | None:
 
 
 def check_fits(
-    spec: ExperimentSpec, device: str, nproc: int, *, device_asked: bool, cpu_gflops: float | None = None,
+    spec: ExperimentSpec, device: ResolvedDevice, nproc: int, *, device_asked: bool, cpu_gflops: float | None = None,
     available: int | None = None,
 ) -> RunEstimate:
     """Refuse, before spawning, a run this host cannot hold or that is GPU-sized on a CPU.
@@ -307,7 +308,7 @@ def _memory_refusal(spec: ExperimentSpec, est: RunEstimate, nproc: int, avail: i
             f"can hold ({fmt_bytes(avail)} available): {fix}")
 
 
-def preflight(spec: ExperimentSpec, device: str, nproc: int) -> list[str]:
+def preflight(spec: ExperimentSpec, device: ResolvedDevice, nproc: int) -> list[str]:
     """:func:`spx.bench.kernel.preflight`: the backend, gather and timer this host can run.
 
     Raises:

@@ -44,12 +44,10 @@ from spx.controller.build.placement import (
     uses_gpus,
     with_defaults,
 )
+from spx.vocabulary import EXPERIMENT_MOUNT, SCRATCH_MOUNT, SHM_MOUNT, TERMINATION_MESSAGE_PATH
 
-EXPERIMENT_MOUNT = "/etc/spx"
 EXPERIMENT_FILE = f"{EXPERIMENT_MOUNT}/experiment.json"
-SCRATCH_MOUNT = pod_security.SCRATCH_MOUNT
 OUT_DIR = f"{SCRATCH_MOUNT}/out"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 DEFAULT_BENCH_COMMAND: tuple[str, ...] = ("spx", "run")
 
 
@@ -121,7 +119,7 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
     mounts = [
         {"name": "experiment", "mountPath": EXPERIMENT_MOUNT, "readOnly": True},
         *pod_security.scratch_mounts(),
-        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "dshm", "mountPath": SHM_MOUNT},
     ]
     if spec.serving is not None and spec.serving.model_pvc:
         mounts.append({"name": "model", "mountPath": spec.serving.model_mount_path, "readOnly": True})

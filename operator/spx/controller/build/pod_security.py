@@ -20,17 +20,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from spx.vocabulary import SCRATCH_MOUNT, TMP_MOUNT
+
 #: UID and GID of the bench process (≥ 10000: Pod Security "restricted" asks for non-root; platform
 #: policies commonly also reserve UIDs below 10000 for the node's own users).
 BENCH_UID: Final = 10001
 MIN_UID: Final = 10000
 SCRATCH_VOLUME: Final = "scratch"
-SCRATCH_MOUNT: Final = "/var/run/spx"
 SHM_VOLUME: Final = "dshm"
 #: Where the caches go on the scratch volume (HOME, TMPDIR and the caches torch, Triton and vLLM write).
 SCRATCH_ENV: Final = {
     "HOME": f"{SCRATCH_MOUNT}/home",
-    "TMPDIR": "/tmp",
+    "TMPDIR": TMP_MOUNT,
     "XDG_CACHE_HOME": f"{SCRATCH_MOUNT}/home/.cache",
     "TRITON_CACHE_DIR": f"{SCRATCH_MOUNT}/home/.triton",
     "TORCHINDUCTOR_CACHE_DIR": f"{SCRATCH_MOUNT}/home/.inductor",
@@ -69,7 +70,7 @@ def scratch_mounts() -> list[dict[str, Any]]:
     """The scratch emptyDir at :data:`SCRATCH_MOUNT` and, through ``subPath: tmp``, at ``/tmp``."""
     return [
         {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
-        {"name": SCRATCH_VOLUME, "mountPath": "/tmp", "subPath": "tmp"},
+        {"name": SCRATCH_VOLUME, "mountPath": TMP_MOUNT, "subPath": "tmp"},
     ]
 
 

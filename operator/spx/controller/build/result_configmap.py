@@ -19,7 +19,7 @@ from spx.controller.build.naming import (
     owner_reference,
     result_configmap_name,
 )
-from spx.vocabulary import ACCURACY_RESULT_FILE, RESULT_FILE, SERVING_RESULT_FILE
+from spx.vocabulary import ACCURACY_RESULT_FILE, CANDIDATES, RESULT_FILE, SERVING_RESULT_FILE
 
 #: A ConfigMap holds at most 1 MiB; keep a margin for metadata.
 CONFIGMAP_BUDGET_BYTES = 1_000_000
@@ -137,7 +137,7 @@ def _fit_result(data: dict[str, str], binary: dict[str, str], notes: list[str], 
     if RESULT_FILE not in data and RESULT_FILE + ".gz" not in binary:
         slim = json.loads(json.dumps(result))
         for point in slim.get("points", []):
-            for cand in ("replicated", "split"):
+            for cand in CANDIDATES:
                 if isinstance(point.get(cand), dict):
                     point[cand]["samplesUs"] = []
         notes.append("result.json: per-sample arrays (samplesUs) left out to fit the 1 MiB ConfigMap limit")

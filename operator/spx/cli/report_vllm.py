@@ -1,0 +1,98 @@
+"""The vLLM results of a run's folder that ``spx report`` judges with, so that it reaches the verdict ``spx gate``
+reads from the same folder's ``status.json``.
+
+A run with ``--serving`` (``spx run``, the operator's bench pod) judges its kernel sweep together with the
+serving A/B, GSM8K and the step A/B (:func:`spx.analysis.judge.judge`) and writes that verdict to
+``status.json``; ``spx gate`` reads it. ``spx report`` re-judges the folder, so it must see the same
+sections. Each is read from its result document when the folder holds one (``serving-result.json``,
+``accuracy-result.json``, ``step-result.json``, in the folder or its ``serving/`` subfolder: re-summarised by
+today's rules, as the run summarised them: the serving A/B with ``gate.allowCpuTimings``, the step A/B against
+the kernel sweep's Δg and Δh), else from ``status.json``'s section (what the run judged: e.g. why the benches
+did not start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from spx.api.accuracy import AccuracyResult, AccuracyStatus
+from spx.api.serving import ServingResult, ServingStatus
+from spx.api.status import ExperimentStatus, KernelStatus
+from spx.api.step import StepResult, StepStatus
+from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_DIR, SERVING_RESULT_FILE, STEP_RESULT_FILE
+
+D = TypeVar("D", ServingResult, AccuracyResult, StepResult)
+
+
+@dataclass
+class VllmSections:
+    """The serving, accuracy and step sections judged with the kernel sweep (``None``: not in the folder),
+    where each came from (``sources``, e.g. ``serving (serving/serving-result.json)``) and what could not be
+    read (``warnings``: that section is then taken from ``status.json``, or left out)."""
+
+    serving: ServingStatus | None = None
+    accuracy: AccuracyStatus | None = None
+    step: StepStatus | None = None
+    sources: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _document(directory: Path, name: str) -> Path | None:
+    """``directory/name`` or ``directory/serving/name`` (where ``spx run --serving`` writes it), if a file."""
+    for path in (directory / name, directory / SERVING_DIR / name):
+        if path.is_file():
+            return path
+    return None
+
+
+def read_vllm_sections(directory: Path, status: ExperimentStatus | None, *, allow_cpu_timings: bool = False,
+                       kernel: Callable[[], KernelStatus | None] = lambda: None) -> VllmSections:
+    """The vLLM sections of the run in ``directory`` (module docstring); ``status``: its parsed status.json;
+    ``allow_cpu_timings``: the gate's, as the run summarised its serving A/B with it; ``kernel``: the kernel
+    sweep judged alone (called only for a step-result.json: its Δg and Δh place the step's regime).
+
+    Never raises for a result document that cannot be read: the warning names it, and the status's section
+    (if any) is used instead.
+    """
+    from spx.analysis.accuracy import summarize as summarize_accuracy
+    from spx.analysis.serving import summarize as summarize_serving
+    from spx.analysis.step import kernel_deltas
+    from spx.analysis.step import summarize as summarize_step
+
+    out = VllmSections()
+    if serving := _read(directory, SERVING_RESULT_FILE, ServingResult, out):
+        out.serving = summarize_serving(serving[0], allow_cpu_timings=allow_cpu_timings)
+        out.sources.append(f"serving ({serving[1]})")
+    if accuracy := _read(directory, ACCURACY_RESULT_FILE, AccuracyResult, out):
+        out.accuracy = summarize_accuracy(accuracy[0])
+        out.sources.append(f"accuracy ({accuracy[1]})")
+    if step := _read(directory, STEP_RESULT_FILE, StepResult, out):
+        out.step = summarize_step(step[0], kernel_deltas(kernel()))
+        out.sources.append(f"step A/B ({step[1]})")
+    if status is not None:
+        for name in ("serving", "accuracy", "step"):
+            if getattr(out, name) is None and getattr(status, name) is not None:
+                setattr(out, name, getattr(status, name))
+                out.sources.append(f"{'step A/B' if name == 'step' else name} (status.json)")
+    return out
+
+
+def _read(directory: Path, name: str, model: type[D], out: VllmSections) -> tuple[D, str] | None:
+    """``(document, path relative to directory)`` of result document ``name``, or ``None`` (absent, or not
+    readable: a warning in ``out``)."""
+    import json
+
+    from pydantic import ValidationError
+
+    path = _document(directory, name)
+    if path is None:
+        return None
+    try:
+        return model.model_validate(json.loads(path.read_text(encoding="utf-8"))), str(path.relative_to(directory))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValidationError) as err:
+        out.warnings.append(f"{path}: not judged with it, it cannot be read as a {name} ({str(err)[:200]}); "
+                            "status.json's section is used where there is one")
+        return None
