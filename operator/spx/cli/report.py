@@ -201,13 +201,16 @@ def result_from_partial_points(path: Path, spec: ExperimentSpec | None) -> tuple
         spec = validate_spec({"parallelism": {"tensorParallelSize": tp}, "sweep": {"tokens": [p.tokens for p in points]}},
                              source=str(path))
         assumed = f"TP{tp} ({how}) and the default shapes and gate; --experiment FILE gives the run's own"
-    cpu = any(k.startswith("cpu:") for k in points[0].replicated.kernels)  # (the kernels the timer saw)
+    # what ran is not recorded with the points: the spec's requests (auto), and the device the timed kernels' names
+    # show (a CPU run's are "cpu:…", or none; a GPU run's are CUDA kernels), so a CPU run keeps its CPU note
+    kernels = [k for p in points for k in p.replicated.kernels]
+    cpu = spec.kernel.device == "cpu" or any(k.startswith("cpu:") for k in kernels) or (
+        spec.kernel.device != "cuda" and not kernels)
     device: ResolvedDevice = "cpu" if cpu else "cuda"
-    k = spec.kernel  # the requests, unresolved: the rank that resolved them wrote no result
     result = KernelResult(experiment=path.parent.name, spec=spec, world_size=spec.parallelism.tensor_parallel_size,
-                          gemm_backend=k.gemm_backend, gather_backend=k.gather, gather_source=points[-1].gather_source,
-                          timer=k.timer, device=device, cuda_graphs=False, points=points,
-                          complete=False, error="result.json was not written")
+                          gemm_backend=spec.kernel.gemm_backend, gather_backend="auto",
+                          gather_source=points[-1].gather_source, timer="auto", device=device, cuda_graphs=False,
+                          points=points, complete=False, error="result.json was not written")
     skipped = f" ({bad} line(s) that are not a point skipped)" if bad else ""
     return result, (f"{path.parent / RESULT_FILE} was not written (the run ended first: a full disk, SIGKILL, the "
                     f"OOM killer): reporting the {len(points)} point(s) it kept in {path.name}{skipped}, as a partial "
@@ -342,9 +345,9 @@ def _run_of_status(status: ExperimentStatus, status_path: Path, directory: Path)
                f"name {name!r} (the directory), TP{tp} ({how}), and the default shapes and gate (thresholdTokens "
                f"{spec.gate.threshold_tokens}); give the run's result.json, or --experiment FILE for its gate")
     result = ResultSummary(points=status.kernel.points, environment=env, world_size=tp,
-                           gemm_backend=status.kernel.gemm_backend or "?",
+                           gemm_backend=status.kernel.gemm_backend or "auto",
                            gather_source=status.kernel.gather_source or "measured",
-                           timer=status.kernel.timer or "?", complete=status.phase != "Failed")
+                           timer=status.kernel.timer or "auto", complete=status.phase != "Failed")
     spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(
         update={"tokens": [p.tokens for p in status.kernel.points]})})
     return LoadedRun(result, status_path, spec, env, name, directory, status, [warning])
