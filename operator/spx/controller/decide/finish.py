@@ -108,8 +108,9 @@ def _measure(spec: ExperimentSpec, obs: Observation, collected: Collected,
     except Exception as err:  # any result the analysis cannot use ends BenchmarkFailed, never a retry loop
         collected.problems.append(f"could not convert the result's points: {type(err).__name__}: {err}")
         meas = None
-    serving, accuracy = (vllm_statuses(collected, summarize_serving, summarize_accuracy) if spec.serving is not None
-                         else (None, None))
+    allow_cpu = spec.gate.allow_cpu_timings  # as spx run and spx serving summarise it: one rule for a CPU A/B
+    serving, accuracy = (vllm_statuses(collected, lambda r: summarize_serving(r, allow_cpu_timings=allow_cpu),
+                                       summarize_accuracy) if spec.serving is not None else (None, None))
     if spec.serving is not None and obs.state == "succeeded":
         if serving is None and spec.serving.points:
             collected.problems.append("the serving A/B left no result (no serving line in the log, none in the summary)")

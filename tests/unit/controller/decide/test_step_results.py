@@ -246,3 +246,37 @@ def test_the_configmap_keeps_the_step_document() -> None:
     doc = step_result().to_wire()
     cm = build_result_configmap(NAME, "ml", "uid-1", 1, step_result=doc)
     assert read_result_configmap(cm, "step-result.json") == doc
+
+
+# The serving A/B of a CPU run, judged by the operator as spx run and spx serving judge it --------------------
+
+
+def _serving_result(s: ExperimentSpec) -> Any:
+    """Two servers per variant (a noise estimate), the split 10 % faster at a TTFT point whose batches engage
+    the split (8192-token prompts, threshold 2048), measured on CPU (``device: cpu``)."""
+    from spx.api.serving import ServingArmRun, ServingPointRun, ServingResult
+
+    assert s.serving is not None
+    arms = [ServingArmRun(name=n, variant=v, threshold="off" if v == "main" else str(T), state="Succeeded",
+                          points=[ServingPointRun(point="ttft_8k_c1", metric="ttft", value=ms)])
+            for n, v, ms in (("B1", "split", 90.0), ("A1", "main", 100.0), ("A2", "main", 100.5), ("B2", "split", 90.4))]
+    return ServingResult(experiment=NAME, serving=s.serving, gate_threshold_tokens=T, arms=arms, complete=True,
+                         device="cpu")
+
+
+@pytest.mark.parametrize(("allow_cpu", "gate_passed"), [(False, None), (True, True)])
+def test_the_operator_judges_a_cpu_serving_ab_with_the_gates_cpu_policy(allow_cpu: bool, gate_passed: bool | None) -> None:
+    """A CPU serving A/B decides nothing unless ``gate.allowCpuTimings``: the operator summarises it with the
+    spec's policy, as ``spx run --serving`` and ``spx serving`` do (it ignored the policy: always undecided)."""
+    body = spec(allow_cpu=allow_cpu).to_wire()
+    body["serving"] = {**body["serving"], "points": [{"name": "ttft_8k_c1", "inputLen": 8192, "outputLen": 1,
+                                                      "concurrency": 1, "numPrompts": 8, "metric": "ttft"}]}
+    body["serving"].pop("step")
+    s = validate_spec(body)
+    kr = kernel(s)
+    from spx.analysis import points_from_result
+
+    log = "".join([wire.line("point", p.to_wire()) for p in kr.points] + [wire.line("result", kr.to_wire()),
+                                                                          wire.line("serving", _serving_result(s).to_wire())])
+    status, _ = decide(s, log, wire.build_summary(kr, points_from_result(kr)))
+    assert status.serving is not None and status.serving.gate_passed is gate_passed, status.serving.reasons
