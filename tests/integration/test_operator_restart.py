@@ -80,7 +80,10 @@ def test_spec_edited_mid_run_starts_a_new_run(cluster: Cluster) -> None:
     st = obj["status"]
     assert obj["metadata"]["generation"] == 2 and st["observedGeneration"] == 2
     assert st["phase"] == "Succeeded" and st["jobName"] == "edited-g2"
-    assert [p["tokens"] for p in st["kernel"]["points"]] == new_tokens
+    points = st["kernel"]["points"]
+    assert [p["tokens"] for p in points if not p.get("addedBecause")] == new_tokens  # the edited sweep ran
+    # … with the off-alignment count the gate threshold adds (sweep.offAlignment: T + 1 = 2049; 2T + 1 is past 4096)
+    assert [p["tokens"] for p in points if p.get("addedBecause")] == [2049]
     assert cluster.jobs_created("edited-") == ["edited-g1", "edited-g2"]
     assert cluster.get("batch/v1", "jobs", "edited-g1") is None  # superseded run stopped
     assert cluster.get("v1", "configmaps", "edited-g1-result") is None  # it never finished

@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from spx.analysis import points_from_result
 from spx.analysis.accuracy import summarize as summarize_accuracy
 from spx.analysis.judge import Judgement, judge
 from spx.analysis.serving import summarize as summarize_serving
 from spx.analysis.step import kernel_deltas
 from spx.analysis.step import summarize as summarize_step
-from spx.analysis.summary import point_from_result
+from spx.analysis.summary import point_from_result, points_with_reasons
 from spx.api import wire
 from spx.api.accuracy import AccuracyStatus
 from spx.api.serving import ServingStatus
@@ -104,7 +103,7 @@ def _measure(spec: ExperimentSpec, obs: Observation, collected: Collected,
     """(the kernel measurement or None, the serving and accuracy statuses) read from ``collected``; what
     cannot be read goes into ``collected.problems``."""
     try:
-        meas: Measurement | None = measurement(collected, points_from_result)
+        meas: Measurement | None = measurement(collected, points_with_reasons)  # (why refinement added a count)
     except Exception as err:  # any result the analysis cannot use ends BenchmarkFailed, never a retry loop
         collected.problems.append(f"could not convert the result's points: {type(err).__name__}: {err}")
         meas = None

@@ -204,7 +204,8 @@ class Measurement:
 
 
 def measurement(collected: Collected, points_from_result: Any) -> Measurement | None:
-    """Pick the best source. ``points_from_result`` is :func:`spx.analysis.points_from_result`."""
+    """Pick the best source. ``points_from_result`` is :func:`spx.analysis.summary.points_with_reasons` (the
+    points with why an adaptive or off-alignment count was added)."""
     if collected.result is not None:
         r = collected.result
         env = r.environment
