@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from spx.api.exit_codes import EXIT_OK, EXIT_USAGE
 
 SPX = str(Path(sys.executable).with_name("spx"))
@@ -87,3 +89,34 @@ def test_an_ascii_output_keeps_the_names_of_dg_and_dh() -> None:
     assert done.returncode == EXIT_OK, done.stderr
     assert "GPU-bound (dg): Pass; host-bound (dh): Fail" in done.stdout
     assert "?g" not in done.stdout and "?h" not in done.stdout
+
+
+def test_a_run_killed_before_its_first_point_is_undecided_at_the_gate_and_names_the_run_set_aside(
+        tmp_path: Path) -> None:
+    """An ``--overwrite`` run SIGKILLed while its ranks start leaves a manifest, an empty points.partial.jsonl and
+    the earlier run in .spx-replaced. ``spx gate`` exited 3 ("no such file", a usage error) although the gating
+    table says 2 for a run that ended without writing its status.json; neither it nor ``spx report`` said where
+    the earlier run was."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    assert spx("run", str(QUICKSTART), "--tokens", "8", "--out", str(out)).returncode == EXIT_OK
+    log = tmp_path / "run.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen([SPX, "run", str(QUICKSTART), "--out", str(out), "--overwrite"], stdout=sink,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while "starting" not in log.read_text(encoding="utf-8") and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    if (out / "status.json").exists() or (out / "points.partial.jsonl").stat().st_size:
+        pytest.skip("the run measured a point before the signal landed (an idle machine): nothing to check here")
+    gate = spx("gate", str(out))
+    assert gate.returncode == 2, gate.stdout + gate.stderr
+    assert "it measured no point before it stopped" in gate.stdout
+    assert f"{out}/.spx-replaced" in gate.stdout
+    report = spx("report", str(out))
+    assert report.returncode == EXIT_USAGE
+    assert f"{out}/.spx-replaced" in report.stderr
