@@ -120,3 +120,26 @@ def test_a_run_killed_before_its_first_point_is_undecided_at_the_gate_and_names_
     report = spx("report", str(out))
     assert report.returncode == EXIT_USAGE
     assert f"{out}/.spx-replaced" in report.stderr
+
+
+def test_spx_serving_into_a_kernel_run_keeps_its_verdict_at_the_gate(tmp_path: Path) -> None:
+    """The report's next step says: set spec.serving.step, run ``spx serving EXPERIMENT.yaml --out DIR``, then
+    ``spx gate DIR``. ``spx serving`` wrote a status of the benches alone over the kernel run's, so a kernel Fail
+    (exit 1) read Inconclusive (exit 2) at the gate while ``spx report DIR`` still said Fail. Here the servers
+    cannot start (``--vllm /bin/false``): the kernel's verdict must survive at the gate and match the report."""
+    import json
+
+    exp = experiment(tmp_path, "{}").read_text(encoding="utf-8").replace(
+        "thresholdTokens: 2048", "thresholdTokens: 2048\n    allowCpuTimings: true")
+    path = tmp_path / "with-step.yaml"
+    path.write_text(exp, encoding="utf-8")
+    out = tmp_path / "run"
+    assert spx("run", str(path), "--tokens", "8,2048", "--out", str(out)).returncode == EXIT_OK
+    before = spx("gate", str(out), "-o", "json")
+    assert spx("serving", str(path), "--out", str(out), "--vllm", "/bin/false").returncode == 1
+    after = spx("gate", str(out), "-o", "json")
+    assert after.returncode == before.returncode, after.stdout
+    assert json.loads(after.stdout)["verdict"] == json.loads(before.stdout)["verdict"]
+    assert json.loads((out / "status.json").read_text(encoding="utf-8"))["kernel"]["points"]
+    report = spx("report", str(out), "--no-plot", "-o", "json")
+    assert json.loads(report.stdout)["verdict"] == json.loads(after.stdout)["verdict"]
