@@ -19,6 +19,7 @@ from spx.api.combinations import CombinationError
 from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
 from spx.api.status import Environment, KernelPoint
+from spx.api.step import StepStatus
 from spx.vocabulary import (
     Execution,
     ExecutionMode,
@@ -219,7 +220,10 @@ class ResultSummary(CamelModel):
     After ``spx run --serving`` it also carries ``serving`` and ``accuracy``: the serving A/B's and
     GSM8K's statuses as :func:`spx.analysis.serving.summarize` / :func:`spx.analysis.accuracy.summarize`
     computed them in the pod, shrunk to fit (per-arm values, reasons and failure texts go before any
-    kernel point does). The full result documents travel in the log.
+    kernel point does). With ``spec.serving.step`` it carries ``step``, the step A/B's status as
+    :func:`spx.analysis.step.summarize` computed it in the pod, shrunk in the declared order of
+    :func:`spx.api.wire.step_levels` (the gate threshold's effects, which decide, are kept). The full result
+    documents travel in the log.
     """
 
     schema_version: Literal["spx.dev/kernel-summary/v1"] = SUMMARY_SCHEMA_VERSION
@@ -233,3 +237,4 @@ class ResultSummary(CamelModel):
     error: str | None = Field(default=None, max_length=512)
     serving: ServingStatus | None = None
     accuracy: AccuracyStatus | None = None
+    step: StepStatus | None = None

@@ -7,8 +7,9 @@ A bench pod reports through two channels (``spx run … --summary-file /dev/term
   (``k8s.io/kubernetes/pkg/kubelet/kuberuntime``, ``maxTerminationMessageLogLength``);
 - its **log** (stdout): JSON lines ``{"kind": K, K: {...}}`` with ``K`` one of :data:`KINDS` —
   ``point`` (a :class:`~spx.api.result.PointResult`, one per measured token count, as it is measured),
-  ``result`` (the whole :class:`~spx.api.result.KernelResult`), ``serving``/``accuracy`` (the vLLM
-  benches' documents). Other lines (stderr is merged into the pod log) are not ours and are skipped.
+  ``result`` (the whole :class:`~spx.api.result.KernelResult`), ``serving``/``accuracy``/``step`` (the vLLM
+  benches' documents: :class:`~spx.api.serving.ServingResult`, :class:`~spx.api.accuracy.AccuracyResult`,
+  :class:`~spx.api.step.StepResult`). Other lines (stderr is merged into the pod log) are not ours and are skipped.
 
 The writer emits standard JSON only (RFC 8259): a non-finite float (NaN, ±Infinity — which Python's
 ``json.dumps`` writes as bare ``NaN``/``Infinity`` tokens no other parser accepts) becomes ``null``,
@@ -34,15 +35,21 @@ from spx.api.base import dump_model
 from spx.api.result import SUMMARY_MAX_BYTES, KernelResult, ResultSummary
 from spx.api.serving import ServingStatus
 from spx.api.status import Environment, KernelPoint
+from spx.api.step import StepEffect, StepStatus
 
 #: Kinds of JSON lines the bench writes to its log.
-KINDS: Final = ("point", "result", "serving", "accuracy")
+KINDS: Final = ("point", "result", "serving", "accuracy", "step")
+#: Most bytes ``status.step`` takes on the experiment as compact JSON (:func:`fit_step`): the status holds the
+#: kernel's points, the serving and accuracy sections and the conditions too, and the whole object must stay
+#: well below etcd's 1.5 MiB request limit and readable in ``kubectl get -o yaml``.
+STEP_STATUS_MAX_BYTES: Final = 16 * 1024
 #: Bytes of a bad line quoted in a problem.
 EXCERPT_CHARS: Final = 80
 
 __all__ = [
-    "EXCERPT_CHARS", "KINDS", "SUMMARY_MAX_BYTES", "LogRecords", "NonStandardJSON", "build_summary", "dumps",
-    "fit_summary", "line", "loads", "parse_log", "parse_summary", "vllm_summary_levels", "write_line",
+    "EXCERPT_CHARS", "KINDS", "STEP_STATUS_MAX_BYTES", "SUMMARY_MAX_BYTES", "LogRecords", "NonStandardJSON",
+    "build_summary", "dumps", "fit_step", "fit_summary", "line", "loads", "parse_log", "parse_summary",
+    "step_levels", "vllm_summary_levels", "write_line",
 ]
 
 
@@ -202,12 +209,83 @@ def vllm_summary_levels(
     return levels
 
 
+def _round_effect(e: StepEffect, digits: int) -> StepEffect:
+    return e.model_copy(update={k: _round_sig(v, digits) for k, v in e.__dict__.items() if isinstance(v, float)})
+
+
+def _shortened(left_out: list[str]) -> list[str]:
+    """The one reason a shortened ``status.step`` keeps: what was left out, and where the rest is."""
+    if not left_out:
+        return []
+    return [_clip(f"shortened to fit ({'; '.join(left_out)} left out); the result ConfigMap's step-result.json "
+                  "has every request", 300)]
+
+
+def step_levels(step: StepStatus, threshold_tokens: int | None = None) -> list[StepStatus]:
+    """``status.step`` richest first, each smaller; what goes, in this declared order:
+
+    1. long texts only: at most 8 failures and 12 reasons of ≤ 300 characters, figures to 6 significant digits;
+    2. at most 3 failures and 6 reasons of ≤ 160 characters;
+    3. the reasons (one line then says what was left out) and the failure texts (counted);
+    4. the positive controls' effects at length T (the one at T + 1, which shows whether the design sees one
+       extra prefill step, is kept);
+    5. the effects at thresholds other than ``threshold_tokens`` (the gate threshold's, which decide the verdict
+       where the kernel regimes disagree: :func:`spx.analysis.decide.step_decision`, are always kept;
+       ``None``: none dropped);
+    6. the figures to 3 significant digits (a sign, and so an outcome, never changes);
+    7. the positive controls.
+
+    What decides (``effects`` at the gate threshold, ``cpuTimings``, ``complete``) is in every level.
+    """
+    def fails(n: int, chars: int) -> list[str]:
+        extra = [f"… {len(step.failures) - n} more failure(s)"] if len(step.failures) > n else []
+        return [_clip(f, chars) for f in step.failures[:n]] + extra
+
+    levels = [step.model_copy(update={
+        "failures": fails(8, 300), "reasons": [_clip(r, 300) for r in step.reasons[:12]],
+        "effects": [_round_effect(e, 6) for e in step.effects],
+        "positive_controls": [_round_effect(e, 6) for e in step.positive_controls]})]
+    levels.append(levels[-1].model_copy(update={"failures": fails(3, 160),
+                                                "reasons": [_clip(r, 160) for r in step.reasons[:6]]}))
+    left_out = [f"{len(step.reasons)} reason(s)"] if step.reasons else []
+    counted = [f"{len(step.failures)} failure(s); the first: {_clip(step.failures[0], 120)}"] if step.failures else []
+    levels.append(levels[-1].model_copy(update={"failures": counted, "reasons": _shortened(left_out)}))
+    pad_controls = [e for e in levels[-1].positive_controls if e.role == "pad"]
+    if len(pad_controls) < len(step.positive_controls):
+        left_out.append(f"{len(step.positive_controls) - len(pad_controls)} positive-control effect(s) at T")
+        levels.append(levels[-1].model_copy(update={"positive_controls": pad_controls,
+                                                    "reasons": _shortened(left_out)}))
+    if threshold_tokens is not None:
+        kept = [e for e in levels[-1].effects if e.threshold_tokens == threshold_tokens]
+        if len(kept) < len(step.effects):
+            left_out.append(f"{len(step.effects) - len(kept)} effect(s) at thresholds other than the gate's "
+                            f"{threshold_tokens}")
+            levels.append(levels[-1].model_copy(update={"effects": kept, "reasons": _shortened(left_out)}))
+    last = levels[-1]
+    levels.append(last.model_copy(update={"effects": [_round_effect(e, 3) for e in last.effects],
+                                          "positive_controls": [_round_effect(e, 3) for e in last.positive_controls]}))
+    if step.positive_controls:
+        left_out.append("the positive control's effects")
+        levels.append(levels[-1].model_copy(update={"positive_controls": [], "reasons": _shortened(left_out)}))
+    return levels
+
+
+def fit_step(step: StepStatus, max_bytes: int = STEP_STATUS_MAX_BYTES, threshold_tokens: int | None = None) -> StepStatus:
+    """The first of :func:`step_levels` whose compact JSON fits ``max_bytes`` (UTF-8), else the smallest."""
+    levels = step_levels(step, threshold_tokens)
+    for level in levels:
+        if len(dumps(dump_model(level)).encode()) <= max_bytes:
+            return level
+    return levels[-1]
+
+
 def build_summary(
     result: KernelResult,
     points: list[KernelPoint],
     max_bytes: int = SUMMARY_MAX_BYTES,
     serving: ServingStatus | None = None,
     accuracy: AccuracyStatus | None = None,
+    step: StepStatus | None = None,
 ) -> str:
     """Compact JSON of a :class:`ResultSummary` of ``result`` in at most ``max_bytes`` bytes (UTF-8).
 
@@ -217,8 +295,10 @@ def build_summary(
     significant digits), Δh's interval, the points' IQRs (``iqrPct``, ``replicatedIqrPct``,
     ``splitIqrPct``: shown, while ``decided`` is kept), and at last the host times and Δh (the host-bound
     regime: without them the summary is judged in one regime); each step with the serving and accuracy
-    sections at every level of :func:`vllm_summary_levels`. The points themselves are always kept. The
-    operator judges from the pod's full result in its log when it has it; this summary is the fallback.
+    sections at every level of :func:`vllm_summary_levels` and the step A/B's section at the same level of
+    :func:`step_levels` (threshold: the spec's gate threshold), the smallest of each repeated. The points
+    themselves are always kept; the step section goes whole only when nothing else fits. The operator judges
+    from the pod's full result and documents in its log when it has them; this summary is the fallback.
     Returns the smallest form when even that does not fit.
     """
     env_full = result.environment.model_copy(update={"kernels": []})
@@ -257,13 +337,19 @@ def build_summary(
     one_regime = interval_dropped.model_copy(update={
         "points": [p.model_copy(update=dict.fromkeys(_HOST_DROP_STEPS[1])) for p in interval_dropped.points]})
     forms.append((one_regime, _IQR_KEYS))  # at last the host regime
-    levels = vllm_summary_levels(serving, accuracy) if serving is not None or accuracy is not None else [(None, None)]
+    vllm = vllm_summary_levels(serving, accuracy) if serving is not None or accuracy is not None else [(None, None)]
+    steps: list[StepStatus | None] = (
+        list(step_levels(step, result.spec.gate.threshold_tokens)) if step is not None else [None])
+    levels = [(*vllm[min(i, len(vllm) - 1)], steps[min(i, len(steps) - 1)]) for i in range(max(len(vllm), len(steps)))]
     text = ""
     for cand, strip in forms:
-        for sv, acc in levels:
-            text = _compact(cand.model_copy(update={"serving": sv, "accuracy": acc}), strip)
+        for sv, acc, st in levels:
+            text = _compact(cand.model_copy(update={"serving": sv, "accuracy": acc, "step": st}), strip)
             if len(text.encode()) <= max_bytes:
                 return text
+    if step is not None:  # at last without the step section: a summary the kubelet keeps whole beats one it cuts
+        (cand, strip), (sv, acc) = forms[-1], vllm[-1]
+        text = _compact(cand.model_copy(update={"serving": sv, "accuracy": acc, "step": None}), strip)
     return text
 
 

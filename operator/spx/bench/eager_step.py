@@ -33,12 +33,10 @@ from typing import TYPE_CHECKING
 from spx.bench.candidates import Candidates, build_candidates
 from spx.bench.context import BenchContext
 from spx.bench.timing import alternating, gpu_cover
+from spx.vocabulary import CANDIDATES
 
 if TYPE_CHECKING:
     import torch
-
-ARMS = ("replicated", "split")
-
 
 def build_layers(ctx: BenchContext, tokens: int, projections: list[Callable[[torch.Tensor], torch.Tensor]]) -> list[Candidates]:
     """One :class:`~spx.bench.candidates.Candidates` per layer at ``tokens``, each with its own projection.
@@ -87,8 +85,8 @@ def make_step(layers: list[Candidates], arm: str, filler_us: float, host_ops: in
     Raises:
         ValueError: an unknown arm.
     """
-    if arm not in ARMS:
-        raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
+    if arm not in CANDIDATES:
+        raise ValueError(f"arm must be one of {CANDIDATES}, got {arm!r}")
     ops = [c.replicated if arm == "replicated" else split_op(c) for c in layers]
     cuda = scratch.device.type == "cuda"
 

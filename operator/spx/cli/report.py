@@ -6,11 +6,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,19 +15,13 @@ from rich.markup import escape
 from spx.analysis.judge import judge
 from spx.api import (
     Environment,
-    ExperimentSpec,
     ExperimentStatus,
-    KernelPoint,
     KernelResult,
     KernelStatus,
-    PointResult,
-    ResultSummary,
-    SpecError,
     dump_model,
     validate_spec,
 )
 from spx.api.exit_codes import EXIT_OK
-from spx.api.result import repeated_tokens, rows_per_rank
 from spx.cli.common import (
     UsageError,
     add_output_option,
@@ -43,9 +34,16 @@ from spx.cli.common import (
 )
 from spx.cli.documents import ReportDocument
 from spx.cli.registry import command
-from spx.vocabulary import PLOT_FILE, POINTS_FILE, RESULT_FILE, STATUS_FILE, ResolvedDevice
-
-M = TypeVar("M", KernelResult, ExperimentStatus)
+from spx.cli.report_load import (
+    VLLM_SECTIONS,
+    LoadedRun,
+    is_status_document,
+    load_json,
+    load_run,
+    relabel_warnings,
+    validated,
+)
+from spx.vocabulary import PLOT_FILE, RESULT_FILE, STATUS_FILE
 
 
 def draw_plot(
@@ -136,105 +134,6 @@ def _report_args(p: argparse.ArgumentParser) -> None:
     add_output_option(p, "report.schema.json")
 
 
-def load_json(path: Path) -> Any:
-    """JSON of ``path``.
-
-    Raises:
-        UsageError: unreadable, not UTF-8, or not JSON.
-    """
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not a UTF-8 text file") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not JSON: {exc}") from None
-    except RecursionError:
-        raise UsageError(f"{path} nests deeper than any spx result or status: not an spx document") from None
-
-
-def is_status_document(data: Any) -> bool:
-    """Whether JSON ``data`` is an experiment's status (a run's status.json, whatever the file is called): no
-    ``schemaVersion`` and no ``points`` (a result's), and a status's ``phase``, ``conditions``, ``kernel`` or ``verdict``."""
-    return (isinstance(data, dict) and not data.get("schemaVersion") and "points" not in data
-            and bool({"phase", "conditions", "kernel", "verdict"} & data.keys()))
-
-
-def status_tp(points: Sequence[KernelPoint | PointResult], gpu_count: int | None) -> tuple[int, str]:
-    """The TP a status's points were split over, and how it was found: the TPs (1–64) for which every point's
-    ``rowsPerRank`` is ceil(tokens / TP), narrowed by the environment's GPU count; 8 (the default) when none fits."""
-    fits = [tp for tp in range(1, 65) if all(p.rows_per_rank == rows_per_rank(p.tokens, tp) for p in points)]
-    if gpu_count is not None and gpu_count in fits:
-        return gpu_count, "the environment's gpuCount, which the points' rowsPerRank agree with"
-    if len(fits) == 1:
-        return fits[0], "from the points' rowsPerRank"
-    if fits:
-        return fits[0], f"the smallest that fits the points' rowsPerRank; TP{fits[1]}… fit too"
-    default = ExperimentSpec().parallelism.tensor_parallel_size
-    return default, "the default: no TP fits the points' rowsPerRank"
-
-
-def result_from_partial_points(path: Path, spec: ExperimentSpec | None) -> tuple[KernelResult, str]:
-    """A ``complete = False`` result of the points a run streamed to ``points.partial.jsonl`` (``path``) when its
-    ``result.json`` was never written (a full disk, SIGKILL, the OOM killer), and the warning that says so. The
-    spec is ``spec`` (``--experiment``) or the default one at the TP the points' ``rowsPerRank`` fit.
-
-    Raises:
-        UsageError: ``path`` cannot be read or holds no valid point.
-    """
-    points, bad = [], 0
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    for line in filter(bytes.strip, lines):
-        try:
-            points.append(PointResult.model_validate_json(line))
-        except ValueError:
-            bad += 1  # (the last line of a killed run may be cut short)
-    if not points:
-        raise UsageError(f"{path} holds no valid point ({bad} line(s) that are not one)")
-    tp, how = status_tp(points, None)
-    assumed = "the experiment given with --experiment"
-    if spec is None:
-        spec = validate_spec({"parallelism": {"tensorParallelSize": tp}, "sweep": {"tokens": [p.tokens for p in points]}},
-                             source=str(path))
-        assumed = f"TP{tp} ({how}) and the default shapes and gate; --experiment FILE gives the run's own"
-    # what ran is not recorded with the points: the spec's requests (auto), and the device the timed kernels' names
-    # show (a CPU run's are "cpu:…", or none; a GPU run's are CUDA kernels), so a CPU run keeps its CPU note
-    kernels = [k for p in points for k in p.replicated.kernels]
-    cpu = spec.kernel.device == "cpu" or any(k.startswith("cpu:") for k in kernels) or (
-        spec.kernel.device != "cuda" and not kernels)
-    device: ResolvedDevice = "cpu" if cpu else "cuda"
-    result = KernelResult(experiment=path.parent.name, spec=spec, world_size=spec.parallelism.tensor_parallel_size,
-                          gemm_backend=spec.kernel.gemm_backend, gather_backend="auto",
-                          gather_source=points[-1].gather_source, timer="auto", device=device, cuda_graphs=False,
-                          points=points, complete=False, error="result.json was not written")
-    skipped = f" ({bad} line(s) that are not a point skipped)" if bad else ""
-    return result, (f"{path.parent / RESULT_FILE} was not written (the run ended first: a full disk, SIGKILL, the "
-                    f"OOM killer): reporting the {len(points)} point(s) it kept in {path.name}{skipped}, as a partial "
-                    f"run; assumed {assumed}; device {device} ({'GPU kernels recorded' if device == 'cuda' else 'no GPU kernel recorded'})")
-
-
-def relabel_warnings(measured: ExperimentSpec, override: ExperimentSpec, source: str) -> list[str]:
-    """What ``--experiment`` would relabel: TP, the projection's shapes, the sweep (the measurement stays)."""
-    out = []
-    tp_m, tp_o = measured.parallelism.tensor_parallel_size, override.parallelism.tensor_parallel_size
-    if tp_m != tp_o:
-        out.append(f"{source} says tensorParallelSize {tp_o} but the run measured TP{tp_m}: the report keeps TP{tp_m} "
-                   "(the points were split over that many ranks); only the gate is taken from the file")
-    pm, po = measured.projection, override.projection
-    if (pm.hidden_size, pm.output_sizes, pm.weight_format, pm.activation_dtype) != (
-            po.hidden_size, po.output_sizes, po.weight_format, po.activation_dtype):
-        out.append(f"{source} describes a different projection ({po.hidden_size} → {po.output_sizes}, {po.weight_format}) "
-                   f"than the run measured ({pm.hidden_size} → {pm.output_sizes}, {pm.weight_format}): the "
-                   "points are still the measured shapes")
-    if measured.sweep.tokens != override.sweep.tokens:
-        out.append(f"{source} sweeps other token counts than the run measured: the report shows the measured ones")
-    return out
-
-
 @command("report", "Re-judge a finished run (with the serving, GSM8K and step A/B results its folder holds, as spx "
          "gate reads it): the decision first, then its table; draw its plot when the run has none, or to --plot "
          "PATH.", _report_args)
@@ -242,131 +141,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     """The report; with ``-o json|yaml`` an input error is a document with ``problems`` (exit 3), as ``spx validate``."""
     return with_error_document(args.output, lambda: _report(args),
                                lambda problems: ReportDocument(source=args.dir, problems=problems))
-
-
-@dataclass
-class LoadedRun:
-    """What ``spx report`` read from a run's folder: the kernel result (or a status's points), its spec,
-    environment and name, the file it came from, the folder's ``status.json`` (when there is one; beside a
-    result.json only its vLLM sections, :data:`VLLM_SECTIONS`) and the
-    warnings about what had to be assumed."""
-
-    result: KernelResult | ResultSummary
-    source: Path
-    spec: ExperimentSpec
-    env: Environment
-    name: str
-    directory: Path
-    status: ExperimentStatus | None = None
-    warnings: list[str] = field(default_factory=list)
-
-
-def _validated(model: type[M], path: Path) -> M:
-    """``path``'s JSON as ``model``.
-
-    Raises:
-        UsageError: unreadable or not JSON. SpecError: not that document (names the fields).
-    """
-    from pydantic import ValidationError
-
-    from spx.api import describe_validation_error
-
-    try:
-        return model.model_validate(load_json(path))
-    except ValidationError as err:
-        raise SpecError(describe_validation_error(err), str(path)) from None
-
-
-def load_run(target: Path, override: ExperimentSpec | None = None) -> LoadedRun:
-    """The run at ``target`` (a run's folder, its result.json or its status.json): its result.json when there is
-    one, else the status's points, else the points a killed run streamed to ``points.partial.jsonl`` (a partial
-    run, on ``override``'s spec when ``--experiment`` gave one: :func:`result_from_partial_points`); the
-    assumptions are said in ``warnings``.
-
-    Raises:
-        UsageError: nothing to report (names what is missing, a run in progress, killed partial points).
-        SpecError: a document that does not validate, or a token count measured twice.
-    """
-    if not target.exists():
-        raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
-    directory = target if target.is_dir() else target.parent
-    is_status = target.is_file() and (target.name == STATUS_FILE or is_status_document(load_json(target)))
-    result_path = target if target.is_file() and not is_status else directory / RESULT_FILE
-    status_path = target if is_status else directory / STATUS_FILE
-    if result_path.is_file():
-        result = _validated(KernelResult, result_path)
-        status = _vllm_part(status_path) if status_path.is_file() else None
-        run = LoadedRun(result, result_path, result.spec, result.environment, result.experiment, directory, status)
-    elif status_path.is_file():
-        run = _run_of_status(_validated(ExperimentStatus, status_path), status_path, directory)
-    else:
-        _refuse_empty(directory)
-        source = directory / POINTS_FILE
-        result, why = result_from_partial_points(source, override)
-        run = LoadedRun(result, source, result.spec, result.environment, directory.name, directory, None, [why])
-    if not run.result.points:
-        raise UsageError(f"{run.source} has no points to report")
-    if repeated := repeated_tokens(run.result.points):
-        raise SpecError(repeated, str(run.source))
-    return run
-
-
-#: The sections of a status.json that ``spx report`` judges a result.json with (the rest it re-derives).
-VLLM_SECTIONS = ("serving", "accuracy", "step")
-
-
-def _vllm_part(status_path: Path) -> ExperimentStatus:
-    """Only the vLLM sections of ``status_path`` (:data:`VLLM_SECTIONS`): its kernel section is re-derived from
-    result.json, so one written by an older spx (another schema) does not stop the report.
-
-    Raises:
-        UsageError / SpecError: not JSON, or a vLLM section that does not validate.
-    """
-    from pydantic import ValidationError
-
-    from spx.api import describe_validation_error
-
-    data = load_json(status_path)
-    part = {k: data[k] for k in VLLM_SECTIONS if isinstance(data, dict) and data.get(k) is not None}
-    try:
-        return ExperimentStatus.model_validate(part)
-    except ValidationError as err:
-        raise SpecError(describe_validation_error(err), str(status_path)) from None
-
-
-def _run_of_status(status: ExperimentStatus, status_path: Path, directory: Path) -> LoadedRun:
-    """A run known only by its status.json: its points, TP from their rows per rank, the default gate."""
-    if status.kernel is None or not status.kernel.points:
-        raise UsageError(f"{status_path} has no kernel points to report")
-    env, name = status.environment or Environment(), directory.name
-    tp, how = status_tp(status.kernel.points, env.gpu_count)
-    spec = validate_spec({"parallelism": {"tensorParallelSize": tp}}, source=str(status_path))
-    warning = (f"{status_path} without its result.json records neither the experiment's name nor its spec: assumed "
-               f"name {name!r} (the directory), TP{tp} ({how}), and the default shapes and gate (thresholdTokens "
-               f"{spec.gate.threshold_tokens}); give the run's result.json, or --experiment FILE for its gate")
-    result = ResultSummary(points=status.kernel.points, environment=env, world_size=tp,
-                           gemm_backend=status.kernel.gemm_backend or "auto",
-                           gather_source=status.kernel.gather_source or "measured",
-                           timer=status.kernel.timer or "auto", complete=status.phase != "Failed")
-    spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(
-        update={"tokens": [p.tokens for p in status.kernel.points]})})
-    return LoadedRun(result, status_path, spec, env, name, directory, status, [warning])
-
-
-def _refuse_empty(directory: Path) -> None:
-    """Refuse a folder without result.json and status.json, unless a killed run left its streamed points.
-
-    Raises:
-        UsageError: a run in progress, or nothing to report (no ``points.partial.jsonl`` either).
-    """
-    from spx.cli.outdir import killed_run, partial_points, run_in_progress
-
-    if holder := run_in_progress(directory):
-        raise UsageError(f"a run is in progress in {directory} ({holder}): its result.json and status.json are "
-                         f"written when it ends; report it then (spx gate {directory} --wait SECONDS waits for it)")
-    if not partial_points(directory):
-        killed = killed_run(directory)
-        raise UsageError(f"no result.json or status.json in {directory}" + (f": {killed}" if killed else ""))
 
 
 def apply_overrides(run: LoadedRun, experiment: str | None, threshold_tokens: int | None) -> None:
@@ -414,7 +188,7 @@ def benches_only(target: Path) -> tuple[ExperimentStatus, Path] | None:
         return None
     if not any(data.get(k) for k in VLLM_SECTIONS):
         return None
-    return _validated(ExperimentStatus, path), path
+    return validated(ExperimentStatus, path), path
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -38,6 +38,7 @@ from spx.vocabulary import DEVICES, GEMM_BACKENDS, PLOT_FILE, RESULT_FILE, SERVI
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
     from spx.api.serving import ServingResult, ServingStatus
+    from spx.api.step import StepResult
     from spx.runner.experiment import ExperimentOutcome
 
 
@@ -60,9 +61,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="replace the results of an earlier run in --out (default: refuse, so nothing measured is lost); "
                         "a run refused before it starts or interrupted before its first point keeps them")
     p.add_argument("--serving", action="store_true",
-                   help="after a completed kernel bench, run spec.serving / spec.accuracy (the vLLM serving A/B and "
-                        "GSM8K; needs vLLM and the GPUs) into OUT/serving; with --jsonl their results follow as "
-                        '{"kind":"serving",…} / {"kind":"accuracy",…} lines and the summary gets their gates; '
+                   help="after a completed kernel bench, run spec.serving / spec.accuracy (the vLLM serving A/B, "
+                        "GSM8K and the step A/B of spec.serving.step; needs vLLM and the GPUs) into OUT/serving; with "
+                        '--jsonl their results follow as {"kind":"serving",…} / {"kind":"accuracy",…} / '
+                        '{"kind":"step",…} lines and the summary gets their statuses; '
                         "an error for a spec without spec.serving")
     p.add_argument("--vllm", metavar="CMD",
                    help="with --serving (an error without it): the vLLM CLI (argv prefix, split on spaces; default vllm)")
@@ -156,6 +158,7 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
 
     on_point: Callable[[PointResult], None] | None = None
     on_documents: Callable[[ServingResult | None, AccuracyResult | None], None] | None = None
+    on_step: Callable[[StepResult], None] | None = None
     if args.jsonl:
         def on_point(p: PointResult) -> None:
             wire.write_line(stdout, "point", dump_model(p))
@@ -165,6 +168,9 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
                 wire.write_line(stdout, "serving", dump_model(serving))
             if accuracy is not None:
                 wire.write_line(stdout, "accuracy", dump_model(accuracy))
+
+        def on_step(step: StepResult) -> None:
+            wire.write_line(stdout, "step", dump_model(step))
 
     def summary_error(path: str, exc: OSError) -> None:
         err_console().print(f"[yellow]summary not written to {escape(path)}:[/] {escape(str(exc))}")
@@ -179,7 +185,7 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
                                       vllm_command=(args.vllm or "vllm").split(), summary_file=args.summary_file),
             hooks=RunHooks(on_point=on_point, progress=progress_for(console),
                            on_kernel=lambda o: _kernel_report(o, spec, name, out, console, stdout, jsonl=args.jsonl),
-                           on_vllm_documents=on_documents, on_summary_error=summary_error),
+                           on_vllm_documents=on_documents, on_step_document=on_step, on_summary_error=summary_error),
         )
     except RunnerError as exc:
         raise UsageError(str(exc)) from None

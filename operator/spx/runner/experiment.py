@@ -31,7 +31,7 @@ from spx.vocabulary import SERVING_DIR, STATUS_FILE
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
     from spx.api.serving import ServingResult, ServingStatus
-    from spx.api.step import StepStatus
+    from spx.api.step import StepResult, StepStatus
 
 #: Start of ``KernelResult.error`` when Ctrl-C stopped the run (:func:`spx.runner.local.run_local`).
 INTERRUPTED_PREFIX = "interrupted (SIGINT)"
@@ -65,6 +65,7 @@ class RunHooks:
         progress: told of the ranks' start, each point, the end.
         on_kernel: called once the kernel bench is judged and ``status.json`` written.
         on_vllm_documents: the vLLM benches' result documents, after every arm (the last call wins).
+        on_step_document: the step A/B's result document, after every server (the last call wins).
         on_summary_error: a summary that could not be written (``None``: the error propagates).
     """
 
@@ -72,6 +73,7 @@ class RunHooks:
     progress: RunProgress | None = None
     on_kernel: Callable[[ExperimentOutcome], None] | None = None
     on_vllm_documents: VllmDocuments | None = None
+    on_step_document: Callable[[StepResult], None] | None = None
     on_summary_error: Callable[[str, OSError], None] | None = None
 
 
@@ -134,8 +136,9 @@ def write_status(out: Path, status: ExperimentStatus) -> None:
 
 
 def write_result_summary(path: str, result: KernelResult, serving: ServingStatus | None = None,
-                         accuracy: AccuracyStatus | None = None) -> None:
-    """The pod → operator :class:`~spx.api.ResultSummary` of ``result`` into ``path`` (≤ 4096 bytes).
+                         accuracy: AccuracyStatus | None = None, step: StepStatus | None = None) -> None:
+    """The pod → operator :class:`~spx.api.ResultSummary` of ``result`` into ``path`` (≤ 4096 bytes), with the
+    vLLM benches' statuses (:func:`spx.api.wire.build_summary` shrinks them to fit).
 
     Raises:
         OSError: ``path`` cannot be written.
@@ -146,7 +149,7 @@ def write_result_summary(path: str, result: KernelResult, serving: ServingStatus
         points = points_from_result(result)
     except ValueError:
         points = []
-    text = wire.build_summary(result, points, serving=serving, accuracy=accuracy)
+    text = wire.build_summary(result, points, serving=serving, accuracy=accuracy, step=step)
     write_atomic(path, text)  # (/dev/termination-log, not a regular file: written in place, once)
 
 
@@ -183,7 +186,7 @@ def run_experiment(
     if hooks.on_kernel is not None:
         hooks.on_kernel(outcome)
     if options.serving and outcome.kernel_completed:
-        _vllm_step(spec, out, name, options.vllm_command, outcome, hooks.on_vllm_documents)
+        _vllm_step(spec, out, name, options.vllm_command, outcome, hooks)
         write_status(out, outcome.status)
         _summary(options.summary_file, outcome, hooks.on_summary_error)
     return outcome
@@ -194,7 +197,7 @@ def _summary(path: str | None, outcome: ExperimentOutcome,
     if not path:
         return
     try:
-        write_result_summary(path, outcome.result, outcome.serving, outcome.accuracy)
+        write_result_summary(path, outcome.result, outcome.serving, outcome.accuracy, outcome.step)
     except OSError as exc:
         if on_error is None:
             raise
@@ -202,7 +205,7 @@ def _summary(path: str | None, outcome: ExperimentOutcome,
 
 
 def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequence[str], outcome: ExperimentOutcome,
-               on_documents: VllmDocuments | None) -> None:
+               hooks: RunHooks) -> None:
     """The vLLM serving A/B and GSM8K after a completed kernel bench; updates ``outcome`` in place.
 
     Failed arms or points are in the results and make the gate Fail or Inconclusive; benches that could
@@ -220,11 +223,11 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
     has_points = bool(spec.serving.points)
 
     def emit(serving_result: ServingResult | None, accuracy_result: AccuracyResult | None) -> None:
-        if on_documents is not None:
-            on_documents(serving_result if has_points else None, accuracy_result)
+        if hooks.on_vllm_documents is not None:
+            hooks.on_vllm_documents(serving_result if has_points else None, accuracy_result)
 
     outcome.vllm_ran = True
-    opts = RunnerOptions(vllm_command=list(vllm_command), experiment=name, on_arm=emit)
+    opts = RunnerOptions(vllm_command=list(vllm_command), experiment=name, on_arm=emit, on_step=hooks.on_step_document)
     try:
         benches = run_vllm_benchmarks(spec, out / SERVING_DIR, opts)
     except (ValueError, OSError) as exc:

@@ -67,7 +67,7 @@ class RunnerOptions:
     child (default ``os.environ``); ``crash_grace_seconds``: after a failed point, how long to wait
     for the server to show whether it died with it; ``on_arm``: called with the serving and accuracy
     results so far after every arm (``spx run --serving`` prints them as JSON lines, so the arms that
-    finished survive a pod killed later).
+    finished survive a pod killed later); ``on_step``: the same for the step A/B's result, after every server.
     """
 
     vllm_command: list[str] = field(default_factory=lambda: ["vllm"])
@@ -79,6 +79,7 @@ class RunnerOptions:
     crash_grace_seconds: float = 2.0
     log: Callable[[str], None] = _stderr_log
     on_arm: Callable[[ServingResult, AccuracyResult | None], None] | None = None
+    on_step: Callable[[StepResult], None] | None = None
 
 
 @dataclass
@@ -319,7 +320,7 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
         from spx.serving.step import run_step_ab
 
         step = run_step_ab(spec, out_dir, opts.vllm_command, base_env,
-                           nvidia_smi=nvidia_smi_argv(opts.nvidia_smi, opts.env), log=opts.log)
+                           nvidia_smi=nvidia_smi_argv(opts.nvidia_smi, opts.env), log=opts.log, on_save=opts.on_step)
     return VllmRunOutcome(serving=result if s.points else None, accuracy=acc_result, step=step)
 
 

@@ -198,10 +198,18 @@ class StepRunner:
     health_poll_seconds: float = 1.0
     device: str | None = None
     nvidia_smi: list[str] | None = None
+    on_save: Callable[[StepResult], None] | None = None
+    """Told the result after every rewrite (``spx run --serving`` prints it as a ``{"kind": "step"}`` line, so
+    the servers that finished survive a pod killed later); a hook that raises is logged, never stops the run."""
 
-    def save(self, result: StepResult) -> None:
-        """Rewrite ``step-result.json`` atomically."""
+    def save(self, result: StepResult, log: Log = _stderr) -> None:
+        """Rewrite ``step-result.json`` atomically, then tell :attr:`on_save`."""
         write_atomic(self.out_dir / STEP_RESULT_FILE, json.dumps(result.to_wire(), indent=1) + "\n")
+        if self.on_save is not None:
+            try:
+                self.on_save(result)
+            except Exception as err:  # a reporting hook must not stop the measurement
+                log(f"step A/B: on_save hook failed: {type(err).__name__}: {err}")
 
     def __call__(self, log: Log = _stderr) -> StepResult:
         """Run every planned server; never raises for a failed server (its error is in the result)."""
@@ -209,7 +217,7 @@ class StepRunner:
         result = StepResult(step=step, tensor_parallel_size=server_tp(self.spec),
                             thresholds=thresholds_of(self.spec), device=self.device, started_at=utc_now())
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.save(result)
+        self.save(result, log)
         try:
             for index, planned in enumerate(plan(self.spec)):
                 run = StepServerRun(name=planned.name, role=planned.role,
@@ -218,7 +226,7 @@ class StepRunner:
                 self._serve(planned, run, self.out_dir / "step" / f"{index + 1:02d}-{planned.name}", log)
                 if run.error is not None:
                     result.failures.append(f"{run.name}: {run.error}")
-                self.save(result)
+                self.save(result, log)
                 log(f"step A/B: {planned.name} done ({len(run.requests)} requests)"
                     + (f": FAILED: {run.error}" if run.error else ""))
         except BaseException as err:
@@ -227,7 +235,7 @@ class StepRunner:
         finally:
             result.finished_at = utc_now()
             result.complete = not result.failures and all(r.error is None for s_ in result.servers for r in s_.requests)
-            self.save(result)
+            self.save(result, log)
         return result
 
     def _serve(self, planned: PlannedServer, run: StepServerRun, server_dir: Path, log: Log) -> None:
@@ -265,15 +273,17 @@ class StepRunner:
 
 
 def run_step_ab(spec: ExperimentSpec, out_dir: Path, vllm_command: list[str], env: Mapping[str, str], *,
-                nvidia_smi: list[str] | None = None, log: Log = _stderr) -> StepResult:
+                nvidia_smi: list[str] | None = None, log: Log = _stderr,
+                on_save: Callable[[StepResult], None] | None = None) -> StepResult:
     """Run the step A/B of ``spec`` into ``out_dir`` and return its result (also in ``step-result.json``).
 
     ``nvidia_smi``: its argv (``None``: none found, so the servers ran on CPU: ``device`` ``cpu``, the GPU
-    release check skipped).
+    release check skipped). ``on_save``: told the result after every server (:attr:`StepRunner.on_save`).
 
     Raises:
         ValueError: no ``spec.serving.step``, a threshold ≤ TP.
     """
     plan(spec)  # refuse a bad plan before any server starts
     device = "cuda" if nvidia_smi is not None else "cpu"
-    return StepRunner(spec, out_dir, list(vllm_command), env, device=device, nvidia_smi=nvidia_smi)(log)
+    return StepRunner(spec, out_dir, list(vllm_command), env, device=device, nvidia_smi=nvidia_smi,
+                      on_save=on_save)(log)

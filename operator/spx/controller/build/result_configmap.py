@@ -19,7 +19,7 @@ from spx.controller.build.naming import (
     owner_reference,
     result_configmap_name,
 )
-from spx.vocabulary import ACCURACY_RESULT_FILE, CANDIDATES, RESULT_FILE, SERVING_RESULT_FILE
+from spx.vocabulary import ACCURACY_RESULT_FILE, CANDIDATES, RESULT_FILE, SERVING_RESULT_FILE, STEP_RESULT_FILE
 
 #: A ConfigMap holds at most 1 MiB; keep a margin for metadata.
 CONFIGMAP_BUDGET_BYTES = 1_000_000
@@ -79,6 +79,7 @@ def build_result_configmap(
     pod_name: str | None = None,
     serving_result: Mapping[str, Any] | None = None,
     accuracy_result: Mapping[str, Any] | None = None,
+    step_result: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ConfigMap that keeps everything a run produced, owned by the experiment.
 
@@ -89,9 +90,10 @@ def build_result_configmap(
     1 MiB ConfigMap limit: the result goes gzip-compressed under ``binaryData`` (``result.json.gz``)
     when it does not fit as text; if even that is too big, its per-sample arrays are left out (the
     medians, quartiles and everything else stay) and ``problems.txt`` says so; the log is cut in the
-    middle (head and tail kept) to what is left. ``serving-result.json`` and ``accuracy-result.json``
-    (the vLLM benches' documents, when the run had them) come after the kernel result, gzip-compressed
-    when needed, left out with a note in ``problems.txt`` when they do not fit at all.
+    middle (head and tail kept) to what is left. ``serving-result.json``, ``accuracy-result.json`` and
+    ``step-result.json`` (the vLLM benches' documents, when the run had them: every request of the step A/B
+    is there) come after the kernel result, gzip-compressed when needed, left out with a note in
+    ``problems.txt`` when they do not fit at all.
     """
     data: dict[str, str] = {}
     binary: dict[str, str] = {}
@@ -103,7 +105,8 @@ def build_result_configmap(
         budget -= len(clipped.encode())
     if result is not None:
         budget = _fit_result(data, binary, notes, result, budget)
-    for key, doc in ((SERVING_RESULT_FILE, serving_result), (ACCURACY_RESULT_FILE, accuracy_result)):
+    for key, doc in ((SERVING_RESULT_FILE, serving_result), (ACCURACY_RESULT_FILE, accuracy_result),
+                     (STEP_RESULT_FILE, step_result)):
         if doc is None:
             continue
         left = _fit(data, binary, key, json.dumps(doc, sort_keys=True, separators=(",", ":")), budget - 2048)
@@ -147,7 +150,7 @@ def _fit_result(data: dict[str, str], binary: dict[str, str], notes: list[str], 
 
 def read_result_configmap(configmap: Mapping[str, Any], key: str = RESULT_FILE) -> dict[str, Any] | None:
     """A document stored by :func:`build_result_configmap` (text or gzip), or None: ``result.json``
-    (the kernel's), ``serving-result.json`` or ``accuracy-result.json``."""
+    (the kernel's), ``serving-result.json``, ``accuracy-result.json`` or ``step-result.json``."""
     data = configmap.get("data") or {}
     if key in data:
         return json.loads(data[key])  # type: ignore[no-any-return]

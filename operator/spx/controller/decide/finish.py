@@ -13,11 +13,15 @@ from spx.analysis import points_from_result
 from spx.analysis.accuracy import summarize as summarize_accuracy
 from spx.analysis.judge import Judgement, judge
 from spx.analysis.serving import summarize as summarize_serving
+from spx.analysis.step import kernel_deltas
+from spx.analysis.step import summarize as summarize_step
 from spx.analysis.summary import point_from_result
+from spx.api import wire
 from spx.api.accuracy import AccuracyStatus
 from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
 from spx.api.status import Environment, ExperimentStatus, KernelStatus
+from spx.api.step import StepStatus
 from spx.controller.build.naming import result_configmap_name
 from spx.controller.build.result_configmap import build_result_configmap
 from spx.controller.decide import conditions as cond
@@ -25,19 +29,21 @@ from spx.controller.decide.decision import Action, Decision, DeleteJobs, Event, 
 from spx.controller.decide.objects import meta as _meta
 from spx.controller.decide.observation import Observation
 from spx.controller.decide.pod_exit import termination_message
-from spx.controller.decide.results import Collected, Measurement, collect, measurement, vllm_statuses
+from spx.controller.decide.results import Collected, Measurement, collect, measurement, step_status, vllm_statuses
 
 
-def judge_collected(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement:
+def judge_collected(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accuracy: AccuracyStatus | None,
+                    step: StepStatus | None = None) -> Judgement:
     """Result → status kernel section + verdict: :func:`spx.analysis.judge.judge`, the one judgement
     ``spx run`` and ``spx report`` use too (partial runs capped the same way everywhere).
 
     ``meas`` is the :class:`~spx.controller.decide.results.Measurement` read from the pod (it carries what a
     ``ResultSummary`` does). The operator always asked for the vLLM sections its spec names, so a missing
-    one is undecided (``require_vllm``), never a silent pass. Never raises: an unusable result is a
-    ``Judgement`` with ``verdict None`` and reason ``BenchmarkFailed``.
+    one is undecided (``require_vllm``), never a silent pass. ``step`` (``status.step``) decides where the
+    kernel's GPU-bound and host-bound regimes disagree (:func:`spx.analysis.decide.step_decision`). Never
+    raises: an unusable result is a ``Judgement`` with ``verdict None`` and reason ``BenchmarkFailed``.
     """
-    return judge(meas, spec, serving=serving, accuracy=accuracy, require_vllm=True)
+    return judge(meas, spec, serving=serving, accuracy=accuracy, step=step, require_vllm=True)
 
 
 def _collected(o: Observed, obs: Observation) -> tuple[Collected, str | None, str | None]:
@@ -60,29 +66,33 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
     collected, message, log = _collected(o, obs)
     pod_name = str(_meta(obs.pod).get("name")) if obs.pod is not None else None
     meas, serving, accuracy = _measure(spec, obs, collected)
-    judgement = _judgement(spec, obs, collected, meas, serving, accuracy)
+    step = _step(spec, obs, collected, meas, serving, accuracy)
+    judgement = _judgement(spec, obs, collected, meas, serving, accuracy, step)
     configmap = build_result_configmap(
         o.name, o.namespace, o.uid, gen,
         result=collected.result.to_wire() if collected.result is not None else None,
         termination_message=message, log=log, problems=collected.problems, pod_name=pod_name,
         serving_result=collected.serving_result.to_wire() if collected.serving_result is not None else None,
         accuracy_result=collected.accuracy_result.to_wire() if collected.accuracy_result is not None else None,
+        step_result=collected.step_result.to_wire() if collected.step_result is not None else None,
     )
     environment: Environment | None = meas.environment if meas is not None else None
     if environment is not None and environment.node is None and obs.node:
         environment = environment.model_copy(update={"node": obs.node})
-    update: dict[str, Any] = {"completion_time": nows, "result_config_map": result_configmap_name(o.name, gen),
-                              "environment": environment, "serving": serving, "accuracy": accuracy}
+    update: dict[str, Any] = {
+        "completion_time": nows, "result_config_map": result_configmap_name(o.name, gen), "environment": environment,
+        "serving": serving, "accuracy": accuracy,
+        "step": wire.fit_step(step, threshold_tokens=spec.gate.threshold_tokens) if step is not None else None}
     store, refused = _store(o, configmap, update)
     after: tuple[Action, ...] = (DeleteJobs((str(_meta(job).get("name")),), f"gave up: {obs.reason}"),) if obs.abort else ()
     if judgement is not None:
         new, events = _verdict(status, judgement, obs, update, refused, nows, gen)
         return Decision(f"verdict-{judgement.verdict}", new, events, before=store, after=after, slot_freed=True,
                         observed_duration=True)
-    reason, completed_reason, msg = _failure(obs, collected, meas, serving, accuracy,
+    reason, completed_reason, msg = _failure(obs, collected, meas, (serving, accuracy, step),
                                              obs.reason if obs.state == "failed" else "JobSucceeded", pod_name)
     msg += f"; {refused}" if refused else ""
-    new = cond.with_kernel(status, _partial_kernel(spec, collected, meas, serving, accuracy), None, [])
+    new = cond.with_kernel(status, _partial_kernel(spec, collected, meas, serving, accuracy, step), None, [])
     new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
                                            scheduled=cond.ran_on(obs.node)), nows, gen)
     return Decision(reason, new.model_copy(update=update), (("Warning", reason, msg),),
@@ -98,8 +108,9 @@ def _measure(spec: ExperimentSpec, obs: Observation, collected: Collected,
     except Exception as err:  # any result the analysis cannot use ends BenchmarkFailed, never a retry loop
         collected.problems.append(f"could not convert the result's points: {type(err).__name__}: {err}")
         meas = None
-    serving, accuracy = (vllm_statuses(collected, summarize_serving, summarize_accuracy) if spec.serving is not None
-                         else (None, None))
+    allow_cpu = spec.gate.allow_cpu_timings  # as spx run and spx serving summarise it: one rule for a CPU A/B
+    serving, accuracy = (vllm_statuses(collected, lambda r: summarize_serving(r, allow_cpu_timings=allow_cpu),
+                                       summarize_accuracy) if spec.serving is not None else (None, None))
     if spec.serving is not None and obs.state == "succeeded":
         if serving is None and spec.serving.points:
             collected.problems.append("the serving A/B left no result (no serving line in the log, none in the summary)")
@@ -108,14 +119,40 @@ def _measure(spec: ExperimentSpec, obs: Observation, collected: Collected,
     return meas, serving, accuracy
 
 
+def _step(spec: ExperimentSpec, obs: Observation, collected: Collected, meas: Measurement | None,
+          serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> StepStatus | None:
+    """``status.step`` (:func:`~spx.controller.decide.results.step_status`): the log's step document summarised
+    with the kernel's Δg and Δh (the kernel section judged without the step: the step does not change the
+    points), else the pod's bounded status; a succeeded run of a spec with ``serving.step`` that left neither
+    is a problem."""
+    if spec.serving is None or spec.serving.step is None:
+        return None
+    kernel = None
+    if collected.step_result is not None and meas is not None and meas.points:
+        try:
+            kernel = judge_collected(spec, meas, serving, accuracy).kernel
+        except Exception as err:  # the step is still summarised, its regimes undetermined
+            collected.problems.append(f"the step A/B's regimes: the kernel's Δg/Δh could not be read: "
+                                      f"{type(err).__name__}: {err}")
+    try:
+        step = step_status(collected, kernel, summarize_step, kernel_deltas)
+    except Exception as err:  # a document the analysis cannot use: named, never a retry loop
+        collected.problems.append(f"the step A/B's result could not be summarised: {type(err).__name__}: {err}")
+        step = collected.summary.step if collected.summary is not None else None
+    if step is None and obs.state == "succeeded":
+        collected.problems.append("the step A/B left no result (no step line in the log, none in the summary)")
+    return step
+
+
 def _judgement(spec: ExperimentSpec, obs: Observation, collected: Collected, meas: Measurement | None,
-               serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> Judgement | None:
+               serving: ServingStatus | None, accuracy: AccuracyStatus | None,
+               step: StepStatus | None) -> Judgement | None:
     """The analysis' judgement of a run that succeeded with every point, None when there is no verdict
     (the reason in ``collected.problems``)."""
     if not (obs.state == "succeeded" and meas is not None and meas.complete and meas.points):
         return None
     try:
-        judged = judge_collected(spec, meas, serving, accuracy)
+        judged = judge_collected(spec, meas, serving, accuracy, step)
     except Exception as err:  # a result the analysis cannot use: decided, not retried forever
         collected.problems.append(f"the analysis could not use the result: {type(err).__name__}: {err}")
         return None
@@ -132,7 +169,7 @@ def _verdict(status: ExperimentStatus, judgement: Judgement, obs: Observation, u
     new = cond.with_kernel(status, judgement.kernel, judgement.verdict, judgement.reasons)
     new = cond.apply_step(new, cond.decided(judgement.verdict, judgement.reasons, "JobSucceeded", obs.message,
                                             cond.ran_on(obs.node)), nows, gen)
-    update.update(serving=judgement.serving, accuracy=judgement.accuracy)
+    update.update(serving=judgement.serving, accuracy=judgement.accuracy)  # (status.step: as given, bounded)
     event: Event = ("Normal" if judgement.verdict == "Pass" else "Warning", f"Verdict{judgement.verdict}",
                     new.message or "")
     events = (event, ("Warning", "ResultNotStored", refused)) if refused else (event,)
@@ -140,12 +177,12 @@ def _verdict(status: ExperimentStatus, judgement: Judgement, obs: Observation, u
 
 
 def _partial_kernel(spec: ExperimentSpec, collected: Collected, meas: Measurement | None, serving: ServingStatus | None,
-                    accuracy: AccuracyStatus | None) -> KernelStatus | None:
+                    accuracy: AccuracyStatus | None, step: StepStatus | None) -> KernelStatus | None:
     """What the points of a run without a verdict support, capped as ``spx run`` caps it; the points the
     bench printed before it died; else None."""
     if meas is not None and meas.points:
         try:
-            kernel = judge_collected(spec, meas, serving, accuracy).kernel
+            kernel = judge_collected(spec, meas, serving, accuracy, step).kernel
         except Exception:
             kernel = None
         if kernel is None:
@@ -205,9 +242,12 @@ def job_vanished(o: Observed, status: ExperimentStatus, jname: str, nows: str) -
                     observed_duration=True)
 
 
-def _failure(obs: Observation, collected: Collected, meas: Any, serving: ServingStatus | None,
-             accuracy: AccuracyStatus | None, completed_reason: str, pod_name: str | None) -> tuple[str, str, str]:
-    """(Decided reason, Completed reason, message) of a run that reached no verdict."""
+def _failure(obs: Observation, collected: Collected, meas: Any,
+             vllm: tuple[ServingStatus | None, AccuracyStatus | None, StepStatus | None], completed_reason: str,
+             pod_name: str | None) -> tuple[str, str, str]:
+    """(Decided reason, Completed reason, message) of a run that reached no verdict; ``vllm``: the serving,
+    accuracy and step statuses (the first failure of one is named)."""
+    serving, accuracy, step = vllm
     problems = "; ".join(collected.problems)
     kept = f"; {len(collected.partial_points)} point(s) measured before it were kept" if collected.partial_points else ""
     if obs.state == "succeeded":
@@ -232,7 +272,8 @@ def _failure(obs: Observation, collected: Collected, meas: Any, serving: Serving
         msg += f"; result: {problems}"
     vllm_note = (serving.failures[0] if serving is not None and serving.failures
                  else accuracy.reasons[0] if accuracy is not None and accuracy.gate_passed is None
-                 and accuracy.reasons else None)
+                 and accuracy.reasons else f"step A/B: {step.failures[0]}" if step is not None and step.failures
+                 else None)
     if vllm_note:  # e.g. the vLLM benches could not start
         msg += f"; {vllm_note}"
     return reason, completed_reason, msg

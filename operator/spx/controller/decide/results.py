@@ -12,9 +12,10 @@ The bench writes (``spx run … --summary-file /dev/termination-log --jsonl``):
 
 With ``spec.serving`` (``spx run … --serving``) the vLLM benches follow: after every arm and at the
 end, ``{"kind": "serving", "serving": {…}}`` (a :class:`~spx.api.serving.ServingResult`) and
-``{"kind": "accuracy", "accuracy": {…}}`` (an :class:`~spx.api.accuracy.AccuracyResult`) lines — the
-last valid one of each wins — and the termination message's summary gets their statuses
-(``serving``, ``accuracy``), which stand in when the log cannot be read.
+``{"kind": "accuracy", "accuracy": {…}}`` (an :class:`~spx.api.accuracy.AccuracyResult`) lines, then with
+``spec.serving.step`` after every step server ``{"kind": "step", "step": {…}}`` (a
+:class:`~spx.api.step.StepResult`) — the last valid one of each wins — and the termination message's summary
+gets their statuses (``serving``, ``accuracy``, ``step``), which stand in when the log cannot be read.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from spx.api.accuracy import AccuracyResult, AccuracyStatus
 from spx.api.problems import describe_validation_error
 from spx.api.result import SUMMARY_MAX_BYTES, SUMMARY_SCHEMA_VERSION, KernelResult, PointResult, ResultSummary
 from spx.api.serving import ServingResult, ServingStatus
-from spx.api.status import Environment, KernelPoint
+from spx.api.status import Environment, KernelPoint, KernelStatus
+from spx.api.step import StepResult, StepStatus
 
 
 @dataclass
@@ -43,6 +45,7 @@ class Collected:
     problems: list[str] = field(default_factory=list)
     serving_result: ServingResult | None = None
     accuracy_result: AccuracyResult | None = None
+    step_result: StepResult | None = None
 
     @property
     def usable(self) -> bool:
@@ -103,15 +106,14 @@ def read_log(text: str | None) -> tuple[KernelResult | None, list[PointResult], 
     return result, points, problems
 
 
-_VLLM_KINDS: dict[str, type[ServingResult] | type[AccuracyResult]] = {"serving": ServingResult, "accuracy": AccuracyResult}
+_VLLM_KINDS: dict[str, type[ServingResult] | type[AccuracyResult] | type[StepResult]] = {
+    "serving": ServingResult, "accuracy": AccuracyResult, "step": StepResult}
 
 
-def read_vllm_log(text: str | None) -> tuple[ServingResult | None, AccuracyResult | None, list[str]]:
-    """The last valid ``{"kind": "serving"}`` and ``{"kind": "accuracy"}`` documents of a pod log.
-
-    A kind whose lines are all invalid (truncated, wrong schema) is a problem; a kind without lines
-    is not (the run had no such section, or died before its first arm ended).
-    """
+def _vllm_documents(text: str | None) -> tuple[dict[str, Any], list[str]]:
+    """The last valid document of each of :data:`_VLLM_KINDS` in a pod log, and one problem per kind whose
+    lines are all invalid (truncated, wrong schema); a kind without lines is no problem (the run had no such
+    section, or died before its first arm or server ended)."""
     records = wire.parse_log(text)
     found: dict[str, Any] = {}
     bad: dict[str, str] = {}
@@ -125,22 +127,36 @@ def read_vllm_log(text: str | None) -> tuple[ServingResult | None, AccuracyResul
             except ValidationError as err:
                 if kind not in found:
                     bad[kind] = "invalid document: " + "; ".join(describe_validation_error(err, kind)[:3])
-    problems = [f'pod log: the {{"kind": "{k}"}} line(s): {why}' for k, why in bad.items()]
-    return found.get("serving"), found.get("accuracy"), problems
+    return found, [f'pod log: the {{"kind": "{k}"}} line(s): {why}' for k, why in bad.items()]
+
+
+def read_vllm_log(text: str | None) -> tuple[ServingResult | None, AccuracyResult | None, list[str]]:
+    """The last valid ``{"kind": "serving"}`` and ``{"kind": "accuracy"}`` documents of a pod log, and the
+    problems of those kinds (:func:`_vllm_documents`)."""
+    found, problems = _vllm_documents(text)
+    return found.get("serving"), found.get("accuracy"), [p for p in problems if '"step"' not in p]
+
+
+def read_step_log(text: str | None) -> tuple[StepResult | None, list[str]]:
+    """The last valid ``{"kind": "step"}`` document (:class:`~spx.api.step.StepResult`) of a pod log, and a
+    problem when its lines are all invalid (:func:`_vllm_documents`)."""
+    found, problems = _vllm_documents(text)
+    return found.get("step"), [p for p in problems if '"step"' in p]
 
 
 def collect(termination_message: str | None, log: str | None) -> Collected:
     """Read both channels; a valid full result makes a missing or broken summary harmless and vice versa."""
     summary, summary_problem = read_summary(termination_message)
     result, points, log_problems = read_log(log)
-    serving, accuracy, vllm_problems = read_vllm_log(log)
+    found, vllm_problems = _vllm_documents(log)
     problems: list[str] = []
     if summary_problem:
         problems.append(summary_problem)
     problems.extend(log_problems)
     problems.extend(vllm_problems)
     return Collected(summary=summary, result=result, partial_points=points, problems=problems,
-                     serving_result=serving, accuracy_result=accuracy)
+                     serving_result=found.get("serving"), accuracy_result=found.get("accuracy"),
+                     step_result=found.get("step"))
 
 
 def vllm_statuses(
@@ -156,6 +172,21 @@ def vllm_statuses(
     accuracy = (summarize_accuracy(collected.accuracy_result) if collected.accuracy_result is not None
                 else summary.accuracy if summary is not None else None)
     return serving, accuracy
+
+
+def step_status(
+    collected: Collected,
+    kernel: KernelStatus | None,
+    summarize_step: Callable[[StepResult, Any], StepStatus],
+    kernel_deltas: Callable[[KernelStatus | None], Any],
+) -> StepStatus | None:
+    """``status.step``: the operator's own summary of the log's ``step-result.json`` document, its regimes read
+    against ``kernel``'s Δg and Δh (``summarize_step(result, kernel_deltas(kernel))``:
+    :func:`spx.analysis.step.summarize`, :func:`spx.analysis.step.kernel_deltas`), else the pod's (bounded) status
+    from the termination message, else ``None``."""
+    if collected.step_result is not None:
+        return summarize_step(collected.step_result, kernel_deltas(kernel))
+    return collected.summary.step if collected.summary is not None else None
 
 
 @dataclass(frozen=True)
