@@ -40,6 +40,7 @@ from spx.api.serving import (
     default_arms,
     seed_points,
 )
+from spx.api.serving import flag_int as flag_int  # re-exported: defined with the spec it reads (spx.api)
 
 #: ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` of a main arm: the split never happens.
 OFF = "off"
@@ -193,19 +194,6 @@ def max_batch_tokens(point: ServingPointSpec, extra_args: Sequence[str]) -> int 
     bound = point.concurrency * point.input_len
     budget = flag_int(extra_args, "--max-num-batched-tokens")
     return bound if budget is None else min(bound, budget)
-
-
-def flag_int(args: Sequence[str], flag: str) -> int | None:
-    """The integer value of ``flag`` in an argv (``--flag N`` or ``--flag=N``; the last one wins), else ``None``."""
-    value: int | None = None
-    for i, a in enumerate(args):
-        raw = args[i + 1] if a == flag and i + 1 < len(args) else a.split("=", 1)[1] if a.startswith(flag + "=") else None
-        if raw is not None:
-            try:
-                value = int(raw.replace("_", ""))
-            except ValueError:
-                continue
-    return value
 
 
 #: ``vllm bench serve`` sampling flags recorded with each point.

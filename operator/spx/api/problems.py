@@ -191,8 +191,18 @@ def _string_hint(value: Any) -> str:
         return f" (YAML read {value} as text, not a number)"
     if number in (float("inf"), float("-inf")):
         return f" (YAML read {value} as text: it is beyond the largest 64-bit floating-point number, about 1.8e308)"
-    shown = int(number) if number.is_integer() and abs(number) < 1e18 else number
+    shown = str(int(number)) if number.is_integer() and abs(number) < 1e18 else _yaml11_float(number)
     return f" (YAML read {value} as text, not a number: write {shown})"
+
+
+def _yaml11_float(number: float) -> str:
+    """``number`` as text YAML 1.1 reads as a float: its exponent form needs a decimal point in the mantissa
+    (``1e-300`` is text, ``1.0e-300`` a number; PyYAML's float resolver, YAML 1.1 ``tag:yaml.org,2002:float``)."""
+    text = repr(number)
+    mantissa, sep, exponent = text.partition("e")
+    if sep and "." not in mantissa:
+        text = f"{mantissa}.0e{exponent}"
+    return text
 
 
 def _fix(kind: str, ctx: dict[str, Any], value: Any, path: str) -> str | None:

@@ -15,6 +15,7 @@ project's choice (≥ 8 requests per point, 4 × concurrency for the throughput 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Sequence
 from typing import Final, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -147,6 +148,26 @@ class ServingGateSpec(CamelModel):
     """Largest allowed TTFT increase of split vs main, in percent (default +1)."""
 
 
+
+
+def flag_int(args: Sequence[str], flag: str) -> int | None:
+    """The integer value of ``flag`` in an argv (``--flag N`` or ``--flag=N``; the last one wins), else ``None``."""
+    value: int | None = None
+    for i, a in enumerate(args):
+        raw = args[i + 1] if a == flag and i + 1 < len(args) else a.split("=", 1)[1] if a.startswith(flag + "=") else None
+        if raw is not None:
+            try:
+                value = int(raw.replace("_", ""))
+            except ValueError:
+                continue
+    return value
+
+
+def server_tp(extra_args: Sequence[str], tensor_parallel_size: int) -> int:
+    """The servers' TP size: ``--tensor-parallel-size``/``-tp`` of ``serving.extraArgs`` when given (it wins on the
+    ``vllm serve`` command line), else ``tensor_parallel_size`` (``spec.parallelism.tensorParallelSize``)."""
+    given = flag_int(extra_args, "--tensor-parallel-size") or flag_int(extra_args, "-tp")
+    return given or tensor_parallel_size
 
 
 class ServingSpec(CamelModel):

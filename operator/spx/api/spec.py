@@ -27,8 +27,9 @@ from spx.api.pod import PodSpec, path_overlaps
 from spx.api.projection import ParallelismSpec, ProjectionSpec
 from spx.api.resources import ResourcesSpec
 from spx.api.scheduling import SchedulingSpec
-from spx.api.serving import ServingSpec
+from spx.api.serving import ServingSpec, server_tp
 from spx.api.stage import StageSpec
+from spx.api.step import StepSpec
 from spx.api.sweep import SweepSpec
 
 GROUP = "bench.spx.dev"
@@ -97,6 +98,8 @@ class ExperimentSpec(CamelModel):
                     f"pod.volumes {clash[:4]} overlap serving.modelMountPath {self.serving.model_mount_path}, where "
                     "serving.modelPvc is mounted; mount them elsewhere"
                 )
+        if self.serving is not None and self.serving.step is not None:
+            self._step_thresholds_above_tp(self.serving, self.serving.step)
         if self.serving is not None:
             floor = min_timeout_seconds(self.serving)
             if self.timeout_seconds < floor:
@@ -107,6 +110,28 @@ class ExperimentSpec(CamelModel):
                     f"with GSM8K takes 3–4 h: 14400) or lower serving.startupTimeoutSeconds"
                 )
         return self
+
+    def _step_thresholds_above_tp(self, serving: ServingSpec, step: StepSpec) -> None:
+        """The step A/B's base prompt has ``T − TP`` tokens (``spx.analysis.step.base_length``), so every T it
+        measures (``gate.thresholdTokens``, ``serving.step.thresholds``) must exceed the servers' TP
+        (:func:`spx.api.serving.server_tp`); refused here rather than by ``spx serving`` after the kernel bench.
+
+        Raises:
+            ValueError: naming the fields, the thresholds at or below TP and the fix.
+        """
+        tp = server_tp(serving.extra_args, self.parallelism.tensor_parallel_size)
+        low = [t for t in step.thresholds if t <= tp]
+        fields = []
+        if self.gate.threshold_tokens <= tp:
+            fields.append(f"gate.thresholdTokens {self.gate.threshold_tokens}")
+        if low:
+            fields.append(f"serving.step.thresholds {low[:8]}")
+        if fields:
+            raise ValueError(
+                f"{' and '.join(fields)} must be above the servers' TP {tp} (tensorParallelSize, or "
+                f"--tensor-parallel-size of serving.extraArgs) with serving.step set: the step A/B's base prompt has "
+                f"T − TP tokens; raise each threshold above {tp} or leave it out"
+            )
 
     @model_validator(mode="after")
     def _runs_somewhere(self) -> ExperimentSpec:

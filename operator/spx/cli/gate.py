@@ -322,16 +322,14 @@ def read_and_decide(
     """Read ``target`` (a local path or an experiment name) once and decide."""
     try:
         if _is_local(target):
-            from spx.cli.outdir import partial_points, run_in_progress
+            from spx.cli.outdir import killed_run, run_in_progress
 
             run_dir = Path(target) if os.path.isdir(target) else Path(target).parent
             if holder := run_in_progress(run_dir):
                 return GateResult(EXIT_UNDECIDED, target, False, phase="Running",
                                   message=f"a run is in progress ({holder}); its status.json is written when it ends")
-            if not (run_dir / STATUS_FILE).exists() and (n := partial_points(run_dir)):
-                return GateResult(EXIT_UNDECIDED, target, False, message=(
-                    f"the run ended without writing its status.json (a full disk, SIGKILL, the OOM killer): not "
-                    f"decided; {n} measured point(s) in points.partial.jsonl (spx report {run_dir} reports them)"))
+            if not (run_dir / STATUS_FILE).exists() and (killed := killed_run(run_dir)):
+                return GateResult(EXIT_UNDECIDED, target, False, message=killed)
             local, local_generation = read_local(target)
             return decide(local, target, local_generation)
         check_names(target, namespace)

@@ -242,6 +242,22 @@ def partial_points(out: Path) -> int:
         return 0
 
 
+def killed_run(out: Path) -> str | None:
+    """What a run in ``out`` that ended without writing its ``status.json`` left (``None``: no sign of a run: no
+    ``points.partial.jsonl`` and no :data:`MANIFEST_FILE`): its streamed points, or that it measured none, and
+    the earlier run an ``--overwrite`` of it had set aside in :data:`REPLACED_DIR` (never deleted unasked)."""
+    if not ((out / POINTS_FILE).exists() or (out / MANIFEST_FILE).exists()):
+        return None
+    n = partial_points(out)
+    kept = (f"{n} measured point(s) in {POINTS_FILE} (spx report {out} reports them)" if n else
+            "it measured no point before it stopped")
+    if (out / REPLACED_DIR).is_dir():
+        kept += (f"; the earlier run it was replacing is in {out / REPLACED_DIR}: move its files back into {out} "
+                 "to keep it")
+    return (f"the run ended without writing its status.json (a full disk, SIGKILL, the OOM killer): not decided; "
+            f"{kept}")
+
+
 def measured(out: Path) -> bool:
     """Whether the run in ``out`` measured at least one point (a line in ``points.partial.jsonl``, or points
     in ``result.json``)."""

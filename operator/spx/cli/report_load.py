@@ -252,10 +252,11 @@ def _refuse_empty(directory: Path) -> None:
     Raises:
         UsageError: a run in progress, or nothing to report (no ``points.partial.jsonl`` either).
     """
-    from spx.cli.outdir import partial_points, run_in_progress
+    from spx.cli.outdir import killed_run, partial_points, run_in_progress
 
     if holder := run_in_progress(directory):
         raise UsageError(f"a run is in progress in {directory} ({holder}): its result.json and status.json are "
                          f"written when it ends; report it then (spx gate {directory} --wait SECONDS waits for it)")
     if not partial_points(directory):
-        raise UsageError(f"no result.json or status.json in {directory}")
+        killed = killed_run(directory)
+        raise UsageError(f"no result.json or status.json in {directory}" + (f": {killed}" if killed else ""))

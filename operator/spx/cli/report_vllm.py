@@ -93,6 +93,21 @@ def _read(directory: Path, name: str, model: type[D], out: VllmSections) -> tupl
     try:
         return model.model_validate(json.loads(path.read_text(encoding="utf-8"))), str(path.relative_to(directory))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValidationError) as err:
-        out.warnings.append(f"{path}: not judged with it, it cannot be read as a {name} ({str(err)[:200]}); "
+        out.warnings.append(f"{path}: not judged with it, it cannot be read as {name} ({_why(err)}); "
                             "status.json's section is used where there is one")
         return None
+
+
+def _why(err: Exception) -> str:
+    """One bounded line of why a result document could not be read: a schema error as spx words it elsewhere
+    (field, what is expected, an excerpt of the value: :func:`spx.api.problems.describe_validation_error`; at
+    most 3 problems), never pydantic's multi-line dump with its links."""
+    from pydantic import ValidationError
+
+    from spx.api.problems import clip, describe_validation_error
+
+    if isinstance(err, ValidationError):
+        problems = describe_validation_error(err)
+        more = f"; … and {len(problems) - 3} more" if len(problems) > 3 else ""
+        return clip("; ".join(problems[:3]) + more, 400)
+    return clip(str(err), 200)

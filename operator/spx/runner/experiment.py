@@ -289,15 +289,42 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
     allow_cpu = spec.gate.allow_cpu_timings
     serving = summarize_serving(benches.serving, allow_cpu_timings=allow_cpu) if benches.serving is not None else None
     accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
-    step = summarize_step(benches.step) if benches.step is not None else None
-    verdict, reasons = benches_verdict(serving, accuracy, step, allow_cpu_timings=allow_cpu)
-    judgement = Judgement(kernel=None, verdict=verdict, reason=verdict, reasons=reasons,
-                          message=f"{verdict}: {reasons[0] if reasons else verdict}", serving=serving, accuracy=accuracy,
-                          step=step)
-    status = local_status(judgement, now=utc_now(), started_at=started, completed_summary="vLLM benches completed")
+    kernel_run = _kernel_result_in(out)
+    if kernel_run is not None:
+        # a kernel sweep already in --out (`spx run`, then `spx serving` into the same folder, as the step A/B's
+        # next step says): judged together, as `spx report` re-judges the folder, so that the verdict spx gate
+        # reads keeps the kernel's (a kernel Fail stays Fail) and both commands agree
+        from spx.analysis.step import kernel_deltas
+
+        step = (summarize_step(benches.step, kernel_deltas(judge(kernel_run, kernel_run.spec).kernel))
+                if benches.step is not None else None)
+        status = build_status(kernel_run, judge(kernel_run, kernel_run.spec, serving=serving, accuracy=accuracy,
+                                                step=step))
+        if step is not None:
+            status = status.model_copy(update={"step": step})
+    else:
+        step = summarize_step(benches.step) if benches.step is not None else None
+        verdict, reasons = benches_verdict(serving, accuracy, step, allow_cpu_timings=allow_cpu)
+        judgement = Judgement(kernel=None, verdict=verdict, reason=verdict, reasons=reasons,
+                              message=f"{verdict}: {reasons[0] if reasons else verdict}", serving=serving,
+                              accuracy=accuracy, step=step)
+        status = local_status(judgement, now=utc_now(), started_at=started, completed_summary="vLLM benches completed")
     write_status(out, status)
     complete = all(r is None or r.complete for r in (benches.serving, benches.accuracy, benches.step))
     return BenchesOutcome(status=status, serving=serving, accuracy=accuracy, step=step, complete=complete)
+
+
+def _kernel_result_in(out: Path) -> KernelResult | None:
+    """The kernel sweep's ``result.json`` in ``out`` (a ``spx run`` there before ``spx serving``), or ``None``:
+    absent or unreadable (then the benches are judged alone, as before)."""
+    from pydantic import ValidationError
+
+    from spx.vocabulary import RESULT_FILE
+
+    try:
+        return KernelResult.model_validate(json.loads((out / RESULT_FILE).read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, ValidationError):
+        return None
 
 
 __all__ = ["BenchesOutcome", "ExperimentOptions", "ExperimentOutcome", "RunHooks", "build_status", "is_cpu", "run_experiment",

@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spx.analysis.serving import OFF, flag_int
+from spx.analysis.serving import OFF
 from spx.analysis.step import lengths
 from spx.api.base import utc_now
 from spx.api.serving import ServingArmSpec
+from spx.api.serving import server_tp as api_server_tp
 from spx.api.spec import ExperimentSpec
 from spx.api.step import StepLengthRole, StepRequest, StepResult, StepServerRole, StepServerRun, StepSpec
 from spx.files import write_atomic
@@ -94,9 +95,7 @@ def _step(spec: ExperimentSpec) -> StepSpec:
 def server_tp(spec: ExperimentSpec) -> int:
     """The servers' TP size: ``--tensor-parallel-size``/``-tp`` of ``serving.extraArgs`` when given (it wins on the
     serve command line), else ``spec.parallelism.tensorParallelSize``. The base length is T − this."""
-    extra = serving_of(spec).extra_args
-    given = flag_int(extra, "--tensor-parallel-size") or flag_int(extra, "-tp")
-    return given or spec.parallelism.tensor_parallel_size
+    return api_server_tp(serving_of(spec).extra_args, spec.parallelism.tensor_parallel_size)
 
 
 def plan(spec: ExperimentSpec) -> list[PlannedServer]:
