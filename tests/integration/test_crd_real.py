@@ -55,6 +55,8 @@ CASES: list[tuple[str, dict[str, Any], bool, str]] = [
     ("serving-default-timeout-short", {"serving": {"model": "m"}}, False, "timeoutSeconds must be at least"),
     ("step-servers-fit", {"serving": {**SERVING, "step": {"thresholds": [4096], "positiveControl": True}},
                           "timeoutSeconds": 360}, True, ""),
+    ("step-thresholds-repeat", {"serving": {**SERVING, "step": {"thresholds": [4096, 4096]}}, "timeoutSeconds": 14400},
+     False, "must list each threshold once"),
     ("step-servers-short", {"serving": {**SERVING, "step": {"thresholds": [4096], "positiveControl": True}},
                             "timeoutSeconds": 359}, False, "timeoutSeconds must be at least"),
     ("arm-names-repeat", {"serving": {**SERVING, "arms": [{"name": "B1", "variant": "split"}, {"name": "B1", "variant": "main"}]},

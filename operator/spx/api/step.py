@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from spx.api.base import CamelModel
 
@@ -58,7 +58,7 @@ class StepSpec(CamelModel):
     """
 
     thresholds: list[Annotated[int, Field(gt=0, le=1 << 24)]] = Field(default_factory=list, max_length=8)
-    """Thresholds T (tokens) to measure besides gate.thresholdTokens, each on its own treated server."""
+    """Thresholds T (tokens) to measure besides gate.thresholdTokens, each on its own treated server; each listed once."""
     rounds: int = Field(default=40, ge=8, le=10_000)
     """Rounds per server; each round sends one prompt of each length (T − TP, T, T + 1) in a shuffled order."""
     warmup_rounds: int = Field(default=3, ge=0, le=1_000)
@@ -78,6 +78,15 @@ class StepSpec(CamelModel):
 
 
 # --------------------------------------------------------------------------- result document
+
+    @field_validator("thresholds")
+    @classmethod
+    def _listed_once(cls, v: list[int]) -> list[int]:
+        """Refuse a repeated threshold (each is a server and a model load: the Job deadline counts them)."""
+        dupes = sorted({t for t in v if v.count(t) > 1})
+        if dupes:
+            raise ValueError(f"serving.step.thresholds must list each threshold once, {dupes} repeat")
+        return v
 
 
 class StepRequest(CamelModel):
