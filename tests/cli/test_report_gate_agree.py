@@ -155,6 +155,14 @@ def case_partial(out: Path) -> None:
     write_run(out, kernel_result(tokens=(6, 48, 384), complete=False, error="interrupted"))
 
 
+def case_truncated_result(out: Path) -> None:
+    """A result.json cut short (a full disk before atomic writes, a copy interrupted) beside an intact status.json:
+    the gate reads the status; the report falls back to it, saying so (it exited 3, "not JSON")."""
+    write_run(out, kernel_result(), serving=ServingStatus(gate_passed=False, reasons=["tput_8k: -20.0 %"]))
+    text = (out / "result.json").read_text()
+    (out / "result.json").write_text(text[: len(text) // 2])
+
+
 #: (folder, the verdict both must read, what decided it; ``None``: a partial run, no verdict)
 CASES = [
     pytest.param(case_kernel_only, "Pass", "kernel", id="kernel-only"),
@@ -166,6 +174,7 @@ CASES = [
     pytest.param(case_kernel_and_step_document, "Pass", "step", id="kernel+step-document"),
     pytest.param(case_regimes_disagree_no_step, "Inconclusive", "none", id="regimes-disagree-no-step"),
     pytest.param(case_partial, None, None, id="partial"),
+    pytest.param(case_truncated_result, "Fail", "serving", id="truncated-result-json"),
 ]
 
 
@@ -183,6 +192,8 @@ def test_report_and_gate_agree_on_the_same_folder(tmp_path: Path, capsys: pytest
     assert (report["kernel"] or {}).get("decidedBy") == decided_by or verdict is None
     if make is case_kernel_and_step_document:
         assert report["judgedWith"] == ["step A/B (serving/step-result.json)"]
+    if make is case_truncated_result:
+        assert any("result.json cannot be read" in w and "as spx gate does" in w for w in report["warnings"])
     if verdict is None:
         assert report["partial"] is True and gate["decided"] is True and gate.get("verdict") is None
 

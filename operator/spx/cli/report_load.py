@@ -183,10 +183,14 @@ def load_run(target: Path, override: ExperimentSpec | None = None) -> LoadedRun:
     is_status = target.is_file() and (target.name == STATUS_FILE or is_status_document(load_json(target)))
     result_path = target if target.is_file() and not is_status else directory / RESULT_FILE
     status_path = target if is_status else directory / STATUS_FILE
-    if result_path.is_file():
-        result = validated(KernelResult, result_path)
+    result, unreadable = _result_or_why(result_path, fall_back=target.is_dir() and status_path.is_file())
+    if result is not None:
         status = _vllm_part(status_path) if status_path.is_file() else None
         run = LoadedRun(result, result_path, result.spec, result.environment, result.experiment, directory, status)
+    elif unreadable is not None:  # as spx gate reads the folder: its status.json, and say why
+        run = _run_of_status(validated(ExperimentStatus, status_path), status_path, directory)
+        run.warnings.insert(0, f"{result_path} cannot be read ({unreadable}): reporting {status_path}'s points "
+                               "and verdict instead, as spx gate does")
     elif status_path.is_file():
         run = _run_of_status(validated(ExperimentStatus, status_path), status_path, directory)
     else:
@@ -199,6 +203,23 @@ def load_run(target: Path, override: ExperimentSpec | None = None) -> LoadedRun:
     if repeated := repeated_tokens(run.result.points):
         raise SpecError(repeated, str(run.source))
     return run
+
+
+def _result_or_why(result_path: Path, *, fall_back: bool) -> tuple[KernelResult | None, str | None]:
+    """``(the folder's result.json, None)``; ``(None, None)`` without one; ``(None, why)`` when it cannot be read
+    (truncated, not JSON, not a result) and ``fall_back`` (a folder whose ``status.json`` is there to report).
+
+    Raises:
+        UsageError, SpecError: an unreadable result.json and no ``fall_back``.
+    """
+    if not result_path.is_file():
+        return None, None
+    try:
+        return validated(KernelResult, result_path), None
+    except (UsageError, SpecError) as err:
+        if not fall_back:
+            raise
+        return None, str(err).splitlines()[0][:200]
 
 
 #: The sections of a status.json that ``spx report`` judges a result.json with (the rest it re-derives).
