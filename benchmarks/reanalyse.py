@@ -3,6 +3,7 @@ and what decided it.
 
     python benchmarks/reanalyse.py                      # every examples/results/**/result.json
     python benchmarks/reanalyse.py DIR [DIR ...]        # run directories holding result.json
+    python benchmarks/reanalyse.py --write-status DIR …  # also rewrite each DIR/status.json under today's rules
 
 For each run (its result.json, judged against its own recorded spec by :func:`spx.analysis.judge.judge`, the
 judgement ``spx report`` and the operator make) prints two tables:
@@ -31,6 +32,7 @@ from pathlib import Path
 from spx.analysis.judge import judge
 from spx.api.result import KernelResult
 from spx.api.status import KernelPoint, KernelStatus, StakeRow
+from spx.runner.experiment import build_status, write_status
 
 ROOT = Path(__file__).resolve().parents[1]
 AT = (1024, 2048, 8192)
@@ -84,6 +86,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dirs", nargs="*", type=Path, help="run directories holding result.json (default: every one "
                                                       "under examples/results)")
+    p.add_argument("--write-status", action="store_true",
+                   help="rewrite each run's status.json with today's judgement (what spx gate reads), as spx run writes it")
     args = p.parse_args()
     dirs = [d.resolve() for d in args.dirs] or sorted(f.parent for f in (ROOT / "examples" / "results").rglob("result.json"))
     judged = []
@@ -92,6 +96,8 @@ def main() -> int:
         lifted = result.spec.model_copy(update={"gate": result.spec.gate.model_copy(
             update={"allow_modelled_gather": True})})
         judged.append((d, result, judge(result, result.spec), judge(result, lifted)))
+        if args.write_status:
+            write_status(d, build_status(result, judged[-1][2]))
 
     print("## Δg and Δh (split − replicated, µs per layer, 95 % interval)\n")
     head = ["run", "backend", *(f"Δg @{t}" for t in AT), *(f"Δh @{t}" for t in AT)]
