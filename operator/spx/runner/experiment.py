@@ -15,18 +15,18 @@ prints and maps the outcome to an exit code. Steps:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spx.analysis.judge import CPU_NOTE, Judgement, judge, local_status
-from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, dump_model, wire
+from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, wire
 from spx.api.base import utc_now
 from spx.files import write_atomic
+from spx.rundir import RunDirectory
 from spx.runner.local import LocalRunOutcome, RunProgress, run_local
-from spx.vocabulary import SERVING_DIR, STATUS_FILE
+from spx.vocabulary import SERVING_DIR
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -132,7 +132,7 @@ def build_status(result: KernelResult, judgement: Judgement) -> ExperimentStatus
 
 def write_status(out: Path, status: ExperimentStatus) -> None:
     """``OUT/status.json`` (camelCase, indented), whole or not at all (:func:`spx.files.write_atomic`)."""
-    write_atomic(out / STATUS_FILE, json.dumps(dump_model(status), indent=1) + "\n")
+    RunDirectory(out).write_status(status)
 
 
 def write_result_summary(path: str, result: KernelResult, serving: ServingStatus | None = None,
@@ -317,14 +317,7 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
 def _kernel_result_in(out: Path) -> KernelResult | None:
     """The kernel sweep's ``result.json`` in ``out`` (a ``spx run`` there before ``spx serving``), or ``None``:
     absent or unreadable (then the benches are judged alone, as before)."""
-    from pydantic import ValidationError
-
-    from spx.vocabulary import RESULT_FILE
-
-    try:
-        return KernelResult.model_validate(json.loads((out / RESULT_FILE).read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError, ValidationError):
-        return None
+    return RunDirectory(out).result_or_none()
 
 
 __all__ = ["BenchesOutcome", "ExperimentOptions", "ExperimentOutcome", "RunHooks", "build_status", "is_cpu", "run_experiment",
