@@ -266,7 +266,7 @@ RUN_OUTPUTS: Final[tuple[str, ...]] = (RESULT_FILE, STATUS_FILE, PLOT_FILE, POIN
 #: Files whose presence marks a folder as a run's directory.
 RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE, MANIFEST_FILE)
 
-# --- the bench pod's own mounts (``spx.controller.build.manifests``, ``pod_security``) ----------------
+# --- the bench pod's own mounts (``spx.controller.manifests.job``, ``pod_security``) ----------------
 
 #: The experiment file the operator projects into the pod (from an annotation, read-only).
 EXPERIMENT_MOUNT: Final = "/etc/spx"
