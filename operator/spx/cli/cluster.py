@@ -48,6 +48,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file} has no spec.serving, so there is no vLLM bench to run; add a spec.serving "
                          "section (docs/serving.md)")
     from spx.rundir import RunDirectory
+    from spx.serving.server import interrupts_stop_servers
     from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE, STATUS_FILE, STEP_RESULT_FILE
 
     with RunDirectory(args.out).locked() as run_dir:  # one run at a time per --out, as spx run
@@ -57,7 +58,8 @@ def cmd_serving(args: argparse.Namespace) -> int:
                              "--overwrite to replace them, or choose another --out")
         run_dir.begin()
         try:
-            outcome = run_vllm_benches(exp.spec, args.out, name=exp.metadata.name, vllm_command=args.vllm.split())
+            with interrupts_stop_servers():  # SIGTERM as Ctrl-C: the servers are stopped and what ran is saved
+                outcome = run_vllm_benches(exp.spec, args.out, name=exp.metadata.name, vllm_command=args.vllm.split())
         except (ValueError, OSError) as err:
             err_console().print(f"[bold red]the vLLM benches did not start:[/] {escape(str(err))}", highlight=False)
             return EXIT_FAIL

@@ -126,13 +126,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.summary_file:
         check_writable(args.summary_file, args.file)
     from spx.rundir import RunDirectory
+    from spx.serving.server import interrupts_stop_servers
 
     with RunDirectory(out).locked() as run_dir:
         aside = run_dir.prepare(args.overwrite)
         code: int | None = None
         try:
             run_dir.begin(planned_tokens=spec.sweep.tokens)
-            code = _run_locked(args, spec, name, out)
+            with interrupts_stop_servers():  # SIGTERM as Ctrl-C: ranks and vLLM servers stopped, what ran is kept
+                code = _run_locked(args, spec, name, out)
             return code
         finally:
             # refused before it started (an exception) or Ctrl-C before the first point: keep the earlier run
@@ -217,6 +219,8 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
     if outcome.status.verdict is not None:
         console.print(f"verdict over every gate: {outcome.status.verdict}", highlight=False, markup=False)
     console.print(f"results: {out / STATUS_FILE}, {out / SERVING_DIR}", highlight=False, markup=False)
+    if outcome.stopped:
+        return EXIT_INTERRUPTED
     return EXIT_FAIL if outcome.vllm_error else EXIT_OK
 
 

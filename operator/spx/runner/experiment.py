@@ -87,7 +87,8 @@ class ExperimentOutcome:
         judgement: the kernel bench's judgement (what the report shows).
         vllm_ran: the vLLM step was attempted (``serving`` asked and the kernel bench completed).
         serving, accuracy: the vLLM benches' statuses (``None`` when not run or not in the spec).
-        vllm_error: why the vLLM benches did not start (``None`` when they did or were not asked for).
+        vllm_error: why the vLLM benches did not start or were stopped (``None`` when they ran or were not asked for).
+        stopped: the signal that stopped the vLLM benches (``interrupted (SIGTERM)``), ``None`` when none did.
     """
 
     run: LocalRunOutcome
@@ -98,6 +99,7 @@ class ExperimentOutcome:
     accuracy: AccuracyStatus | None = None
     step: StepStatus | None = None
     vllm_error: str | None = None
+    stopped: str | None = None
 
     @property
     def result(self) -> KernelResult:
@@ -230,8 +232,13 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
     opts = RunnerOptions(vllm_command=list(vllm_command), experiment=name, on_arm=emit, on_step=hooks.on_step_document)
     try:
         benches = run_vllm_benchmarks(spec, out / SERVING_DIR, opts)
-    except (ValueError, OSError) as exc:
-        why = f"the vLLM benches did not start: {exc}"
+    except (ValueError, OSError, KeyboardInterrupt) as exc:
+        if isinstance(exc, KeyboardInterrupt):  # SIGINT/SIGTERM: every server was stopped, what ran is saved
+            outcome.stopped = str(exc) or "interrupted (Ctrl-C)"
+            why = (f"the vLLM benches were stopped ({outcome.stopped}); every server was stopped and what they "
+                   f"measured is in {out / SERVING_DIR}")
+        else:
+            why = f"the vLLM benches did not start: {exc}"
         outcome.vllm_error = why
         if has_points:
             outcome.serving = ServingStatus(failures=[why], reasons=[why])
