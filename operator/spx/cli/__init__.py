@@ -67,7 +67,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:
         stopped = {"run": ": nothing was started, or every started rank and vLLM server was stopped",
                    "serving": ": every vLLM server spx started was stopped"}.get(args.command, "")
-        err_console().print(f"{exc or 'interrupted (Ctrl-C)'}{stopped}",
+        err_console().print(f"{str(exc) or 'interrupted (Ctrl-C)'}{stopped}",
                             highlight=False, markup=False, soft_wrap=True)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `spx crd | head -1`: stop quietly, exit 141 as SIGPIPE would
