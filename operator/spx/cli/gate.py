@@ -382,7 +382,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.json and args.output not in (None, "json"):
         problem = f"--json and -o {args.output} contradict each other: give one of them (--json is -o json)"
     if problem is not None:
-        print(f"spx gate: {problem}", file=sys.stderr)
+        print(f"error: {problem}", file=sys.stderr)  # (as every other usage error of spx words it)
         return EXIT_USAGE
     deadline = time.monotonic() + args.wait
     while True:
