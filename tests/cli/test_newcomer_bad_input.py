@@ -41,14 +41,14 @@ def experiment(tmp_path: Path, step: str, threshold: int = 2048, extra_args: str
 def test_a_step_threshold_at_or_below_tp_is_refused_by_validate_naming_the_field(tmp_path: Path) -> None:
     done = spx("validate", str(experiment(tmp_path, "{thresholds: [1, 4096]}")))
     assert done.returncode == EXIT_USAGE, done.stderr
-    assert "serving.step.thresholds [1] must be above the servers' TP 2" in done.stderr
+    assert "spec.serving.step.thresholds: [1] must be above the servers' TP 2" in done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_a_gate_threshold_at_or_below_the_extra_args_tp_is_refused_with_a_step(tmp_path: Path) -> None:
     done = spx("validate", str(experiment(tmp_path, "{}", threshold=8, extra_args='["--tensor-parallel-size", "8"]')))
     assert done.returncode == EXIT_USAGE, done.stderr
-    assert "gate.thresholdTokens 8 must be above the servers' TP 8" in done.stderr
+    assert "spec.gate.thresholdTokens: 8 must be above the servers' TP 8" in done.stderr
     # the same threshold without a step A/B is fine: the kernel gate has no base prompt
     assert spx("validate", str(experiment(tmp_path, "null", threshold=8))).returncode == EXIT_OK
 
@@ -57,7 +57,7 @@ def test_spx_serving_refuses_it_before_starting_anything(tmp_path: Path) -> None
     out = tmp_path / "out"
     done = spx("serving", str(experiment(tmp_path, "{thresholds: [2]}")), "--out", str(out), "--vllm", "/bin/false")
     assert done.returncode == EXIT_USAGE, done.stderr
-    assert "serving.step.thresholds [2]" in done.stderr
+    assert "spec.serving.step.thresholds: [2]" in done.stderr
     assert not out.exists()
 
 

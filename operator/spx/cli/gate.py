@@ -187,7 +187,7 @@ def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
     from spx.rundir import RunDirectoryError, read_json
 
     try:
-        data = read_json(Path(target), "the status.json that `spx run --out DIR` writes")
+        data = read_json(target, "the status.json that `spx run --out DIR` writes")
     except RunDirectoryError as err:
         raise GateError(str(err)) from None
     if not isinstance(data, dict):
