@@ -93,3 +93,17 @@ def test_a_cpu_runs_plot_legend_says_cpu_wall_time(tmp_path: Path) -> None:
         with matplotlib.rc_context({"svg.fonttype": "none"}):
             svg = plot_crossover(kernel, tmp_path / f"{cpu}.svg", title="t", cpu=cpu).read_text()
         assert f"replicated ({wanted})" in svg and other not in svg
+
+
+def test_stderr_degrades_characters_under_an_ascii_encoding() -> None:
+    """``PYTHONIOENCODING=ascii``: the progress lines on stderr read ``~ 14 s`` and ``183.9 us``; they read
+    ``\\u2248 14 s`` and ``183.9 \\xb5s`` (Python's stderr escapes what it cannot encode, issue 37)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from spx.cli.streams import degrade_unencodable_characters as d; d(); "
+            "sys.stderr.write('estimate \\u2248 14 s, 183.9 \\u00b5s, 432 MiB \\u00d7 2\\n')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert proc.stderr == b"estimate ~ 14 s, 183.9 us, 432 MiB x 2\n", proc.stderr
