@@ -36,7 +36,10 @@ def test_rows_and_thresholds():
     assert s.split_threshold_tokens == 4096 and s.pad_free_threshold_tokens == 2048
     assert 2049 < s.split_break_even_tokens < 4096 and 1024 < s.pad_free_break_even_tokens < 2048
     text = "\n".join(describe_pad_free(s) + markdown_pad_free(s))
-    assert "split wins from 4,096" in text and "pad-free from 2,048" in text and "**+22.0**" in text
+    assert "split wins from 4,096" in text and "pad-free from 2,048 (break-even 1," in text and "**+22.0**" in text
+    everywhere = pad_free_summary(_result(pts[1:]))
+    assert everywhere.pad_free_wins_everywhere and not everywhere.split_wins_everywhere
+    assert "pad-free from ≤ 2,048 (break-even ≤ 2,048)" in describe_pad_free(everywhere)[-1]
 
 
 def test_no_crossover_and_older_documents():

@@ -48,7 +48,8 @@ class PadFreeRow:
 @dataclass(frozen=True)
 class PadFreeSummary:
     """Every row, the layers a chunk passes, and the threshold the split and pad-free each allow:
-    first winning measured count and interpolated break-even (tokens; ``None``: no crossover measured)."""
+    first winning measured count and interpolated break-even (tokens; ``None``: no crossover measured;
+    ``*_wins_everywhere``: it wins at every measured count, so the break-even is at or below the smallest)."""
 
     rows: list[PadFreeRow]
     layers: int
@@ -56,6 +57,8 @@ class PadFreeSummary:
     pad_free_threshold_tokens: int | None
     split_break_even_tokens: float | None
     pad_free_break_even_tokens: float | None
+    split_wins_everywhere: bool = False
+    pad_free_wins_everywhere: bool = False
 
 
 def pad_free_row(point: PointResult, layers: int = V41_NUM_LAYERS) -> PadFreeRow | None:
@@ -93,11 +96,23 @@ def pad_free_summary(result: KernelResult, layers: int = V41_NUM_LAYERS) -> PadF
     return PadFreeSummary(rows=rows, layers=layers, split_threshold_tokens=first_winning_tokens(split_pts),
                           pad_free_threshold_tokens=first_winning_tokens(pf_pts),
                           split_break_even_tokens=None if split_be is None else split_be.tokens,
-                          pad_free_break_even_tokens=None if pf_be is None else pf_be.tokens)
+                          pad_free_break_even_tokens=None if pf_be is None else pf_be.tokens,
+                          split_wins_everywhere=split_be is not None and split_be.at_or_below_smallest_measured,
+                          pad_free_wins_everywhere=pf_be is not None and pf_be.at_or_below_smallest_measured)
 
 
-def _tokens(value: float | int | None) -> str:
-    return "none measured" if value is None else f"{value:,.0f}"
+def _tokens(value: float | int | None, at_or_below: bool = False) -> str:
+    if value is None:
+        return "none measured"
+    return f"≤ {value:,.0f}" if at_or_below else f"{value:,.0f}"
+
+
+def _thresholds(s: PadFreeSummary) -> tuple[str, str]:
+    """``(split, pad-free)``: first winning count (interpolated break-even), ``≤`` when it wins everywhere."""
+    return (f"{_tokens(s.split_threshold_tokens, s.split_wins_everywhere)} "
+            f"(break-even {_tokens(s.split_break_even_tokens, s.split_wins_everywhere)})",
+            f"{_tokens(s.pad_free_threshold_tokens, s.pad_free_wins_everywhere)} "
+            f"(break-even {_tokens(s.pad_free_break_even_tokens, s.pad_free_wins_everywhere)})")
 
 
 def describe_pad_free(summary: PadFreeSummary) -> list[str]:
@@ -109,9 +124,8 @@ def describe_pad_free(summary: PadFreeSummary) -> list[str]:
         host = "" if r.saved_host_us is None else f", host {r.saved_host_us:+.1f} µs"
         lines.append(f"  {r.tokens:>6} tokens (pad {r.pad_rows}): {r.saved_us:+.1f} µs / {r.saved_chunk_us / 1e3:+.2f} ms"
                      f"{host}; speedup split {r.split_speedup:.2f}x, pad-free {r.pad_free_speedup:.2f}x")
-    lines.append(f"  threshold: split wins from {_tokens(summary.split_threshold_tokens)} "
-                 f"(break-even {_tokens(summary.split_break_even_tokens)}), pad-free from "
-                 f"{_tokens(summary.pad_free_threshold_tokens)} (break-even {_tokens(summary.pad_free_break_even_tokens)})")
+    split, pad_free = _thresholds(summary)
+    lines.append(f"  threshold: split wins from {split}, pad-free from {pad_free}")
     return lines
 
 
@@ -126,7 +140,7 @@ def markdown_pad_free(summary: PadFreeSummary) -> list[str]:
                    f"**{r.saved_us:+.1f}** | {r.saved_chunk_us / 1e3:+.2f} | {host} | {r.split_speedup:.2f}× | "
                    f"{r.pad_free_speedup:.2f}× |")
     out.append("")
-    out.append(f"Threshold (GPU spans, first winning measured count; interpolated break-even): split "
-               f"{_tokens(summary.split_threshold_tokens)} ({_tokens(summary.split_break_even_tokens)}), "
-               f"pad-free {_tokens(summary.pad_free_threshold_tokens)} ({_tokens(summary.pad_free_break_even_tokens)}).")
+    split, pad_free = _thresholds(summary)
+    out.append(f"Threshold (GPU spans; first winning measured count, interpolated break-even): split {split}, "
+               f"pad-free {pad_free}.")
     return out
