@@ -99,6 +99,13 @@ def _sharded_samples(ctx: BenchContext, cands: Candidates, timing: Timing, name:
     return out
 
 
+def _inject_fault(rank: int, tokens: int) -> None:
+    """Tests: raise on rank ``SPX_FAULT_INJECT_RANK`` (at ``SPX_FAULT_INJECT_TOKENS`` tokens if set)."""
+    at_tokens = os.environ.get(FAULT_TOKENS_ENV)
+    if os.environ.get(FAULT_ENV) == str(rank) and at_tokens in (None, "", str(tokens)):
+        raise RuntimeError(f"injected fault on rank {rank} at {tokens} tokens ({FAULT_ENV})")
+
+
 def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
     """Measure the three candidates at ``tokens``; returns the point on rank 0 (None on the others).
 
@@ -111,9 +118,7 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
             off the fp32 reference by more than the backend's tolerance), CUPTI saw no kernels,
             or a fault was injected through ``SPX_FAULT_INJECT_RANK`` [+ ``SPX_FAULT_INJECT_TOKENS``] (tests).
     """
-    at_tokens = os.environ.get(FAULT_TOKENS_ENV)
-    if os.environ.get(FAULT_ENV) == str(ctx.rank) and at_tokens in (None, "", str(tokens)):
-        raise RuntimeError(f"injected fault on rank {ctx.rank} at {tokens} tokens ({FAULT_ENV})")
+    _inject_fault(ctx.rank, tokens)
     cands = build_candidates(ctx, tokens)
     plan = cands.plan
     mode, why = point_execution(ctx, tokens)
