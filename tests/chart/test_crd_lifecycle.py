@@ -32,7 +32,7 @@ def test_schema_version_is_bumped_with_every_schema_change() -> None:
     assert now == SCHEMA_FINGERPRINT, (
         f"the generated CRD's schema changed: set SCHEMA_VERSION = {SCHEMA_VERSION + 1} and "
         f"SCHEMA_FINGERPRINT = {now!r} in operator/spx/api/crd_version.py (an operator must refuse the "
-        "CRD of the previous schema), then regenerate crds/ (scripts/regen.sh)"
+        "CRD of the previous schema), then regenerate crds/: scripts/regen.sh does both"
     )
 
 
