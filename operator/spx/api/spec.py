@@ -179,3 +179,17 @@ class Experiment(CamelModel):
     metadata: ObjectMeta
     spec: ExperimentSpec
     status: dict[str, Any] | None = None
+
+
+def spec_hash(spec: ExperimentSpec) -> str:
+    """A short, stable hash of ``spec`` (its wire form, keys sorted): ``sha256:`` + 16 hex digits.
+
+    Every bench document (step, serving, accuracy results) records it with the experiment's name and the
+    run id, so a document of another spec or run is refused rather than judged with this one (issue #35).
+    Defaults are included, so two files that differ only in writing a default the same way hash alike.
+    """
+    import hashlib
+    import json
+
+    wire = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(wire.encode()).hexdigest()[:16]
