@@ -4,7 +4,7 @@ For each arm of ``spec.serving.arms``, in order (default B1 A1 A2 B2), an :class
 
 1. waits until the port is free, then launches ``vllm serve`` in its own process group with
    ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` = ``off`` (main) or the arm's threshold (split), read by
-   the spx vLLM plugin (:mod:`spx.bench.vllm_plugin`); its stdout+stderr go to ``server.log``, kept;
+   the spx vLLM plugin (:mod:`spx.vllm_ext.plugin`); its stdout+stderr go to ``server.log``, kept;
 2. polls ``GET /health`` until 200 (``startupTimeoutSeconds``), failing early if the server exits;
    notes whether the log shows the plugin's "spx: set …" line (``thresholdConfirmed``);
 3. per point, runs ``vllm bench serve`` with the seed's protocol (:mod:`spx.serving.commands`) and
