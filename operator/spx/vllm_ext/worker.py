@@ -38,8 +38,9 @@ import os
 import time
 from typing import Any
 
-from spx.vllm_ext.plugin import DEFAULT_TARGET, ENV_TARGET, OFF_TOKENS, SYMBOL, set_threshold
+from spx.vllm_ext.plugin import DEFAULT_TARGET, OFF_TOKENS, SYMBOL, set_threshold
 from spx.vllm_ext.shard import pad_free_sp_shard
+from spx.vocabulary import PLUGIN_ENV_TARGET as ENV_TARGET
 
 #: The module function the split branch calls and the extension counts (vLLM 0.33's V4.1 attention module).
 SHARD_FUNCTION = "sp_shard"
@@ -75,7 +76,7 @@ def _sync_device() -> None:
     """Wait for the device's queued work (CUDA, once initialised), so an injected wait follows the forward's work."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         torch.cuda.synchronize()
 
 
@@ -140,7 +141,7 @@ class SplitSwitch:
             return pad_free_sp_shard(x) if state.pad_free else state.original_shard(x)
 
         setattr(module, SHARD_FUNCTION, counted_shard)
-        inner = self.execute_model  # type: ignore[attr-defined]
+        inner = getattr(self, "execute_model")  # noqa: B009  (the worker's; this mixin has none)
 
         def execute_model(scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
             before = state.split_calls
@@ -153,7 +154,7 @@ class SplitSwitch:
                 state.forwards.append([tokens, state.split_calls - before])
             return out
 
-        self.execute_model = execute_model  # type: ignore[attr-defined]
+        setattr(self, "execute_model", execute_model)  # noqa: B010  (an instance attribute shadows the worker's)
         self.__dict__["_spx_state"] = state
         self._spx_installed()
         return state
