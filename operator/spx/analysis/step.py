@@ -376,29 +376,3 @@ def kernel_deltas(kernel: KernelStatus | None) -> KernelDeltas | None:
         return _interpolate(g_x, g_y, n), _interpolate(h_x, h_y, n)
 
     return at
-
-
-# TEMP (h1, until h2's spx.analysis.step lands; replaced wholesale by h2's file at the merge): the contract's names
-def default_lengths(gate_threshold: int, tp: int, max_batched: int, thresholds: Sequence[int] = ()) -> list[int]:
-    """TEMP stand-in of h2's curve: below, at and above each threshold, aligned and off-aligned, ≤ max_batched."""
-    out = set()
-    for t in [gate_threshold, *thresholds]:
-        for n in (t // 2, t - tp, t, t + 1, t + tp, 2 * t):
-            if 0 < n <= max_batched:
-                out.add(n)
-    return sorted(out)
-
-
-def arms(step: Any) -> list[Any]:
-    """TEMP stand-in: every arm (pad-free with step.padFree)."""
-    return ["replicated", "split", *(["pad-free"] if step.pad_free else []), "aa", "positive-control"]
-
-
-def stop_reason(result: StepResult, elapsed_seconds: float) -> str | None:
-    """TEMP stand-in: stop at step.rounds or step.budgetSeconds."""
-    step = result.step
-    if step.budget_seconds is not None and elapsed_seconds >= step.budget_seconds:
-        return f"budget: {elapsed_seconds:.0f} s"
-    if result.rounds_done >= step.rounds:
-        return f"rounds: {result.rounds_done}"
-    return None
