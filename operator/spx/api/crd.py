@@ -59,12 +59,14 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         {   # ExperimentSpec._vllm_benches_fit, via min_timeout_seconds
             "rule": "!has(self.serving) || "
             f"(has(self.timeoutSeconds) ? self.timeoutSeconds : {DEFAULT_TIMEOUT_SECONDS}) >= "
-            f"((has(self.serving.arms) ? size(self.serving.arms) : {len(default_arms())}) + "
+            "(((has(self.serving.points) && size(self.serving.points) == 0 && !has(self.accuracy)) ? 0 : "
+            f"(has(self.serving.arms) ? size(self.serving.arms) : {len(default_arms())})) + "
             "(has(self.serving.step) ? 1 : 0)) * "
             f"(has(self.serving.startupTimeoutSeconds) ? self.serving.startupTimeoutSeconds : "
             f"{DEFAULT_STARTUP_TIMEOUT_SECONDS}) + "
             "((has(self.serving.step) && has(self.serving.step.budgetSeconds)) ? self.serving.step.budgetSeconds : 0)",
-            "message": "with spec.serving, timeoutSeconds must be at least (the number of serving arms + the step "
+            "message": "with spec.serving, timeoutSeconds must be at least (the number of serving arms that run: none "
+            "with points: [] and no accuracy + the step "
             "A/B's one server) × serving.startupTimeoutSeconds + serving.step.budgetSeconds (every server's model "
             "load and the step A/B's rounds must fit the Job deadline)",
         },

@@ -102,11 +102,12 @@ class ExperimentSpec(CamelModel):
         if self.serving is not None and self.serving.step is not None:
             self._step_thresholds_above_tp(self.serving, self.serving.step)
         if self.serving is not None:
-            floor = min_timeout_seconds(self.serving)
+            floor = min_timeout_seconds(self.serving, self.accuracy is not None)
             if self.timeout_seconds < floor:
                 raise ValueError(
                     f"timeoutSeconds={self.timeout_seconds} is too short for spec.serving: "
-                    f"({len(self.serving.arms)} arms + {step_servers(self.serving)} step A/B server) × "
+                    f"({arm_servers(self.serving, self.accuracy is not None)} arms + {step_servers(self.serving)} "
+                    f"step A/B server) × "
                     f"startupTimeoutSeconds {self.serving.startup_timeout_seconds} + step.budgetSeconds "
                     f"{step_budget_seconds(self.serving)} = {floor} s of model loading and step rounds alone; set timeoutSeconds ≥ {floor} (a DeepSeek-V4.1 A/B "
                     f"with GSM8K takes 3–4 h: 14400) or lower serving.startupTimeoutSeconds"
@@ -157,11 +158,19 @@ def step_budget_seconds(serving: ServingSpec) -> int:
     return 0 if serving.step is None or serving.step.budget_seconds is None else serving.step.budget_seconds
 
 
-def min_timeout_seconds(serving: ServingSpec) -> int:
-    """The smallest ``timeoutSeconds`` an experiment with ``serving`` may have: every server's
-    ``startupTimeoutSeconds`` (the model load it is allowed) fits the Job deadline: the serving arms and the
-    step A/B's one server (:func:`step_servers`), plus the step A/B's rounds (``step.budgetSeconds``)."""
-    return (len(serving.arms) + step_servers(serving)) * serving.startup_timeout_seconds + step_budget_seconds(serving)
+def arm_servers(serving: ServingSpec, accuracy: bool) -> int:
+    """How many serving arms load a model: every arm when there are serving points or GSM8K (``accuracy``), none
+    otherwise (the step A/B alone: ``points: []`` and no ``spec.accuracy``; the runner skips such arms)."""
+    return len(serving.arms) if serving.points or accuracy else 0
+
+
+def min_timeout_seconds(serving: ServingSpec, accuracy: bool = False) -> int:
+    """The smallest ``timeoutSeconds`` an experiment with ``serving`` (and GSM8K when ``accuracy``) may have: every
+    server's ``startupTimeoutSeconds`` (the model load it is allowed) fits the Job deadline: the serving arms that run
+    (:func:`arm_servers`) and the step A/B's one server (:func:`step_servers`), plus the step A/B's rounds
+    (``step.budgetSeconds``)."""
+    servers = arm_servers(serving, accuracy) + step_servers(serving)
+    return servers * serving.startup_timeout_seconds + step_budget_seconds(serving)
 
 
 class ObjectMeta(CamelModel):

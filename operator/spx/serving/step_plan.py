@@ -71,16 +71,16 @@ def forward_accounting(counts: Sequence[Mapping[str, Any]]) -> tuple[list[int], 
 
 
 def forward_confirmed(switch: Switch, length: int, counts: Sequence[Mapping[str, Any]], workers: int) -> bool:
-    """The forwards did what the switch asked, on every one of ``workers``: their tokens sum to ``length`` (the
-    request's prefill and nothing else) and each forward took the split branch exactly when its tokens reach the
-    threshold (V4.1's gate ``num_tokens >= _SHARD_FUSED_WQA_WKV_MIN_TOKENS``)."""
+    """The forward did what the switch asked, on every one of ``workers``: exactly one forward of ``length`` tokens
+    (the request's whole prefill in one step: a chunked prefill would measure two smaller steps) that took the split
+    branch exactly when ``length`` reaches the threshold (V4.1's gate ``num_tokens >= _SHARD_FUSED_WQA_WKV_MIN_TOKENS``)."""
     if len(counts) != workers or workers == 0:
         return False
     for c in counts:
         forwards = c.get("forwards", [])
-        if not forwards or sum(int(f[0]) for f in forwards) != length:
+        if len(forwards) != 1 or int(forwards[0][0]) != length:
             return False
-        if any((int(f[1]) > 0) != (int(f[0]) >= switch.threshold) for f in forwards):
+        if (int(forwards[0][1]) > 0) != (length >= switch.threshold):
             return False
     return True
 
