@@ -22,6 +22,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from spx import __version__
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
 from spx.api.policy import Policy, check_bench_image, policy_from_env
 from spx.controller.decide.observation import Timeouts
@@ -29,7 +30,8 @@ from spx.controller.manifests.job import DEFAULT_BENCH_COMMAND
 from spx.controller.manifests.placement import PlacementDefaults
 from spx.controller.workqueue import HOLD_S
 
-DEFAULT_BENCH_IMAGE = "ghcr.io/spx-dev/spx-bench:0.1.0"
+#: The bench image of this release (scripts/release.sh stamps one version everywhere: spx.__version__).
+DEFAULT_BENCH_IMAGE = f"ghcr.io/spx-dev/spx-bench:{__version__}"
 BENCH_ENV_PREFIX = "SPX_BENCH_ENV_"
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spx import __version__
 from spx.api.loading import SpecError
 from spx.api.policy import Policy
 from spx.api.spec import ExperimentSpec
@@ -187,7 +188,7 @@ class Observed:
     gone_pods: Sequence[Mapping[str, Any]] = ()
     deleting: bool = False
     timeouts: Timeouts = Timeouts()
-    bench_image: str = "ghcr.io/spx-dev/spx-bench:0.1.0"
+    bench_image: str = f"ghcr.io/spx-dev/spx-bench:{__version__}"
     bench: BenchOptions = BenchOptions()
     progress_interval_s: float = 30.0
     policy: Policy = field(default_factory=Policy)
