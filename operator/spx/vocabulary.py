@@ -352,6 +352,8 @@ RESERVED_MOUNT_PATHS: Final[tuple[str, ...]] = (
 
 #: The threshold the plugin sets in every vLLM process: ``off`` or a token count.
 PLUGIN_ENV_THRESHOLD: Final = "SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS"
+#: :data:`PLUGIN_ENV_THRESHOLD` of a main (unsplit) arm: the split never happens.
+PLUGIN_THRESHOLD_OFF: Final = "off"
 #: Overrides the module the plugin patches (tests point it at stand-ins).
 PLUGIN_ENV_TARGET: Final = "SPX_SHARD_FUSED_WQA_WKV_TARGET"
 #: Start of the line the plugin logs once it set the threshold (the serving A/B looks for it).
