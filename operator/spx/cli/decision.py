@@ -53,10 +53,14 @@ def regimes_disagree(kernel: KernelStatus) -> bool:
 
 def decided_by_line(kernel: KernelStatus, verdict: str | None) -> str | None:
     """``decided by: step (the step A/B on the deployment: …)``: ``kernel.decidedBy`` and its meaning
-    (:data:`spx.vocabulary.DECIDED_BY_MEANINGS`); ``None`` when the status does not say."""
+    (:data:`spx.vocabulary.DECIDED_BY_MEANINGS`); ``None`` when the status does not say. ``none`` without a
+    next step (a CPU smoke run: :func:`next_step_line` finds none) does not point at one: the reasons say why."""
     if verdict is None or kernel.decided_by is None:
         return None
-    return f"decided by: {kernel.decided_by} ({DECIDED_BY_MEANINGS[kernel.decided_by]})"
+    meaning = DECIDED_BY_MEANINGS[kernel.decided_by]
+    if kernel.decided_by == "none" and next_step_line(kernel, verdict) is None:
+        meaning = meaning.split(",", 1)[0] + "; the reasons say why"
+    return f"decided by: {kernel.decided_by} ({meaning})"
 
 
 def next_step_line(kernel: KernelStatus, verdict: str | None, gate_threshold: int | None = None) -> str | None:

@@ -63,12 +63,14 @@ def plot_crossover(
     *,
     title: str,
     gate_threshold_tokens: int | None = None,
+    cpu: bool = False,
     step: Any = None,
 ) -> Path:
     """Draw ``kernel``'s sweep to ``path`` and return the path: in the format its extension names
     (:func:`plot_format`: ``.png``, ``.svg``, ``.pdf``…), written whole or not at all (:func:`spx.files.write_atomic`).
 
-    Replicated and split latency (median GPU span, µs) vs tokens on log-log axes; the split's all-gather
+    Replicated and split latency (median GPU span, µs; a CPU smoke run's, ``cpu``, are host wall times and the
+    legend says so) vs tokens on log-log axes; the split's all-gather
     alone as a dotted line when known; vertical lines at the interpolated break-even, the recommended
     threshold, the gate's threshold, vLLM's CUDA-graph capture limit (points above it ran eagerly) and, where
     the host issue times differ, the host-bound regime's break-even. When the points carry their differences
@@ -106,7 +108,7 @@ def plot_crossover(
     ax_step = axes[1 + deltas][0] if curves else None
     ax2 = axes[-1][0] if intervals else None
     try:
-        _times_panel(ax, kernel, pts)
+        _times_panel(ax, kernel, pts, "CPU wall time" if cpu else "GPU span")
         _marks(ax, [a for a in (ax_delta, ax_step, ax2) if a is not None], kernel, pts, gate_threshold_tokens)
         if ax_delta is not None:
             _delta_panel(ax_delta, pts, host=host_deltas_differ(pts))
@@ -135,11 +137,12 @@ def plot_crossover(
     return out
 
 
-def _times_panel(ax: Any, kernel: KernelStatus, pts: list[KernelPoint]) -> None:
-    """Replicated and split GPU spans, and the all-gather alone where known."""
+def _times_panel(ax: Any, kernel: KernelStatus, pts: list[KernelPoint], timed: str) -> None:
+    """Replicated and split times (``timed``: ``GPU span``, or a CPU run's ``CPU wall time``), and the all-gather
+    alone where known."""
     tokens = [p.tokens for p in pts]
-    ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label="replicated (GPU span)")
-    ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label="split + all-gather (GPU span)")
+    ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label=f"replicated ({timed})")
+    ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label=f"split + all-gather ({timed})")
     gathered = [(p.tokens, p.gather_us) for p in pts if p.gather_us is not None and p.gather_us > 0]
     if gathered:
         ax.plot(  # with a marker: a single gathered point is drawn too

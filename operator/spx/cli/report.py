@@ -62,7 +62,7 @@ def draw_plot(
             kernel, path,
             title=plot_title(name=name, gpu=gpu, gemm_backend=gemm_backend, gather_source=gather_source, cpu=cpu,
                              tp=tp, partial=partial),
-            gate_threshold_tokens=gate_threshold, step=step,
+            gate_threshold_tokens=gate_threshold, cpu=cpu, step=step,
         )
         console.print(f"plot: {path}", highlight=False, markup=False)
     except Exception as exc:  # a plot is a convenience: never fail a run over it

@@ -118,6 +118,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "add a spec.serving section or drop --serving")
     if args.nproc is not None and args.nproc < 1:
         raise UsageError(f"--nproc must be >= 1 (got {args.nproc})")
+    if args.serving:  # before the kernel sweep (hours on a TP8 node): the vLLM command, modelPath, the port
+        from spx.serving.preflight import serving_problems
+
+        if problems := serving_problems(spec, (args.vllm or "vllm").split()):
+            raise UsageError("--serving: the vLLM benches would not start after the kernel sweep (nothing was measured): "
+                             + "; ".join(problems))
+    elif spec.serving is not None:
+        err_console().print(f"note: {args.file} has a spec.serving section: add --serving to run its vLLM benches "
+                            "after the kernel sweep (or run them alone: spx serving FILE)", highlight=False,
+                            markup=False, soft_wrap=True)
     name = exp.metadata.name
     if args.out is not None and not args.out.strip():
         raise UsageError(f"--out {args.out!r} is empty: give a directory (or leave --out out for "

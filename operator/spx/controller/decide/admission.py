@@ -1,8 +1,11 @@
 """Admission under the operator's concurrency limit (``SPX_MAX_CONCURRENT_EXPERIMENTS``): pure.
 
 An experiment holds a slot from the moment it is admitted (a reservation, until its Job exists)
-while its Job of the current generation is unfinished. The queued ones are admitted FIFO by
-creation time. Nothing is admitted before the reactor has listed both the experiments *and* the
+while its Job of the current generation is unfinished. The queued ones are admitted first come, first
+served, by creation time then name, *one at a time*: only the head of the queue is admitted, and only while no
+other admitted experiment is still creating its Job (``admitting``), so Jobs are created in the order the
+experiments were applied even when several slots free at once and several workers reconcile in parallel (they
+used to be admitted together and their Jobs created in whichever order the workers ran: 02, 01, 00; issue 37). Nothing is admitted before the reactor has listed both the experiments *and* the
 Jobs from the API server (``synced``): an operator restarted with experiments queued would
 otherwise count no running Jobs and exceed the limit.
 """
@@ -61,7 +64,8 @@ class Verdict:
     synced: bool = True
 
 
-def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key], synced: bool) -> Verdict:
+def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key], synced: bool,
+          admitting: Collection[Key] = ()) -> Verdict:
     """May ``key`` start a run?
 
     Args:
@@ -70,18 +74,17 @@ def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key],
         active: the experiments holding a slot (unfinished Job of their generation, or reserved).
         waiting: the experiments not yet admitted (:func:`waiting`), oldest first.
         synced: the reactor has listed experiments and Jobs since it started.
+        admitting: the experiments admitted whose Job is not created yet (the reactor's reservations): while
+            another is, ``key`` waits, so the Jobs are created in queue order.
     """
     if not synced:
         return Verdict(False, len(active), synced=False)
     if limit <= 0 or key in active:
         return Verdict(True, len(active))
-    free = limit - len(active)
-    if free <= 0:
+    if len(active) >= limit or any(k != key for k in admitting):
         return Verdict(False, len(active))
     queue = [k for k in waiting if k not in active]
-    if key not in queue:
-        queue.append(key)
-    return Verdict(queue.index(key) < free, len(active))
+    return Verdict(not queue or queue[0] == key, len(active))
 
 
 def kueue_managed(experiment: Mapping[str, Any] | None) -> bool:
