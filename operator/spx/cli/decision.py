@@ -22,7 +22,6 @@ from spx.api import KernelStatus
 from spx.api.status import RegimeSummary, StakeRow
 from spx.api.step import StepEffect, StepStatus
 from spx.cli.tables import (
-    CPU_NOTE,
     VERDICT_STYLE,
     crossover_lines,
     fmt_tokens,
@@ -32,7 +31,7 @@ from spx.cli.tables import (
     terminal_width,
     uncertainty_lines,
 )
-from spx.vocabulary import DECIDED_BY_MEANINGS
+from spx.vocabulary import CPU_NOTE, DECIDED_BY_MEANINGS
 
 #: A regime as the bottom line names it.
 REGIME_NAME = {"gpu-bound": "GPU-bound", "host-bound": "host-bound"}

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from spx.api import KernelPoint, KernelStatus
-from spx.cli.tables import CPU_NOTE, host_deltas_differ, regime_of
+from spx.cli.tables import host_deltas_differ, regime_of
 from spx.files import write_atomic
+from spx.vocabulary import CPU_NOTE
 
 #: Image formats a plot is written in, by file extension (matplotlib's Agg, PDF, SVG and PS writers).
 PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".eps": "eps", ".ps": "ps"}

@@ -20,6 +20,7 @@ from spx.controller.decide.job_status import job_finished
 from spx.controller.decide.objects import deleting, generation, meta
 from spx.controller.decide.store import Store
 from spx.controller.manifests.naming import KUEUE_QUEUE_LABEL, LABEL_GENERATION
+from spx.vocabulary import InfraReason
 
 Key = tuple[str, str]  # (namespace, experiment name)
 
@@ -28,12 +29,12 @@ KUEUE_GROUP: Final = "kueue.x-k8s.io"
 LOCAL_QUEUES: Final = "localqueues"
 #: ``reason`` of the Decided condition when the Job cannot be queued: Kueue's CRDs are not installed,
 #: or the LocalQueue does not exist in the experiment's namespace.
-REASON_NO_KUEUE: Final = "KueueNotInstalled"
-REASON_NO_QUEUE: Final = "LocalQueueNotFound"
+REASON_NO_KUEUE: Final[InfraReason] = "KueueNotInstalled"
+REASON_NO_QUEUE: Final[InfraReason] = "LocalQueueNotFound"
 
 
 def queue_refusal(namespace: str, queue: str, served_versions: Sequence[str] | None,
-                  queue_exists: bool | None) -> tuple[str, str] | None:
+                  queue_exists: bool | None) -> tuple[InfraReason, str] | None:
     """Why a Job for Kueue LocalQueue ``queue`` cannot wait for admission, as ``(reason, message)``;
     None when it can (or when the operator could not tell: ``queue_exists`` None, e.g. no RBAC to read).
 
