@@ -1,8 +1,11 @@
 """Admission under the operator's concurrency limit (``SPX_MAX_CONCURRENT_EXPERIMENTS``): pure.
 
 An experiment holds a slot from the moment it is admitted (a reservation, until its Job exists)
-while its Job of the current generation is unfinished. The queued ones are admitted FIFO by
-creation time. Nothing is admitted before the reactor has listed both the experiments *and* the
+while its Job of the current generation is unfinished. The queued ones are admitted first come, first
+served, by creation time then name, *one at a time*: only the head of the queue is admitted, and only while no
+other admitted experiment is still creating its Job (``admitting``), so Jobs are created in the order the
+experiments were applied even when several slots free at once and several workers reconcile in parallel (they
+used to be admitted together and their Jobs created in whichever order the workers ran: 02, 01, 00; issue 37). Nothing is admitted before the reactor has listed both the experiments *and* the
 Jobs from the API server (``synced``): an operator restarted with experiments queued would
 otherwise count no running Jobs and exceed the limit.
 """
@@ -13,10 +16,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from spx.controller.decide import objects as objs
 from spx.controller.decide.job_status import job_finished
 from spx.controller.decide.objects import deleting, generation, meta
 from spx.controller.decide.store import Store
 from spx.controller.manifests.naming import KUEUE_QUEUE_LABEL, LABEL_GENERATION
+from spx.vocabulary import InfraReason
 
 Key = tuple[str, str]  # (namespace, experiment name)
 
@@ -25,12 +30,12 @@ KUEUE_GROUP: Final = "kueue.x-k8s.io"
 LOCAL_QUEUES: Final = "localqueues"
 #: ``reason`` of the Decided condition when the Job cannot be queued: Kueue's CRDs are not installed,
 #: or the LocalQueue does not exist in the experiment's namespace.
-REASON_NO_KUEUE: Final = "KueueNotInstalled"
-REASON_NO_QUEUE: Final = "LocalQueueNotFound"
+REASON_NO_KUEUE: Final[InfraReason] = "KueueNotInstalled"
+REASON_NO_QUEUE: Final[InfraReason] = "LocalQueueNotFound"
 
 
 def queue_refusal(namespace: str, queue: str, served_versions: Sequence[str] | None,
-                  queue_exists: bool | None) -> tuple[str, str] | None:
+                  queue_exists: bool | None) -> tuple[InfraReason, str] | None:
     """Why a Job for Kueue LocalQueue ``queue`` cannot wait for admission, as ``(reason, message)``;
     None when it can (or when the operator could not tell: ``queue_exists`` None, e.g. no RBAC to read).
 
@@ -61,7 +66,8 @@ class Verdict:
     synced: bool = True
 
 
-def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key], synced: bool) -> Verdict:
+def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key], synced: bool,
+          admitting: Collection[Key] = ()) -> Verdict:
     """May ``key`` start a run?
 
     Args:
@@ -70,31 +76,30 @@ def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key],
         active: the experiments holding a slot (unfinished Job of their generation, or reserved).
         waiting: the experiments not yet admitted (:func:`waiting`), oldest first.
         synced: the reactor has listed experiments and Jobs since it started.
+        admitting: the experiments admitted whose Job is not created yet (the reactor's reservations): while
+            another is, ``key`` waits, so the Jobs are created in queue order.
     """
     if not synced:
         return Verdict(False, len(active), synced=False)
     if limit <= 0 or key in active:
         return Verdict(True, len(active))
-    free = limit - len(active)
-    if free <= 0:
+    if len(active) >= limit or any(k != key for k in admitting):
         return Verdict(False, len(active))
     queue = [k for k in waiting if k not in active]
-    if key not in queue:
-        queue.append(key)
-    return Verdict(queue.index(key) < free, len(active))
+    return Verdict(not queue or queue[0] == key, len(active))
 
 
 def kueue_managed(experiment: Mapping[str, Any] | None) -> bool:
     """Whether an experiment (the object) names a Kueue LocalQueue (``spec.scheduling.queueName``): Kueue
     is its queue then, and the operator's own concurrency limit steps aside — it neither waits for a slot
     nor holds one, so the two queues never stack (a run Kueue admitted never waits again for the operator's)."""
-    scheduling = ((experiment or {}).get("spec") or {}).get("scheduling") or {}
+    scheduling = objs.spec(experiment).get("scheduling") or {}
     return bool(scheduling.get("queueName"))
 
 
 def suspended(job: Mapping[str, Any]) -> bool:
     """Whether a Job waits suspended (``spec.suspend: true``): Kueue has not admitted it yet."""
-    return bool((job.get("spec") or {}).get("suspend"))
+    return bool(objs.spec(job).get("suspend"))
 
 
 def active(store: Store, reserved: Iterable[Key] = ()) -> set[Key]:
@@ -121,7 +126,7 @@ def waiting(store: Store) -> list[Key]:
     """
     rows = []
     for key, exp in store.experiments.items():
-        st = exp.get("status") or {}
+        st = objs.status(exp)
         if kueue_managed(exp):  # Kueue's queue, not the operator's
             continue
         if (st.get("phase") or "Pending") in ("Pending", "Queued") and not st.get("jobName") and not deleting(exp):
