@@ -20,9 +20,9 @@ from rich.console import Console
 
 from spx.api import KernelStatus
 from spx.api.status import RegimeSummary, StakeRow
-from spx.api.step import StepEffect, StepStatus
+from spx.api.step import StepPoint as StepEffect  # CONTRACT STUB (session 9): h3 rewrites the step decision
+from spx.api.step import StepStatus
 from spx.cli.tables import (
-    CPU_NOTE,
     VERDICT_STYLE,
     crossover_lines,
     fmt_tokens,
@@ -32,7 +32,7 @@ from spx.cli.tables import (
     terminal_width,
     uncertainty_lines,
 )
-from spx.vocabulary import DECIDED_BY_MEANINGS
+from spx.vocabulary import CPU_NOTE, DECIDED_BY_MEANINGS
 
 #: A regime as the bottom line names it.
 REGIME_NAME = {"gpu-bound": "GPU-bound", "host-bound": "host-bound"}

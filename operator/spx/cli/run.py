@@ -32,7 +32,7 @@ from spx.cli.common import (
 )
 from spx.cli.registry import command
 from spx.cli.report import draw_plot, gpu_label, table_title
-from spx.vocabulary import DEVICES, GEMM_BACKENDS, PLOT_FILE, RESULT_FILE, SERVING_DIR, STATUS_FILE, one_of
+from spx.vocabulary import CPU_NOTE, DEVICES, GEMM_BACKENDS, PLOT_FILE, RESULT_FILE, SERVING_DIR, STATUS_FILE, one_of
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -244,7 +244,7 @@ def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, 
     result, judgement, tp = outcome.result, outcome.judgement, spec.parallelism.tensor_parallel_size
     cpu = is_cpu(result)
     notes = [f"{outcome.run.nproc} rank(s), timer {result.timer}",
-             *[w for w in result.warnings if "CPU smoke run" not in w]]
+             *[w for w in result.warnings if w != CPU_NOTE]]
     listed = set(spec.sweep.tokens)  # (an adaptive sweep adds counts of its own)
     partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if judgement.partial else None
     print_report(
