@@ -311,7 +311,8 @@ class StepStatus(CamelModel):
     break_even_tokens: float | None = None
     """Where the split's mix-weighted effect crosses from loss to gain on the curve (tokens), if it does."""
     recommended_threshold_tokens: int | None = None
-    """The smallest measured length from which splitting is a resolved expected gain (the step's recommendation)."""
+    """The smallest measured length from which the split's effect (1/TP aligned, (TP−1)/TP pad path at each length)
+    is a resolved gain at every larger measured length: the step's recommendation, measured on the deployment."""
     usable: bool = False
     """The step may decide: complete enough, calibrated (A/A covers 0, positive control recovered), every switch
     confirmed, this experiment's, on a GPU (or allowCpuTimings)."""
