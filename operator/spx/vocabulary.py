@@ -244,7 +244,7 @@ POINTS_FILE: Final = "points.partial.jsonl"
 #: The ranks' logs (one folder per rank, torchrun's layout) and the launcher's log beside them.
 LOGS_DIR: Final = "logs"
 LAUNCHER_LOG: Final = "launcher.log"
-#: Held by the ``spx run`` writing into the folder (``spx.cli.outdir``).
+#: Held by the ``spx run`` writing into the folder (``spx.rundir``).
 LOCK_FILE: Final = ".spx.lock"
 #: The crossover plot ``spx run`` and ``spx report`` draw.
 PLOT_FILE: Final = "crossover.png"
@@ -257,14 +257,16 @@ SERVER_LOG: Final = "server.log"
 GSM8K_REPLIES_FILE: Final = "gsm8k-replies.jsonl"
 #: The step A/B's document (``spx.api.step.StepResult``).
 STEP_RESULT_FILE: Final = "step-result.json"
-#: The files a run wrote into its ``--out`` (``spx.cli.outdir``): ``--overwrite`` replaces only these.
+#: The files a run wrote into its ``--out`` (``spx.rundir``): ``--overwrite`` replaces only these.
 MANIFEST_FILE: Final = ".spx-manifest.json"
+#: The manifest's ``schemaVersion``.
+MANIFEST_SCHEMA: Final = "spx.dev/run-files/v1"
 #: What ``spx run`` writes into its ``--out`` (an ``--overwrite`` removes exactly these).
 RUN_OUTPUTS: Final[tuple[str, ...]] = (RESULT_FILE, STATUS_FILE, PLOT_FILE, POINTS_FILE, SERVING_DIR)
 #: Files whose presence marks a folder as a run's directory.
 RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE, MANIFEST_FILE)
 
-# --- the bench pod's own mounts (``spx.controller.build.manifests``, ``pod_security``) ----------------
+# --- the bench pod's own mounts (``spx.controller.manifests.job``, ``pod_security``) ----------------
 
 #: The experiment file the operator projects into the pod (from an annotation, read-only).
 EXPERIMENT_MOUNT: Final = "/etc/spx"

@@ -80,7 +80,7 @@ def test_a_gemm_backend_is_refused_by_the_spec_check_exactly_when_the_bench_refu
     """On an SM90 GPU with both of vLLM's MXFP8 kernels importable, so that only the rules decide."""
     available = (True, "importable")
     cap = (9, 0) if device == "cuda" else None
-    bench = _raises(lambda: choose_gemm_backend(backend, weight_format, device, cap, available, available))
+    bench = _raises(lambda: choose_gemm_backend(backend, weight_format, device, cap, lambda _name: available))
     assert _refused_by_spec(device, kernel__gemm_backend=backend, projection__weight_format=weight_format) == bench
 
 

@@ -15,18 +15,18 @@ prints and maps the outcome to an exit code. Steps:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spx.analysis.judge import CPU_NOTE, Judgement, judge, local_status
-from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, dump_model, wire
+from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, wire
 from spx.api.base import utc_now
 from spx.files import write_atomic
+from spx.rundir import RunDirectory
 from spx.runner.local import LocalRunOutcome, RunProgress, run_local
-from spx.vocabulary import SERVING_DIR, STATUS_FILE
+from spx.vocabulary import SERVING_DIR
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -87,7 +87,8 @@ class ExperimentOutcome:
         judgement: the kernel bench's judgement (what the report shows).
         vllm_ran: the vLLM step was attempted (``serving`` asked and the kernel bench completed).
         serving, accuracy: the vLLM benches' statuses (``None`` when not run or not in the spec).
-        vllm_error: why the vLLM benches did not start (``None`` when they did or were not asked for).
+        vllm_error: why the vLLM benches did not start or were stopped (``None`` when they ran or were not asked for).
+        stopped: the signal that stopped the vLLM benches (``interrupted (SIGTERM)``), ``None`` when none did.
     """
 
     run: LocalRunOutcome
@@ -98,6 +99,7 @@ class ExperimentOutcome:
     accuracy: AccuracyStatus | None = None
     step: StepStatus | None = None
     vllm_error: str | None = None
+    stopped: str | None = None
 
     @property
     def result(self) -> KernelResult:
@@ -132,7 +134,7 @@ def build_status(result: KernelResult, judgement: Judgement) -> ExperimentStatus
 
 def write_status(out: Path, status: ExperimentStatus) -> None:
     """``OUT/status.json`` (camelCase, indented), whole or not at all (:func:`spx.files.write_atomic`)."""
-    write_atomic(out / STATUS_FILE, json.dumps(dump_model(status), indent=1) + "\n")
+    RunDirectory(out).write_status(status)
 
 
 def write_result_summary(path: str, result: KernelResult, serving: ServingStatus | None = None,
@@ -230,8 +232,13 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
     opts = RunnerOptions(vllm_command=list(vllm_command), experiment=name, on_arm=emit, on_step=hooks.on_step_document)
     try:
         benches = run_vllm_benchmarks(spec, out / SERVING_DIR, opts)
-    except (ValueError, OSError) as exc:
-        why = f"the vLLM benches did not start: {exc}"
+    except (ValueError, OSError, KeyboardInterrupt) as exc:
+        if isinstance(exc, KeyboardInterrupt):  # SIGINT/SIGTERM: every server was stopped, what ran is saved
+            outcome.stopped = str(exc) or "interrupted (Ctrl-C)"
+            why = (f"the vLLM benches were stopped ({outcome.stopped}); every server was stopped and what they "
+                   f"measured is in {out / SERVING_DIR}")
+        else:
+            why = f"the vLLM benches did not start: {exc}"
         outcome.vllm_error = why
         if has_points:
             outcome.serving = ServingStatus(failures=[why], reasons=[why])
@@ -317,14 +324,7 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
 def _kernel_result_in(out: Path) -> KernelResult | None:
     """The kernel sweep's ``result.json`` in ``out`` (a ``spx run`` there before ``spx serving``), or ``None``:
     absent or unreadable (then the benches are judged alone, as before)."""
-    from pydantic import ValidationError
-
-    from spx.vocabulary import RESULT_FILE
-
-    try:
-        return KernelResult.model_validate(json.loads((out / RESULT_FILE).read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError, ValidationError):
-        return None
+    return RunDirectory(out).result_or_none()
 
 
 __all__ = ["BenchesOutcome", "ExperimentOptions", "ExperimentOutcome", "RunHooks", "build_status", "is_cpu", "run_experiment",

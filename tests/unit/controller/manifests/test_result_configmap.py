@@ -1,11 +1,11 @@
-"""spx.controller.build.result_configmap: the result ConfigMap keeps a run's outputs within 1 MiB and is owned."""
+"""spx.controller.manifests.result_configmap: the result ConfigMap keeps a run's outputs within 1 MiB and is owned."""
 
 from __future__ import annotations
 
 import json
 
 from spx.api import KernelResult, validate_spec
-from spx.controller.build import result_configmap as rcm
+from spx.controller.manifests import result_configmap as rcm
 
 UID = "0b7e3c1e-5f0a-4c4e-9a55-1d2f3e4a5b6c"
 

@@ -1,13 +1,13 @@
-"""spx.controller.build.manifests: the bench Job is a pure, deterministic manifest (its names: test_naming; its
-placement: test_placement; the pod's pass-through of spec.pod/resources: test_manifests_pod)."""
+"""spx.controller.manifests.job: the bench Job is a pure, deterministic manifest (its names: test_naming; its
+placement: test_placement; the pod's pass-through of spec.pod/resources: test_job_pod)."""
 
 from __future__ import annotations
 
 import pytest
 
 from spx.api import ExperimentSpec, load_experiment, validate_spec
-from spx.controller.build import manifests as k8s
-from spx.controller.build import naming
+from spx.controller.manifests import job as k8s
+from spx.controller.manifests import naming
 
 UID = "0b7e3c1e-5f0a-4c4e-9a55-1d2f3e4a5b6c"
 KUBE_VERSION = "1.30"  # oldest Kubernetes the chart supports

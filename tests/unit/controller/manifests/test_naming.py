@@ -1,4 +1,4 @@
-"""spx.controller.build.naming: the names and label values of the operator's children are bounded,
+"""spx.controller.manifests.naming: the names and label values of the operator's children are bounded,
 deterministic and never shared between experiments."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from spx.controller.build import naming
+from spx.controller.manifests import naming
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

@@ -1,6 +1,6 @@
 """Build vLLM 0.33.0's MXFP8 Marlin GEMM (W8A16) from vLLM's own sources, for machines without vLLM.
 
-The ``marlin`` GEMM backend (:mod:`spx.bench.marlin`) runs ``torch.ops._C.marlin_gemm`` and
+The ``marlin`` GEMM backend (:mod:`spx.bench.gemm.marlin`) runs ``torch.ops._C.marlin_gemm`` and
 ``torch.ops._C.gptq_marlin_repack``. Where vLLM is installed (the bench image) those ops come from
 vLLM's ``_C_stable_libtorch`` extension. Where it is not (a bare GPU box with torch and nvcc), this
 module compiles the same two ops from vLLM 0.33.0's source distribution, unmodified, into a small
@@ -22,7 +22,7 @@ metadata build afterwards may fail — the tarball is what is needed).
 
 Usage::
 
-    python -m spx.bench.marlin_build --vllm-src vllm-0.33.0.tar.gz --out build/marlin
+    python -m spx.bench.gemm.marlin_build --vllm-src vllm-0.33.0.tar.gz --out build/marlin
     export SPX_MARLIN_LIB=build/marlin/spx_marlin.so
 
 Needs torch with CUDA, nvcc, ninja and jinja2 (vLLM's generator uses it). On 16 cores the build takes
@@ -244,8 +244,8 @@ def build(vllm_src: Path, out: Path, arch: str = "9.0", verbose: bool = False) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: ``python -m spx.bench.marlin_build --vllm-src SDIST --out DIR [--arch 9.0]``; prints the .so path."""
-    p = argparse.ArgumentParser(prog="python -m spx.bench.marlin_build", description=__doc__.split("\n")[0])
+    """CLI: ``python -m spx.bench.gemm.marlin_build --vllm-src SDIST --out DIR [--arch 9.0]``; prints the .so path."""
+    p = argparse.ArgumentParser(prog="python -m spx.bench.gemm.marlin_build", description=__doc__.split("\n")[0])
     p.add_argument("--vllm-src", type=Path, required=True, help=f"vllm-{VLLM_VERSION}.tar.gz or its unpacked folder")
     p.add_argument("--out", type=Path, default=Path("build/marlin"), help="build folder (default build/marlin)")
     p.add_argument("--arch", default="9.0", help="compute capability to build for (default 9.0: H100/H200)")

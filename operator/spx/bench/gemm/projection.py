@@ -1,7 +1,7 @@
 """What every GEMM backend returns, and the activation dtype it runs on.
 
 Its own module so that :mod:`spx.bench.gemm` (which picks and builds a backend) and the backends it
-builds (:mod:`spx.bench.humming_backend`, :mod:`spx.bench.marlin`) all import it without importing
+builds (:mod:`spx.bench.gemm.humming`, :mod:`spx.bench.gemm.marlin`) all import it without importing
 each other.
 """
 

@@ -38,11 +38,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from spx.api.spec import ExperimentSpec
+from spx.bench.gemm.record import Availability, GemmKernel
+from spx.vocabulary import MXFP8
 
 if TYPE_CHECKING:
     import torch
 
-    from spx.bench.projection import Projection
+    from spx.bench.gemm.projection import Projection
     from spx.bench.weights import BlockFp8Weight
 
 #: ``humming-kernels`` version vLLM 0.33.0 pins (its wheel's ``Requires-Dist: humming-kernels[cu13]==0.1.19``).
@@ -257,7 +259,7 @@ def build_humming_projection(weight: BlockFp8Weight, spec: ExperimentSpec, devic
         ValueError: a weight that is not 32×32-block, or float32 activations (humming runs 16-bit ones).
         RuntimeError: see :func:`prepare_humming_linear`.
     """
-    from spx.bench.projection import activation_dtype
+    from spx.bench.gemm.projection import activation_dtype
 
     if weight.block != 32:
         raise ValueError(
@@ -268,3 +270,18 @@ def build_humming_projection(weight: BlockFp8Weight, spec: ExperimentSpec, devic
     if dtype.itemsize != 2:
         raise ValueError("gemmBackend humming runs bf16/fp16 activations; set projection.activationDtype bfloat16")
     return prepare_humming_linear(weight, list(spec.projection.output_sizes), dtype, device)
+
+
+def _available() -> Availability:
+    ok, why = humming_available()
+    return Availability(ok, why)
+
+
+#: The ``humming`` backend's record (:mod:`spx.bench.gemm.registry`). Minimum capability: vLLM 0.33's
+#: ``HummingMxfp8LinearKernel.is_supported`` (``has_device_capability(75)``, ``kernels/linear/mxfp8/humming.py``).
+KERNEL = GemmKernel(
+    name="humming", runs="vLLM 0.33 HummingMxfp8LinearKernel, W8A16",
+    formats=frozenset({MXFP8}), format_note="vLLM's MXFP8 path: 32×32 blocks, e8m0 scales",
+    cuda=True, min_capability=75, w8a8_formats=frozenset(), ceiling=False, build=build_humming_projection,
+    vllm_kernel="HummingMxfp8LinearKernel", install="`pip install 'spx-operator[gpu]'`", available=_available,
+)

@@ -1,6 +1,6 @@
 """The result ConfigMap: everything one run produced, kept next to the experiment (pure builders).
 
-Owned by the experiment (garbage-collected with it), named :func:`~spx.controller.build.naming.result_configmap_name`.
+Owned by the experiment (garbage-collected with it), named :func:`~spx.controller.manifests.naming.result_configmap_name`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spx.api.result import SUMMARY_MAX_BYTES
-from spx.controller.build.naming import (
+from spx.controller.manifests.naming import (
     ANNOTATION_EXPERIMENT_NAME,
     PREFIX,
     link_labels,

@@ -10,7 +10,7 @@ The bench pod runs whatever image an experiment names (within the operator's pol
   mounted at ``/tmp`` through a ``subPath``) and the memory-backed ``/dev/shm`` emptyDir NCCL needs;
 - no privilege escalation, all capabilities dropped, RuntimeDefault seccomp, no API token.
 
-:func:`hardening_problems` is the table-tested judgement; ``spx.controller.build.manifests`` (the bench Job) uses
+:func:`hardening_problems` is the table-tested judgement; ``spx.controller.manifests.job`` (the bench Job) uses
 :func:`pod_security_context`, :func:`container_security_context`, :func:`scratch_env` and
 :func:`scratch_mounts`.
 """

@@ -1,4 +1,4 @@
-"""spx.controller.build.manifests, the bench pod: spec.pod fields copied into it, requests that follow the
+"""spx.controller.manifests.job, the bench pod: spec.pod fields copied into it, requests that follow the
 experiment; and the spec's refusals of what would collide with the operator's own pod fields (the
 pod's placement: test_placement)."""
 
@@ -10,8 +10,8 @@ import pytest
 
 from spx.api import ExperimentSpec, validate_spec
 from spx.api.loading import SpecError
-from spx.controller.build import manifests as k8s
-from spx.controller.build import placement
+from spx.controller.manifests import job as k8s
+from spx.controller.manifests import placement
 
 UID = "0b7e3c1e-5f0a-4c4e-9a55-1d2f3e4a5b6c"
 
@@ -86,7 +86,7 @@ def test_pod_pass_through() -> None:
         {"name": "nccl-topo", "mountPath": "/opt/topo", "readOnly": True, "subPath": "topo.xml"},
         {"name": "cache", "mountPath": "/cache", "readOnly": False},
     ]
-    from spx.controller.build.pod_security import hardening_problems
+    from spx.controller.manifests.pod_security import hardening_problems
 
     assert hardening_problems(pod) == []  # extra volumes keep the pod's hardening
 

@@ -14,7 +14,7 @@ vLLM 0.33.0 path (``MarlinMxfp8LinearKernel``, ``vllm/model_executor/kernels/lin
 
 Where vLLM is importable (the bench image) those very functions are called on a small holder
 module. Where it is not (a bare GPU box), the ops come from the library
-:mod:`spx.bench.marlin_build` compiles from vLLM 0.33.0's sources (``SPX_MARLIN_LIB`` names it) and
+:mod:`spx.bench.gemm.marlin_build` compiles from vLLM 0.33.0's sources (``SPX_MARLIN_LIB`` names it) and
 the load-time conversion is this module's line-for-line port of the functions above (a CI test
 compares the port with vLLM's own functions on CPU). The workspace (Marlin's locks, ``SMs × 4``
 int32, ``MARLIN_MAX_BLOCKS_PER_SM = 4``) is allocated once per layer, as vLLM's persistent workspace
@@ -29,11 +29,14 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spx.bench.gemm.record import Availability, GemmKernel
+from spx.vocabulary import MXFP8
+
 if TYPE_CHECKING:
     import torch
 
     from spx.api.spec import ExperimentSpec
-    from spx.bench.projection import Projection
+    from spx.bench.gemm.projection import Projection
     from spx.bench.weights import BlockFp8Weight
 
 MARLIN_LIB_ENV = "SPX_MARLIN_LIB"
@@ -76,7 +79,7 @@ def ops_source() -> str:
         return f"spx build {lib}"
     raise RuntimeError(
         "gemmBackend marlin: vLLM's Marlin ops are not available. Install vLLM 0.33.0, or build them from its "
-        "sdist: `python -m spx.bench.marlin_build --vllm-src vllm-0.33.0.tar.gz --out build/marlin` and set "
+        "sdist: `python -m spx.bench.gemm.marlin_build --vllm-src vllm-0.33.0.tar.gz --out build/marlin` and set "
         f"{MARLIN_LIB_ENV}=build/marlin/spx_marlin.so"
         + (f" ({MARLIN_LIB_ENV}={lib[:200]!r} is not a file)" if lib else "")
     )
@@ -231,7 +234,7 @@ def build_marlin_projection(weight: BlockFp8Weight, spec: ExperimentSpec, device
     """
     import torch
 
-    from spx.bench.projection import activation_dtype
+    from spx.bench.gemm.projection import activation_dtype
 
     if weight.block != GROUP_SIZE:
         raise ValueError(
@@ -250,3 +253,19 @@ def build_marlin_projection(weight: BlockFp8Weight, spec: ExperimentSpec, device
     if why.startswith("vllm"):
         return _vllm_functions(weight, device)
     return _spx_port(weight, device, dtype)
+
+
+def _available() -> Availability:
+    ok, why = marlin_available()
+    return Availability(ok, why)
+
+
+#: The ``marlin`` backend's record (:mod:`spx.bench.gemm.registry`). Minimum capability: what
+#: :func:`marlin_available` accepts (8.0).
+KERNEL = GemmKernel(
+    name="marlin", runs="vLLM 0.33 MarlinMxfp8LinearKernel, W8A16",
+    formats=frozenset({MXFP8}), format_note="vLLM's MXFP8 path: 32×32 blocks, e8m0 scales",
+    cuda=True, min_capability=80, w8a8_formats=frozenset(), ceiling=False, build=build_marlin_projection,
+    vllm_kernel="MarlinMxfp8LinearKernel", install=f"an importable vLLM, or {MARLIN_LIB_ENV} from python -m spx.bench.gemm.marlin_build",
+    available=_available,
+)

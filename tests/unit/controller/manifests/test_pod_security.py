@@ -1,4 +1,4 @@
-"""spx.controller.build.pod_security: the bench pod's hardening and the check of a built pod (table)."""
+"""spx.controller.manifests.pod_security: the bench pod's hardening and the check of a built pod (table)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from spx.controller.build.pod_security import (
+from spx.controller.manifests.pod_security import (
     BENCH_UID,
     MIN_UID,
     SCRATCH_MOUNT,
@@ -81,7 +81,7 @@ def test_each_weakening_is_named(pod: dict[str, Any], problem: str) -> None:
 
 def test_build_job_makes_a_hardened_pod() -> None:
     from spx.api import ExperimentSpec
-    from spx.controller.build.manifests import build_job
+    from spx.controller.manifests.job import build_job
 
     job = build_job("e", "ns", "uid-1", 1, ExperimentSpec(), "ghcr.io/spx-dev/spx-bench:0.1.0")
     assert hardening_problems(job["spec"]["template"]["spec"]) == []

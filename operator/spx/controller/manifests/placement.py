@@ -1,6 +1,6 @@
 """Where the bench pod may run: the GPU nodes it targets (GPU Feature Discovery labels, required,
 preferred or not at all), merged with the user's own ``spec.resources.affinity``, and the
-tolerations of GPU nodes' taints. Pure; :func:`spx.controller.build.manifests.build_pod_spec` puts the
+tolerations of GPU nodes' taints. Pure; :func:`spx.controller.manifests.job.build_pod_spec` puts the
 result into the pod. Nothing here targets GPUs when ``kernel.device`` is cpu.
 """
 

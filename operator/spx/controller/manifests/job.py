@@ -5,8 +5,8 @@ these manifests. The Job is built in layers, each a pure function of its inputs:
 :func:`build_container_spec` (the bench container) → :func:`build_pod_spec` (volumes, placement,
 security) → :func:`build_job_spec` (deadline, failure policy, Kueue suspension) → :func:`build_job`
 (metadata, owner reference). Its names, labels and owner reference come from
-:mod:`spx.controller.build.naming`, its placement (GPU node affinity, tolerations) from
-:mod:`spx.controller.build.placement`; the result ConfigMap is built by :mod:`spx.controller.build.result_configmap`.
+:mod:`spx.controller.manifests.naming`, its placement (GPU node affinity, tolerations) from
+:mod:`spx.controller.manifests.placement`; the result ConfigMap is built by :mod:`spx.controller.manifests.result_configmap`.
 Everything is a deterministic function of its inputs, so a restarted operator rebuilds exactly the
 same Job and an existing one is recognised by name (and owner uid).
 
@@ -25,8 +25,8 @@ from typing import Any
 
 from spx.api.pod import VolumeSpec
 from spx.api.spec import API_VERSION, KIND, ExperimentSpec
-from spx.controller.build import pod_security
-from spx.controller.build.naming import (
+from spx.controller.manifests import pod_security
+from spx.controller.manifests.naming import (
     ANNOTATION_EXPERIMENT,
     ANNOTATION_EXPERIMENT_NAME,
     CONTAINER_NAME,
@@ -36,7 +36,7 @@ from spx.controller.build.naming import (
     link_labels,
     owner_reference,
 )
-from spx.controller.build.placement import (
+from spx.controller.manifests.placement import (
     GPU_RESOURCE,
     PlacementDefaults,
     build_affinity,
@@ -87,7 +87,7 @@ class BenchOptions:
     image_pull_policy: str = "IfNotPresent"
     extra_env: Mapping[str, str] = field(default_factory=dict)
     #: The cluster's default placement (nodeSelector, tolerations, affinity, gpuNodeAffinity) where the
-    #: experiment sets none (:func:`spx.controller.build.placement.with_defaults`).
+    #: experiment sets none (:func:`spx.controller.manifests.placement.with_defaults`).
     placement: PlacementDefaults | None = None
 
 
@@ -97,7 +97,7 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
     requests = limits (Guaranteed QoS: cpu/memory/ephemeral-storage of
     :meth:`~spx.api.resources.ResourcesSpec.reserved`, which follow the device when unset, and
     ``nvidia.com/gpu: <TP>`` unless ``kernel.device`` is cpu), termination message at
-    ``/dev/termination-log``, read-only root, no capabilities (:mod:`spx.controller.build.pod_security`),
+    ``/dev/termination-log``, read-only root, no capabilities (:mod:`spx.controller.manifests.pod_security`),
     the experiment, scratch (also ``/tmp``) and ``/dev/shm`` mounts, ``serving.modelPvc`` read-only
     at ``serving.modelMountPath`` and each of ``spec.pod.volumes`` at its ``mountPath``."""
     sized = spec.resources.reserved(spec.kernel.device, options.shm_size)

@@ -1,4 +1,4 @@
-"""spx.controller.build.placement: GPU-label affinity required / preferred / none merged with the user's
+"""spx.controller.manifests.placement: GPU-label affinity required / preferred / none merged with the user's
 own affinity, and the GPU taint's toleration — none of it on a CPU run."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from spx.api import ExperimentSpec, validate_spec
-from spx.controller.build import placement
+from spx.controller.manifests import placement
 
 GPU_EXPRS = [
     {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H200"]},
