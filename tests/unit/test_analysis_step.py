@@ -335,3 +335,10 @@ def test_a_request_sent_under_a_switch_of_another_arm_is_unconfirmed() -> None:
     sw[i] = sw[i].model_copy(update={"arm": "replicated", "threshold": 2**31 - 1})
     paired = paired_rounds(r.model_copy(update={"switches": sw}))
     assert paired.problems.unconfirmed_switch == 1 and "does not confirm this arm" in paired.problems.named[0]
+
+
+def test_the_power_benchmark_replays_the_runner_loop_through_the_shipped_analysis() -> None:
+    """One run of benchmarks/step_power.py's first scenario (−0.8 ms, 1 ms noise): resolved at a look, usable."""
+    run = power.one_run((power.SCENARIOS[0], 0))
+    assert run["resolved"] == 1.0 and run["false"] == 0.0 and run["usable"] == 1.0
+    assert run["rounds"] in (40.0, 80.0, 120.0, 160.0, 200.0)
