@@ -342,3 +342,10 @@ def test_the_power_benchmark_replays_the_runner_loop_through_the_shipped_analysi
     run = power.one_run((power.SCENARIOS[0], 0))
     assert run["resolved"] == 1.0 and run["false"] == 0.0 and run["usable"] == 1.0
     assert run["rounds"] in (40.0, 80.0, 120.0, 160.0, 200.0)
+
+
+def test_nothing_above_max_num_batched_tokens_is_used() -> None:
+    r = _result(-0.8, rounds=40).model_copy(update={"max_num_batched_tokens": 4096})
+    st = summarize(r)
+    assert {p.length for p in st.points} == {2048, 2049, 4096}
+    assert any("lengths [4097] lie above max_num_batched_tokens 4096" in f for f in st.failures)
