@@ -70,7 +70,7 @@ DECIDED_BY_MEANINGS: Final[Mapping[DecidedBy, str]] = {
     "none": "no measurement decided: Inconclusive, kernel.nextStep names what would",
 }
 
-#: The two regimes of an eagerly run step (docs/kernel-benchmark.md, "Regimes"; :mod:`spx.analysis.queue`):
+#: The two regimes of an eagerly run step (docs/kernel-benchmark.md, "Regimes"; :mod:`spx.research.queue`):
 #: ``gpu-bound`` (the GPU is the bottleneck: the split moves the step by its GPU difference Δg),
 #: ``host-bound`` (the host is: by its host difference Δh).
 KernelRegime = Literal["gpu-bound", "host-bound"]
@@ -94,6 +94,10 @@ PHASES: Final[tuple[Phase, ...]] = WAITING_PHASES + TERMINAL_PHASES
 #: The kernel bench's two candidates: every rank projects all M rows, or its token shard then an all-gather.
 Candidate = Literal["replicated", "split"]
 CANDIDATES: Final[tuple[Candidate, ...]] = get_args(Candidate)
+#: The kernel sweep's and eager step bench's candidates: also ``pad-free``, the split with a pad-free
+#: shard (``spx.bench.sequence_parallel.pad_free_shard``: spx's proposal for vLLM, measured beside it).
+MeasuredCandidate = Literal[Candidate, "pad-free"]
+MEASURED_CANDIDATES: Final[tuple[MeasuredCandidate, ...]] = get_args(MeasuredCandidate)
 #: The stage bench's candidates (``spx.api.stage``): also ``split-all``, the two light GEMMs split as well.
 StageCandidate = Literal[Candidate, "split-all"]
 STAGE_CANDIDATES: Final[tuple[StageCandidate, ...]] = get_args(StageCandidate)

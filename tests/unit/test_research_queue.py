@@ -1,11 +1,11 @@
-"""The queue model of an eager step (spx.analysis.queue): synthetic steps of known Δg and Δh in both
+"""The queue model of an eager step (spx.research.queue): synthetic steps of known Δg and Δh in both
 regimes and at the pivot; the per-op max(host, gpu) is never the effect."""
 
 from __future__ import annotations
 
 import pytest
 
-from spx.analysis.queue import Op, layered, regime, replacement_effect_us, simulate, steady_state_effect_us
+from spx.research.queue import Op, layered, regime, replacement_effect_us, simulate, steady_state_effect_us
 
 #: The replicated projection and the split (shard GEMM + all-gather launch): Δh = +30 µs, Δg = −20 µs; the
 #: per-op max moves by max(60, 20) − max(30, 40) = +20 µs, which is neither.

@@ -22,7 +22,7 @@ by the split: host difference Δh, GPU difference Δg) moves it by ``L · (max(H
 
 never by the difference of the per-op ``max(host, gpu)``, which describes no regime (docs/kernel-benchmark.md,
 "Regimes"). :func:`simulate` computes a step exactly (the first layer's lead and the last op's tail
-included); ``tests/unit/test_analysis_queue.py`` table-tests both on synthetic steps of known Δg and Δh.
+included); ``tests/unit/test_research_queue.py`` table-tests both on synthetic steps of known Δg and Δh.
 Which regime a real step is in depends on the whole layer (attention, MoE and their host costs) and on
 the node's host: only a measurement of the step settles it (the step A/B, :mod:`spx.api.step`). Pure.
 """

@@ -1,4 +1,4 @@
-"""The eager step's summary (spx.bench.step_queue) and its pipeline on CPU (benchmarks/eager_step.py)."""
+"""The eager step's summary (spx.research.step_queue) and its pipeline on CPU (benchmarks/eager_step.py)."""
 
 import importlib.util
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spx.bench.step_queue import paired_effect, regime_of
+from spx.research.step_queue import paired_effect, regime_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,13 +66,48 @@ def test_the_step_benchmark_runs_its_pipeline_on_cpu(tmp_path, capsys):
     assert [(c["tokens"], c["host_ops"], c["filler_us"]) for c in doc["cases"]] == [
         (t, h, f) for t in (16, 17) for h in (0, 2) for f in (0, 50)]
     assert doc["per_op"]["17"]["padded_tokens"] == 24  # 17 tokens pad to a multiple of TP 8
+    for op in doc["per_op"].values():  # pad-free's rows (rank TP - 1) equal sp_shard's, bit for bit
+        assert op["pad_free_max_abs_diff"] == 0.0 and op["pad_free_rank"] == 7
     for case in doc["cases"]:
-        assert len(case["samples"]["replicated"]["wall_us"]) == 4 and case["samples"]["split"]["event_us"] == []
-        assert case["effect"]["low"] <= case["effect"]["value"] <= case["effect"]["high"]
+        for design in ("per_arm", "switched"):
+            got = case["samples"][design]
+            assert sorted(got) == ["pad-free", "replicated", "split"]
+            assert all(len(s["wall_us"]) == 4 and s["event_us"] == [] for s in got.values())
+            for key in ("split", "pad_free", "pad_free_saves"):
+                e = case[design][key]
+                assert e["low"] <= e["value"] <= e["high"]
+        # every layer call of the switched step ran the arm the switch named: 3 arms x (3 warm-up + 4) steps x 3 layers
+        assert case["switch_seen"] == {"replicated": 21, "split": 21, "pad-free": 21}
         assert case["matches"] in ("gpu-bound", "host-bound", "between", "undetermined") and case["filler_gpu_us"] is None
     saved = json.loads((tmp_path / "eager_step.json").read_text())
     assert saved["layers"] == 3 and saved["gemm_backend"] == "torch-bf16" and isinstance(saved["environment"], dict)
     rows = (tmp_path / "eager_step.csv").read_text().splitlines()
-    assert len(rows) == 1 + 8 and rows[0].startswith("tokens,host_ops,filler_us")
+    assert len(rows) == 1 + 16 and rows[0].startswith("tokens,host_ops,filler_us,filler_gpu_us,design")
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 8 and all(line.split()[0] in ("16", "17") for line in printed)  # a line per case as it ends
+
+
+def test_a_switched_step_runs_the_arm_the_switch_names_at_every_layer():
+    """The switch is read at each layer call: set between steps, every layer of the next step runs that arm
+    (CPU, real candidates of a tiny projection; the counts, not the times, are checked)."""
+    torch = pytest.importorskip("torch")
+    from spx.research.eager_step import ArmSwitch, make_switched_step, time_switched
+
+    calls: list[str] = []
+
+    class Layer:  # stand-in for spx.bench.candidates.Candidates: records which arm's op ran
+        split_launched = pad_free_launched = None
+
+        def __init__(self):
+            for arm in ("replicated", "split", "pad_free"):
+                setattr(self, arm, lambda arm=arm: calls.append(arm))
+
+    switch = ArmSwitch()
+    step = make_switched_step([Layer(), Layer()], switch, 0.0, 1, torch.zeros(1))
+    got = time_switched(step, switch, ["replicated", "split", "pad-free"], samples=5, warmup=1,
+                        device=torch.device("cpu"), seed=3)
+    assert {a: len(s.wall_us) for a, s in got.items()} == {"replicated": 5, "split": 5, "pad-free": 5}
+    assert switch.seen == {"replicated": 12, "split": 12, "pad-free": 12}
+    assert len(calls) == 36 and all(calls[i] == calls[i + 1] for i in range(0, 36, 2))  # both layers, one arm
+    with pytest.raises(ValueError, match="arm must be one of"):
+        switch.set("splitt")
