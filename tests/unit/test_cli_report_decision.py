@@ -110,6 +110,16 @@ def test_the_deciding_reason_comes_first_then_what_decided() -> None:
     assert decided_by_line(kernel(decided_by=None), "Pass") is None
 
 
+def test_nothing_decided_without_a_next_step_points_at_none() -> None:
+    """A CPU smoke run decides nothing and has no ``kernel.nextStep``: the line said "kernel.nextStep names what
+    would" of a status without one (issue 37)."""
+    smoke = KernelStatus(points=POINTS, decided_by="none", gather_source="measured")  # (regimes agree: no step A/B)
+    assert next_step_line(smoke, "Inconclusive") is None
+    line = decided_by_line(smoke, "Inconclusive")
+    assert line == "decided by: none (no measurement decided: Inconclusive; the reasons say why)"
+    assert "nextStep" in str(decided_by_line(kernel(decided_by="none"), "Inconclusive"))
+
+
 def test_where_the_regimes_agree_the_larger_threshold_is_recommended() -> None:
     """Both regimes pass at 2048, the GPU-bound from ≈ 234 tokens (256), the host-bound from ≈ 1,500 (2048): the
     split wins in both only from 2048, so that is the recommendation, not the GPU-bound 256."""

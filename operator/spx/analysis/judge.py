@@ -48,7 +48,6 @@ from spx.api.step import StepStatus
 #: Said in every partial run's reasons and status message.
 PARTIAL = "partial run"
 #: Said wherever a CPU run's numbers are shown (status message, table caption, plot title).
-CPU_NOTE = "CPU smoke run: timings say nothing about GPUs"
 #: Longest condition message written (Kubernetes allows 32 KiB; a readable message is short).
 MESSAGE_MAX_CHARS = 4000
 

@@ -23,7 +23,6 @@ from spx.api.status import RegimeSummary, StakeRow
 from spx.api.step import StepPoint as StepEffect  # CONTRACT STUB (session 9): h3 rewrites the step decision
 from spx.api.step import StepStatus
 from spx.cli.tables import (
-    CPU_NOTE,
     VERDICT_STYLE,
     crossover_lines,
     fmt_tokens,
@@ -33,7 +32,7 @@ from spx.cli.tables import (
     terminal_width,
     uncertainty_lines,
 )
-from spx.vocabulary import DECIDED_BY_MEANINGS
+from spx.vocabulary import CPU_NOTE, DECIDED_BY_MEANINGS
 
 #: A regime as the bottom line names it.
 REGIME_NAME = {"gpu-bound": "GPU-bound", "host-bound": "host-bound"}
@@ -54,10 +53,14 @@ def regimes_disagree(kernel: KernelStatus) -> bool:
 
 def decided_by_line(kernel: KernelStatus, verdict: str | None) -> str | None:
     """``decided by: step (the step A/B on the deployment: …)``: ``kernel.decidedBy`` and its meaning
-    (:data:`spx.vocabulary.DECIDED_BY_MEANINGS`); ``None`` when the status does not say."""
+    (:data:`spx.vocabulary.DECIDED_BY_MEANINGS`); ``None`` when the status does not say. ``none`` without a
+    next step (a CPU smoke run: :func:`next_step_line` finds none) does not point at one: the reasons say why."""
     if verdict is None or kernel.decided_by is None:
         return None
-    return f"decided by: {kernel.decided_by} ({DECIDED_BY_MEANINGS[kernel.decided_by]})"
+    meaning = DECIDED_BY_MEANINGS[kernel.decided_by]
+    if kernel.decided_by == "none" and next_step_line(kernel, verdict) is None:
+        meaning = meaning.split(",", 1)[0] + "; the reasons say why"
+    return f"decided by: {kernel.decided_by} ({meaning})"
 
 
 def next_step_line(kernel: KernelStatus, verdict: str | None, gate_threshold: int | None = None) -> str | None:

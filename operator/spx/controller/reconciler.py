@@ -131,7 +131,8 @@ class Reconciler:
             return dec.Admission(True, 0, 0, synced)
         if limit <= 0 and synced:  # no limit: no need to count (O(experiments + Jobs))
             return dec.Admission(True, 0, 0, True)
-        v = admission.admit(key, limit, self.active_keys(), admission.waiting(self.store), synced)
+        v = admission.admit(key, limit, self.active_keys(), admission.waiting(self.store), synced,
+                            admitting=self.reserved)
         if v.admitted:
             self.reserved.add(key)
         return dec.Admission(v.admitted, v.active, limit, v.synced)
@@ -175,7 +176,8 @@ class Reconciler:
             spec=self._spec(uid, gen, exp.get("spec"), f"{key[0]}/{key[1]}"), status=status, now=self.clock(),
             jobs=jobs, pods=pods, gone_pods=gone, deleting=deleting(exp), timeouts=s.timeouts, bench_image=s.bench_image,
             bench=BenchOptions(command=s.bench_command, service_account_name=s.bench_service_account,
-                               shm_size=s.bench_shm_size, image_pull_policy=s.bench_image_pull_policy,
+                               shm_size=s.bench_shm_size, memory=s.bench_memory, model_cache=s.bench_model_cache,
+                               image_pull_policy=s.bench_image_pull_policy,
                                extra_env=dict(s.extra_env), placement=s.bench_placement),
             progress_interval_s=s.progress_log_interval_s, policy=s.policy,
             progress_log=progress[1] if progress else None, progress_read_at=progress[0] if progress else None,
@@ -214,7 +216,9 @@ class Reconciler:
                 o = fresh
             raise RuntimeError(f"no decision after {MAX_QUESTIONS} questions (last: {d.need})")
         finally:
-            self.reserved.discard(key)
+            if key in self.reserved:  # its Job exists now (or it was refused): the next in the queue may go
+                self.reserved.discard(key)
+                self.wake_queued()
 
     async def _answer(self, key: Key, o: dec.Observed, need: dec.Need) -> dict[str, Any]:
         """Find out what ``need`` asks (from the API server); the answers for :class:`Observed`."""

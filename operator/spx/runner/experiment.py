@@ -15,18 +15,19 @@ prints and maps the outcome to an exit code. Steps:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spx.analysis.judge import CPU_NOTE, Judgement, judge, local_status
+from spx.analysis.judge import Judgement, judge, local_status
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, wire
 from spx.api.base import utc_now
 from spx.files import write_atomic
 from spx.rundir import RunDirectory
 from spx.runner.local import LocalRunOutcome, RunProgress, run_local
-from spx.vocabulary import SERVING_DIR
+from spx.vocabulary import CPU_NOTE, SERVING_DIR
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -292,7 +293,15 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
     if spec.serving is None:
         raise ValueError("the spec has no spec.serving")
     started = utc_now()
-    benches = run_vllm_benchmarks(spec, out, RunnerOptions(vllm_command=list(vllm_command), experiment=name))
+    try:
+        benches = run_vllm_benchmarks(spec, out, RunnerOptions(vllm_command=list(vllm_command), experiment=name))
+    except (ValueError, OSError, KeyboardInterrupt) as exc:  # status.json says why, for spx report and spx gate
+        why = (f"the vLLM benches were stopped ({str(exc) or 'interrupted (Ctrl-C)'}): every server was stopped; what "
+               "they measured is in this folder" if isinstance(exc, KeyboardInterrupt)
+               else f"the vLLM benches did not start: {exc}")
+        with contextlib.suppress(OSError):  # (a full disk: the error itself is what the caller reports)
+            write_status(out, _failed_benches_status(spec, out, why, started))
+        raise
     allow_cpu = spec.gate.allow_cpu_timings
     serving = summarize_serving(benches.serving, allow_cpu_timings=allow_cpu) if benches.serving is not None else None
     accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
@@ -319,6 +328,26 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
     write_status(out, status)
     complete = all(r is None or r.complete for r in (benches.serving, benches.accuracy, benches.step))
     return BenchesOutcome(status=status, serving=serving, accuracy=accuracy, step=step, complete=complete)
+
+
+def _failed_benches_status(spec: ExperimentSpec, out: Path, why: str, started: str) -> ExperimentStatus:
+    """``status.json`` of ``spx serving`` whose benches did not start or were stopped: the vLLM sections that were
+    asked for fail with ``why``; judged with the kernel sweep already in ``out`` when there is one (as
+    :func:`run_vllm_benches` judges a completed run), else ``BenchmarkFailed`` with ``why``."""
+    from spx.api.accuracy import AccuracyStatus
+    from spx.api.serving import ServingStatus
+
+    assert spec.serving is not None
+    serving = ServingStatus(failures=[why], reasons=[why]) if spec.serving.points else None
+    accuracy = (AccuracyStatus(reasons=[f"GSM8K: {why}"], max_drop_points=spec.accuracy.max_drop_points)
+                if spec.accuracy is not None else None)
+    kernel_run = _kernel_result_in(out)
+    if kernel_run is not None:
+        return build_status(kernel_run, judge(kernel_run, kernel_run.spec, serving=serving, accuracy=accuracy,
+                                              require_vllm=True))
+    judgement = Judgement(kernel=None, verdict=None, reason="BenchmarkFailed", reasons=[why], message=why,
+                          serving=serving, accuracy=accuracy)
+    return local_status(judgement, now=utc_now(), started_at=started)
 
 
 def _kernel_result_in(out: Path) -> KernelResult | None:

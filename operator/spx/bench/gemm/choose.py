@@ -20,7 +20,7 @@ from spx.bench.gemm.registry import (
     kernel,
     mxfp8_order,
 )
-from spx.vocabulary import BF16, MXFP8, GemmBackend, ResolvedDevice, ResolvedGemmBackend, WeightFormat
+from spx.vocabulary import BF16, CPU_NOTE, MXFP8, GemmBackend, ResolvedDevice, ResolvedGemmBackend, WeightFormat
 
 if TYPE_CHECKING:
     import torch
@@ -80,9 +80,9 @@ def _requested(k: GemmKernel, weight_format: WeightFormat, cuda: bool, cap: int 
 def _auto_mxfp8(cap: int, sm: str, probe: Probe) -> tuple[ResolvedGemmBackend, str]:
     """The first of vLLM's MXFP8 kernels (:func:`~spx.bench.gemm.registry.mxfp8_order`) that spx has and can run."""
     order = mxfp8_order(cap)
-    ours = [BY_VLLM_KERNEL[c] for c in order if c in BY_VLLM_KERNEL]
+    ours = [BY_VLLM_KERNEL[c] for c in order if c in BY_VLLM_KERNEL and _obstacle(BY_VLLM_KERNEL[c], MXFP8, True, cap) is None]
     head = (f"auto: vLLM 0.33 prefers Humming on {sm} (_HUMMING_PREFERRED_CAPABILITIES={{90}})"
-            if cap in HUMMING_PREFERRED_CAPABILITIES else f"auto: vLLM 0.33 ranks {ours[0].title} first for MXFP8 on {sm}")
+            if cap in HUMMING_PREFERRED_CAPABILITIES else f"auto: vLLM 0.33 ranks {ours[0].title if ours else 'none of them'} first for MXFP8 on {sm}")
     passed: list[str] = []
     for cls in order:
         if cls in NOT_BENCHMARKED and NOT_BENCHMARKED[cls](cap):
@@ -94,8 +94,9 @@ def _auto_mxfp8(cap: int, sm: str, probe: Probe) -> tuple[ResolvedGemmBackend, s
         k = BY_VLLM_KERNEL.get(cls)
         if k is None:
             continue
-        obstacle = _obstacle(k, MXFP8, True, cap)
-        ok, why = (False, obstacle) if obstacle else probe(k.name)
+        if k not in ours:  # below its minimum capability: vLLM's is_supported passes over it too
+            continue
+        ok, why = probe(k.name)
         if ok:
             return k.name, f"{head}; {why}" if not passed else f"{head}, but {'; '.join(passed)}: vLLM falls back to {k.title}; {why}"
         passed.append(f"{k.name} ({why}{'; ' + k.install if k.install else ''})")
@@ -107,7 +108,7 @@ def _auto_mxfp8(cap: int, sm: str, probe: Probe) -> tuple[ResolvedGemmBackend, s
 
 def _auto(weight_format: WeightFormat, cuda: bool, cap: int | None, sm: str, probe: Probe) -> tuple[ResolvedGemmBackend, str]:
     if not cuda:
-        return "torch-bf16", "auto: CPU smoke run: torch-bf16 (vLLM's MXFP8 kernels need CUDA); timings say nothing about GPUs"
+        return "torch-bf16", f"auto: torch-bf16 (vLLM's MXFP8 kernels need CUDA); {CPU_NOTE}"
     if weight_format == BF16:
         return "torch-bf16", "auto: weightFormat bf16 is unquantized: torch-bf16 (cuBLAS), as vLLM runs unquantized linears"
     if weight_format == MXFP8 and cap is not None:

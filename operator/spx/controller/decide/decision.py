@@ -12,12 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spx import __version__
 from spx.api.loading import SpecError
 from spx.api.policy import Policy
 from spx.api.spec import ExperimentSpec
 from spx.api.status import ExperimentStatus
 from spx.controller.decide.observation import Timeouts
 from spx.controller.manifests.job import BenchOptions
+from spx.vocabulary import InfraReason
 
 Manifest = dict[str, Any]
 
@@ -145,8 +147,8 @@ class JobCreation:
     message: str = ""
     foreign: bool = False
     #: Set when the operator itself refused before asking the API server (Kueue not installed,
-    #: LocalQueue missing: :func:`spx.controller.decide.admission.queue_refusal`): the Decided reason.
-    reason: str = ""
+    #: LocalQueue missing: :func:`spx.controller.decide.admission.queue_refusal`): the Completed reason.
+    reason: InfraReason | None = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ class Observed:
     gone_pods: Sequence[Mapping[str, Any]] = ()
     deleting: bool = False
     timeouts: Timeouts = Timeouts()
-    bench_image: str = "ghcr.io/spx-dev/spx-bench:0.1.0"
+    bench_image: str = f"ghcr.io/spx-dev/spx-bench:{__version__}"
     bench: BenchOptions = BenchOptions()
     progress_interval_s: float = 30.0
     policy: Policy = field(default_factory=Policy)
