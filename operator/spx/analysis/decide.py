@@ -32,7 +32,8 @@ from spx.analysis.verdict import GateOutcome
 from spx.api.gate import VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS, GateSpec
 from spx.api.spec import ExperimentSpec
 from spx.api.status import DecidedBy, Verdict
-from spx.api.step import StepEffect, StepStatus
+from spx.api.step import StepPoint as StepEffect  # CONTRACT STUB (session 9): h3 rewrites the step decision
+from spx.api.step import StepStatus
 
 MAX_BATCHED_FLAG = "--max-num-batched-tokens"
 

@@ -1,27 +1,30 @@
-"""The step A/B: the split's effect on a whole eager prefill step, measured inside one vLLM server.
+"""The step A/B: the split's effect on a whole eager prefill step, measured inside **one** vLLM server.
 
 Why: an eager step is a queue. Replacing the replicated projection by the split moves the step by the
 split's GPU difference Δg while the GPU is the bottleneck and by its host difference Δh while the host
 is (docs/kernel-benchmark.md, "Regimes"); which one holds depends on the whole layer (attention, MoE
 and their host cost) and on the node. Only a measurement of the whole step settles it.
 
-Design (issue #28; difference in differences, no server-to-server noise in the effect):
+Design (issue #34; one model load, no server-to-server noise in the effect):
 
-- a *treated* server splits at ``T`` (``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS=T``), a *control* server
-  never splits (``off``); both with prefix caching off, concurrency 1;
-- on each server, rounds of single-request prefills interleave prompts of exactly ``T − TP`` tokens
-  (the *base*: below ``T``, replicated on both servers), ``T`` tokens (split on the treated server) and
-  ``T + 1`` tokens (the *pad* path: ``sp_shard`` pads to a multiple of TP), each sent as a list of
-  token IDs with ``max_tokens`` 1 (the request's latency is its prefill step) and checked against the
-  server's ``usage.prompt_tokens``;
-- per server, the difference ``Q(L) − Q(T − TP)`` of a latency quantile (``quantile``, default the median)
-  over its rounds; the step effect of the split at length ``L`` is the treated server's difference minus
-  the control server's (the cost of the extra ``L − (T − TP)`` tokens cancels), with a bootstrap interval
-  over rounds; per layer it is divided by the model's layers (DeepSeek-V4.1: 40).
+- one ``vllm serve`` with ``VLLM_SERVER_DEV_MODE=1`` (``POST /collective_rpc``, bound to 127.0.0.1) and
+  spx's worker extension (``--worker-extension-cls``), prefix caching off, concurrency 1;
+- before each request the runner *switches* the arm inside the running server (an RPC to every TP worker,
+  outside the timed window): ``replicated`` (threshold off), ``split`` (threshold = the request's length:
+  vLLM's ``sp_shard``), ``pad-free`` (split with the pad-free shard), ``aa`` (threshold = length + 1: a
+  second value that also means "no split", the A/A) and ``positive-control`` (no split + a known delay the
+  extension injects, :attr:`StepSpec.positive_control_ms`);
+- each worker confirms the switch, and the forward itself reports whether it took the split branch and the
+  token count it saw; a request whose forward contradicts its arm makes its round unusable (named);
+- a round sends every arm once at every length, in a seeded random order; lengths run from below the gate
+  threshold up to ``max_num_batched_tokens``, aligned (``L % TP == 0``) and off-aligned (``sp_shard``'s pad
+  path, 7 of 8 batch sizes);
+- the effect of an arm at a length is a statistic of the per-round paired differences
+  ``latency(arm) − latency(replicated)`` (ms per step; negative: a gain), with an interval valid under the
+  sequential stopping rule (``spx.analysis.step``); per layer it is divided by :attr:`StepSpec.layers`.
 
-Negative effects are gains (the split shortens the step), as Δg and Δh are split − replicated.
-
-The result document (``step-result.json``) keeps every request; the status section keeps the effects.
+The result document (``step-result.json``) keeps every switch and every request; the status section
+(:class:`StepStatus`) keeps the curve, the calibration and the expected effect over the batch mix.
 """
 
 from __future__ import annotations
@@ -32,8 +35,14 @@ from pydantic import Field, field_validator
 
 from spx.api.base import CamelModel
 
-STEP_RESULT_SCHEMA_VERSION: Final = "spx.dev/step-result/v1"
+STEP_RESULT_SCHEMA_VERSION: Final = "spx.dev/step-result/v2"
 
+#: What one request measures, switched per request inside the server: ``replicated`` (never split: the
+#: reference), ``split`` (vLLM's ``sp_shard`` + all-gather), ``pad-free`` (the pad-free shard spx proposes:
+#: each rank a view of its rows, only the last rank pads its own short shard), ``aa`` (a second no-split
+#: switch value: its effect against ``replicated`` must cover 0), ``positive-control`` (no split + an
+#: injected delay of known size: its effect must cover that size).
+StepArm = Literal["replicated", "split", "pad-free", "aa", "positive-control"]
 #: Which kernel regime the measured step effect matches (``spx.analysis.step``): ``gpu-bound`` (near Δg),
 #: ``host-bound`` (near Δh), ``between`` (at the pivot: neither), ``undetermined`` (the interval covers both,
 #: or no kernel Δ to compare with).
@@ -41,105 +50,181 @@ StepRegime = Literal["gpu-bound", "host-bound", "between", "undetermined"]
 #: What the effect's interval says: ``gain`` (entirely below 0: the split shortens the step), ``loss``
 #: (entirely above 0), ``indifferent`` (it straddles 0: within the noise).
 StepOutcome = Literal["gain", "loss", "indifferent"]
-#: The role of a request's length in a round.
-StepLengthRole = Literal["base", "split", "pad"]
-#: The role of a server in the design: ``treated`` splits at T, ``control`` never splits, ``positive-control``
-#: never splits but has a chunk budget of T tokens (``--max-num-batched-tokens T``), so that T + 1 tokens take a
-#: second prefill step: an effect the design must detect (``StepSpec.positive_control``).
-StepServerRole = Literal["treated", "control", "positive-control"]
+#: The statistic of a length's per-round paired differences: ``median`` (robust to a shared host's
+#: interference, which slows one request of a pair) or ``mean``.
+StepStatistic = Literal["median", "mean"]
+
+
+class BatchMixBucket(CamelModel):
+    """One bucket of the deployment's batch-size distribution: batches of ``(previous le, le]`` tokens.
+
+    Give buckets as vLLM's ``vllm:iteration_tokens_total`` histogram reports them (``le`` the upper bound,
+    ``weight`` the count or share in that bucket); weights need not sum to 1.
+    """
+
+    le: int = Field(gt=0, le=1 << 24)
+    """Upper bound of the bucket, tokens (inclusive)."""
+    weight: float = Field(ge=0)
+    """Relative frequency of batches in the bucket (count or share)."""
 
 
 class StepSpec(CamelModel):
-    """``spec.serving.step``: the within-server step A/B (module docstring).
+    """``spec.serving.step``: the one-server step A/B (module docstring).
 
-    Runs on ``spec.serving``'s model and server settings, after the kernel bench: one control server
-    (split off) and one treated server per threshold. ``thresholds`` adds thresholds to
-    ``gate.thresholdTokens`` (always measured).
+    Runs on ``spec.serving``'s model and server settings, first (before any serving arm): one server, the
+    split switched per request. The gate threshold is always evaluated; ``thresholds`` adds thresholds
+    whose expected effect is reported too (no extra server: the curve covers them).
     """
 
     thresholds: list[Annotated[int, Field(gt=0, le=1 << 24)]] = Field(default_factory=list, max_length=8)
-    """Thresholds T (tokens) to measure besides gate.thresholdTokens, each on its own treated server; each listed once."""
-    rounds: int = Field(default=40, ge=8, le=10_000)
-    """Rounds per server; each round sends one prompt of each length (T − TP, T, T + 1) in a shuffled order."""
+    """Thresholds T (tokens) to evaluate besides gate.thresholdTokens; each listed once."""
+    lengths: list[Annotated[int, Field(gt=0, le=1 << 24)]] = Field(default_factory=list, max_length=64)
+    """Prompt lengths (tokens) to measure; empty: the default curve (``spx.analysis.step.default_lengths``:
+    aligned and off-aligned lengths from below the gate threshold up to max_num_batched_tokens)."""
+    pad_free: bool = True
+    """Also measure the pad-free shard (arm ``pad-free``): a measured proposal for vLLM, never gated."""
+    positive_control_ms: float = Field(default=1.0, gt=0, le=1000)
+    """The known effect (ms per step) the worker extension injects for the positive control: after the
+    forward has issued all its work, it synchronises the device (as the runner would a moment later) and
+    waits this long. Its measured effect's interval must cover it, or the step decides nothing."""
+    rounds: int = Field(default=200, ge=8, le=10_000)
+    """Most rounds (the budget); a round sends every arm once at every length."""
+    min_rounds: int = Field(default=40, ge=8, le=10_000)
+    """Rounds before the first look of the stopping rule."""
+    look_every: int = Field(default=40, ge=1, le=10_000)
+    """Rounds between two looks of the stopping rule (the number of looks sets each interval's level)."""
+    budget_seconds: int | None = Field(default=None, ge=60, le=7 * 24 * 3600)
+    """Wall-clock budget of the rounds (after the model load); None: rounds alone bound it."""
+    indifference_ms: float = Field(default=0.2, ge=0, le=1000)
+    """Half-width of the indifference band around 0 (ms per step): the rounds may stop once every gated
+    interval excludes it."""
+    statistic: StepStatistic = "median"
+    """The statistic of each length's per-round paired differences."""
     warmup_rounds: int = Field(default=3, ge=0, le=1_000)
-    """Rounds sent and discarded first on every server (allocator, JIT and cache warm-up)."""
-    pad: bool = True
-    """Also send T + 1 tokens (sp_shard's pad path and a partial tile, as 7 of 8 real batch sizes pay)."""
+    """Rounds sent and discarded first (allocator, JIT and cache warm-up)."""
     layers: int = Field(default=40, ge=1, le=1_000)
     """Layers running the projection once per step (DeepSeek-V4.1: 40): the per-layer effect is the step effect / layers."""
     request_timeout_seconds: int = Field(default=600, ge=1, le=24 * 3600)
     """Seconds one request may take."""
     seed: int = Field(default=0, ge=0)
     """Seed of the token IDs, of each round's order and of the bootstrap."""
-    quantile: float = Field(default=0.5, gt=0, le=0.5)
-    """The latency quantile compared per server and length (0.5: the median); lower it on a shared, noisy host, where interference only adds time (0.05 in the CPU test stage)."""
-    positive_control: bool = False
-    """Also run a server that never splits with a chunk budget of gate.thresholdTokens (--max-num-batched-tokens T): at T + 1 tokens it takes a second prefill step, an effect the design must detect on this deployment (status.step.positiveControls)."""
+    batch_mix: list[BatchMixBucket] = Field(default_factory=list, max_length=128)
+    """The deployment's batch-size distribution (e.g. from vllm:iteration_tokens_total); empty: every size
+    from 1 to max_num_batched_tokens equally likely (so 7 in 8 take the pad path at TP 8)."""
+
+    @field_validator("thresholds", "lengths")
+    @classmethod
+    def _listed_once(cls, v: list[int]) -> list[int]:
+        """Refuse a repeated threshold or length."""
+        dupes = sorted({t for t in v if v.count(t) > 1})
+        if dupes:
+            raise ValueError(f"each value must be listed once, {dupes} repeat")
+        return v
 
 
 # --------------------------------------------------------------------------- result document
 
-    @field_validator("thresholds")
-    @classmethod
-    def _listed_once(cls, v: list[int]) -> list[int]:
-        """Refuse a repeated threshold (each is a server and a model load: the Job deadline counts them)."""
-        dupes = sorted({t for t in v if v.count(t) > 1})
-        if dupes:
-            raise ValueError(f"serving.step.thresholds must list each threshold once, {dupes} repeat")
-        return v
 
+class StepSwitch(CamelModel):
+    """One switch of the arm inside the server, as every TP worker confirmed it."""
 
-class StepRequest(CamelModel):
-    """One request as sent and answered.
-
-    ``latency_ms`` is the wall time from sending to the full answer (``max_tokens`` 1: the prefill step,
-    sampling one token, and the HTTP round trip); ``prompt_tokens`` the server's ``usage.prompt_tokens``,
-    which must equal ``length``.
-    """
-
-    threshold_tokens: int = Field(gt=0)
-    """The T whose round this request belongs to (its lengths are T − TP, T and T + 1)."""
-    round: int = Field(ge=0)
-    order: int = Field(ge=0)
-    role: StepLengthRole
-    length: int = Field(gt=0)
-    prompt_tokens: int | None = Field(default=None, ge=0)
-    latency_ms: float | None = Field(default=None, ge=0)
+    at: float
+    """Unix time (s) the switch was sent."""
+    arm: StepArm
+    threshold: int
+    """The threshold set (tokens; 2³¹ − 1 for off)."""
+    inject_ms: float = 0.0
+    """The injected delay set (positive control), ms."""
+    workers: int = Field(default=0, ge=0)
+    """Workers that answered."""
+    confirmed: bool = False
+    """Every worker reported the new threshold, pad mode and delay."""
+    rpc_ms: float | None = Field(default=None, ge=0)
+    """Wall time of the switch RPC (outside any timed request)."""
     error: str | None = Field(default=None, max_length=1024)
 
 
-class StepServerRun(CamelModel):
-    """One server of the step A/B: its threshold, its life and every request it answered."""
+class StepRequest(CamelModel):
+    """One request as sent and answered, with what its forward did.
 
-    name: str = Field(min_length=1, max_length=64)
-    role: StepServerRole
-    threshold: str
-    """SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS as given (off, or a count)."""
-    threshold_tokens: int | None = Field(default=None, gt=0)
-    """The T whose lengths this server measured (a control server measures every T's lengths)."""
+    ``latency_ms`` is the wall time from sending to the full answer (``max_tokens`` 1: the prefill step,
+    sampling one token, and the HTTP round trip); ``prompt_tokens`` the server's ``usage.prompt_tokens``,
+    which must equal ``length``. ``split_forwards`` / ``forward_tokens``: per worker, the forwards since the
+    switch that took the split branch, and the token counts the forwards saw (from the worker extension).
+    """
+
+    round: int = Field(ge=0)
+    order: int = Field(ge=0)
+    arm: StepArm
+    length: int = Field(gt=0)
+    sent_at: float | None = None
+    """Unix time (s) the request was sent."""
+    prompt_tokens: int | None = Field(default=None, ge=0)
+    latency_ms: float | None = Field(default=None, ge=0)
+    split_forwards: list[int] = Field(default_factory=list)
+    """Per worker: forwards that took the split branch during this request."""
+    forward_tokens: list[list[int]] = Field(default_factory=list)
+    """Per worker: the token count of each forward during this request."""
+    confirmed: bool | None = None
+    """The forward did what the arm asked (split at L for split/pad-free, no split otherwise) on every worker."""
+    error: str | None = Field(default=None, max_length=1024)
+
+
+class StepServerInfo(CamelModel):
+    """The one server of the step A/B: its command, life and what its workers reported."""
+
     server_command: list[str] = Field(default_factory=list)
     server_log: str | None = None
     server_exit_code: int | None = None
     healthy_after_seconds: float | None = Field(default=None, ge=0)
-    threshold_confirmed: bool | None = None
-    wall_seconds: float | None = Field(default=None, ge=0)
-    """Seconds from the first warm-up request to the last request."""
-    requests: list[StepRequest] = Field(default_factory=list)
-    error: str | None = None
+    workers: int = Field(default=0, ge=0)
+    """TP workers that answered the extension's RPC."""
+    extension_confirmed: bool = False
+    """Every worker loaded spx's worker extension and found the split target."""
+    capture_limit_tokens: int = Field(default=0, ge=0)
+    """Largest CUDA-graph capture size (0: none): lengths at or below it are refused (a graph keeps its branch)."""
+    compiled: bool = False
+    """The forward is torch.compiled (then every length is refused: a compiled region keeps its branch)."""
+
+
+class StepRefusal(CamelModel):
+    """A length the step A/B did not measure, and why."""
+
+    length: int = Field(gt=0)
+    reason: str = Field(max_length=1024)
 
 
 class StepResult(CamelModel):
-    """``step-result.json``: every request of every server, rewritten after each server."""
+    """``step-result.json``: every switch and request of the one server, rewritten after every block."""
 
-    schema_version: Literal["spx.dev/step-result/v1"] = STEP_RESULT_SCHEMA_VERSION
+    schema_version: Literal["spx.dev/step-result/v2"] = STEP_RESULT_SCHEMA_VERSION
     experiment: str = "local"
+    """metadata.name of the experiment it belongs to."""
+    spec_hash: str | None = None
+    """Hash of the experiment's spec (``spx.api.spec.spec_hash``): a bench document of another spec is refused."""
+    run_id: str | None = None
+    """The run it belongs to (a run folder's or a Job's id)."""
     step: StepSpec
     tensor_parallel_size: int = Field(ge=1)
+    max_num_batched_tokens: int = Field(ge=1)
+    gate_threshold_tokens: int = Field(gt=0)
     thresholds: list[int] = Field(default_factory=list)
+    """Every threshold evaluated: the gate's first, then step.thresholds."""
+    lengths: list[int] = Field(default_factory=list)
+    """The lengths measured (after refusals), ascending."""
+    arms: list[StepArm] = Field(default_factory=list)
+    refused: list[StepRefusal] = Field(default_factory=list)
     device: str | None = None
-    """cuda or cpu: where the servers ran (a CPU run never decides a verdict unless gate.allowCpuTimings)."""
-    servers: list[StepServerRun] = Field(default_factory=list)
+    """cuda or cpu: where the server ran (a CPU run never decides a verdict unless gate.allowCpuTimings)."""
+    server: StepServerInfo = Field(default_factory=StepServerInfo)
+    switches: list[StepSwitch] = Field(default_factory=list)
+    requests: list[StepRequest] = Field(default_factory=list)
+    rounds_planned: int = Field(default=0, ge=0)
+    rounds_done: int = Field(default=0, ge=0)
+    stopped_because: str | None = None
+    """Why the rounds stopped: resolved (every gated interval excludes the band), budget, rounds, or a failure."""
     complete: bool = False
+    """The rounds ended by the stopping rule or the budget, with no failure."""
     failures: list[str] = Field(default_factory=list)
     started_at: str | None = None
     finished_at: str | None = None
@@ -148,68 +233,103 @@ class StepResult(CamelModel):
 # --------------------------------------------------------------------------- status
 
 
-class StepEffect(CamelModel):
-    """The split's measured effect on the step at one threshold and one length (``spx.analysis.step``).
+class StepPoint(CamelModel):
+    """One arm's measured effect on the step at one length (``spx.analysis.step``).
 
-    ``effect_ms`` is the difference in differences (treated − control) of ``Q(length) − Q(T − TP)``, ``Q`` the
-    latency quantile of ``StepSpec.quantile`` (the median by default) over a server's rounds, in ms per step; negative: the split
-    shortens the step. ``per_layer_us`` is ``effect_ms × 1000 / layers``. ``kernel_gpu_us`` and
-    ``kernel_host_us`` are the kernel sweep's Δg and Δh at this length (µs per layer, interpolated), the
-    figures the regime is judged against.
+    ``effect_ms`` is the :attr:`StepSpec.statistic` of the per-round paired differences
+    ``latency(arm) − latency(replicated)``, ms per step; negative: the arm shortens the step.
+    ``per_layer_us`` is ``effect_ms × 1000 / layers``. ``kernel_gpu_us`` / ``kernel_host_us`` are the kernel
+    sweep's Δg and Δh at this length (µs per layer, interpolated), the figures the regime is judged against.
     """
 
-    threshold_tokens: int = Field(gt=0)
-    """T: the treated server splits batches of at least T tokens."""
-    role: StepLengthRole
-    """split (length T) or pad (length T + 1)."""
+    arm: StepArm
     length: int = Field(gt=0)
-    """Prompt tokens of the measured request (T or T + 1); the base is T − TP."""
-    base_length: int = Field(gt=0)
-    """Prompt tokens of the base request (T − TP: replicated on both servers)."""
+    aligned: bool
+    """length % TP == 0 (off-aligned lengths take sp_shard's pad path)."""
     rounds: int = Field(ge=0)
-    """Rounds used (per server)."""
     effect_ms: float
-    """Step effect of the split, ms per step (negative: a gain)."""
     effect_low_ms: float
-    """Lower end of the effect's 95 % interval (bootstrap over rounds), ms."""
     effect_high_ms: float
-    """Upper end of the effect's 95 % interval, ms."""
-    layers: int = Field(ge=1)
-    """Layers the effect is divided by."""
     per_layer_us: float
-    """effectMs × 1000 / layers: µs per layer."""
     per_layer_low_us: float
-    """Lower end of the per-layer interval, µs."""
     per_layer_high_us: float
-    """Upper end of the per-layer interval, µs."""
     kernel_gpu_us: float | None = None
-    """The kernel sweep's Δg at this length, µs per layer (split − replicated GPU span)."""
     kernel_host_us: float | None = None
-    """The kernel sweep's Δh at this length, µs per layer (split − replicated host issue time)."""
-    server: str = "treated"
-    """The server measured against the control (its name in step-result.json)."""
-    control_rounds: int = Field(default=0, ge=0)
-    """Rounds of the control server used."""
     regime: StepRegime = "undetermined"
-    """Which kernel regime the step effect matches."""
     outcome: StepOutcome = "indifferent"
-    """gain, loss or indifferent (the interval straddles 0)."""
+
+
+class StepExpectation(CamelModel):
+    """The expected effect of splitting from ``threshold_tokens`` over the batch sizes the deployment forms
+    at and above it (up to max_num_batched_tokens), weighted by the batch mix (aligned and pad path as
+    they occur), ms per step and µs per layer, with its interval."""
+
+    threshold_tokens: int = Field(gt=0)
+    arm: StepArm
+    """split (vLLM's sp_shard) or pad-free (the proposal)."""
+    mix: Literal["uniform", "given"] = "uniform"
+    pad_path_share: float = Field(ge=0, le=1)
+    """Share of the weighted batch sizes that take the pad path (M % TP != 0)."""
+    effect_ms: float
+    effect_low_ms: float
+    effect_high_ms: float
+    per_layer_us: float
+    per_layer_low_us: float
+    per_layer_high_us: float
+    outcome: StepOutcome = "indifferent"
+
+
+class StepCalibration(CamelModel):
+    """One calibration check (``spx.analysis.step``): the A/A (expected 0) or the positive control (expected
+    ``positiveControlMs``), its effect pooled over its lengths (equal weights; the same joint bootstrap over
+    rounds), ms per step. ``passed``: the interval reaches the expected value within ±indifferenceMs."""
+
+    arm: StepArm
+    expected_ms: float
+    lengths: int = Field(ge=0)
+    """Lengths pooled."""
+    effect_ms: float
+    effect_low_ms: float
+    effect_high_ms: float
+    passed: bool
 
 
 class StepStatus(CamelModel):
-    """``status.step``: the step A/B's effects and what they say (``spx.analysis.step``)."""
+    """``status.step``: the step A/B's curve, calibration and expectation, and whether it may decide."""
 
-    effects: list[StepEffect] = Field(default_factory=list)
-    """One per threshold and length (T, and T + 1 with pad)."""
-    positive_controls: list[StepEffect] = Field(default_factory=list)
-    """The positive control's effects (StepSpec.positiveControl): at T + 1 a second prefill step, which must come out a loss."""
+    points: list[StepPoint] = Field(default_factory=list)
+    """Per arm (split, pad-free) and length."""
+    aa: list[StepPoint] = Field(default_factory=list)
+    """The A/A's effects (must cover 0)."""
+    positive_control: list[StepPoint] = Field(default_factory=list)
+    """The injected effect as measured (must cover positiveControlMs)."""
+    positive_control_ms: float | None = None
+    calibration: list[StepCalibration] = Field(default_factory=list)
+    """The A/A's and the positive control's pooled checks (both must pass for the step to be usable)."""
+    expectations: list[StepExpectation] = Field(default_factory=list)
+    """Per threshold (the gate's first) and arm."""
+    break_even_tokens: float | None = None
+    """Where the split's mix-weighted effect crosses from loss to gain on the curve (tokens), if it does."""
+    recommended_threshold_tokens: int | None = None
+    """The smallest measured length from which splitting is a resolved expected gain (the step's recommendation)."""
+    usable: bool = False
+    """The step may decide: complete enough, calibrated (A/A covers 0, positive control recovered), every switch
+    confirmed, this experiment's, on a GPU (or allowCpuTimings)."""
+    unusable_reasons: list[str] = Field(default_factory=list)
+    """Why it may not decide, most important first."""
     complete: bool = False
-    """True when every server answered every round."""
-    statistic: str = "median"
-    """The location compared per server and length: median, or the StepSpec.quantile (e.g. 0.05-quantile)."""
+    rounds: int = Field(default=0, ge=0)
+    stopped_because: str | None = None
+    statistic: StepStatistic = "median"
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    """Coverage of the gated interval (the split's expectation from the gate threshold) over every look of the
+    stopping rule: 1 − α."""
+    interval_level: float = Field(default=0.95, gt=0, lt=1)
+    """Level of each interval reported: 1 − α/K (Bonferroni over the K looks of the stopping rule)."""
+    looks: int = Field(default=1, ge=1)
+    """K: the looks the stopping rule plans (minRounds, then every lookEvery rounds up to rounds)."""
     cpu_timings: bool = False
-    """The servers ran on CPU: the effects prove the machinery, they say nothing about GPUs."""
+    """The server ran on CPU: the effects prove the machinery, they say nothing about GPUs."""
     failures: list[str] = Field(default_factory=list)
-    """What failed (server: why)."""
     reasons: list[str] = Field(default_factory=list)
     """What the effects say, most important first."""

@@ -28,14 +28,16 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, TextIO
+from typing import Any, Final, TextIO, TypeVar
+
+from pydantic import BaseModel
 
 from spx.api.accuracy import AccuracyStatus
 from spx.api.base import dump_model
 from spx.api.result import SUMMARY_MAX_BYTES, KernelResult, ResultSummary
 from spx.api.serving import ServingStatus
 from spx.api.status import Environment, KernelPoint
-from spx.api.step import StepEffect, StepStatus
+from spx.api.step import StepStatus
 
 #: Kinds of JSON lines the bench writes to its log.
 KINDS: Final = ("point", "result", "serving", "accuracy", "step")
@@ -209,7 +211,10 @@ def vllm_summary_levels(
     return levels
 
 
-def _round_effect(e: StepEffect, digits: int) -> StepEffect:
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _round_model(e: _M, digits: int) -> _M:
     return e.model_copy(update={k: _round_sig(v, digits) for k, v in e.__dict__.items() if isinstance(v, float)})
 
 
@@ -227,15 +232,13 @@ def step_levels(step: StepStatus, threshold_tokens: int | None = None) -> list[S
     1. long texts only: at most 8 failures and 12 reasons of ≤ 300 characters, figures to 6 significant digits;
     2. at most 3 failures and 6 reasons of ≤ 160 characters;
     3. the reasons (one line then says what was left out) and the failure texts (counted);
-    4. the positive controls' effects at length T (the one at T + 1, which shows whether the design sees one
-       extra prefill step, is kept);
-    5. the effects at thresholds other than ``threshold_tokens`` (the gate threshold's, which decide the verdict
-       where the kernel regimes disagree: :func:`spx.analysis.decide.step_decision`, are always kept;
-       ``None``: none dropped);
-    6. the figures to 3 significant digits (a sign, and so an outcome, never changes);
-    7. the positive controls.
+    4. the A/A's and the positive control's per-length points (``usable`` and ``unusableReasons`` keep what they
+       said);
+    5. the expectations at thresholds other than ``threshold_tokens`` (``None``: none dropped);
+    6. the curve's points (``recommendedThresholdTokens`` and ``breakEvenTokens`` keep what it said);
+    7. the figures to 3 significant digits (a sign, and so an outcome, never changes).
 
-    What decides (``effects`` at the gate threshold, ``cpuTimings``, ``complete``) is in every level.
+    What decides (``usable``, the gate threshold's expectations, ``cpuTimings``, ``complete``) is in every level.
     """
     def fails(n: int, chars: int) -> list[str]:
         extra = [f"… {len(step.failures) - n} more failure(s)"] if len(step.failures) > n else []
@@ -243,30 +246,29 @@ def step_levels(step: StepStatus, threshold_tokens: int | None = None) -> list[S
 
     levels = [step.model_copy(update={
         "failures": fails(8, 300), "reasons": [_clip(r, 300) for r in step.reasons[:12]],
-        "effects": [_round_effect(e, 6) for e in step.effects],
-        "positive_controls": [_round_effect(e, 6) for e in step.positive_controls]})]
+        "unusable_reasons": [_clip(r, 300) for r in step.unusable_reasons[:8]],
+        "points": [_round_model(e, 6) for e in step.points], "aa": [_round_model(e, 6) for e in step.aa],
+        "positive_control": [_round_model(e, 6) for e in step.positive_control],
+        "expectations": [_round_model(e, 6) for e in step.expectations]})]
     levels.append(levels[-1].model_copy(update={"failures": fails(3, 160),
                                                 "reasons": [_clip(r, 160) for r in step.reasons[:6]]}))
     left_out = [f"{len(step.reasons)} reason(s)"] if step.reasons else []
     counted = [f"{len(step.failures)} failure(s); the first: {_clip(step.failures[0], 120)}"] if step.failures else []
     levels.append(levels[-1].model_copy(update={"failures": counted, "reasons": _shortened(left_out)}))
-    pad_controls = [e for e in levels[-1].positive_controls if e.role == "pad"]
-    if len(pad_controls) < len(step.positive_controls):
-        left_out.append(f"{len(step.positive_controls) - len(pad_controls)} positive-control effect(s) at T")
-        levels.append(levels[-1].model_copy(update={"positive_controls": pad_controls,
-                                                    "reasons": _shortened(left_out)}))
+    if step.aa or step.positive_control:
+        left_out.append("the A/A's and the positive control's points")
+        levels.append(levels[-1].model_copy(update={"aa": [], "positive_control": [], "reasons": _shortened(left_out)}))
     if threshold_tokens is not None:
-        kept = [e for e in levels[-1].effects if e.threshold_tokens == threshold_tokens]
-        if len(kept) < len(step.effects):
-            left_out.append(f"{len(step.effects) - len(kept)} effect(s) at thresholds other than the gate's "
-                            f"{threshold_tokens}")
-            levels.append(levels[-1].model_copy(update={"effects": kept, "reasons": _shortened(left_out)}))
+        kept = [e for e in levels[-1].expectations if e.threshold_tokens == threshold_tokens]
+        if len(kept) < len(step.expectations):
+            left_out.append(f"{len(step.expectations) - len(kept)} expectation(s) at thresholds other than the "
+                            f"gate's {threshold_tokens}")
+            levels.append(levels[-1].model_copy(update={"expectations": kept, "reasons": _shortened(left_out)}))
+    if step.points:
+        left_out.append(f"the curve's {len(step.points)} point(s)")
+        levels.append(levels[-1].model_copy(update={"points": [], "reasons": _shortened(left_out)}))
     last = levels[-1]
-    levels.append(last.model_copy(update={"effects": [_round_effect(e, 3) for e in last.effects],
-                                          "positive_controls": [_round_effect(e, 3) for e in last.positive_controls]}))
-    if step.positive_controls:
-        left_out.append("the positive control's effects")
-        levels.append(levels[-1].model_copy(update={"positive_controls": [], "reasons": _shortened(left_out)}))
+    levels.append(last.model_copy(update={"expectations": [_round_model(e, 3) for e in last.expectations]}))
     return levels
 
 

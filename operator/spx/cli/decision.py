@@ -20,7 +20,8 @@ from rich.console import Console
 
 from spx.api import KernelStatus
 from spx.api.status import RegimeSummary, StakeRow
-from spx.api.step import StepEffect, StepStatus
+from spx.api.step import StepPoint as StepEffect  # CONTRACT STUB (session 9): h3 rewrites the step decision
+from spx.api.step import StepStatus
 from spx.cli.tables import (
     VERDICT_STYLE,
     crossover_lines,

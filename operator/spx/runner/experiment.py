@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from spx.analysis.judge import Judgement, judge, local_status
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, wire
 from spx.api.base import utc_now
+from spx.api.spec import spec_hash
 from spx.files import write_atomic
 from spx.rundir import RunDirectory
 from spx.runner.local import LocalRunOutcome, RunProgress, run_local
@@ -216,7 +217,6 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
     """
     from spx.analysis.accuracy import summarize as summarize_accuracy
     from spx.analysis.serving import summarize as summarize_serving
-    from spx.analysis.step import kernel_deltas
     from spx.analysis.step import summarize as summarize_step
     from spx.api.accuracy import AccuracyStatus
     from spx.api.serving import ServingStatus
@@ -251,7 +251,9 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
         outcome.serving = (summarize_serving(benches.serving, allow_cpu_timings=allow_cpu)
                            if benches.serving is not None else None)
         outcome.accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
-        outcome.step = summarize_step(benches.step, kernel_deltas(outcome.judgement.kernel)) if benches.step is not None else None
+        outcome.step = (summarize_step(benches.step, outcome.judgement.kernel, allow_cpu_timings=allow_cpu,
+                                       experiment=name, spec_hash=spec_hash(spec))
+                        if benches.step is not None else None)
     # the step A/B decides where the kernel regimes disagree: judged with it, so that status.verdict (what
     # spx gate reads) is the verdict spx report reaches on this folder
     outcome.status = build_status(outcome.result, judge(outcome.result, spec, serving=outcome.serving,
@@ -310,16 +312,16 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
         # a kernel sweep already in --out (`spx run`, then `spx serving` into the same folder, as the step A/B's
         # next step says): judged together, as `spx report` re-judges the folder, so that the verdict spx gate
         # reads keeps the kernel's (a kernel Fail stays Fail) and both commands agree
-        from spx.analysis.step import kernel_deltas
-
-        step = (summarize_step(benches.step, kernel_deltas(judge(kernel_run, kernel_run.spec).kernel))
+        step = (summarize_step(benches.step, judge(kernel_run, kernel_run.spec).kernel, allow_cpu_timings=allow_cpu,
+                               experiment=name, spec_hash=spec_hash(spec))
                 if benches.step is not None else None)
         status = build_status(kernel_run, judge(kernel_run, kernel_run.spec, serving=serving, accuracy=accuracy,
                                                 step=step))
         if step is not None:
             status = status.model_copy(update={"step": step})
     else:
-        step = summarize_step(benches.step) if benches.step is not None else None
+        step = (summarize_step(benches.step, None, allow_cpu_timings=allow_cpu, experiment=name,
+                               spec_hash=spec_hash(spec)) if benches.step is not None else None)
         verdict, reasons = benches_verdict(serving, accuracy, step, allow_cpu_timings=allow_cpu)
         judgement = Judgement(kernel=None, verdict=verdict, reason=verdict, reasons=reasons,
                               message=f"{verdict}: {reasons[0] if reasons else verdict}", serving=serving,
