@@ -59,12 +59,16 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         {   # ExperimentSpec._vllm_benches_fit, via min_timeout_seconds
             "rule": "!has(self.serving) || "
             f"(has(self.timeoutSeconds) ? self.timeoutSeconds : {DEFAULT_TIMEOUT_SECONDS}) >= "
-            f"((has(self.serving.arms) ? size(self.serving.arms) : {len(default_arms())}) + "
+            # the arms that start a server (spx.api.deployment.started_arms): every arm with serving points (absent:
+            # the seed's), else the GSM8K arms (accuracy.arms, else one main and one split arm), else none
+            "(((has(self.serving.points) && size(self.serving.points) == 0) ? "
+            "(has(self.accuracy) ? (has(self.accuracy.arms) ? size(self.accuracy.arms) : 2) : 0) : "
+            f"(has(self.serving.arms) ? size(self.serving.arms) : {len(default_arms())})) + "
             "(has(self.serving.step) ? 2 + (has(self.serving.step.thresholds) ? size(self.serving.step.thresholds) : 0) "
             "+ ((has(self.serving.step.positiveControl) && self.serving.step.positiveControl) ? 1 : 0) : 0)) * "
             f"(has(self.serving.startupTimeoutSeconds) ? self.serving.startupTimeoutSeconds : "
             f"{DEFAULT_STARTUP_TIMEOUT_SECONDS})",
-            "message": "with spec.serving, timeoutSeconds must be at least (the number of serving arms + the step "
+            "message": "with spec.serving, timeoutSeconds must be at least (the serving arms that start a server + the step "
             "A/B's servers: 2 + step.thresholds + the positive control) × serving.startupTimeoutSeconds (every "
             "server's model load must fit the Job deadline)",
         },

@@ -98,14 +98,18 @@ class ExperimentSpec(CamelModel):
                     f"pod.volumes {clash[:4]} overlap serving.modelMountPath {self.serving.model_mount_path}, where "
                     "serving.modelPvc is mounted; mount them elsewhere"
                 )
+        from spx.api.deployment import deployment_problems, started_arms
+
+        if problems := deployment_problems(self):  # (issue #35: what the deployment's servers cannot measure)
+            raise ValueError("; ".join(problems))
         if self.serving is not None and self.serving.step is not None:
             self._step_thresholds_above_tp(self.serving, self.serving.step)
         if self.serving is not None:
-            floor = min_timeout_seconds(self.serving)
+            floor = min_timeout_seconds(self.serving, started_arms(self))
             if self.timeout_seconds < floor:
                 raise ValueError(
                     f"timeoutSeconds={self.timeout_seconds} is too short for spec.serving: "
-                    f"({len(self.serving.arms)} arms + {step_servers(self.serving)} step A/B servers) × "
+                    f"({started_arms(self)} arms that start a server + {step_servers(self.serving)} step A/B servers) × "
                     f"startupTimeoutSeconds {self.serving.startup_timeout_seconds} = {floor} s of model loading alone; set timeoutSeconds ≥ {floor} (a DeepSeek-V4.1 A/B "
                     f"with GSM8K takes 3–4 h: 14400) or lower serving.startupTimeoutSeconds"
                 )
@@ -153,11 +157,12 @@ def step_servers(serving: ServingSpec) -> int:
     return 0 if step is None else 2 + len(step.thresholds) + int(step.positive_control)
 
 
-def min_timeout_seconds(serving: ServingSpec) -> int:
-    """The smallest ``timeoutSeconds`` an experiment with ``serving`` may have: every server's
-    ``startupTimeoutSeconds`` (the model load it is allowed) fits the Job deadline: the serving arms and the
-    step A/B's servers (:func:`step_servers`)."""
-    return (len(serving.arms) + step_servers(serving)) * serving.startup_timeout_seconds
+def min_timeout_seconds(serving: ServingSpec, arms: int | None = None) -> int:
+    """The smallest ``timeoutSeconds`` an experiment with ``serving`` may have: every server that will start gets
+    its ``startupTimeoutSeconds`` (the model load it is allowed) within the Job deadline: the serving arms that
+    start one (``arms``: :func:`spx.api.deployment.started_arms`; default every arm) and the step A/B's servers
+    (:func:`step_servers`)."""
+    return ((len(serving.arms) if arms is None else arms) + step_servers(serving)) * serving.startup_timeout_seconds
 
 
 class ObjectMeta(CamelModel):
