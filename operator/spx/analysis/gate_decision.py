@@ -168,7 +168,7 @@ def _cpu_run(status: ExperimentStatus | Mapping[str, Any] | None) -> tuple[bool,
     j_raw, env_raw = raw.get("judgement"), raw.get("environment")
     j_map = j_raw if isinstance(j_raw, Mapping) else {}
     env_map = env_raw if isinstance(env_raw, Mapping) else {}
-    message = raw.get("message")
+    text = raw.get("message")
     cpu = (j_map.get("cpu") is True or env_map.get("device") == "cpu"
-           or (isinstance(message, str) and message.startswith(CPU_MESSAGE_PREFIX)))
+           or (isinstance(text, str) and text.startswith(CPU_MESSAGE_PREFIX)))
     return cpu, j_map.get("cpuTimingsAllowed") is True

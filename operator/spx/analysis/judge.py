@@ -59,6 +59,9 @@ from spx.api.status import (
 )
 from spx.api.step import StepResult, StepStatus
 
+#: ``judgement.stopped`` of the status ``spx run --serving`` writes while its vLLM benches run: a run killed then
+#: (SIGTERM, SIGKILL) leaves no kernel-only verdict behind (issue #35).
+BENCHES_PENDING = "the vLLM benches had not finished when this status was written (killed, or still running)"
 #: Said in every partial run's reasons and status message.
 PARTIAL = "partial run"
 #: Said wherever a CPU run's numbers are shown (status message, table caption, plot title).
@@ -297,9 +300,14 @@ def _summary(d: Decision, decided_by: DecidedBy | None, kernel: KernelStatus | N
         cpu_timings_allowed=spec.gate.allow_cpu_timings)
 
 
+def stop(j: Judgement, stopped: Sequence[str]) -> Judgement:
+    """``j`` for a run whose spec asked for stages that stopped early (or have not run yet: :data:`BENCHES_PENDING`,
+    what ``spx run --serving`` writes while its benches run): no verdict (``BenchmarkFailed``), what the finished
+    stages alone would say kept as ``measured_verdict`` (module rule 4). Nothing is judged again."""
+    return _stopped(j, stopped) if stopped else j
+
+
 def _stopped(j: Judgement, stopped: Sequence[str]) -> Judgement:
-    """A run whose spec asked for stages that stopped early: no verdict (``BenchmarkFailed``), what the finished
-    stages alone would say kept as ``measured_verdict`` (module rule 4)."""
     head = f"{PARTIAL}: stopped early ({'; '.join(stopped)}); a run whose stages did not all finish publishes no verdict"
     shows = f"the stages that finished alone would be judged {j.verdict}" + (f": {j.reasons[0]}" if j.reasons else "")
     summary = j.summary.model_copy(update={"stopped": list(stopped)[:8]}) if j.summary else JudgementStatus(
