@@ -224,7 +224,8 @@ def judge(
     if result is None:
         if benches_only and (benches.any or stopped):
             return _benches(spec, benches, identity, max_batched, stopped)
-        return _fail("the run left no result", stopped=stopped, refused=benches.refused)
+        return _with_benches(_fail("the run left no result", stopped=stopped, refused=benches.refused), benches,
+                             step_status(benches, [], spec, identity))
     try:
         points = _points(result)
         step_section = step_status(benches, points, spec, identity)
@@ -235,15 +236,15 @@ def judge(
             max_batched_tokens=max_batched,
         )
     except ValueError as err:  # a repeated token count, a time that is not finite and > 0
-        return _fail(f"the result cannot be analysed: {err}", partial=not result.complete, stopped=stopped,
-                     refused=benches.refused)
+        return _with_benches(_fail(f"the result cannot be analysed: {err}", partial=not result.complete,
+                                   stopped=stopped, refused=benches.refused), benches, None)
     if isinstance(result, KernelResult) and result.max_cudagraph_capture_size is not None:
         ev = replace(ev, kernel=ev.kernel.model_copy(
             update={"max_cudagraph_capture_size": result.max_cudagraph_capture_size}))
     partial = not result.complete or result.error is not None
     if not points:
-        return _fail(result.error or "the result has no points", partial=partial, stopped=stopped,
-                     refused=benches.refused)
+        return _with_benches(_fail(result.error or "the result has no points", partial=partial, stopped=stopped,
+                                   refused=benches.refused), benches, step_section)
     if partial:
         return _partial(ev, spec, result, len(points), benches.serving, benches.accuracy, step_section,
                         stopped, benches.refused)
@@ -258,6 +259,11 @@ def judge(
                   message=f"{verdict}: {reasons[0] if reasons else verdict}", serving=serving_s,
                   accuracy=accuracy_s, step=step_section, summary=summary, warnings=list(benches.refused))
     return _stopped(j, stopped) if stopped else j
+
+
+def _with_benches(j: Judgement, benches: Benches, step: StepStatus | None) -> Judgement:
+    """A judgement without a verdict that keeps the bench sections it was given (the status shows them)."""
+    return replace(j, serving=benches.serving, accuracy=benches.accuracy, step=step)
 
 
 def _expected(spec: ExperimentSpec, benches: Benches, require_vllm: bool) -> tuple[ServingStatus | None,
