@@ -68,7 +68,7 @@ def test_the_crd_carries_the_same_rules_as_cel() -> None:
     assert "!has(self.accuracy) || has(self.serving)" in text
     # the CRD carries no defaults, so the rule spells out the models (timeout 3600, 4 arms, 2400 s) and counts
     # the step A/B's servers as spx.api.spec.step_servers does
-    assert ": 3600) >= " in text and ": 4) + " in text and ": 2400)" in text
+    assert ": 3600) >= " in text and ": 4)) + " in text and ": 2400)" in text
     assert "size(self.serving.step.thresholds)" in text and "self.serving.step.positiveControl" in text
 
 
@@ -182,10 +182,9 @@ def test_local_status_gets_the_vllm_sections_and_the_combined_verdict() -> None:
 
 
 def _serving_doc(value: float) -> dict[str, Any]:
-    spec = ExperimentSpec.model_validate({"serving": {**SERVING, "points": [], "arms": [
-        {"name": "B1", "variant": "split"}, {"name": "A1", "variant": "main"}]}, "timeoutSeconds": 4800})
-    assert spec.serving is not None
-    return {"schemaVersion": "spx.dev/serving-result/v1", "experiment": "x", "serving": spec.serving.to_wire(),
+    serving = ServingSpec.model_validate({**SERVING, "points": [], "arms": [
+        {"name": "B1", "variant": "split"}, {"name": "A1", "variant": "main"}]})
+    return {"schemaVersion": "spx.dev/serving-result/v1", "experiment": "x", "serving": serving.to_wire(),
             "gateThresholdTokens": 2048, "arms": [{"name": "B1", "variant": "split", "threshold": "2048",
                                                    "points": [{"point": "p", "metric": "ttft", "value": value}]}]}
 

@@ -17,6 +17,7 @@ from spx.api.serving import ServingResult, ServingStatus
 from spx.api.spec import ExperimentSpec
 from spx.api.status import KernelPoint, KernelStatus
 from spx.api.step import StepResult, StepStatus
+from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE, STEP_RESULT_FILE
 
 BenchDocument = ServingResult | AccuracyResult | StepResult
 
@@ -70,22 +71,22 @@ def admit(serving: ServingResult | ServingStatus | None, accuracy: AccuracyResul
     from spx.analysis.serving import summarize as summarize_serving
 
     out = Benches()
-    for doc, label in ((serving, "serving-result.json"), (accuracy, "accuracy-result.json"), (step, "step-result.json")):
+    for doc, label in ((serving, SERVING_RESULT_FILE), (accuracy, ACCURACY_RESULT_FILE), (step, STEP_RESULT_FILE)):
         if isinstance(doc, ServingResult | AccuracyResult | StepResult) and (why := refusal(doc, identity, label)):
             out.refused.append(why)
     refused = {r.split(":", 1)[0] for r in out.refused}
     if isinstance(serving, ServingResult):
-        if "serving-result.json" not in refused:
+        if SERVING_RESULT_FILE not in refused:
             out.serving = summarize_serving(serving, allow_cpu_timings=spec.gate.allow_cpu_timings)
     else:
         out.serving = serving
     if isinstance(accuracy, AccuracyResult):
-        if "accuracy-result.json" not in refused:
+        if ACCURACY_RESULT_FILE not in refused:
             out.accuracy = summarize_accuracy(accuracy)
     else:
         out.accuracy = accuracy
     if isinstance(step, StepResult):
-        out.step_result = step if "step-result.json" not in refused else None
+        out.step_result = step if STEP_RESULT_FILE not in refused else None
     else:
         out.step = step
     return out

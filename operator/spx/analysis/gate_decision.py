@@ -84,8 +84,8 @@ def decision_status(status: Mapping[str, Any] | None) -> ExperimentStatus:
 def gate_decision(status: ExperimentStatus | Mapping[str, Any] | None, source: str,
                   generation: int | None = None) -> GateResult:
     """The gate decision for one experiment status: the model, or the camelCase ``.status`` mapping read through
-    :func:`decision_status` (a mapping the model refuses is unreadable: exit 3, the message names the field: a
-    verdict of a wrong type or case is no verdict at all).
+    :func:`decision_status` (a mapping the model refuses is not a decision: exit 2, the message names the field; a
+    verdict of a wrong type or case is no verdict at all: unreadable, exit 3).
 
     Cross-checks (issue #35): a Pass of a CPU smoke run (``judgement.cpu``, ``environment.device`` cpu or the CPU
     note in the message) is trusted only with ``judgement.cpuTimingsAllowed`` (the run's gate.allowCpuTimings),
@@ -101,9 +101,13 @@ def gate_decision(status: ExperimentStatus | Mapping[str, Any] | None, source: s
         except ValidationError as err:
             first = err.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
-            return GateResult(EXIT_USAGE, source, False, reason="Unreadable", message=(
-                f"{source}: the status is not an ExperimentStatus spx can decide on ({where}: {first['msg']}; got "
-                f"{str(first.get('input'))[:80]!r}): unreadable; a verdict is one of Pass, Fail, Inconclusive"))
+            if first["loc"][:1] == ("verdict",):  # a verdict of a wrong type or case is no verdict: unreadable
+                return GateResult(EXIT_USAGE, source, False, reason="Unreadable", message=(
+                    f"{source}: verdict {str(first.get('input'))[:80]!r} is not a verdict ({first['msg']}): the status "
+                    "is unreadable; a verdict is exactly one of Pass, Fail, Inconclusive"))
+            return GateResult(EXIT_UNDECIDED, source, False, message=(
+                f"the status is not an ExperimentStatus spx can decide on ({where}: {first['msg']}; got "
+                f"{str(first.get('input'))[:80]!r}): not a decision"))
     phase = status.phase
     decided_cond = next((c for c in status.conditions if c.type == "Decided"), None)
     verdict = status.verdict
