@@ -32,12 +32,12 @@ def test_paired_effect_refuses_unpaired_input(rep, split, per, match):
 
 
 @pytest.mark.parametrize(("effect", "dg", "dh", "label", "position"), [
-    (-41.0, -40.0, 30.0, "Δg", -1 / 70),      # GPU-bound step: the GPU difference
-    (34.0, -40.0, 30.0, "Δh", 74 / 70),       # host-bound step: the host difference (beyond it too)
-    (-5.0, -40.0, 30.0, "pivot", 0.5),        # between: the pivot
-    (-22.5, -40.0, 30.0, "Δg", 0.25),         # the edges belong to the ends
-    (12.5, -40.0, 30.0, "Δh", 0.75),
-    (3.0, 5.0, 5.0, "Δg=Δh", None),
+    (-41.0, -40.0, 30.0, "gpu-bound", -1 / 70),    # GPU-bound step: the GPU difference
+    (34.0, -40.0, 30.0, "host-bound", 74 / 70),    # host-bound step: the host difference (beyond it too)
+    (-5.0, -40.0, 30.0, "between", 0.5),           # between: the pivot
+    (-22.5, -40.0, 30.0, "gpu-bound", 0.25),       # the edges belong to the ends
+    (12.5, -40.0, 30.0, "host-bound", 0.75),
+    (3.0, 5.0, 5.0, "undetermined", None),          # Δg = Δh: the step cannot tell them apart
 ])
 def test_regime_of_places_the_effect_between_dg_and_dh(effect, dg, dh, label, position):
     got, pos = regime_of(effect, dg, dh)
@@ -69,7 +69,7 @@ def test_the_step_benchmark_runs_its_pipeline_on_cpu(tmp_path, capsys):
     for case in doc["cases"]:
         assert len(case["samples"]["replicated"]["wall_us"]) == 4 and case["samples"]["split"]["event_us"] == []
         assert case["effect"]["low"] <= case["effect"]["value"] <= case["effect"]["high"]
-        assert case["matches"] in ("Δg", "Δh", "pivot", "Δg=Δh") and case["filler_gpu_us"] is None
+        assert case["matches"] in ("gpu-bound", "host-bound", "between", "undetermined") and case["filler_gpu_us"] is None
     saved = json.loads((tmp_path / "eager_step.json").read_text())
     assert saved["layers"] == 3 and saved["gemm_backend"] == "torch-bf16" and isinstance(saved["environment"], dict)
     rows = (tmp_path / "eager_step.csv").read_text().splitlines()

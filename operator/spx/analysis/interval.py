@@ -8,7 +8,8 @@ bootstrap, Efron & Tibshirani 1993, ch. 13; percentile interval) and the statist
 status reports, ``median(replicated) / median(split)``: a drift shared by both candidates of a round
 (clocks, a neighbour's load) stays paired instead of widening the interval. When the two candidates do
 not have the same number of samples they are resampled independently. The interval is widened to
-contain the reported point estimate. Deterministic: a fixed seed (``random.Random``).
+contain the reported point estimate. Deterministic: a fixed seed. The bootstrap is spx's one
+(:func:`spx.analysis.stats.bootstrap`).
 
 Modelled gather (:func:`gather_band_us`): with fewer GPUs than TP the split sample is ``shard GEMM +
 modelled gather`` (:mod:`spx.bench.kernel`). The gather is then known only as well as its prior:
@@ -27,22 +28,21 @@ distance from the gather in the samples, the replicated time not at all. Pure: n
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spx.analysis.gather_prior import GatherPriorFit
+from spx.analysis.stats import LEVEL, RESAMPLES, bootstrap
 from spx.api.gather_model import GatherModelSpec, GatherRegime
 from spx.api.result import PointResult
 from spx.api.spec import ExperimentSpec
 
 #: Two-sided 95 % normal quantile (the prior's standard errors are turned into a 95 % band with it).
 Z95 = 1.959963984540054
-#: Bootstrap resamples per point: on the committed dense H200 humming sweep (13 points, 50 samples) the
-#: interval's ends move by at most 0.13 % of the speed-up between 500 and 4000 resamples.
-DEFAULT_RESAMPLES = 500
-DEFAULT_LEVEL = 0.95
+#: Bootstrap resamples and level per point: spx's one count and level (:mod:`spx.analysis.stats`).
+DEFAULT_RESAMPLES = RESAMPLES
+DEFAULT_LEVEL = LEVEL
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 #: The H20-calibrated prior's custom-regime least-squares fit, for its prediction standard error:
@@ -86,14 +86,6 @@ class SpeedupInterval:
         return self.low <= 1.0 <= self.high
 
 
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Type-7 quantile (linear between order statistics) of an ascending sequence, ``0 ≤ q ≤ 1``."""
-    pos = q * (len(sorted_values) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def bootstrap_speedup(
     replicated_us: Sequence[float],
     split_us: Sequence[float],
@@ -124,26 +116,9 @@ def bootstrap_speedup(
         bad = [v for v in values if not (math.isfinite(v) and v > 0)]
         if bad:
             raise ValueError(f"{name}: samples must be finite and > 0 µs, got {bad[:5]}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1, got {resamples}")
-    value = statistics.median(replicated_us) / statistics.median(split_us)
-    rng = random.Random(seed)
-    n_rep, n_split = len(replicated_us), len(split_us)
-    paired = n_rep == n_split
-    stats: list[float] = []
-    rep_range, split_range = range(n_rep), range(n_split)
-    for _ in range(resamples):
-        idx = rng.choices(rep_range, k=n_rep)
-        sidx = idx if paired else rng.choices(split_range, k=n_split)
-        rep = statistics.median(replicated_us[i] for i in idx)
-        split = statistics.median(split_us[i] for i in sidx)
-        stats.append(rep / split)
-    stats.sort()
-    alpha = (1.0 - level) / 2.0
-    low, high = _quantile(stats, alpha), _quantile(stats, 1.0 - alpha)
-    return SpeedupInterval(value, min(low, value), max(high, value))
+    iv = bootstrap([replicated_us, split_us], lambda r, s: statistics.median(r) / statistics.median(s),
+                   paired=len(replicated_us) == len(split_us), level=level, resamples=resamples, seed=seed)
+    return SpeedupInterval(iv.value, iv.low, iv.high)
 
 
 @dataclass(frozen=True)
@@ -189,23 +164,9 @@ def bootstrap_difference(
         bad = [v for v in values if not (math.isfinite(v) and v >= 0)]
         if bad:
             raise ValueError(f"{name}: samples must be finite and >= 0 µs, got {bad[:5]}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1, got {resamples}")
-    value = statistics.median(split_us) - statistics.median(replicated_us)
-    rng = random.Random(seed)
-    n_rep, n_split = len(replicated_us), len(split_us)
-    paired = n_rep == n_split
-    stats: list[float] = []
-    for _ in range(resamples):
-        idx = rng.choices(range(n_rep), k=n_rep)
-        sidx = idx if paired else rng.choices(range(n_split), k=n_split)
-        stats.append(statistics.median(split_us[i] for i in sidx) - statistics.median(replicated_us[i] for i in idx))
-    stats.sort()
-    alpha = (1.0 - level) / 2.0
-    low, high = _quantile(stats, alpha), _quantile(stats, 1.0 - alpha)
-    return DeltaInterval(value, min(low, value), max(high, value))
+    iv = bootstrap([replicated_us, split_us], lambda r, s: statistics.median(s) - statistics.median(r),
+                   paired=len(replicated_us) == len(split_us), level=level, resamples=resamples, seed=seed)
+    return DeltaInterval(iv.value, iv.low, iv.high)
 
 
 def h20_gather_se_us(padded_tokens: int, output_size: int, dtype_bytes: int, tp: int,

@@ -31,9 +31,49 @@ from spx.analysis.interval import DTYPE_BYTES, DeltaInterval, bootstrap_differen
 from spx.api.result import CandidateStats, PointResult
 from spx.api.spec import ExperimentSpec
 from spx.api.status import KernelPoint, KernelRegime
+from spx.api.step import StepRegime
 
 GPU_BOUND: KernelRegime = "gpu-bound"
 HOST_BOUND: KernelRegime = "host-bound"
+#: A step effect that covers neither Δg nor Δh is said to match the one it lies within this fraction of
+#: |Δh − Δg| of (or beyond); between: the pivot (:func:`match_regime`).
+MATCH_FRACTION = 0.25
+
+
+def regime_position(effect: float, gpu: float, host: float) -> float | None:
+    """Where ``effect`` lies between Δg and Δh: ``(effect − Δg) / (Δh − Δg)`` (0 at Δg, 1 at Δh; None when
+    Δg = Δh). All in one unit (µs per layer)."""
+    return None if host == gpu else (effect - gpu) / (host - gpu)
+
+
+def match_regime(effect: float, gpu: float | None, host: float | None, low: float | None = None,
+                 high: float | None = None) -> StepRegime:
+    """Which kernel regime a measured step effect matches: spx's one rule (all µs per layer).
+
+    ``gpu``/``host`` are the kernel's Δg and Δh at the length; ``[low, high]`` the effect's interval (a point
+    estimate alone: ``low = high = effect``). In order:
+
+    1. Δg or Δh unknown, Δg = Δh, or an interval covering both → ``undetermined`` (the step cannot tell them
+       apart);
+    2. an interval covering Δg only → ``gpu-bound``; Δh only → ``host-bound``;
+    3. otherwise by :func:`regime_position` ``p``: ``p ≤`` :data:`MATCH_FRACTION` → ``gpu-bound`` (at Δg, or
+       beyond it), ``p ≥ 1 −`` :data:`MATCH_FRACTION` → ``host-bound``, else ``between`` (the pivot: the step
+       is host-bound in some segments, GPU-bound in others; docs/kernel-benchmark.md, "Regimes").
+    """
+    lo = effect if low is None else low
+    hi = effect if high is None else high
+    if gpu is None or host is None or gpu == host:
+        return "undetermined"
+    cover_g, cover_h = lo <= gpu <= hi, lo <= host <= hi
+    if cover_g and cover_h:
+        return "undetermined"
+    if cover_g or cover_h:
+        return "gpu-bound" if cover_g else "host-bound"
+    p = regime_position(effect, gpu, host)
+    assert p is not None  # gpu != host
+    if p <= MATCH_FRACTION:
+        return "gpu-bound"
+    return "host-bound" if p >= 1 - MATCH_FRACTION else "between"
 
 
 def _delta(rep: Sequence[float], split: Sequence[float], seed: int) -> DeltaInterval | None:

@@ -1,270 +1,343 @@
-"""The step A/B's analysis: requests → per-round differences → difference in differences → effect,
-interval, regime and outcome (:class:`spx.api.step.StepEffect`). Pure.
+"""The one-server step A/B's analysis: per-round paired differences → the curve, the calibration, the expected
+effect over the batch mix, the stopping rule and whether the step may decide. Pure.
 
-For one threshold ``T`` and one measured length ``L`` (``T``, or ``T + 1``), each server's rounds give a
-latency at ``L`` and at ``T − TP``, taken in the same round (interleaved, so a drift of the host moves both
-alike). The server's difference is ``Q(L) − Q(T − TP)`` with ``Q`` the ``StepSpec.quantile`` of its rounds
-(default 0.5, the median; a lower quantile reads the fast end of each distribution, where a shared host's
-interference, which only adds time, is rarest: Chen & Revels 2016, arXiv:1608.04295); the effect is the
-treated server's difference minus the control server's: the extra tokens' own cost is in both and cancels,
-the split's effect is in the treated server's only. Its 95 % interval is a percentile bootstrap (Efron &
-Tibshirani 1993, ch. 13) that resamples each server's rounds independently, with replacement (a round, with
-its requests of every length, is the unit), seeded by ``StepSpec.seed``.
+**Effect.** For an arm and a length ``L``, each usable round gives ``d = latency(arm) − latency(replicated)``
+(ms per step; negative: the arm shortens the step), both requests sent back to back in the same server, in a
+seeded random order (:mod:`spx.analysis.step_rounds` says which rounds are usable and names the others). The
+effect is the :attr:`~spx.api.step.StepSpec.statistic` of the ``d`` (default the median: a shared host's
+interference slows one request of a pair, a symmetric outlier the median ignores and the mean does not —
+``benchmarks/step_power.py`` measures both); per layer it is ``effect × 1000 / layers`` µs.
 
-A request is used only when the server's ``usage.prompt_tokens`` equals the length asked for: anything else
-is a measurement error, named in the status' failures with the round dropped, never silently used (a
-tokeniser that added a BOS token would move a "T − TP" prompt across T).
+**Intervals.** One percentile bootstrap over rounds (:func:`spx.analysis.stats.resample_indices`; Efron &
+Tibshirani 1993, ch. 13), *jointly over lengths and arms*: a resample draws rounds once and every length's and
+arm's statistic is computed on the same rounds, so the expected effect over the batch mix (a fixed linear
+combination of the lengths' effects, :mod:`spx.analysis.step_mix`) gets its interval from the same draws.
+
+**Stopping rule** (:func:`stop_reason`; docs/serving.md, "The step A/B's statistics"). The runner looks after
+``minRounds`` rounds and then every ``lookEvery`` rounds up to ``rounds``: ``K`` looks
+(:func:`looks`). Every interval is taken at level ``1 − α/K`` with ``α = 0.05`` (Bonferroni over the looks), so
+the chance that the *gated* interval misses the true effect at *any* look — and hence at the look where the
+rounds stop — is at most ``α``: the intervals stay valid whatever look the rule stops at (an unplanned final
+look, e.g. a budget or a failure between looks, is covered as long as at most ``K`` looks were taken in all).
+One interval is gated: the split's (vLLM's ``sp_shard``) expected effect from the gate threshold over the batch
+mix (``expectations[0]``), so no correction across lengths is needed; every other interval (points, the other
+thresholds, ``pad-free``, the calibration) is reported at the same per-look level ``1 − α/K`` and is not
+simultaneous with it. The rounds stop when the gated interval *excludes* ``±indifferenceMs`` (it contains
+neither ``−δ`` nor ``+δ``: a resolved gain below ``−δ``, a resolved loss above ``+δ``, or an effect resolved
+within the band), or when the rounds or the wall-clock budget are spent.
+
+**Symmetric.** The gated outcome is one interval's: ``gain`` when it lies below 0, ``loss`` above, else
+``indifferent`` — a gain and a loss need the same evidence (the several-server design's asymmetry, where a
+gain needed every interval below 0 and a loss one above, is gone).
+
+**Calibration.** The A/A (threshold ``L + 1``: also no split) and the positive control (an injected
+``positiveControlMs``) are pooled over their lengths (equal weights, the same joint bootstrap): the A/A's
+interval must reach 0 and the positive control's must reach the injected size, each within ``±indifferenceMs``
+(a calibration error smaller than the band cannot move a decision taken at the band).
 """
 
 from __future__ import annotations
 
-import math
-import random
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
+from spx.analysis.regimes import match_regime
+from spx.analysis.step_mix import break_even, expectation_weights, local_mix_weights
+from spx.analysis.step_rounds import PairedRounds, paired_rounds
+from spx.analysis.step_stats import (
+    ALPHA,
+    MIN_ROUNDS,
+    ArmBoot,
+    bootstrap_arm,
+    excludes_band,
+    gated_interval,
+    interval_level,
+    looks,
+    outcome,
+)
 from spx.api.status import KernelStatus
-from typing import Any
+from spx.api.step import StepArm, StepCalibration, StepExpectation, StepPoint, StepResult, StepSpec, StepStatus
 
-from spx.api.step import StepOutcome, StepRegime, StepResult, StepStatus
-
-# CONTRACT STUB (session 9): the old several-server analysis below is replaced by the one-server curve (h2)
-StepEffect = StepLengthRole = StepServerRun = Any
-
-#: Bootstrap resamples per effect.
-BOOTSTRAP_RESAMPLES = 2000
-#: Two-sided coverage of the effect's interval.
-CONFIDENCE = 0.95
-#: Fewest usable rounds per server for an effect.
-MIN_ROUNDS = 5
+#: The threshold that never splits (vLLM compares M ≥ threshold): 2³¹ − 1.
+OFF = 2**31 - 1
+#: The arms of the curve (the calibration arms are summarised apart).
+CURVE_ARMS: tuple[StepArm, ...] = ("split", "pad-free")
 
 #: The kernel sweep's (Δg, Δh) at a length, µs per layer, either unknown (``None``).
 KernelDeltas = Callable[[int], tuple[float | None, float | None]]
 
 
-def base_length(threshold_tokens: int, tp: int) -> int:
-    """``T − TP``: the base request's length (below T on every server).
+def default_lengths(gate_threshold: int, tp: int, max_batched: int, thresholds: Sequence[int] = ()) -> list[int]:
+    """The default curve (tokens, ascending): aligned and off-aligned lengths from below the gate threshold up to
+    ``max_batched``, never above.
+
+    Anchors ``T/2`` (rounded down to a multiple of TP), ``T``, ``2T``, ``4T``, … below ``max_batched``, each
+    extra threshold in ``thresholds``, and the largest aligned size ``⌊max_batched/TP⌋·TP``; each anchor ``A``
+    is measured aligned (``A``, rounded down to a multiple of TP) and off-aligned (``A + 1``: ``sp_shard``'s pad
+    path, whose copy does not depend on how many rows it pads); the top also off-aligned at ``max_batched``
+    itself when that is not aligned, else at ``max_batched − 1``. TP 1 has no pad path: aligned only.
 
     Raises:
-        ValueError: ``T ≤ TP`` (no base length below the threshold).
+        ValueError: a non-positive threshold, TP or max_batched.
     """
-    if threshold_tokens <= tp:
-        raise ValueError(f"threshold {threshold_tokens} ≤ TP {tp}: the step A/B needs a base of T − TP > 0 tokens")
-    return threshold_tokens - tp
+    if gate_threshold < 1 or tp < 1 or max_batched < 1:
+        raise ValueError(f"need gate threshold, TP and max_num_batched_tokens >= 1, got {gate_threshold}, {tp}, "
+                         f"{max_batched}")
+    top = max_batched // tp * tp
+    anchors = {gate_threshold // 2, gate_threshold, *thresholds}
+    a = 2 * gate_threshold
+    while a < max_batched:
+        anchors.add(a)
+        a *= 2
+    out: set[int] = set()
+    for x in anchors:
+        al = x // tp * tp
+        if al >= tp and al <= top:
+            out.add(al)
+        if tp > 1 and al >= tp and al + 1 <= max_batched:
+            out.add(al + 1)
+    if top >= tp:
+        out.add(top)
+    if tp > 1 and max_batched > tp:
+        out.add(max_batched if max_batched % tp else max_batched - 1)
+    return sorted(x for x in out if 0 < x <= max_batched)[:64]
 
 
-def lengths(threshold_tokens: int, tp: int, pad: bool) -> dict[StepLengthRole, int]:
-    """The lengths of one round: ``{base: T − TP, split: T, pad: T + 1}`` (``pad`` only with ``pad``)."""
-    out: dict[StepLengthRole, int] = {"base": base_length(threshold_tokens, tp), "split": threshold_tokens}
-    if pad:
-        out["pad"] = threshold_tokens + 1
+def arms(step: StepSpec) -> list[StepArm]:
+    """The arms of a round: ``replicated`` (the reference), ``split``, ``pad-free`` (when ``step.padFree``),
+    ``aa`` and ``positive-control`` (the calibration, always)."""
+    return ["replicated", "split", *(["pad-free"] if step.pad_free else []), "aa", "positive-control"]  # type: ignore[list-item]
+
+
+def stop_reason(result: StepResult, elapsed_seconds: float) -> str | None:
+    """The sequential stopping rule (module docstring), called by the runner after every block of
+    ``step.lookEvery`` rounds once ``step.minRounds`` are done: None to go on, else why the rounds stop —
+    ``resolved: …`` (the gated interval excludes ±indifferenceMs), ``rounds: …`` (``step.rounds`` done) or
+    ``budget: …`` (``step.budgetSeconds`` spent, or the next block would overrun it at the pace so far).
+
+    ``elapsed_seconds``: wall time of the rounds so far (after the model load).
+    """
+    spec, done = result.step, result.rounds_done
+    if done >= spec.min_rounds:
+        level = interval_level(spec)
+        boot = bootstrap_arm(paired_rounds(result), "split", spec.statistic, seed=spec.seed)
+        gated = gated_interval(result, boot, level)
+        if not isinstance(gated, str) and excludes_band(gated[1].low, gated[1].high, spec.indifference_ms):
+            iv, band = gated[1], spec.indifference_ms
+            where = f"within ±{band:g} ms" if -band < iv.low and iv.high < band else f"clear of ±{band:g} ms"
+            return (f"resolved: after {done} rounds the split's expected effect from T={result.gate_threshold_tokens} "
+                    f"is {iv.value:+.3f} ms per step ({level:.1%} interval {iv.low:+.3f}…{iv.high:+.3f} ms), {where}")
+    if done >= spec.rounds:
+        return f"rounds: {done} of {spec.rounds} rounds done, the gated interval still reaches ±{spec.indifference_ms:g} ms"
+    budget = spec.budget_seconds
+    if budget is not None and done > 0:
+        pace = elapsed_seconds / done
+        if elapsed_seconds >= budget or elapsed_seconds + pace * spec.look_every > budget:
+            return (f"budget: {elapsed_seconds:.0f} s of {budget} s spent after {done} rounds; the next "
+                    f"{spec.look_every} would take about {pace * spec.look_every:.0f} s more")
+    return None
+
+
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _point(boot: ArmBoot, length: int, result: StepResult, level: float, deltas: KernelDeltas | None) -> StepPoint:
+    iv = boot.interval({length: 1.0}, level)
+    per = 1000.0 / result.step.layers
+    gpu, host = deltas(length) if deltas is not None and boot.arm == "split" else (None, None)
+    return StepPoint(
+        arm=boot.arm, length=length, aligned=length % result.tensor_parallel_size == 0, rounds=boot.rounds[length],
+        effect_ms=iv.value, effect_low_ms=iv.low, effect_high_ms=iv.high, per_layer_us=iv.value * per,
+        per_layer_low_us=iv.low * per, per_layer_high_us=iv.high * per, kernel_gpu_us=gpu, kernel_host_us=host,
+        regime=match_regime(iv.value * per, gpu, host, iv.low * per, iv.high * per), outcome=outcome(iv.low, iv.high))
+
+
+def _calibration(boot: ArmBoot | None, expected: float, band: float, level: float) -> StepCalibration | None:
+    if boot is None:
+        return None
+    iv = boot.interval({x: 1.0 / len(boot.values) for x in boot.values}, level)
+    return StepCalibration(arm=boot.arm, expected_ms=expected, lengths=len(boot.values), effect_ms=iv.value,
+                           effect_low_ms=iv.low, effect_high_ms=iv.high, passed=iv.covers(expected, band))
+
+
+def _expectation(boot: ArmBoot, threshold: int, result: StepResult, level: float) -> StepExpectation:
+    """Raises ValueError when the mix has no weight at or above ``threshold`` or a class has no length."""
+    w = expectation_weights(list(boot.values), result.tensor_parallel_size, threshold, result.max_num_batched_tokens,
+                            result.step.batch_mix)
+    iv = boot.interval(w.coefficients, level)
+    per = 1000.0 / result.step.layers
+    return StepExpectation(
+        threshold_tokens=threshold, arm=boot.arm, mix=w.mix, pad_path_share=w.pad_path_share, effect_ms=iv.value,
+        effect_low_ms=iv.low, effect_high_ms=iv.high, per_layer_us=iv.value * per, per_layer_low_us=iv.low * per,
+        per_layer_high_us=iv.high * per, outcome=outcome(iv.low, iv.high))
+
+
+def thresholds_of(result: StepResult) -> list[int]:
+    """The thresholds evaluated: the gate's first, then ``result.thresholds`` / ``step.thresholds``, each once."""
+    out = [result.gate_threshold_tokens]
+    for t in [*result.thresholds, *result.step.thresholds]:
+        if t not in out:
+            out.append(t)
     return out
 
 
-@dataclass(frozen=True)
-class Rounds:
-    """One server's usable rounds for one (T, L): ``(latency(base), latency(L))`` pairs in ms; what was refused."""
-
-    pairs: list[tuple[float, float]]
-    refused: list[str]
-
-    @property
-    def diffs_ms(self) -> list[float]:
-        """``latency(L) − latency(base)`` per round, ms."""
-        return [length - base for base, length in self.pairs]
-
-
-def round_differences(server: StepServerRun, threshold_tokens: int, role: StepLengthRole) -> Rounds:
-    """The usable rounds of ``server`` for threshold ``T`` and ``role`` (ms).
-
-    A round is used when both its ``role`` request and its base request answered with
-    ``prompt_tokens == length``; otherwise it is refused with a named reason (request error, or a token
-    count that differs: a measurement error).
-    """
-    by_round: dict[int, dict[str, float]] = {}
-    refused: list[str] = []
-    bad_rounds: set[int] = set()
-    for req in server.requests:
-        if req.threshold_tokens != threshold_tokens or req.role not in ("base", role):
+def _expectations(boots: dict[StepArm, ArmBoot], result: StepResult, level: float) -> tuple[list[StepExpectation],
+                                                                                            list[str]]:
+    out: list[StepExpectation] = []
+    why: list[str] = []
+    for arm in CURVE_ARMS:
+        boot = boots.get(arm)
+        if boot is None:
             continue
-        where = f"{server.name} T={threshold_tokens} round {req.round} {req.role} ({req.length} tokens)"
-        if req.error is not None or req.latency_ms is None:
-            refused.append(f"{where}: request failed: {(req.error or 'no latency')[:200]}")
-            bad_rounds.add(req.round)
-        elif req.prompt_tokens != req.length:
-            refused.append(
-                f"{where}: the server counted {req.prompt_tokens} prompt tokens, not {req.length}: measurement error, "
-                "round not used")
-            bad_rounds.add(req.round)
-        else:
-            by_round.setdefault(req.round, {})[req.role] = req.latency_ms
-    pairs = [(v["base"], v[role]) for r, v in sorted(by_round.items())
-             if r not in bad_rounds and "base" in v and role in v]
-    return Rounds(pairs=pairs, refused=refused)
+        for t in thresholds_of(result):
+            try:
+                out.append(_expectation(boot, t, result, level))
+            except ValueError as err:
+                why.append(f"{arm} from T={t}: no expected effect: {err}")
+    return out, why
 
 
-def quantile(values: Sequence[float], q: float) -> float:
-    """The ``q``-quantile (0 < q ≤ 1) by linear interpolation between order statistics (Hyndman & Fan 1996
-    type 7, NumPy's default), as :mod:`spx.analysis.stats` uses.
+def _local(boot: ArmBoot, tp: int, x: int) -> dict[int, float]:
+    return local_mix_weights(list(boot.values), tp, x)
 
-    Raises:
-        ValueError: no values.
+
+def recommended_threshold(boot: ArmBoot, tp: int, level: float) -> int | None:
+    """The smallest measured length from which the split's locally mix-weighted effect (``1/TP`` aligned,
+    ``(TP − 1)/TP`` pad path, :func:`spx.analysis.step_mix.local_mix_weights`) is a resolved gain (interval below
+    0) at every larger measured length — as the kernel sweep's first winning count; None when the largest is not.
     """
-    if not values:
-        raise ValueError("no values")
-    xs = sorted(values)
-    h = (len(xs) - 1) * q
-    lo = math.floor(h)
-    return xs[lo] if lo + 1 >= len(xs) else xs[lo] + (h - lo) * (xs[lo + 1] - xs[lo])
+    best: int | None = None
+    for x in sorted(boot.values, reverse=True):
+        if boot.interval(_local(boot, tp, x), level).high >= 0:
+            break
+        best = x
+    return best
 
 
-def did(treated: Sequence[tuple[float, float]], control: Sequence[tuple[float, float]], q: float = 0.5) -> float:
-    """The difference in differences of ``q``-quantiles (ms): ``[Q(L) − Q(base)]`` treated − the same on the control.
-
-    ``treated``/``control`` are ``(latency(base), latency(L))`` per round. ``q`` 0.5: the medians; a lower ``q``
-    reads the fast end of each distribution, where a shared host's interference (which only adds time) is
-    rarest (Chen & Revels 2016, "Robust benchmarking in noisy environments", arXiv:1608.04295).
-
-    Raises:
-        ValueError: either is empty.
-    """
-    if not treated or not control:
-        raise ValueError("the difference in differences needs rounds on both servers")
-
-    def diff(pairs: Sequence[tuple[float, float]]) -> float:
-        return quantile([x for _, x in pairs], q) - quantile([b for b, _ in pairs], q)
-
-    return diff(treated) - diff(control)
+def curve_break_even(boot: ArmBoot, tp: int) -> float | None:
+    """The step-level break-even (tokens): where the split's locally mix-weighted effect (as
+    :func:`recommended_threshold`'s) crosses from loss to gain for the last time."""
+    xs = sorted(boot.values)
+    ys = [sum(w * boot.values[p] for p, w in _local(boot, tp, x).items()) for x in xs]
+    return break_even(xs, ys)
 
 
-def bootstrap_interval(treated: Sequence[tuple[float, float]], control: Sequence[tuple[float, float]], *, seed: int,
-                       q: float = 0.5, resamples: int = BOOTSTRAP_RESAMPLES,
-                       confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Percentile bootstrap interval of :func:`did`, resampling each server's rounds independently (ms)."""
-    rng = random.Random(seed)
-    n_t, n_c = len(treated), len(control)
-    stats = sorted(
-        did([treated[rng.randrange(n_t)] for _ in range(n_t)], [control[rng.randrange(n_c)] for _ in range(n_c)], q)
-        for _ in range(resamples))
-    tail = (1.0 - confidence) / 2.0
-    lo = stats[max(0, math.floor(tail * resamples))]
-    hi = stats[min(resamples - 1, math.ceil((1.0 - tail) * resamples) - 1)]
-    return lo, hi
+
+def unusable_reasons(result: StepResult, paired: PairedRounds, calibration: Sequence[StepCalibration], gated: str | None,
+                     *, allow_cpu_timings: bool = False, experiment: str | None = None,
+                     spec_hash: str | None = None) -> list[str]:
+    """Why the step may not decide, most important first (empty: usable). ``gated``: why there is no gated
+    interval (None: there is one)."""
+    spec, out = result.step, []
+    done = max(result.rounds_done, len(paired.rounds))
+    if done < spec.min_rounds:
+        why = "; ".join(result.failures[:2]) or result.stopped_because or "no reason recorded"
+        out.append(f"the server died or the rounds stopped early: {done} of at least {spec.min_rounds} rounds ({why})")
+    if gated is not None:
+        out.append(f"no gated interval: {gated}")
+    bad_switches = sum(1 for s in result.switches if not s.confirmed)
+    p = paired.problems
+    if bad_switches or p.unconfirmed_switch or p.unconfirmed_forward or not result.server.extension_confirmed:
+        out.append(f"the switch is not confirmed: {bad_switches} switch(es) not answered by every worker, "
+                   f"{p.unconfirmed_switch} request(s) sent under a switch that does not confirm their arm, "
+                   f"{p.unconfirmed_forward} forward(s) that did not do what their arm asked"
+                   + ("" if result.server.extension_confirmed else "; the worker extension was not confirmed on "
+                      "every worker"))
+    if p.token_mismatch:
+        out.append(f"{p.token_mismatch} request(s) whose prompt_tokens differ from their length: the prompts are "
+                   "not what the curve says")
+    checks = {c.arm: c for c in calibration}
+    wanted: tuple[tuple[StepArm, float, str], ...] = (
+        ("positive-control", spec.positive_control_ms, "the positive control"), ("aa", 0.0, "the A/A"))
+    for arm, expected, what in wanted:
+        c = checks.get(arm)
+        if c is None:
+            out.append(f"{what} never ran (no length with {MIN_ROUNDS} usable rounds): the step is not calibrated")
+        elif not c.passed:
+            out.append(f"{what} failed: {c.effect_ms:+.3f} ms ({c.effect_low_ms:+.3f}…{c.effect_high_ms:+.3f}) does "
+                       f"not reach {expected:+g} ms within ±{spec.indifference_ms:g} ms")
+    if result.device == "cpu" and not allow_cpu_timings:
+        out.append("CPU server: these timings prove the machinery, they say nothing about GPUs "
+                   "(gate.allowCpuTimings lets them decide)")
+    if experiment is not None and result.experiment != experiment:
+        out.append(f"another experiment's step result ({result.experiment!r}, not {experiment!r})")
+    if spec_hash is not None and result.spec_hash != spec_hash:
+        out.append(f"another spec's step result (spec hash {result.spec_hash!r}, not {spec_hash!r})")
+    return out
 
 
-def outcome(low: float, high: float) -> StepOutcome:
-    """``gain`` when the interval lies below 0 (the split shortens the step), ``loss`` above, else ``indifferent``."""
-    if high < 0:
-        return "gain"
-    if low > 0:
-        return "loss"
-    return "indifferent"
+def _describe_expectation(e: StepExpectation, level: float, layers: int) -> str:
+    what = "vLLM's split (sp_shard)" if e.arm == "split" else "the pad-free shard (a proposal for vLLM)"
+    return (f"{what} from T={e.threshold_tokens:,} over the batch mix ({e.mix}, {e.pad_path_share:.0%} on the pad path): "
+            f"{e.effect_ms:+.3f} ms per step ({level:.1%} interval {e.effect_low_ms:+.3f}…{e.effect_high_ms:+.3f}; "
+            f"{e.per_layer_us:+.1f} µs per layer over {layers}): {e.outcome}")
 
 
-def regime(effect: float, low: float, high: float, gpu: float | None, host: float | None) -> StepRegime:
-    """Which kernel regime a per-layer step effect matches (all µs per layer).
-
-    ``gpu``/``host`` are the kernel's Δg and Δh at the length. The interval ``[low, high]`` covering both
-    → ``undetermined`` (the step cannot tell them apart); covering Δg only → ``gpu-bound``; Δh only →
-    ``host-bound``; covering neither and lying between them → ``between`` (the pivot: the step is
-    host-bound in some segments, GPU-bound in others); beyond both → the regime of the nearer one (e.g. a
-    loss larger than Δh: the host's difference sets the step, plus more). Unknown Δg or Δh →
-    ``undetermined``.
-    """
-    if gpu is None or host is None:
-        return "undetermined"
-    cover_g, cover_h = low <= gpu <= high, low <= host <= high
-    if cover_g and cover_h:
-        return "undetermined"
-    if cover_g:
-        return "gpu-bound"
-    if cover_h:
-        return "host-bound"
-    if min(gpu, host) < low and high < max(gpu, host):
-        return "between"
-    return "gpu-bound" if abs(effect - gpu) < abs(effect - host) else "host-bound"
-
-
-def _effect(treated: StepServerRun, control: StepServerRun, t: int, role: StepLengthRole, result: StepResult,
-            deltas: KernelDeltas | None) -> tuple[StepEffect | None, list[str]]:
-    tp, spec = result.tensor_parallel_size, result.step
-    length = lengths(t, tp, True)[role]
-    rt, rc = round_differences(treated, t, role), round_differences(control, t, role)
-    refused = rt.refused + rc.refused
-    if len(rt.pairs) < MIN_ROUNDS or len(rc.pairs) < MIN_ROUNDS:
-        refused.append(f"T={t} {role} ({length} tokens): {len(rt.pairs)} usable rounds on {treated.name}, "
-                       f"{len(rc.pairs)} on {control.name}; at least {MIN_ROUNDS} each are needed: no effect")
-        return None, refused
-    eff = did(rt.pairs, rc.pairs, spec.quantile)
-    lo, hi = bootstrap_interval(rt.pairs, rc.pairs, seed=spec.seed + t + length, q=spec.quantile)
-    per = 1000.0 / spec.layers
-    gpu, host = deltas(length) if deltas is not None else (None, None)
-    return StepEffect(
-        threshold_tokens=t, role=role, length=length, base_length=base_length(t, tp), rounds=len(rt.pairs),
-        control_rounds=len(rc.pairs), server=treated.name, effect_ms=eff, effect_low_ms=lo, effect_high_ms=hi,
-        layers=spec.layers, per_layer_us=eff * per, per_layer_low_us=lo * per, per_layer_high_us=hi * per,
-        kernel_gpu_us=gpu, kernel_host_us=host, regime=regime(eff * per, lo * per, hi * per, gpu, host),
-        outcome=outcome(lo, hi),
-    ), refused
-
-
-def describe(e: StepEffect, *, positive_control: bool = False) -> str:
-    """One line on an effect: figure, interval, per layer, outcome (and regime)."""
-    what = ("positive control (chunk budget T, never splits)" if positive_control
-            else f"the split at T={e.threshold_tokens}")
-    line = (f"{what}, {e.length} tokens ({e.role}) vs {e.base_length}: {e.effect_ms:+.3f} ms per step "
-            f"(95 % interval {e.effect_low_ms:+.3f}…{e.effect_high_ms:+.3f} ms; {e.per_layer_us:+.1f} µs per layer "
-            f"over {e.layers}; {e.rounds}+{e.control_rounds} rounds): ")
-    if positive_control:
-        if e.role == "pad":
-            return line + ("detected (a loss beyond its interval)" if e.outcome == "loss" else
-                           "NOT detected: this design cannot see one extra prefill step on this deployment")
-        return line + e.outcome
-    line += {"gain": "a gain beyond its interval", "loss": "a loss beyond its interval",
-             "indifferent": "no effect distinguishable from 0 (the interval covers 0)"}[e.outcome]
-    if e.kernel_gpu_us is not None and e.kernel_host_us is not None:
-        line += f"; against Δg {e.kernel_gpu_us:+.1f} / Δh {e.kernel_host_us:+.1f} µs per layer: {e.regime}"
+def _describe_point(p: StepPoint, level: float) -> str:
+    line = (f"{p.arm} at {p.length:,} tokens ({'aligned' if p.aligned else 'pad path'}, {p.rounds} rounds): "
+            f"{p.effect_ms:+.3f} ms per step ({level:.1%} interval {p.effect_low_ms:+.3f}…{p.effect_high_ms:+.3f}; "
+            f"{p.per_layer_us:+.1f} µs per layer): {p.outcome}")
+    if p.kernel_gpu_us is not None and p.kernel_host_us is not None:
+        line += f"; against Δg {p.kernel_gpu_us:+.1f} / Δh {p.kernel_host_us:+.1f} µs per layer: {p.regime}"
     return line
 
 
-def summarize(result: StepResult, deltas: KernelDeltas | None = None,
-              kernel_deltas: Mapping[int, tuple[float | None, float | None]] | None = None) -> StepStatus:
-    """``status.step`` from a (possibly partial) ``step-result.json``.
+def _reasons(status: StepStatus, result: StepResult) -> list[str]:
+    level, layers = status.interval_level, result.step.layers
+    out = [_describe_expectation(e, level, layers) for e in status.expectations]
+    out += [f"{'A/A' if c.arm == 'aa' else 'positive control'} pooled over {c.lengths} lengths: {c.effect_ms:+.3f} ms "
+            f"({c.effect_low_ms:+.3f}…{c.effect_high_ms:+.3f}), expected {c.expected_ms:+g}: "
+            f"{'passed' if c.passed else 'FAILED'}" for c in status.calibration]
+    if status.break_even_tokens is not None:
+        out.append(f"step-level break-even of the split (1/TP aligned, (TP−1)/TP pad path): "
+                   f"{status.break_even_tokens:,.0f} tokens")
+    if status.recommended_threshold_tokens is not None:
+        out.append(f"recommended threshold measured on this deployment: {status.recommended_threshold_tokens:,} tokens")
+    out += [_describe_point(p, level) for p in status.points]
+    if status.cpu_timings:
+        out.insert(0, "CPU server: these effects prove the measurement, they say nothing about GPUs")
+    return out
 
-    ``deltas`` (or the table ``kernel_deltas``, keyed by length) gives the kernel's Δg and Δh per layer at
-    a length, for the regime. Servers that failed or rounds refused are named in ``failures``; an effect
-    needs :data:`MIN_ROUNDS` usable rounds on both servers.
+
+def summarize(result: StepResult, kernel: KernelStatus | None = None, *, allow_cpu_timings: bool = False,
+              experiment: str | None = None, spec_hash: str | None = None) -> StepStatus:
+    """``status.step`` from a (possibly partial) ``step-result.json`` (method: module docstring).
+
+    ``kernel``: the kernel sweep's status, whose Δg and Δh per layer (:func:`kernel_deltas`) each split point's
+    regime is judged against. ``experiment``/``spec_hash``: the experiment this status is for (a result of
+    another is unusable). ``result.requests`` must hold the measured rounds only (no warm-up).
     """
-    if deltas is None and kernel_deltas is not None:
-        table = dict(kernel_deltas)
-        deltas = lambda n: table.get(n, (None, None))  # noqa: E731
-    control = next((s for s in result.servers if s.role == "control"), None)
-    failures = list(result.failures)
-    effects: list[StepEffect] = []
-    positives: list[StepEffect] = []
-    roles: list[StepLengthRole] = ["split", "pad"] if result.step.pad else ["split"]
-    if control is None:
-        failures.append("no control server ran: no step effect can be computed")
-    else:
-        for server in result.servers:
-            if server.role == "control" or server.threshold_tokens is None:
-                continue
-            for role in roles:
-                eff, refused = _effect(server, control, server.threshold_tokens, role, result, deltas)
-                failures.extend(refused)
-                if eff is not None:
-                    (positives if server.role == "positive-control" else effects).append(eff)
-    cpu = result.device == "cpu"
-    reasons = [describe(e) for e in effects] + [describe(e, positive_control=True) for e in positives]
-    if cpu:
-        reasons.insert(0, "CPU servers: these effects prove the measurement, they say nothing about GPUs "
-                          "(and the DeepSeek-V4.1 split does not exist in a CPU vLLM)")
-    if result.step.positive_control and not any(e.role == "pad" and e.outcome == "loss" for e in positives):
-        reasons.insert(0, "the positive control was not detected: an effect of one extra prefill step is within "
-                          "this run's noise, so an indifferent split effect says little; add rounds")
-    statistic = "median" if result.step.quantile == 0.5 else f"{result.step.quantile:g}-quantile"
-    return StepStatus(effects=effects, positive_controls=positives, complete=result.complete and not failures,
-                      statistic=statistic, cpu_timings=cpu, failures=failures, reasons=reasons)
+    spec, tp = result.step, result.tensor_parallel_size
+    level = interval_level(spec)
+    paired = paired_rounds(result)
+    measured: tuple[StepArm, ...] = ("split", "pad-free", "aa", "positive-control")
+    boots = {arm: b for arm in measured if (b := bootstrap_arm(paired, arm, spec.statistic, seed=spec.seed)) is not None}
+    deltas = kernel_deltas(kernel)
+    calib = [c for c in (_calibration(boots.get("aa"), 0.0, spec.indifference_ms, level),
+                         _calibration(boots.get("positive-control"), spec.positive_control_ms, spec.indifference_ms,
+                                      level)) if c is not None]
+    expectations, why = _expectations(boots, result, level)
+    gated = gated_interval(result, boots.get("split"), level)
+    split = boots.get("split")
+    status = StepStatus(
+        points=[_point(boots[a], x, result, level, deltas) for a in CURVE_ARMS if a in boots for x in boots[a].values],
+        aa=[_point(boots["aa"], x, result, level, None) for x in boots["aa"].values] if "aa" in boots else [],
+        positive_control=[_point(boots["positive-control"], x, result, level, None)
+                          for x in boots["positive-control"].values] if "positive-control" in boots else [],
+        positive_control_ms=spec.positive_control_ms, calibration=calib, expectations=expectations,
+        break_even_tokens=curve_break_even(split, tp) if split is not None else None,
+        recommended_threshold_tokens=recommended_threshold(split, tp, level) if split is not None else None,
+        complete=result.complete and not result.failures, rounds=max(result.rounds_done, len(paired.rounds)),
+        stopped_because=result.stopped_because, statistic=spec.statistic, confidence=1.0 - ALPHA,
+        interval_level=level, looks=looks(spec), cpu_timings=result.device == "cpu",
+        failures=[*result.failures, *paired.problems.lines(), *why])
+    status.unusable_reasons = unusable_reasons(
+        result, paired, calib, gated if isinstance(gated, str) else None, allow_cpu_timings=allow_cpu_timings,
+        experiment=experiment, spec_hash=spec_hash)
+    status.usable = not status.unusable_reasons
+    status.reasons = _reasons(status, result)
+    return status
 
 
 def _interpolate(xs: Sequence[int], ys: Sequence[float], x: int) -> float | None:

@@ -279,6 +279,21 @@ class StepExpectation(CamelModel):
     outcome: StepOutcome = "indifferent"
 
 
+class StepCalibration(CamelModel):
+    """One calibration check (``spx.analysis.step``): the A/A (expected 0) or the positive control (expected
+    ``positiveControlMs``), its effect pooled over its lengths (equal weights; the same joint bootstrap over
+    rounds), ms per step. ``passed``: the interval reaches the expected value within ±indifferenceMs."""
+
+    arm: StepArm
+    expected_ms: float
+    lengths: int = Field(ge=0)
+    """Lengths pooled."""
+    effect_ms: float
+    effect_low_ms: float
+    effect_high_ms: float
+    passed: bool
+
+
 class StepStatus(CamelModel):
     """``status.step``: the step A/B's curve, calibration and expectation, and whether it may decide."""
 
@@ -289,12 +304,15 @@ class StepStatus(CamelModel):
     positive_control: list[StepPoint] = Field(default_factory=list)
     """The injected effect as measured (must cover positiveControlMs)."""
     positive_control_ms: float | None = None
+    calibration: list[StepCalibration] = Field(default_factory=list)
+    """The A/A's and the positive control's pooled checks (both must pass for the step to be usable)."""
     expectations: list[StepExpectation] = Field(default_factory=list)
     """Per threshold (the gate's first) and arm."""
     break_even_tokens: float | None = None
     """Where the split's mix-weighted effect crosses from loss to gain on the curve (tokens), if it does."""
     recommended_threshold_tokens: int | None = None
-    """The smallest measured length from which splitting is a resolved expected gain (the step's recommendation)."""
+    """The smallest measured length from which the split's effect (1/TP aligned, (TP−1)/TP pad path at each length)
+    is a resolved gain at every larger measured length: the step's recommendation, measured on the deployment."""
     usable: bool = False
     """The step may decide: complete enough, calibrated (A/A covers 0, positive control recovered), every switch
     confirmed, this experiment's, on a GPU (or allowCpuTimings)."""
@@ -305,7 +323,12 @@ class StepStatus(CamelModel):
     stopped_because: str | None = None
     statistic: StepStatistic = "median"
     confidence: float = Field(default=0.95, gt=0, lt=1)
-    """Simultaneous coverage of the intervals under the stopping rule."""
+    """Coverage of the gated interval (the split's expectation from the gate threshold) over every look of the
+    stopping rule: 1 − α."""
+    interval_level: float = Field(default=0.95, gt=0, lt=1)
+    """Level of each interval reported: 1 − α/K (Bonferroni over the K looks of the stopping rule)."""
+    looks: int = Field(default=1, ge=1)
+    """K: the looks the stopping rule plans (minRounds, then every lookEvery rounds up to rounds)."""
     cpu_timings: bool = False
     """The server ran on CPU: the effects prove the machinery, they say nothing about GPUs."""
     failures: list[str] = Field(default_factory=list)

@@ -4,23 +4,20 @@ In an asynchronous CUDA queue, replacing one op in every layer changes the step'
 GPU difference Δg (split − replicated span) while the GPU is the bottleneck, by its host difference Δh
 (split − replicated issue time) while the host is, and by something between at the pivot
 (docs/kernel-benchmark.md "The step as a queue, measured"). :func:`paired_effect` turns alternating
-step samples into the effect per layer with a paired bootstrap interval (rounds resampled, as
-:mod:`spx.analysis.interval` does for the speed-up); :func:`regime_of` places an effect between Δg
-and Δh. Used by ``benchmarks/eager_step.py``.
+step samples into the effect per layer with a paired bootstrap interval (rounds resampled: spx's one
+bootstrap, :func:`spx.analysis.stats.bootstrap`); :func:`regime_of` places an effect between Δg and Δh
+(spx's one regime rule, :func:`spx.analysis.regimes.match_regime`). Used by ``benchmarks/eager_step.py``.
 """
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: Bootstrap resamples and level of every interval here.
-RESAMPLES = 1000
-LEVEL = 0.95
-#: An effect within this fraction of |Δh − Δg| of one end is said to match it; between: the pivot.
-MATCH_FRACTION = 0.25
+from spx.analysis.regimes import match_regime, regime_position
+from spx.analysis.stats import bootstrap
+from spx.api.step import StepRegime
 
 
 @dataclass(frozen=True)
@@ -35,14 +32,6 @@ class Effect:
     def as_dict(self) -> dict[str, float | int]:
         """``{"value", "low", "high", "n"}`` rounded to 0.01 µs, for JSON."""
         return {"value": round(self.value, 2), "low": round(self.low, 2), "high": round(self.high, 2), "n": self.n}
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-    s = sorted(values)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def paired_effect(replicated: Sequence[float], split: Sequence[float], per: float = 1.0, seed: int = 0) -> Effect:
@@ -60,25 +49,16 @@ def paired_effect(replicated: Sequence[float], split: Sequence[float], per: floa
     if per <= 0:
         raise ValueError(f"per must be > 0, got {per}")
     diffs = [(s - r) / per for r, s in zip(replicated, split, strict=True)]
-    value = statistics.median(diffs)
-    rng = random.Random(seed)
-    boots = [statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(RESAMPLES)]
-    low, high = _quantile(boots, (1 - LEVEL) / 2), _quantile(boots, (1 + LEVEL) / 2)
-    return Effect(value, min(low, value), max(high, value), len(diffs))
+    iv = bootstrap([diffs], statistics.median, paired=True, seed=seed)
+    return Effect(iv.value, iv.low, iv.high, len(diffs))
 
 
-def regime_of(effect: float, dg: float, dh: float) -> tuple[str, float | None]:
-    """Which per-op difference a step effect matches, and where it lies between them.
+def regime_of(effect: float, dg: float, dh: float) -> tuple[StepRegime, float | None]:
+    """Which per-op difference a step effect matches, and where it lies between them (µs per layer).
 
-    Returns ``(label, position)``: ``position = (effect − Δg) / (Δh − Δg)`` (0 at Δg, 1 at Δh; None when
-    Δg = Δh), label ``Δg`` (GPU-bound: position ≤ :data:`MATCH_FRACTION`), ``Δh`` (host-bound: ≥ 1 −
-    :data:`MATCH_FRACTION`) or ``pivot`` between. All in µs per layer.
+    Returns ``(label, position)``: the label of spx's one regime rule on the point estimate
+    (:func:`spx.analysis.regimes.match_regime`: ``gpu-bound`` near Δg, ``host-bound`` near Δh, ``between``
+    at the pivot, ``undetermined`` when Δg = Δh) and ``position = (effect − Δg) / (Δh − Δg)`` (0 at Δg, 1 at
+    Δh; None when Δg = Δh).
     """
-    if dh == dg:
-        return "Δg=Δh", None
-    position = (effect - dg) / (dh - dg)
-    if position <= MATCH_FRACTION:
-        return "Δg", position
-    if position >= 1 - MATCH_FRACTION:
-        return "Δh", position
-    return "pivot", position
+    return match_regime(effect, dg, dh), regime_position(effect, dg, dh)
