@@ -175,7 +175,9 @@ def evaluate(
         raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
     ordered, tp, cpu = sorted_points(points), tensor_parallel_size, device == "cpu"
     # batch sizes the deployment never forms decide nothing (issue #35): the gate sees counts up to its largest
-    formed = [p for p in ordered if max_batched_tokens is None or p.tokens <= max_batched_tokens] or ordered
+    # (a threshold above the largest batch is the deployment rule's: spx.analysis.decide)
+    m = max_batched_tokens if max_batched_tokens is not None and gate.threshold_tokens <= max_batched_tokens else None
+    formed = [p for p in ordered if m is None or p.tokens <= m] or ordered
     gpu = judge_regime(GPU_BOUND, formed, gate, gather_source, tp, cpu)
     two = has_host_regime(formed)
     host = judge_regime(HOST_BOUND, regime_points(formed, HOST_BOUND), gate, gather_source, tp, cpu) if two else None
