@@ -44,7 +44,7 @@ from spx.api.exit_codes import EXIT_OK as EXIT_PASS  # noqa: F401  (re-exported)
 from spx.api.exit_codes import EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.api.spec import GROUP, PLURAL, VERSION
 from spx.api.status import ExperimentStatus
-from spx.vocabulary import OUTPUT_FORMATS, STATUS_FILE
+from spx.vocabulary import OUTPUT_FORMATS, RESULT_FILE, STATUS_FILE
 
 #: The gate's decision (:func:`spx.analysis.gate_decision.gate_decision`), by its older name.
 decide = gate_decision
@@ -203,6 +203,35 @@ def _is_local(target: str) -> bool:
     return target.endswith(".json") or "/" in target or Path(target).exists()
 
 
+def judged_result(run_dir: Path, target: str) -> GateResult | None:
+    """The decision on a run folder whose ``status.json`` cannot be read (empty, not JSON, not a JSON object) but
+    whose ``result.json`` can: that result judged (:func:`spx.analysis.judge.judge`, the one judgement ``spx report``
+    falls back to as well), the message saying so; ``None`` when the status is readable or there is no result."""
+    status_path, result_path = run_dir / STATUS_FILE, run_dir / RESULT_FILE
+    if not status_path.is_file() or not result_path.is_file():
+        return None
+    try:
+        data = json.loads(status_path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data:
+            return None
+        why = "empty, or not a JSON object"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        why = str(err)[:200]
+    from spx.analysis.judge import judge, local_status
+    from spx.api import KernelResult
+    from spx.api.base import utc_now
+
+    try:
+        result = KernelResult.model_validate_json(result_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValidationError, ValueError):
+        return None
+    status = local_status(judge(result, result.spec), now=utc_now(), environment=result.environment)
+    decision = decide(status, target)
+    decision.message = f"{status_path} cannot be read ({why}): judged {result_path}, as spx report does; " + \
+        decision.message
+    return decision
+
+
 def read_and_decide(
     target: str, namespace: str | None = None, kubeconfig: str | None = None, context: str | None = None
 ) -> GateResult:
@@ -217,6 +246,8 @@ def read_and_decide(
                                   message=f"a run is in progress ({holder}); its status.json is written when it ends")
             if not (run_dir / STATUS_FILE).exists() and (killed := killed_run(run_dir)):
                 return GateResult(EXIT_UNDECIDED, target, False, message=killed)
+            if fallback := judged_result(Path(target) if os.path.isdir(target) else Path(target).parent, target):
+                return fallback
             local, local_generation = read_local(target)
             return decide(local, target, local_generation)
         check_names(target, namespace)
