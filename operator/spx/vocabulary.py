@@ -281,7 +281,7 @@ TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
 RESERVED_MOUNT_PATHS: Final[tuple[str, ...]] = (
     EXPERIMENT_MOUNT, SCRATCH_MOUNT, TMP_MOUNT, SHM_MOUNT, TERMINATION_MESSAGE_PATH)
 
-# --- the spx vLLM plugin (spx.bench.vllm_plugin) --------------------------------------------------
+# --- the spx vLLM plugin (spx.vllm_ext.plugin) --------------------------------------------------
 
 #: The threshold the plugin sets in every vLLM process: ``off`` or a token count.
 PLUGIN_ENV_THRESHOLD: Final = "SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS"

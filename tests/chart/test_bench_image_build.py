@@ -54,6 +54,6 @@ def test_bench_image_builds_on_vllm_0_33_and_the_plugin_loads_inside() -> None:
     assert len(pins) >= 10 and installed.group(1).split() == pins, (installed.group(1), pins)
     assert "ENTRYPOINT spx, USER 10001:10001" in out, out[-6000:]
     assert "/etc/spx/experiment.yaml: valid" in out, out[-6000:]
-    assert "'spx_shard_threshold': 'spx.bench.vllm_plugin:register'" in out, out[-6000:]
+    assert "'spx_shard_threshold': 'spx.vllm_ext.plugin:register'" in out, out[-6000:]
     assert "load_general_plugins: _SHARD_FUSED_WQA_WKV_MIN_TOKENS = 4096" in out, out[-6000:]
     assert "_SHARD_FUSED_WQA_WKV_MIN_TOKENS = 2147483647 (off (never split); was 2048)" in out, out[-6000:]

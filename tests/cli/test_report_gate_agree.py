@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from spx.analysis.bench_docs import RunIdentity
-from spx.analysis.judge import BENCHES_PENDING, judge, stop
+from spx.analysis.judge import BENCHES_PENDING, judge, local_status, stop
 from spx.analysis.serving import summarize as summarize_serving
 from spx.api import KernelResult
 from spx.api.accuracy import AccuracyStatus

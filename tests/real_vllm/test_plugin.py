@@ -16,7 +16,7 @@ from types import ModuleType
 
 import pytest
 
-from spx.bench.vllm_plugin import ENTRY_POINT_GROUP, ENTRY_POINT_NAME, ENV_THRESHOLD, LOG_MARKER, OFF_TOKENS, SYMBOL
+from spx.vllm_ext.plugin import ENTRY_POINT_GROUP, ENTRY_POINT_NAME, ENV_THRESHOLD, LOG_MARKER, OFF_TOKENS, SYMBOL
 
 TARGET = "vllm.models.deepseek_v41.attention"
 
@@ -43,7 +43,7 @@ def test_entry_point_is_in_vllms_group(vllm: ModuleType) -> None:
 
     assert DEFAULT_PLUGINS_GROUP == ENTRY_POINT_GROUP
     found = {ep.name: ep.value for ep in entry_points(group=DEFAULT_PLUGINS_GROUP)}
-    assert found.get(ENTRY_POINT_NAME) == "spx.bench.vllm_plugin:register"
+    assert found.get(ENTRY_POINT_NAME) == "spx.vllm_ext.plugin:register"
 
 
 @pytest.mark.parametrize(("raw", "tokens"), [("off", OFF_TOKENS), ("4096", 4096), ("1_024", 1024)])
@@ -76,7 +76,7 @@ def test_vllm_plugins_filter_selects_or_leaves_out_the_plugin(attention: ModuleT
 def test_garbage_is_raised_through_load_general_plugins(attention: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     from vllm.plugins import load_general_plugins
 
-    from spx.bench.vllm_plugin import ThresholdPluginError
+    from spx.vllm_ext.plugin import ThresholdPluginError
 
     monkeypatch.setenv(ENV_THRESHOLD, "2k")
     with pytest.raises(ThresholdPluginError, match="'2k' is not a token count"):

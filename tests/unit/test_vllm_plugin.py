@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spx.bench.vllm_plugin import (
+from spx.vllm_ext.plugin import (
     DEFAULT_TARGET,
     ENV_TARGET,
     ENV_THRESHOLD,
@@ -129,5 +129,5 @@ def test_importing_the_plugin_has_no_side_effects() -> None:
     """In a fresh interpreter: another test of this process may have imported vLLM where it is installed."""
     import subprocess
 
-    code = "import sys, spx.bench.vllm_plugin; sys.exit(1 if 'vllm' in sys.modules else 0)"
+    code = "import sys, spx.vllm_ext.plugin; sys.exit(1 if 'vllm' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

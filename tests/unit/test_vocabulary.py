@@ -132,7 +132,7 @@ def test_metric_label_values_and_the_gate_cover_the_vocabulary() -> None:
 
 
 def test_the_plugin_and_the_serving_runner_use_the_same_names() -> None:
-    from spx.bench import vllm_plugin
+    from spx.vllm_ext import plugin as vllm_plugin
     from spx.serving import ab, commands
 
     assert vllm_plugin.ENV_THRESHOLD == commands.ENV_THRESHOLD == vocabulary.PLUGIN_ENV_THRESHOLD
@@ -279,6 +279,6 @@ def test_the_plugin_loads_without_spx_api() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, spx.bench.vllm_plugin; "
+    code = ("import sys, spx.vllm_ext.plugin; "
             "sys.exit(1 if 'spx.api' in sys.modules or 'pydantic' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

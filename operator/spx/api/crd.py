@@ -59,18 +59,16 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         {   # ExperimentSpec._vllm_benches_fit, via min_timeout_seconds
             "rule": "!has(self.serving) || "
             f"(has(self.timeoutSeconds) ? self.timeoutSeconds : {DEFAULT_TIMEOUT_SECONDS}) >= "
-            # the arms that start a server (spx.api.deployment.started_arms): every arm with serving points (absent:
-            # the seed's), else the GSM8K arms (accuracy.arms, else one main and one split arm), else none
-            "(((has(self.serving.points) && size(self.serving.points) == 0) ? "
-            "(has(self.accuracy) ? (has(self.accuracy.arms) ? size(self.accuracy.arms) : 2) : 0) : "
+            "(((has(self.serving.points) && size(self.serving.points) == 0 && !has(self.accuracy)) ? 0 : "
             f"(has(self.serving.arms) ? size(self.serving.arms) : {len(default_arms())})) + "
-            "(has(self.serving.step) ? 2 + (has(self.serving.step.thresholds) ? size(self.serving.step.thresholds) : 0) "
-            "+ ((has(self.serving.step.positiveControl) && self.serving.step.positiveControl) ? 1 : 0) : 0)) * "
+            "(has(self.serving.step) ? 1 : 0)) * "
             f"(has(self.serving.startupTimeoutSeconds) ? self.serving.startupTimeoutSeconds : "
-            f"{DEFAULT_STARTUP_TIMEOUT_SECONDS})",
-            "message": "with spec.serving, timeoutSeconds must be at least (the serving arms that start a server + the step "
-            "A/B's servers: 2 + step.thresholds + the positive control) × serving.startupTimeoutSeconds (every "
-            "server's model load must fit the Job deadline)",
+            f"{DEFAULT_STARTUP_TIMEOUT_SECONDS}) + "
+            "((has(self.serving.step) && has(self.serving.step.budgetSeconds)) ? self.serving.step.budgetSeconds : 0)",
+            "message": "with spec.serving, timeoutSeconds must be at least (the number of serving arms that run: none "
+            "with points: [] and no accuracy + the step "
+            "A/B's one server) × serving.startupTimeoutSeconds + serving.step.budgetSeconds (every server's model "
+            "load and the step A/B's rounds must fit the Job deadline)",
         },
         *cel_rules(ExperimentSpec),  # ExperimentSpec._runs_somewhere: spx.api.combinations, the same messages
     ],

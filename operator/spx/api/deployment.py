@@ -100,18 +100,3 @@ def deployment_problems(spec: ExperimentSpec) -> list[str]:
     """Every reason ``spec`` cannot be measured on the deployment it describes (module docstring); empty: none."""
     args = list(spec.serving.extra_args) if spec.serving is not None else []
     return [*_tp_problems(args), *_batch_problems(spec, args), *_model_len_problems(spec, args), *_nothing_to_run(spec)]
-
-
-def started_arms(spec: ExperimentSpec) -> int:
-    """How many serving arms start a server (:func:`spx.serving.ab.run_vllm_benchmarks`): every arm when there
-    are serving points; else the arms GSM8K runs on (``accuracy.arms``, else one main and one split arm); else none."""
-    s = spec.serving
-    if s is None:
-        return 0
-    if s.points:
-        return len(s.arms)
-    if spec.accuracy is None:
-        return 0
-    if spec.accuracy.arms is not None:
-        return len(spec.accuracy.arms)
-    return len({a.variant for a in s.arms})

@@ -1,7 +1,7 @@
 """``spec.serving`` (optional): the serving A/B of the patched vLLM, and what it reports.
 
 Each *arm* is one fresh ``vllm serve`` with ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` set by the spx
-vLLM plugin (:mod:`spx.bench.vllm_plugin`): ``main`` arms run with ``off`` (the projection is never split),
+vLLM plugin (:mod:`spx.vllm_ext.plugin`): ``main`` arms run with ``off`` (the projection is never split),
 ``split`` arms with the threshold under test. Arms run in the listed order (default B1 A1 A2 B2:
 split, main, main, split, as the seed PR ran them, so a drift over time hits both variants alike).
 Every arm runs every *point* with ``vllm bench serve … --save-result``; per point the analysis

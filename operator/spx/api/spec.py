@@ -81,8 +81,9 @@ class ExperimentSpec(CamelModel):
         """``accuracy`` runs on ``serving``'s servers; the Job deadline must leave every arm its model load.
 
         ``timeoutSeconds`` is the whole run's deadline (the Job's ``activeDeadlineSeconds``): the
-        kernel bench, then one model load per serving arm, its points and GSM8K, and one per step A/B
-        server. It must be at least ``(len(serving.arms) + step_servers) × serving.startupTimeoutSeconds``,
+        kernel bench, then the step A/B's one model load and its rounds (first), then one model load per serving arm,
+        its points and GSM8K. It must be at least ``(len(serving.arms) + step_servers) × serving.startupTimeoutSeconds
+        + step.budgetSeconds``,
         so that no server that loads within its own startup timeout is killed by the deadline (defaults: 4 × 2400 s = 9600 s; plan 3–4 h,
         ``docs/serving.md``).
         """
@@ -98,19 +99,21 @@ class ExperimentSpec(CamelModel):
                     f"pod.volumes {clash[:4]} overlap serving.modelMountPath {self.serving.model_mount_path}, where "
                     "serving.modelPvc is mounted; mount them elsewhere"
                 )
-        from spx.api.deployment import deployment_problems, started_arms
+        from spx.api.deployment import deployment_problems
 
         if problems := deployment_problems(self):  # (issue #35: what the deployment's servers cannot measure)
             raise ValueError("; ".join(problems))
         if self.serving is not None and self.serving.step is not None:
             self._step_thresholds_above_tp(self.serving, self.serving.step)
         if self.serving is not None:
-            floor = min_timeout_seconds(self.serving, started_arms(self))
+            floor = min_timeout_seconds(self.serving, self.accuracy is not None)
             if self.timeout_seconds < floor:
                 raise ValueError(
                     f"timeoutSeconds={self.timeout_seconds} is too short for spec.serving: "
-                    f"({started_arms(self)} arms that start a server + {step_servers(self.serving)} step A/B servers) × "
-                    f"startupTimeoutSeconds {self.serving.startup_timeout_seconds} = {floor} s of model loading alone; set timeoutSeconds ≥ {floor} (a DeepSeek-V4.1 A/B "
+                    f"({arm_servers(self.serving, self.accuracy is not None)} arms + {step_servers(self.serving)} "
+                    f"step A/B server) × "
+                    f"startupTimeoutSeconds {self.serving.startup_timeout_seconds} + step.budgetSeconds "
+                    f"{step_budget_seconds(self.serving)} = {floor} s of model loading and step rounds alone; set timeoutSeconds ≥ {floor} (a DeepSeek-V4.1 A/B "
                     f"with GSM8K takes 3–4 h: 14400) or lower serving.startupTimeoutSeconds"
                 )
         return self
@@ -149,20 +152,29 @@ class ExperimentSpec(CamelModel):
 
 
 def step_servers(serving: ServingSpec) -> int:
-    """How many ``vllm serve`` the step A/B starts at most (``spec.serving.step``, :mod:`spx.api.step`): one
-    control, one treated server for ``gate.thresholdTokens`` and one per ``step.thresholds`` entry (an entry equal
-    to the gate's threshold is counted too: an upper bound, as the CRD's CEL rule counts), and the positive
-    control when asked; 0 without a step A/B."""
-    step = serving.step
-    return 0 if step is None else 2 + len(step.thresholds) + int(step.positive_control)
+    """How many ``vllm serve`` the step A/B starts (``spec.serving.step``, :mod:`spx.api.step`): one (the split is
+    switched per request inside it), 0 without a step A/B."""
+    return 0 if serving.step is None else 1
 
 
-def min_timeout_seconds(serving: ServingSpec, arms: int | None = None) -> int:
-    """The smallest ``timeoutSeconds`` an experiment with ``serving`` may have: every server that will start gets
-    its ``startupTimeoutSeconds`` (the model load it is allowed) within the Job deadline: the serving arms that
-    start one (``arms``: :func:`spx.api.deployment.started_arms`; default every arm) and the step A/B's servers
-    (:func:`step_servers`)."""
-    return ((len(serving.arms) if arms is None else arms) + step_servers(serving)) * serving.startup_timeout_seconds
+def step_budget_seconds(serving: ServingSpec) -> int:
+    """The step A/B's rounds as the Job deadline counts them: ``step.budgetSeconds`` (0 when unset, or no step)."""
+    return 0 if serving.step is None or serving.step.budget_seconds is None else serving.step.budget_seconds
+
+
+def arm_servers(serving: ServingSpec, accuracy: bool) -> int:
+    """How many serving arms load a model: every arm when there are serving points or GSM8K (``accuracy``), none
+    otherwise (the step A/B alone: ``points: []`` and no ``spec.accuracy``; the runner skips such arms)."""
+    return len(serving.arms) if serving.points or accuracy else 0
+
+
+def min_timeout_seconds(serving: ServingSpec, accuracy: bool = False) -> int:
+    """The smallest ``timeoutSeconds`` an experiment with ``serving`` (and GSM8K when ``accuracy``) may have: every
+    server's ``startupTimeoutSeconds`` (the model load it is allowed) fits the Job deadline: the serving arms that run
+    (:func:`arm_servers`) and the step A/B's one server (:func:`step_servers`), plus the step A/B's rounds
+    (``step.budgetSeconds``)."""
+    servers = arm_servers(serving, accuracy) + step_servers(serving)
+    return servers * serving.startup_timeout_seconds + step_budget_seconds(serving)
 
 
 class ObjectMeta(CamelModel):

@@ -33,9 +33,14 @@ def serving_lines(serving: ServingStatus) -> list[str]:
 
 
 def step_lines(step: StepStatus) -> list[str]:
-    """The step A/B: one line per effect and positive control (figure, 95 % interval, per layer, outcome)."""
-    lines = [f"step A/B (difference in differences of each server's {step.statistic} latency per length, 95 % "
-             "bootstrap over rounds):"]
+    """The one-server step A/B: the statistic and interval it uses, whether it may decide (and why not), what the
+    effects say (:func:`spx.analysis.step.summarize`'s reasons), the failures."""
+    usable = "usable" if step.usable else "NOT usable"
+    lines = [f"step A/B (one server, the split switched per request; {step.statistic} of per-round paired "
+             f"differences, {step.confidence:.0%} simultaneous intervals; {step.rounds} rounds"
+             + (f", stopped: {step.stopped_because}" if step.stopped_because else "") + f"): {usable}"
+             + (" (CPU server)" if step.cpu_timings else "")]
+    lines += [f"  not usable: {r}" for r in step.unusable_reasons[:6]]
     lines += [f"  {r}" for r in step.reasons]
     lines += [f"  failed: {f}" for f in step.failures[:10]]
     return lines

@@ -4,7 +4,7 @@ For each arm of ``spec.serving.arms``, in order (default B1 A1 A2 B2), an :class
 
 1. waits until the port is free, then launches ``vllm serve`` in its own process group with
    ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` = ``off`` (main) or the arm's threshold (split), read by
-   the spx vLLM plugin (:mod:`spx.bench.vllm_plugin`); its stdout+stderr go to ``server.log``, kept;
+   the spx vLLM plugin (:mod:`spx.vllm_ext.plugin`); its stdout+stderr go to ``server.log``, kept;
 2. polls ``GET /health`` until 200 (``startupTimeoutSeconds``), failing early if the server exits;
    notes whether the log shows the plugin's "spx: set …" line (``thresholdConfirmed``);
 3. per point, runs ``vllm bench serve`` with the seed's protocol (:mod:`spx.serving.commands`) and
@@ -67,7 +67,7 @@ class RunnerOptions:
     child (default ``os.environ``); ``crash_grace_seconds``: after a failed point, how long to wait
     for the server to show whether it died with it; ``on_arm``: called with the serving and accuracy
     results so far after every arm (``spx run --serving`` prints them as JSON lines, so the arms that
-    finished survive a pod killed later); ``on_step``: the same for the step A/B's result, after every server.
+    finished survive a pod killed later); ``on_step``: the same for the step A/B's result, after every block of rounds.
     """
 
     vllm_command: list[str] = field(default_factory=lambda: ["vllm"])
@@ -282,6 +282,13 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
         )
     docs = Documents(out_dir=out_dir, serving=result, accuracy=acc_result)
     docs.save()
+    step = None
+    if s.step is not None:  # first, before any serving arm (one load; it may run alone)
+        from spx.serving.step import run_step_ab
+
+        step = run_step_ab(spec, out_dir, opts.vllm_command, base_env,
+                           nvidia_smi=nvidia_smi_argv(opts.nvidia_smi, opts.env), log=opts.log, on_save=opts.on_step,
+                           experiment=opts.experiment)
     abort: str | None = None
     try:
         check, detail = wait_gpus_free(nvidia_smi_argv(opts.nvidia_smi, opts.env), opts.env, 0, opts.gpu_poll_seconds)
@@ -317,12 +324,6 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
         if acc_result is not None:
             acc_result.complete = not acc_result.failures and all(r.error is None for r in acc_result.runs) and bool(acc_result.runs)
         docs.save()
-    step = None
-    if s.step is not None and abort is None:
-        from spx.serving.step import run_step_ab
-
-        step = run_step_ab(spec, out_dir, opts.vllm_command, base_env,
-                           nvidia_smi=nvidia_smi_argv(opts.nvidia_smi, opts.env), log=opts.log, on_save=opts.on_step)
     return VllmRunOutcome(serving=result if s.points else None, accuracy=acc_result, step=step)
 
 

@@ -25,7 +25,7 @@ from spx.analysis.serving import arm_threshold
 from spx.api.serving import ServingArmSpec, ServingPointSpec, ServingSpec
 from spx.api.spec import ExperimentSpec
 
-#: Read by the spx vLLM plugin (``spx.bench.vllm_plugin``) in every server process.
+#: Read by the spx vLLM plugin (``spx.vllm_ext.plugin``) in every server process.
 ENV_THRESHOLD = vocabulary.PLUGIN_ENV_THRESHOLD
 #: The arm's name, for the server's own logs.
 ENV_ARM = vocabulary.ARM_ENV

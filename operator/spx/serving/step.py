@@ -1,88 +1,72 @@
-"""The step A/B runner (``spec.serving.step``; design in :mod:`spx.api.step`).
+"""The one-server step A/B runner (``spec.serving.step``; design in :mod:`spx.api.step`, issue #34).
 
-Servers, one after the other, each a fresh ``vllm serve`` (:class:`spx.serving.server.VllmServer`) with the
-experiment's serve argv plus ``--no-enable-prefix-caching`` (a repeated prefix would skip its prefill):
+One ``vllm serve`` (:class:`spx.serving.server.VllmServer`) with the experiment's serve argv plus
+(:func:`spx.serving.step_plan.step_server_args`) ``--host 127.0.0.1``, ``--no-enable-prefix-caching``, spx's worker
+extension (``--worker-extension-cls spx.vllm_ext.worker.SplitSwitch``) and ``--enforce-eager``, and
+``VLLM_SERVER_DEV_MODE=1`` in its environment (``POST /collective_rpc``). It listens on the loopback only because
+the dev mode exposes other endpoints too (cache resets, sleep, any worker method): only the runner, in the same
+pod, reaches it. It runs first, before any serving arm, and can run alone.
 
-1. ``control``: the split off (``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS=off``), measuring the lengths of every T;
-2. one ``treated`` server per threshold T (``gate.thresholdTokens``, then ``step.thresholds``), split at T;
-3. with ``step.positiveControl``: a server that never splits, with ``--max-num-batched-tokens T`` (T the
-   gate's): T + 1 tokens take a second prefill step there, an effect the design must detect.
+1. load once; ask every worker its state (``spx_state``): the extension is loaded and found the split target;
+   a compiled or CUDA-graph-captured forward refuses its lengths (:func:`spx.serving.step_plan.refusals`);
+2. warm-up rounds (discarded), then rounds: every arm once at every length, in a seeded random order, one request
+   at a time (concurrency 1). Before each request, outside its timed window, the arm is switched in every worker
+   (``spx_switch``: confirmed by every worker); after it, the forwards are read (``spx_counts``: per worker, the
+   token counts and whether each took the split branch), so each request is confirmed by its own forward;
+3. after every block of ``step.lookEvery`` rounds (from ``step.minRounds`` on), ``step-result.json`` is rewritten
+   (atomically) and the stopping rule (:func:`spx.analysis.step.stop_reason`) says whether to go on.
 
-On each: warm-up rounds (discarded), then ``step.rounds`` rounds; a round sends one request of each length
-(T − TP, T, T + 1) in a seeded shuffled order, one at a time (concurrency 1), each a list of token IDs to
-``/v1/completions`` with ``max_tokens`` 1 and temperature 0; the latency is the wall time from sending to the
-whole answer; ``usage.prompt_tokens`` is recorded (the analysis refuses a request whose count differs). Token
-IDs are drawn from the server's own ``/tokenize`` of a fixed text (ordinary, non-special IDs of its
-tokenizer). ``step-result.json`` is rewritten after every server; servers are stopped by process group.
+Every switch and request carries its Unix time. A server that dies, or a request that fails, ends the rounds; what
+was measured is kept, with the failure. Stopped by process group (:meth:`VllmServer.stop`).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
+import os
 import random
 import sys
 import time
+import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from spx.analysis.serving import OFF
-from spx.analysis.step import lengths
+from spx.analysis.decide import max_num_batched_tokens
+from spx.analysis.step import arms as step_arms
+from spx.analysis.step import default_lengths, stop_reason
 from spx.api.base import utc_now
-from spx.api.serving import ServingArmSpec
 from spx.api.serving import server_tp as api_server_tp
-from spx.api.spec import ExperimentSpec
-from spx.api.step import StepLengthRole, StepRequest, StepResult, StepServerRole, StepServerRun, StepSpec
+from spx.api.spec import ExperimentSpec, spec_hash
+from spx.api.step import StepArm, StepRequest, StepResult, StepServerInfo, StepSpec, StepSwitch
 from spx.files import write_atomic
-from spx.serving.commands import server_command, server_env, serving_of
+from spx.serving.commands import server_command, serving_of
 from spx.serving.gpus import wait_gpus_free
 from spx.serving.server import ServerError, VllmServer, port_open
-from spx.vocabulary import PLUGIN_LOG_MARKER, SERVER_LOG, STEP_RESULT_FILE
+from spx.serving.step_client import Client, StepRequestError
+from spx.serving.step_plan import (
+    LOOPBACK,
+    Switch,
+    forward_accounting,
+    forward_confirmed,
+    refusals,
+    round_order,
+    step_server_args,
+    switch_confirmed,
+    switch_of,
+)
+from spx.vocabulary import PLUGIN_ENV_THRESHOLD, SERVER_LOG, STEP_RESULT_FILE
 
-NO_PREFIX_CACHING = "--no-enable-prefix-caching"
+#: The environment variable that exposes ``POST /collective_rpc`` (``vllm/envs.py``).
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 #: After a failed request, how long to wait for the server to show whether it died with it.
 CRASH_GRACE_SECONDS = 2.0
-#: Text whose token IDs the prompts are drawn from (any ordinary text the tokenizer splits into many IDs).
-ID_SOURCE_TEXT = (
-    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-    "How many clips did Natalia sell altogether in April and May? Weng earns 12 dollars an hour for "
-    "babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?"
-)
-
 
 Log = Callable[[str], None]
 
 
 def _stderr(msg: str) -> None:
     print(f"[spx serving] {msg}", file=sys.stderr, flush=True)
-
-
-class StepRequestError(RuntimeError):
-    """One request of the step A/B failed (HTTP error, malformed answer)."""
-
-
-@dataclass(frozen=True)
-class PlannedServer:
-    """One server of the step A/B: its name, role, threshold env value, T and extra serve args."""
-
-    name: str
-    role: StepServerRole
-    threshold: str
-    threshold_tokens: int
-    measures: tuple[int, ...]
-    extra_args: tuple[str, ...] = ()
-
-
-def thresholds_of(spec: ExperimentSpec) -> list[int]:
-    """``gate.thresholdTokens`` then ``serving.step.thresholds``, without repeats."""
-    step = _step(spec)
-    out: list[int] = []
-    for t in [spec.gate.threshold_tokens, *step.thresholds]:
-        if t not in out:
-            out.append(t)
-    return out
 
 
 def _step(spec: ExperimentSpec) -> StepSpec:
@@ -93,197 +77,231 @@ def _step(spec: ExperimentSpec) -> StepSpec:
 
 
 def server_tp(spec: ExperimentSpec) -> int:
-    """The servers' TP size: ``--tensor-parallel-size``/``-tp`` of ``serving.extraArgs`` when given (it wins on the
-    serve command line), else ``spec.parallelism.tensorParallelSize``. The base length is T − this."""
+    """The server's TP size: ``--tensor-parallel-size``/``-tp`` of ``serving.extraArgs`` when given, else
+    ``spec.parallelism.tensorParallelSize``."""
     return api_server_tp(serving_of(spec).extra_args, spec.parallelism.tensor_parallel_size)
 
 
-def plan(spec: ExperimentSpec) -> list[PlannedServer]:
-    """The servers of the step A/B, in run order (module docstring).
+def thresholds_of(spec: ExperimentSpec) -> list[int]:
+    """``gate.thresholdTokens`` then ``serving.step.thresholds``, without repeats."""
+    out: list[int] = []
+    for t in [spec.gate.threshold_tokens, *_step(spec).thresholds]:
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def planned_result(spec: ExperimentSpec, *, experiment: str, run_id: str, device: str | None) -> StepResult:
+    """The result document before the server starts: the lengths (``step.lengths`` or the default curve, never above
+    ``max_num_batched_tokens``) and the arms.
 
     Raises:
-        ValueError: no ``spec.serving.step``; a threshold ≤ TP (no base length below it).
+        ValueError: no ``spec.serving.step``; a bad ``--max-num-batched-tokens``; no length to measure.
     """
-    step, tp, ts = _step(spec), server_tp(spec), thresholds_of(spec)
-    for t in ts:
-        lengths(t, tp, step.pad)  # raises for T ≤ TP
-    gate_t = spec.gate.threshold_tokens
-    servers = [PlannedServer("control", "control", OFF, gate_t, tuple(ts))]
-    servers += [PlannedServer(f"treated-T{t}", "treated", str(t), t, (t,)) for t in ts]
-    if step.positive_control:
-        servers.append(PlannedServer(f"positive-control-T{gate_t}", "positive-control", OFF, gate_t, (gate_t,),
-                                     ("--max-num-batched-tokens", str(gate_t))))
-    return servers
+    step, tp, most = _step(spec), server_tp(spec), max_num_batched_tokens(spec)
+    ts = thresholds_of(spec)
+    lengths = sorted(step.lengths) if step.lengths else default_lengths(ts[0], tp, most, ts[1:])
+    above = [n for n in lengths if n > most]
+    if above:
+        raise ValueError(f"spec.serving.step.lengths {above[:8]} exceed max_num_batched_tokens {most}: a longer prompt "
+                         "is chunked over several steps; list lengths ≤ it (or raise --max-num-batched-tokens)")
+    if not lengths:
+        raise ValueError(f"no step A/B length between 1 and max_num_batched_tokens {most}: set spec.serving.step.lengths")
+    return StepResult(experiment=experiment, spec_hash=spec_hash(spec), run_id=run_id, step=step,
+                      tensor_parallel_size=tp, max_num_batched_tokens=most, gate_threshold_tokens=ts[0],
+                      thresholds=ts, lengths=lengths, arms=list(step_arms(step)), device=device,
+                      rounds_planned=step.rounds, started_at=utc_now())
 
 
-class Client:
-    """A keep-alive HTTP connection to one server's OpenAI API."""
+@dataclass
+class OneServer:
+    """The step A/B's one server and its client, for the rounds (:class:`StepRunner`)."""
 
-    def __init__(self, host: str, port: int, model: str, timeout: float) -> None:
-        self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        self.model = model
+    client: Client
+    workers: int
+    vocab: list[int] = field(default_factory=list)
+    timeout: float = 600.0
 
-    def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """POST JSON, return the JSON answer. Raises StepRequestError for a non-200 or malformed answer."""
-        payload = json.dumps(body).encode()
-        try:
-            self.conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
-            resp = self.conn.getresponse()
-            data = resp.read()
-        except (OSError, http.client.HTTPException) as err:
-            self.conn.close()
-            raise StepRequestError(f"POST {path}: {type(err).__name__}: {err}") from err
-        if resp.status != 200:
-            raise StepRequestError(f"POST {path}: HTTP {resp.status}: {data[:300].decode(errors='replace')}")
-        try:
-            out = json.loads(data)
-        except ValueError as err:
-            raise StepRequestError(f"POST {path}: not JSON: {data[:200]!r}") from err
-        if not isinstance(out, dict):
-            raise StepRequestError(f"POST {path}: expected a JSON object, got {data[:200]!r}")
-        return out
-
-    def token_ids(self) -> list[int]:
-        """Distinct ordinary token IDs of :data:`ID_SOURCE_TEXT` (``/tokenize``, no special tokens)."""
-        out = self.post("/tokenize", {"model": self.model, "prompt": ID_SOURCE_TEXT, "add_special_tokens": False})
-        ids = sorted({int(i) for i in out.get("tokens", [])})
-        if len(ids) < 8:
-            raise StepRequestError(f"/tokenize gave {len(ids)} distinct token IDs for the source text; need ≥ 8")
-        return ids
-
-    def prefill(self, ids: list[int]) -> tuple[float, int | None]:
-        """One ``max_tokens`` 1 completion of a token-ID prompt: (latency ms, usage.prompt_tokens)."""
-        body = {"model": self.model, "prompt": ids, "max_tokens": 1, "temperature": 0.0}
+    def switch(self, arm: StepArm, sw: Switch) -> StepSwitch:
+        """Switch every worker to ``sw`` (timestamped; the RPC's wall time kept)."""
+        record = StepSwitch(at=time.time(), arm=arm, threshold=sw.threshold, inject_ms=sw.inject_ms)
         t0 = time.perf_counter()
-        out = self.post("/v1/completions", body)
-        ms = (time.perf_counter() - t0) * 1000.0
-        usage = out.get("usage")
-        tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
-        return ms, tokens if isinstance(tokens, int) else None
+        try:
+            states = self.client.rpc("spx_switch", json.dumps(sw.wire()), timeout=self.timeout)
+        except StepRequestError as err:
+            record.error = str(err)[:1024]
+            return record
+        record.rpc_ms = (time.perf_counter() - t0) * 1000.0
+        record.workers = len(states)
+        record.confirmed = switch_confirmed(sw, [s for s in states if isinstance(s, dict)], self.workers)
+        return record
 
-    def close(self) -> None:
-        """Close the connection."""
-        self.conn.close()
+    def request(self, req: StepRequest, sw: Switch, rng: random.Random) -> None:
+        """Send ``req`` (timed), then read its forwards from every worker (untimed) into ``req``."""
+        ids = rng.choices(self.vocab, k=req.length)
+        req.sent_at = time.time()
+        req.latency_ms, req.prompt_tokens = self.client.prefill(ids)
+        counts = [c for c in self.client.rpc("spx_counts", timeout=self.timeout) if isinstance(c, dict)]
+        req.split_forwards, req.forward_tokens = forward_accounting(counts)
+        req.confirmed = forward_confirmed(sw, req.length, counts, self.workers) and req.prompt_tokens == req.length
 
 
-def run_rounds(client: Client, run: StepServerRun, planned: PlannedServer, step: StepSpec, tp: int) -> None:
-    """Warm-up rounds (discarded), then ``step.rounds`` rounds per T this server measures, into ``run.requests``."""
-    vocab = client.token_ids()
-    rng = random.Random(f"{step.seed}:{planned.name}")
-    t0 = time.monotonic()
-    for r in range(-step.warmup_rounds, step.rounds):
-        for t in planned.measures:
-            roles: list[tuple[StepLengthRole, int]] = list(lengths(t, tp, step.pad).items())
-            rng.shuffle(roles)
-            for order, (role, n) in enumerate(roles):
-                ids = rng.choices(vocab, k=n)
-                req = StepRequest(threshold_tokens=t, round=max(r, 0), order=order, role=role, length=n)
-                try:
-                    req.latency_ms, req.prompt_tokens = client.prefill(ids)
-                except StepRequestError as err:
-                    req.error = str(err)[:1024]
-                if r >= 0:
-                    run.requests.append(req)
-    run.wall_seconds = time.monotonic() - t0
+def run_round(one: OneServer, result: StepResult, round_index: int, *, keep: bool) -> None:
+    """One round (every arm at every length, seeded order); recorded when ``keep`` (warm-up rounds are not).
+
+    Raises:
+        StepRequestError: a request or an RPC failed (the request's error is recorded first).
+    """
+    step = result.step
+    rng = random.Random(f"{step.seed}:ids:{round_index}")
+    for order, (arm, length) in enumerate(round_order(result.arms, result.lengths, step.seed, round_index)):
+        sw = switch_of(arm, length, step)
+        switch = one.switch(arm, sw)
+        req = StepRequest(round=max(round_index, 0), order=order, arm=arm, length=length)
+        if keep:
+            result.switches.append(switch)
+            result.requests.append(req)
+        if not switch.confirmed:
+            req.error = f"switch to {arm} at {length} not confirmed by every worker: {switch.error or switch}"[:1024]
+            raise StepRequestError(req.error)
+        try:
+            one.request(req, sw, rng)
+        except StepRequestError as err:
+            req.error = str(err)[:1024]
+            raise
 
 
 @dataclass
 class StepRunner:
-    """Runs the step A/B of ``spec`` into ``out_dir`` (``step-result.json``, ``step/NN-<server>/server.log``)."""
+    """Runs the step A/B of ``spec`` into ``out_dir`` (``step-result.json``, ``step/server.log``)."""
 
     spec: ExperimentSpec
     out_dir: Path
     vllm_command: list[str]
     env: Mapping[str, str]
+    result: StepResult
     health_poll_seconds: float = 1.0
-    device: str | None = None
     nvidia_smi: list[str] | None = None
     on_save: Callable[[StepResult], None] | None = None
-    """Told the result after every rewrite (``spx run --serving`` prints it as a ``{"kind": "step"}`` line, so
-    the servers that finished survive a pod killed later); a hook that raises is logged, never stops the run."""
+    """Told the result after every rewrite (``spx run --serving`` prints it as a ``{"kind": "step"}`` line, so the
+    blocks that finished survive a pod killed later); a hook that raises is logged, never stops the run."""
 
-    def save(self, result: StepResult, log: Log = _stderr) -> None:
+    def save(self, log: Log = _stderr) -> None:
         """Rewrite ``step-result.json`` atomically, then tell :attr:`on_save`."""
-        write_atomic(self.out_dir / STEP_RESULT_FILE, json.dumps(result.to_wire(), indent=1) + "\n")
+        write_atomic(self.out_dir / STEP_RESULT_FILE, json.dumps(self.result.to_wire(), indent=1) + "\n")
         if self.on_save is not None:
             try:
-                self.on_save(result)
+                self.on_save(self.result)
             except Exception as err:  # a reporting hook must not stop the measurement
                 log(f"step A/B: on_save hook failed: {type(err).__name__}: {err}")
 
+    def server(self) -> VllmServer:
+        """The one server: the step flags (:func:`step_server_args`), dev mode on, no startup threshold."""
+        argv = step_server_args(server_command(self.spec, self.vllm_command))
+        env = dict(self.env)
+        env.update(serving_of(self.spec).env)
+        env[DEV_MODE_ENV] = "1"
+        env.pop(PLUGIN_ENV_THRESHOLD, None)  # the extension sets the threshold per request
+        self.result.server.server_command = argv
+        return VllmServer(argv, env, self.out_dir / "step" / SERVER_LOG)
+
     def __call__(self, log: Log = _stderr) -> StepResult:
-        """Run every planned server; never raises for a failed server (its error is in the result)."""
-        step = _step(self.spec)
-        result = StepResult(step=step, tensor_parallel_size=server_tp(self.spec),
-                            thresholds=thresholds_of(self.spec), device=self.device, started_at=utc_now())
+        """Load, check, measure, stop; never raises for a failed server or request (the failure is in the result)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.save(result, log)
+        self.save(log)
+        s = serving_of(self.spec)
+        server = self.server()
+        self.result.server.server_log = str(server.log_path)
+        client = Client(LOOPBACK, s.port, s.api_model_name, self.result.step.request_timeout_seconds)
         try:
-            for index, planned in enumerate(plan(self.spec)):
-                run = StepServerRun(name=planned.name, role=planned.role,
-                                    threshold=planned.threshold, threshold_tokens=planned.threshold_tokens)
-                result.servers.append(run)
-                self._serve(planned, run, self.out_dir / "step" / f"{index + 1:02d}-{planned.name}", log)
-                if run.error is not None:
-                    result.failures.append(f"{run.name}: {run.error}")
-                self.save(result, log)
-                log(f"step A/B: {planned.name} done ({len(run.requests)} requests)"
-                    + (f": FAILED: {run.error}" if run.error else ""))
+            t_port = time.monotonic()
+            while port_open(LOOPBACK, s.port) and time.monotonic() - t_port < s.shutdown_timeout_seconds:
+                time.sleep(self.health_poll_seconds)
+            log(f"step A/B: starting one server: {' '.join(server.argv)}")
+            server.start()
+            self.result.server.healthy_after_seconds = server.wait_healthy(
+                f"http://{LOOPBACK}:{s.port}/health", s.startup_timeout_seconds, self.health_poll_seconds)
+            one = self._check(client, log)
+            if one is not None:
+                self._rounds(one, server, log)
+        except (ServerError, StepRequestError) as err:
+            self.result.failures.append(str(err)[:2000])
         except BaseException as err:
-            result.failures.append(f"runner stopped: {type(err).__name__}: {err}")
+            self.result.failures.append(f"runner stopped: {type(err).__name__}: {err}"[:2000])
             raise
         finally:
-            result.finished_at = utc_now()
-            result.complete = not result.failures and all(r.error is None for s_ in result.servers for r in s_.requests)
-            self.save(result, log)
-        return result
-
-    def _serve(self, planned: PlannedServer, run: StepServerRun, server_dir: Path, log: Log) -> None:
-        s = serving_of(self.spec)
-        t_port = time.monotonic()
-        while port_open(s.host, s.port) and time.monotonic() - t_port < s.shutdown_timeout_seconds:
-            time.sleep(self.health_poll_seconds)
-        argv = [*server_command(self.spec, self.vllm_command), NO_PREFIX_CACHING, *planned.extra_args]
-        arm = (ServingArmSpec(name=planned.name, variant="main") if planned.threshold == OFF else
-               ServingArmSpec(name=planned.name, variant="split", threshold_tokens=planned.threshold_tokens))
-        server = VllmServer(argv, server_env(self.spec, arm, self.env), server_dir / SERVER_LOG)
-        run.server_command, run.server_log = argv, str(server.log_path)
-        log(f"step A/B: {planned.name} ({planned.role}, threshold {planned.threshold}): starting: {' '.join(argv)}")
-        client = Client(s.host, s.port, s.api_model_name, _step(self.spec).request_timeout_seconds)
-        try:
-            server.start()
-            run.healthy_after_seconds = server.wait_healthy(
-                f"http://{s.host}:{s.port}/health", s.startup_timeout_seconds, self.health_poll_seconds)
-            run.threshold_confirmed = PLUGIN_LOG_MARKER in server.log_text()
-            run_rounds(client, run, planned, _step(self.spec), server_tp(self.spec))
-            failed = [r for r in run.requests if r.error is not None]
-            if failed and server.exited_within(CRASH_GRACE_SECONDS) or not server.alive():
-                raise server.died("during the step rounds")
-            if failed:
-                run.error = f"{len(failed)} of {len(run.requests)} requests failed; the first: {failed[0].error}"
-        except (ServerError, StepRequestError) as err:
-            run.error = str(err)[:2000]
-        finally:
             client.close()
-            run.server_exit_code = server.stop(s.shutdown_timeout_seconds)
-            check, detail = wait_gpus_free(self.nvidia_smi, self.env, s.gpu_release_timeout_seconds,
-                                           self.health_poll_seconds)
-            if check == "busy" and run.error is None:
-                run.error = f"GPUs still busy after the server stopped: {detail}"
+            self.result.server.server_exit_code = server.stop(s.shutdown_timeout_seconds)
+            self._release(s.gpu_release_timeout_seconds)
+            self.result.finished_at = utc_now()
+            self.result.complete = not self.result.failures and self.result.stopped_because is not None
+            self.save(log)
+        return self.result
+
+    def _check(self, client: Client, log: Log) -> OneServer | None:
+        """Every worker's state: the extension found the target; refuse what a compiled/captured forward hides."""
+        states = [s for s in client.rpc("spx_state") if isinstance(s, dict)]
+        info: StepServerInfo = self.result.server
+        info.workers = len(states)
+        info.extension_confirmed = bool(states) and all(s.get("threshold") is not None for s in states)
+        info.compiled = any(bool(s.get("compiled")) for s in states)
+        info.capture_limit_tokens = max((max(s.get("captureSizes") or [0]) for s in states), default=0)
+        kept, refused = refusals(self.result.lengths, states)
+        self.result.lengths, self.result.refused = kept, refused
+        log(f"step A/B: {len(states)} worker(s) answered; lengths {kept}" + (f"; refused {len(refused)}" if refused else ""))
+        if not kept:
+            self.result.failures.append(f"every length refused: {refused[0].reason if refused else 'none planned'}")
+            return None
+        one = OneServer(client, len(states), timeout=float(self.result.step.request_timeout_seconds))
+        one.vocab = client.token_ids()
+        return one
+
+    def _rounds(self, one: OneServer, server: VllmServer, log: Log) -> None:
+        """Warm-up, then blocks of ``lookEvery`` rounds until the stopping rule stops them."""
+        step = self.result.step
+        try:
+            for r in range(-step.warmup_rounds, 0):
+                run_round(one, self.result, r, keep=False)
+            t0 = time.monotonic()
+            while self.result.stopped_because is None:
+                for _ in range(step.look_every):
+                    run_round(one, self.result, self.result.rounds_done, keep=True)
+                    self.result.rounds_done += 1
+                    if self.result.rounds_done >= step.rounds:
+                        break
+                if self.result.rounds_done >= min(step.min_rounds, step.rounds):
+                    self.result.stopped_because = stop_reason(self.result, time.monotonic() - t0)
+                if self.result.stopped_because is None and self.result.rounds_done >= step.rounds:
+                    self.result.stopped_because = f"rounds: {self.result.rounds_done} (step.rounds, the budget)"
+                self.save(log)
+                log(f"step A/B: {self.result.rounds_done} rounds" +
+                    (f"; stopped: {self.result.stopped_because}" if self.result.stopped_because else ""))
+        except StepRequestError as err:
+            if server.exited_within(CRASH_GRACE_SECONDS) or not server.alive():
+                raise server.died(f"in round {self.result.rounds_done} ({err})") from err
+            raise
+
+    def _release(self, timeout: float) -> None:
+        check, detail = wait_gpus_free(self.nvidia_smi, self.env, timeout, self.health_poll_seconds)
+        if check == "busy":
+            self.result.failures.append(f"GPUs still busy after the server stopped: {detail}")
 
 
 def run_step_ab(spec: ExperimentSpec, out_dir: Path, vllm_command: list[str], env: Mapping[str, str], *,
                 nvidia_smi: list[str] | None = None, log: Log = _stderr,
-                on_save: Callable[[StepResult], None] | None = None) -> StepResult:
+                on_save: Callable[[StepResult], None] | None = None, experiment: str | None = None,
+                run_id: str | None = None) -> StepResult:
     """Run the step A/B of ``spec`` into ``out_dir`` and return its result (also in ``step-result.json``).
 
-    ``nvidia_smi``: its argv (``None``: none found, so the servers ran on CPU: ``device`` ``cpu``, the GPU
-    release check skipped). ``on_save``: told the result after every server (:attr:`StepRunner.on_save`).
+    ``nvidia_smi``: its argv (``None``: none found, so the server ran on CPU: ``device`` ``cpu``, the GPU release
+    check skipped). ``experiment``: metadata.name (default ``SPX_EXPERIMENT`` or ``local``); ``run_id``: the run's
+    id (default ``SPX_RUN_ID``, else a fresh one). ``on_save``: :attr:`StepRunner.on_save`.
 
     Raises:
-        ValueError: no ``spec.serving.step``, a threshold ≤ TP.
+        ValueError: no ``spec.serving.step``; lengths above max_num_batched_tokens (before any server starts).
     """
-    plan(spec)  # refuse a bad plan before any server starts
+    name = experiment or os.environ.get("SPX_EXPERIMENT", "local")
+    rid = run_id or os.environ.get("SPX_RUN_ID") or uuid.uuid4().hex[:12]
     device = "cuda" if nvidia_smi is not None else "cpu"
-    return StepRunner(spec, out_dir, list(vllm_command), env, device=device, nvidia_smi=nvidia_smi,
-                      on_save=on_save)(log)
+    result = planned_result(spec, experiment=name, run_id=rid, device=device)
+    return StepRunner(spec, out_dir, list(vllm_command), env, result, nvidia_smi=nvidia_smi, on_save=on_save)(log)

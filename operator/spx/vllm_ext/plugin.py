@@ -1,7 +1,7 @@
 """vLLM general plugin: set DeepSeek-V4.1's token-split threshold from the environment.
 
 Registered under the entry-point group ``vllm.general_plugins`` (name ``spx_shard_threshold``,
-value ``spx.bench.vllm_plugin:register``). vLLM calls :func:`register` in every process it starts (API
+value ``spx.vllm_ext.plugin:register``). vLLM calls :func:`register` in every process it starts (API
 server, engine core, each GPU worker) before any model is built. With
 ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` set, it imports ``vllm.models.deepseek_v41.attention`` and
 sets its module constant ``_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` (vLLM ≥ 0.33, default 2048), which the
@@ -38,6 +38,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from types import ModuleType
 
 from spx.vocabulary import PLUGIN_ENTRY_POINT_NAME as ENTRY_POINT_NAME  # noqa: F401  (the plugin's public name)
 from spx.vocabulary import PLUGIN_ENV_TARGET as ENV_TARGET
@@ -121,17 +122,9 @@ def apply(environ: Mapping[str, str] | None = None) -> int | None:
             f"{target}.{SYMBOL} is {previous!r} ({type(previous).__name__}), not a token count; this vLLM's "
             f"threshold is not what spx knows how to set"
         )
-    setattr(module, SYMBOL, tokens)
-    package = target.rsplit(".", 1)[0] + "."
-    copies = []
-    for name, mod in list(sys.modules.items()):
-        if mod is module or not name.startswith(package) or mod is None:
-            continue
-        if getattr(mod, SYMBOL, None) == previous and isinstance(getattr(mod, SYMBOL), int):
-            setattr(mod, SYMBOL, tokens)
-            copies.append(name)
+    copies = set_threshold(module, target, tokens)
     shown = "off (never split)" if tokens == OFF_TOKENS else f"{tokens} tokens"
-    also = f"; also updated the copies in {', '.join(sorted(copies))}" if copies else ""
+    also = f"; also updated the copies in {', '.join(copies)}" if copies else ""
     message = (
         f"{LOG_MARKER}{target}.{SYMBOL} = {tokens} ({shown}; was {previous}) from "
         f"{ENV_THRESHOLD}={raw.strip()} (pid {os.getpid()}){also}"
@@ -143,6 +136,27 @@ def apply(environ: Mapping[str, str] | None = None) -> int | None:
         # configures logging: print the line so that process's log shows it too.
         print(f"INFO [spx vllm plugin] {message}", file=sys.stderr, flush=True)
     return tokens
+
+
+def set_threshold(module: ModuleType, target: str, tokens: int) -> list[str]:
+    """Set ``module.<SYMBOL>`` (``module`` imported from ``target``) to ``tokens``, and the copies modules of the
+    same package made of its previous value (``from .attention import _SHARD_FUSED_WQA_WKV_MIN_TOKENS``).
+
+    Returns the names of the copies updated. Used at startup (:func:`apply`) and per switch by the worker
+    extension (:mod:`spx.vllm_ext.worker`).
+    """
+    previous = getattr(module, SYMBOL)
+    setattr(module, SYMBOL, tokens)
+    package = target.rsplit(".", 1)[0] + "."
+    copies = []
+    for name, mod in list(sys.modules.items()):
+        if mod is module or not name.startswith(package) or mod is None:
+            continue
+        value = getattr(mod, SYMBOL, None)
+        if value == previous and isinstance(value, int) and not isinstance(value, bool):
+            setattr(mod, SYMBOL, tokens)
+            copies.append(name)
+    return sorted(copies)
 
 
 def register() -> None:
