@@ -13,7 +13,7 @@ from spx.analysis import combine_verdict, points_from_result
 from spx.api import SUMMARY_MAX_BYTES, Environment, ExperimentSpec, KernelResult, ResultSummary
 from spx.api.accuracy import AccuracyStatus
 from spx.api.crd import CEL_RULES, build_crd
-from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatus, ServingStatus
+from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatus, ServingSpec, ServingStatus
 from spx.api.spec import min_timeout_seconds
 from spx.api.wire import build_summary
 from spx.controller import metrics
@@ -43,11 +43,11 @@ def test_accuracy_needs_serving() -> None:
         ({"startupTimeoutSeconds": 600}, 2400, True),
         ({"arms": [{"name": "B", "variant": "split"}, {"name": "A", "variant": "main"}]}, 4800, True),
         ({"arms": [{"name": "B", "variant": "split"}, {"name": "A", "variant": "main"}]}, 4799, False),
-        # the step A/B's servers load the model too: control + gate threshold + 1 listed + positive control
-        ({"startupTimeoutSeconds": 600, "step": {}}, 3600, True),
-        ({"startupTimeoutSeconds": 600, "step": {}}, 3599, False),
-        ({"startupTimeoutSeconds": 600, "step": {"thresholds": [4096], "positiveControl": True}}, 4800, True),
-        ({"startupTimeoutSeconds": 600, "step": {"thresholds": [4096], "positiveControl": True}}, 4799, False),
+        # the step A/B's one server loads the model too, and its rounds take step.budgetSeconds
+        ({"startupTimeoutSeconds": 600, "step": {}}, 3000, True),
+        ({"startupTimeoutSeconds": 600, "step": {}}, 2999, False),
+        ({"startupTimeoutSeconds": 600, "step": {"thresholds": [4096], "budgetSeconds": 600}}, 3600, True),
+        ({"startupTimeoutSeconds": 600, "step": {"thresholds": [4096], "budgetSeconds": 600}}, 3599, False),
     ],
 )
 def test_timeout_covers_every_arms_model_load(serving: dict[str, Any], timeout: int, ok: bool) -> None:
@@ -69,7 +69,7 @@ def test_the_crd_carries_the_same_rules_as_cel() -> None:
     # the CRD carries no defaults, so the rule spells out the models (timeout 3600, 4 arms, 2400 s) and counts
     # the step A/B's servers as spx.api.spec.step_servers does
     assert ": 3600) >= " in text and ": 4)) + " in text and ": 2400)" in text
-    assert "size(self.serving.step.thresholds)" in text and "self.serving.step.positiveControl" in text
+    assert "self.serving.step.budgetSeconds" in text
 
 
 # The verdict over every gate ----------------------------------------------------------------------------
@@ -317,6 +317,6 @@ def test_promtool_accepts_the_serving_metrics(tmp_path: Any) -> None:
 def test_a_repeated_step_threshold_is_refused_naming_the_field() -> None:
     """Each step threshold is a server and a model load (the Job deadline counts them): listed once, as sweep.tokens."""
     raw = {"serving": {**SERVING, "step": {"thresholds": [4096, 1024, 4096]}}, "timeoutSeconds": 86400}
-    with pytest.raises(ValidationError, match=r"serving.step.thresholds must list each threshold once, \[4096\] repeat"):
+    with pytest.raises(ValidationError, match=r"serving.step.thresholds\n  Value error, each value must be listed once, \[4096\] repeat"):
         ExperimentSpec.model_validate(raw)
     assert ExperimentSpec.model_validate({**raw, "serving": {**SERVING, "step": {"thresholds": [4096, 1024]}}}).serving

@@ -132,8 +132,8 @@ def test_metric_label_values_and_the_gate_cover_the_vocabulary() -> None:
 
 
 def test_the_plugin_and_the_serving_runner_use_the_same_names() -> None:
-    from spx.vllm_ext import plugin as vllm_plugin
     from spx.serving import ab, commands
+    from spx.vllm_ext import plugin as vllm_plugin
 
     assert vllm_plugin.ENV_THRESHOLD == commands.ENV_THRESHOLD == vocabulary.PLUGIN_ENV_THRESHOLD
     assert vllm_plugin.LOG_MARKER == ab.PLUGIN_LOG_MARKER == vocabulary.PLUGIN_LOG_MARKER
