@@ -40,7 +40,7 @@ from spx.analysis.bench_docs import Benches, RunIdentity, admit, step_status
 from spx.analysis.decide import Decision, max_num_batched_tokens
 from spx.analysis.rollout import combine_verdict, demoted_by, serving_headline
 from spx.analysis.summary import Evaluation, evaluate, point_from_result, points_with_reasons
-from spx.analysis.words import bottom_line
+from spx.analysis.words import bottom_line, next_step
 from spx.api.accuracy import AccuracyResult, AccuracyStatus
 from spx.api.result import KernelResult, ResultSummary
 from spx.api.serving import ServingResult, ServingStatus
@@ -255,6 +255,7 @@ def judge(
         kernel = kernel.model_copy(update={"decided_by": by}) if by else kernel
     d = ev.decision or Decision(verdict, kernel.decided_by or "none", tuple(reasons))
     summary = _summary(d, kernel.decided_by, kernel, step_section, spec, cpu, benches.refused, stopped)
+    kernel = kernel.model_copy(update={"next_step": summary.next_step})  # (one next step: the status's)
     j = Judgement(kernel=kernel, verdict=verdict, reason=verdict, reasons=[*reasons, *benches.refused],
                   message=f"{verdict}: {reasons[0] if reasons else verdict}", serving=serving_s,
                   accuracy=accuracy_s, step=step_section, summary=summary, warnings=list(benches.refused))
@@ -301,7 +302,8 @@ def _summary(d: Decision, decided_by: DecidedBy | None, kernel: KernelStatus | N
         line = f"CPU smoke run: {line}"
     return JudgementStatus(
         decided_by=by, recommended_threshold_tokens=d.recommended_threshold_tokens,
-        expected_effect=d.expectation, bottom_line=line[:2048], next_step=d.next_step, notes=list(d.notes[:8]),
+        expected_effect=d.expectation, bottom_line=line[:2048], next_step=next_step(kernel, d, t),
+        notes=list(d.notes[:8]),
         stopped=list(stopped)[:8], refused=[r[:500] for r in refused][:8], cpu=cpu,
         cpu_timings_allowed=spec.gate.allow_cpu_timings)
 

@@ -131,7 +131,8 @@ def kernel_bottom_line(kernel: KernelStatus, d: Decision, t: int) -> str:
         basis = "both regimes agree; the split wins in both from there" if host_shown else "the GPU-bound regime's"
         rec = _recommended(d.recommended_threshold_tokens, basis)
     else:
-        recs = ", ".join(f"{REGIME_NAME[r.regime]} alone: {fmt_tokens(r.recommended_threshold_tokens)}"
+        recs = ", ".join(f"{REGIME_NAME[r.regime]} alone: "
+                         + (fmt_tokens(r.recommended_threshold_tokens) if r.recommended_threshold_tokens else "none")
                          for r in kernel.regimes)
         rec = f"no threshold is recommended until a measurement decides ({recs})" if recs else _recommended(None, "")
     if not host_shown:
@@ -156,3 +157,22 @@ def bottom_line(kernel: KernelStatus | None, d: Decision, t: int, *, step: StepS
     if kernel is None or not kernel.points:
         return f"bottom line: no measurement of the split at T = {t:,} and T + 1 = {t + 1:,} tokens decided"
     return kernel_bottom_line(kernel, d, t)
+
+
+#: The step that settles a verdict resting on a modelled gather.
+GATHER_NEXT = ("measure the all-gather: run the sweep on as many GPUs of one node as tensorParallelSize "
+               "(kernel.gather auto measures it there), or accept the model with gate.allowModelledGather")
+
+
+def next_step(kernel: KernelStatus | None, d: Decision, t: int) -> str | None:
+    """The next step where nothing decided: the deciding rule's own (:attr:`Decision.next_step`: the step A/B, or a
+    threshold the deployment reaches); else extend a sweep that stops below ``t``; else measure a modelled gather."""
+    if d.next_step or d.decided_by != "none" or kernel is None:
+        return d.next_step
+    largest = max((p.tokens for p in kernel.points), default=None)
+    if largest is not None and largest < t:
+        return (f"extend the sweep to the gate threshold: add {t} (and larger counts, up to the deployment's largest "
+                f"batch) to sweep.tokens; the largest measured is {largest:,}")
+    if kernel.gather_source == "modelled":
+        return GATHER_NEXT
+    return None
