@@ -1,20 +1,24 @@
 """The split's effect on a whole eager step, against the per-op Δg and Δh (one GPU).
 
 Per case (tokens × host ops × filler): a step of L layers (default 40, DeepSeek-V4.1's), each the real
-projection (``replicated``, or ``split``: ``sp_shard`` + shard GEMM + a real 1-rank NCCL all-gather
-launch + trim) followed by ``host_ops`` one-element ops and a GPU-only filler (``torch.cuda._sleep``)
-standing for attention/MoE, one host sync per step (:mod:`spx.bench.eager_step`). Steps of the two
-arms alternate; per case the effect per layer is the median of paired (split − replicated) step
-times / L with a bootstrap interval (:mod:`spx.bench.step_queue`), from the host wall (issue start →
-after the sync) and from CUDA events. Per token count the per-op Δg (CUPTI spans) and Δh (host issue
-time, GPU kept busy) of the same two ops come from :func:`spx.bench.timing.bench_time`. The table
+projection (``replicated``; ``split``: ``sp_shard`` + shard GEMM + a real 1-rank NCCL all-gather
+launch + trim; ``pad-free``: the same with the pad-free shard, rank TP − 1) followed by ``host_ops``
+one-element ops and a GPU-only filler (``torch.cuda._sleep``) standing for attention/MoE, one host sync
+per step (:mod:`spx.research.eager_step`). Each case is timed twice: **per arm** (one step closure per
+arm, alternating per round) and **switched** (one step whose layers read the arm from a switch set
+between steps, arms in a seeded random order per round: the one-server step A/B's design), so the
+switched figures are checked against the per-arm ones of the same run. Per design the effect per layer
+is the median of paired (arm − replicated) step times / L with a bootstrap interval
+(:mod:`spx.research.step_queue`), from the host wall (issue start → after the sync) and from CUDA
+events; ``saves`` is split − pad-free. Per token count the per-op Δg (CUPTI spans) and Δh (host issue
+time, GPU kept busy) of the same ops come from :func:`spx.bench.timing.bench_time`. The table
 says which of Δg/Δh each step effect matches: small fillers leave the host the bottleneck (Δh),
 large ones the GPU (Δg).
 
     python benchmarks/eager_step.py --out DIR [--tokens 2048,8192,2049] [--fillers 0,25,...]
         [--host-ops 0,40] [--layers 40] [--steps 40] [--gemm-backend humming] [--budget-s 300]
 
-Writes DIR/eager_step.json (every sample) and DIR/eager_step.csv (one row per case); prints the table
+Writes DIR/eager_step.json (every sample) and DIR/eager_step.csv (one row per case and design); prints the table
 (``--table DIR/eager_step.json`` prints it again from the file).
 On CPU (torch-bf16, a tiny projection) it runs as a pipeline smoke test only: no filler, no meaning.
 """
@@ -56,50 +60,83 @@ def load_spec(path: str, gemm_backend: str, samples: int, tokens: list[int], ove
     return validate_spec(raw, path)
 
 
-def per_op(ctx: Any, layer: Any) -> dict[str, Any]:
-    """Δg (CUPTI span) and Δh (host issue, GPU covered) of split − replicated for one layer's ops, µs."""
-    from spx.bench.context import timing_protocol
-    from spx.bench.eager_step import split_op
-    from spx.bench.step_queue import paired_effect
-    from spx.bench.timing import bench_time
+SHARDED = ("split", "pad-free")
 
-    ops = {"replicated": layer.replicated, "split": split_op(layer)}
+
+def per_op(ctx: Any, layer: Any) -> dict[str, Any]:
+    """Δg (CUPTI span) and Δh (host issue, GPU covered) of split − replicated and pad-free − replicated for
+    one layer's ops, µs; ``saved_g`` / ``saved_h``: what pad-free saves against split (split − pad-free)."""
+    from spx.bench.context import timing_protocol
+    from spx.bench.timing import bench_time
+    from spx.research.eager_step import arm_op
+    from spx.research.step_queue import paired_effect
+
+    ops = {arm: arm_op(layer, arm) for arm in ("replicated", *SHARDED)}
     timing = bench_time(ops, timing_protocol(ctx, "eager"))
     span, host = timing.span_us, timing.host_us
-    return {
-        "replicated_span_us": statistics.median(span["replicated"]), "split_span_us": statistics.median(span["split"]),
-        "replicated_host_us": statistics.median(host["replicated"]), "split_host_us": statistics.median(host["split"]),
-        "dg": paired_effect(span["replicated"], span["split"]).as_dict(),
-        "dh": paired_effect(host["replicated"], host["split"]).as_dict(),
-        "kernels": timing.kernels, "uncovered": timing.uncovered,
-    }
+    out: dict[str, Any] = {"kernels": timing.kernels, "uncovered": timing.uncovered}
+    for arm in ops:
+        key = arm.replace("-", "_")
+        out[f"{key}_span_us"], out[f"{key}_host_us"] = statistics.median(span[arm]), statistics.median(host[arm])
+    out["dg"] = paired_effect(span["replicated"], span["split"]).as_dict()
+    out["dh"] = paired_effect(host["replicated"], host["split"]).as_dict()
+    out["dg_pad_free"] = paired_effect(span["replicated"], span["pad-free"]).as_dict()
+    out["dh_pad_free"] = paired_effect(host["replicated"], host["pad-free"]).as_dict()
+    out["saved_g"] = paired_effect(span["pad-free"], span["split"]).as_dict()
+    out["saved_h"] = paired_effect(host["pad-free"], host["split"]).as_dict()
+    return out
 
 
-def run_case(ctx: Any, layers: list[Any], filler_us: float, host_ops: int, steps: int, op: dict[str, Any]) -> dict[str, Any]:
-    """Time both arms' steps for one case and summarise the effect per layer against the op's Δg/Δh."""
+def effects(got: dict[str, Any], n: int) -> dict[str, Any]:
+    """Per sharded arm, the step effect per layer against replicated (host wall, issue, CUDA events) and
+    what pad-free saves against split; µs per layer, paired by round."""
+    from spx.research.step_queue import paired_effect
+
+    rep = got["replicated"]
+    out: dict[str, Any] = {"medians_ms": {arm: statistics.median(s.wall_us) / 1e3 for arm, s in got.items()}}
+    for arm in SHARDED:
+        key = arm.replace("-", "_")
+        out[key] = paired_effect(rep.wall_us, got[arm].wall_us, per=n).as_dict()
+        out[f"{key}_issue"] = paired_effect(rep.issue_us, got[arm].issue_us, per=n).as_dict()
+        if rep.event_us:
+            out[f"{key}_events"] = paired_effect(rep.event_us, got[arm].event_us, per=n).as_dict()
+    out["pad_free_saves"] = paired_effect(got["pad-free"].wall_us, got["split"].wall_us, per=n).as_dict()
+    out["replicated_issue_over_wall"] = statistics.median(rep.issue_us) / statistics.median(rep.wall_us)
+    return out
+
+
+def run_case(ctx: Any, layers: list[Any], filler_us: float, host_ops: int, steps: int, op: dict[str, Any],
+             seed: int = 0) -> dict[str, Any]:
+    """Time the three arms' steps for one case twice — per-arm closures alternating per round, and one
+    step switched between arms per step (seeded order) — and summarise both against the op's Δg/Δh."""
     import torch
 
-    from spx.bench.eager_step import filler_gpu_us, make_step, time_steps
-    from spx.bench.step_queue import paired_effect, regime_of
+    from spx.research.eager_step import (
+        ArmSwitch,
+        filler_gpu_us,
+        make_step,
+        make_switched_step,
+        time_steps,
+        time_switched,
+    )
+    from spx.research.step_queue import regime_of
 
     scratch = torch.zeros(1, device=ctx.device)
-    arms = {arm: make_step(layers, arm, filler_us, host_ops, scratch) for arm in ("replicated", "split")}
-    got = time_steps(arms, steps, warmup=3, device=ctx.device)
+    arms = ("replicated", *SHARDED)
     n = len(layers)
-    rep, spl = got["replicated"], got["split"]
-    effect = paired_effect(rep.wall_us, spl.wall_us, per=n)
+    per_arm = time_steps({arm: make_step(layers, arm, filler_us, host_ops, scratch) for arm in arms},
+                         steps, warmup=3, device=ctx.device)
+    switch = ArmSwitch()
+    switched = time_switched(make_switched_step(layers, switch, filler_us, host_ops, scratch), switch, arms,
+                             steps, warmup=3, device=ctx.device, seed=seed)
     row: dict[str, Any] = {
         "filler_us": filler_us, "filler_gpu_us": filler_gpu_us(filler_us, ctx.device), "host_ops": host_ops,
-        "layers": n, "steps": steps,
-        "replicated_wall_ms": statistics.median(rep.wall_us) / 1e3, "split_wall_ms": statistics.median(spl.wall_us) / 1e3,
-        "replicated_issue_ms": statistics.median(rep.issue_us) / 1e3, "split_issue_ms": statistics.median(spl.issue_us) / 1e3,
-        "effect": effect.as_dict(),
-        "effect_issue": paired_effect(rep.issue_us, spl.issue_us, per=n).as_dict(),
-        "samples": {arm: vars(s) for arm, s in got.items()},
+        "layers": n, "steps": steps, "per_arm": effects(per_arm, n), "switched": effects(switched, n),
+        "switch_seen": dict(switch.seen),
+        "samples": {"per_arm": {a: vars(s) for a, s in per_arm.items()},
+                    "switched": {a: vars(s) for a, s in switched.items()}},
     }
-    if rep.event_us:
-        row["effect_events"] = paired_effect(rep.event_us, spl.event_us, per=n).as_dict()
-    label, pos = regime_of(effect.value, op["dg"]["value"], op["dh"]["value"])
+    label, pos = regime_of(row["per_arm"]["split"]["value"], op["dg"]["value"], op["dh"]["value"])
     row["matches"], row["position"] = label, None if pos is None else round(pos, 3)
     return row
 
@@ -109,9 +146,9 @@ def measure(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -
     import torch
 
     from spx.bench.context import setup, warm_up_gpu
-    from spx.bench.correctness import check_correctness
-    from spx.bench.eager_step import build_layers, build_projections, split_op
+    from spx.bench.correctness import check_correctness, check_pad_free
     from spx.bench.fingerprint import collect_environment
+    from spx.research.eager_step import build_layers, build_projections, split_op
 
     t0 = time.monotonic()
     spec = load_spec(args.spec, args.gemm_backend, args.op_samples, args.tokens, overrides)
@@ -125,15 +162,17 @@ def measure(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -
             layers = build_layers(ctx, tokens, projections)
             first = layers[0]
             err, ref = check_correctness(ctx, first.replicated(), split_op(first)(), first.plan)
+            pf_diff = check_pad_free(ctx, first, first.pad_free(), first.split())
             op = per_op(ctx, first) | {"tokens": tokens, "padded_tokens": first.plan.padded_tokens,
-                                       "max_abs_error": err, "max_abs_reference": ref}
+                                       "max_abs_error": err, "max_abs_reference": ref,
+                                       "pad_free_max_abs_diff": pf_diff, "pad_free_rank": first.pad_free_rank}
             doc["per_op"][str(tokens)] = op
             for host_ops in args.host_ops:
                 for filler in args.fillers:
                     if time.monotonic() - t0 > args.budget_s:
                         doc["skipped"].append({"tokens": tokens, "host_ops": host_ops, "filler_us": filler})
                         continue
-                    row = run_case(ctx, layers, filler, host_ops, args.steps, op) | {"tokens": tokens}
+                    row = run_case(ctx, layers, filler, host_ops, args.steps, op, seed=len(doc["cases"])) | {"tokens": tokens}
                     doc["cases"].append(row)
                     print(format_row(row, op), flush=True)
             del layers
@@ -150,57 +189,77 @@ def measure(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -
     return doc
 
 
-HEADER = (f"{'tokens':>6} {'hostops':>7} {'filler':>7} {'rep ms':>7} {'split ms':>8} {'issue/wall':>10} "
-          f"{'effect µs/layer [95%]':>24} {'events':>8} {'in-step Δh':>10} {'Δg':>7} {'Δh':>7}  matches")
+HEADER = (f"{'tokens':>6} {'hostops':>7} {'filler':>7} {'rep ms':>7} {'i/w':>5} | per arm: {'split':>22} {'pad-free':>22} "
+          f"{'saves':>7} | switched: {'split':>22} {'pad-free':>22} {'saves':>7} | {'Δg':>7} {'Δh':>7} {'Δg pf':>7}  matches")
+
+
+def _eff(e: dict[str, Any]) -> str:
+    return f"{e['value']:+.1f} [{e['low']:+.1f}, {e['high']:+.1f}]"
 
 
 def format_row(row: dict[str, Any], op: dict[str, Any]) -> str:
-    """One table line of a case (µs per layer unless said)."""
-    e = row["effect"]
-    ev = row.get("effect_events", {}).get("value")
+    """One table line of a case: µs per layer, per-arm and switched designs side by side."""
+    pa, sw = row["per_arm"], row["switched"]
     filler = row["filler_gpu_us"] if row["filler_gpu_us"] is not None else row["filler_us"]
-    ratio = row["replicated_issue_ms"] / row["replicated_wall_ms"]
     pos = "" if row["position"] is None else f" ({row['position']:.2f})"
-    eff = f"{e['value']:+.1f} [{e['low']:+.1f}, {e['high']:+.1f}]"
-    events = f"{ev:+.1f}" if ev is not None else "-"
-    return (f"{row['tokens']:>6} {row['host_ops']:>7} {filler:>7.0f} {row['replicated_wall_ms']:>7.2f} "
-            f"{row['split_wall_ms']:>8.2f} {ratio:>10.2f} {eff:>24} {events:>8} {row['effect_issue']['value']:>+10.1f} "
-            f"{op['dg']['value']:>+7.1f} {op['dh']['value']:>+7.1f}  {row['matches']}{pos}")
+    return (f"{row['tokens']:>6} {row['host_ops']:>7} {filler:>7.0f} {pa['medians_ms']['replicated']:>7.2f} "
+            f"{pa['replicated_issue_over_wall']:>5.2f} | {_eff(pa['split']):>31} {_eff(pa['pad_free']):>22} "
+            f"{pa['pad_free_saves']['value']:>+7.1f} | {_eff(sw['split']):>32} {_eff(sw['pad_free']):>22} "
+            f"{sw['pad_free_saves']['value']:>+7.1f} | {op['dg']['value']:>+7.1f} {op['dh']['value']:>+7.1f} "
+            f"{op['dg_pad_free']['value']:>+7.1f}  {row['matches']}{pos}")
 
 
-MD_HEADER = ("| tokens | host ops | filler (GPU µs) | replicated step ms | split step ms | issue / wall | "
-             "step effect µs/layer [95 %] | events | in-step Δh | Δg | Δh | matches (position) |\n"
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+MD_HEADER = ("| tokens | host ops | filler (GPU µs) | replicated step ms | issue / wall | per arm: split µs/layer [95 %] | "
+             "per arm: pad-free | per arm: pad-free saves | switched: split | switched: pad-free | switched: pad-free saves "
+             "| Δg split | Δh split | Δg pad-free | matches (position) |\n"
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 
 
 def format_row_md(row: dict[str, Any], op: dict[str, Any]) -> str:
     """The case as a Markdown table row (columns of :data:`MD_HEADER`)."""
-    e, ev = row["effect"], row.get("effect_events", {}).get("value")
+    pa, sw = row["per_arm"], row["switched"]
     filler = row["filler_gpu_us"] if row["filler_gpu_us"] is not None else row["filler_us"]
     pos = "" if row["position"] is None else f" ({row['position']:.2f})"
-    return (f"| {row['tokens']} | {row['host_ops']} | {filler:.0f} | {row['replicated_wall_ms']:.2f} | "
-            f"{row['split_wall_ms']:.2f} | {row['replicated_issue_ms'] / row['replicated_wall_ms']:.2f} | "
-            f"**{e['value']:+.1f}** [{e['low']:+.1f}, {e['high']:+.1f}] | {'-' if ev is None else f'{ev:+.1f}'} | "
-            f"{row['effect_issue']['value']:+.1f} | {op['dg']['value']:+.1f} | {op['dh']['value']:+.1f} | "
-            f"{row['matches']}{pos} |")
+    return (f"| {row['tokens']} | {row['host_ops']} | {filler:.0f} | {pa['medians_ms']['replicated']:.2f} | "
+            f"{pa['replicated_issue_over_wall']:.2f} | **{_eff(pa['split'])}** | {_eff(pa['pad_free'])} | "
+            f"{_eff(pa['pad_free_saves'])} | **{_eff(sw['split'])}** | {_eff(sw['pad_free'])} | "
+            f"{_eff(sw['pad_free_saves'])} | {op['dg']['value']:+.1f} | {op['dh']['value']:+.1f} | "
+            f"{op['dg_pad_free']['value']:+.1f} | {row['matches']}{pos} |")
+
+
+PER_OP_MD = ("| tokens | M_pad | replicated span µs | split span µs | pad-free span µs | pad-free saves (span) µs [95 %] "
+             "| split host µs | pad-free host µs | pad-free saves (host) µs [95 %] | max abs diff pad-free vs sp_shard |\n"
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+
+
+def format_op_md(op: dict[str, Any]) -> str:
+    """One per-op row (columns of :data:`PER_OP_MD`)."""
+    return (f"| {op['tokens']} | {op['padded_tokens']} | {op['replicated_span_us']:.1f} | {op['split_span_us']:.1f} | "
+            f"{op['pad_free_span_us']:.1f} | {_eff(op['saved_g'])} | {op['split_host_us']:.1f} | "
+            f"{op['pad_free_host_us']:.1f} | {_eff(op['saved_h'])} | {op['pad_free_max_abs_diff']:g} |")
 
 
 def write(doc: dict[str, Any], out: Path) -> None:
-    """DIR/eager_step.json (everything) and DIR/eager_step.csv (one row per case, no samples)."""
+    """DIR/eager_step.json (everything) and DIR/eager_step.csv (one row per case and design, no samples)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "eager_step.json").write_text(json.dumps(doc, indent=1))
-    fields = ["tokens", "host_ops", "filler_us", "filler_gpu_us", "replicated_wall_ms", "split_wall_ms",
-              "replicated_issue_ms", "split_issue_ms", "effect_us", "effect_low", "effect_high", "effect_events_us",
-              "effect_issue_us", "dg_us", "dh_us", "matches", "position"]
+    fields = ["tokens", "host_ops", "filler_us", "filler_gpu_us", "design", "replicated_wall_ms", "split_us",
+              "split_low", "split_high", "pad_free_us", "pad_free_low", "pad_free_high", "pad_free_saves_us",
+              "split_events_us", "dg_us", "dh_us", "dg_pad_free_us", "matches", "position"]
     with (out / "eager_step.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         for row in doc["cases"]:
             op = doc["per_op"][str(row["tokens"])]
-            w.writerow({k: row.get(k) for k in fields} | {
-                "effect_us": row["effect"]["value"], "effect_low": row["effect"]["low"],
-                "effect_high": row["effect"]["high"], "effect_events_us": row.get("effect_events", {}).get("value"),
-                "effect_issue_us": row["effect_issue"]["value"], "dg_us": op["dg"]["value"], "dh_us": op["dh"]["value"]})
+            for design in ("per_arm", "switched"):
+                e = row[design]
+                w.writerow({k: row.get(k) for k in fields} | {
+                    "design": design, "replicated_wall_ms": e["medians_ms"]["replicated"],
+                    "split_us": e["split"]["value"], "split_low": e["split"]["low"], "split_high": e["split"]["high"],
+                    "pad_free_us": e["pad_free"]["value"], "pad_free_low": e["pad_free"]["low"],
+                    "pad_free_high": e["pad_free"]["high"], "pad_free_saves_us": e["pad_free_saves"]["value"],
+                    "split_events_us": e.get("split_events", {}).get("value"), "dg_us": op["dg"]["value"],
+                    "dh_us": op["dh"]["value"], "dg_pad_free_us": op["dg_pad_free"]["value"]})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -226,6 +285,11 @@ def main(argv: list[str] | None = None) -> None:
         print(HEADER, flush=True)
         doc = measure(args)
         write(doc, args.out)
+    if args.markdown:
+        print(PER_OP_MD)
+        for op in doc["per_op"].values():
+            print(format_op_md(op))
+        print()
     print(MD_HEADER if args.markdown else HEADER)
     for row in doc["cases"]:
         print((format_row_md if args.markdown else format_row)(row, doc["per_op"][str(row["tokens"])]))

@@ -17,7 +17,7 @@ def main() -> int:
     import torch
     import triton
 
-    from spx.bench.fp8_quant import quantize_activation_1x128_fused
+    from spx.bench.gemm.fp8_quant import quantize_activation_1x128_fused
     from spx.bench.weights import quantize_activation_1x128, random_block_fp8_weight
 
     dev = torch.device("cuda", 0)

@@ -8,7 +8,7 @@
 #   bash benchmarks/h200_kernels.sh OUT_DIR [BACKEND ...]     # default backends: humming torch-bf16
 #
 # With marlin among the backends and no SPX_MARLIN_LIB set, vLLM 0.33.0's Marlin ops are built first
-# from its sources (SPX_VLLM_SRC, default .vllm-src/vllm-0.33.0; see spx.bench.marlin_build).
+# from its sources (SPX_VLLM_SRC, default .vllm-src/vllm-0.33.0; see spx.bench.gemm.marlin_build).
 #
 # Needs python3 with a CUDA torch, triton, rich, matplotlib, pyyaml, numpy; wheels in .whl/ (pydantic,
 # pydantic-core, annotated-types, typing-inspection, humming-kernels==0.1.19) are installed into
@@ -26,10 +26,10 @@ gpu_env_log > "$OUT/work/env.log" 2>&1
 cat "$OUT/work/env.log"
 
 if [[ " ${BACKENDS[*]} " == *" marlin "* && -z "${SPX_MARLIN_LIB:-}" ]]; then
-  # no vLLM here: build vLLM 0.33.0's MXFP8 Marlin ops from its sources (spx.bench.marlin_build)
+  # no vLLM here: build vLLM 0.33.0's MXFP8 Marlin ops from its sources (spx.bench.gemm.marlin_build)
   SRC=${SPX_VLLM_SRC:-.vllm-src/vllm-0.33.0}
   echo "== marlin build from $SRC"
-  SPX_MARLIN_LIB=$(python3 -m spx.bench.marlin_build --vllm-src "$SRC" --out /tmp/spx-marlin 2> "$OUT/work/marlin_build.log" | tail -1)
+  SPX_MARLIN_LIB=$(python3 -m spx.bench.gemm.marlin_build --vllm-src "$SRC" --out /tmp/spx-marlin 2> "$OUT/work/marlin_build.log" | tail -1)
   export SPX_MARLIN_LIB
   echo "SPX_MARLIN_LIB=$SPX_MARLIN_LIB" | tee -a "$OUT/work/env.log"
 fi

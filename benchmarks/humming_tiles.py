@@ -32,7 +32,7 @@ def main() -> int:
 
     from spx.api import load_experiment
     from spx.bench.gemm import weight_block_of
-    from spx.bench.humming_backend import prepare_humming_linear
+    from spx.bench.gemm.humming import prepare_humming_linear
     from spx.bench.weights import random_block_fp8_weight
 
     spec = load_experiment(Path(args.experiment).read_text(), args.experiment).spec

@@ -40,12 +40,12 @@ def main() -> int:
     import triton.testing
 
     from spx.api.spec import ExperimentSpec
-    from spx.bench import marlin
+    from spx.bench.gemm import marlin
     from spx.bench.weights import quantize_weight_block_fp8
 
     result: dict[str, object] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     if args.vllm_src:
-        from spx.bench.marlin_build import build
+        from spx.bench.gemm.marlin_build import build
 
         t0 = time.monotonic()
         lib = build(args.vllm_src, args.build)

@@ -20,7 +20,7 @@
 # container and takes about twice as long.
 #
 # Checks, in the built image as its USER, with its ENTRYPOINT, scratch at /var/run/spx as the Job
-# mounts it (spx.controller.build.pod_security) and VLLM_TARGET_DEVICE=cpu (no GPU here):
+# mounts it (spx.controller.manifests.pod_security) and VLLM_TARGET_DEVICE=cpu (no GPU here):
 #   the installed version of every package images/bench/requirements.lock pins (printed; the test compares);
 #   spx validate examples/deepseek-v41-tp8.yaml (mounted at /etc/spx/experiment.yaml; the check is its
 #   "valid" line and exit status, the normalised document it prints goes to $WORK/validate.out);

@@ -7,6 +7,10 @@ within one file system, ``rename(2)``); on any error the temporary file is remov
 held before (or stays absent). The directory is ``fsync``-ed after the rename so the new name survives a crash
 (the recipe of ``rename(2)`` and of SQLite's and PostgreSQL's durable writes).
 
+Every file written here is first *claimed* (:func:`claim`): a run folder being written
+(:class:`spx.rundir.RunDirectory`) records it in its manifest before it exists, so a run killed at any moment
+has listed every file it wrote, and ``--overwrite`` never mistakes one of a user's files for the run's.
+
 A path that is not a regular file (``/dev/termination-log`` in a pod, ``/dev/stdout``, a FIFO) cannot be
 replaced by a rename: it is written in place, once; so is a file that is a mount point (``EBUSY``: a pod's
 ``/dev/termination-log`` is a bind mount) or sits in a folder this process cannot write. A symbolic link is followed: the file it names is replaced.
@@ -19,10 +23,39 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 #: Prefix of the temporary files (``.NAME.spx-tmp-XXXX``), hidden and recognisable in a listing.
 TMP_PREFIX = ".spx-tmp-"
+
+
+#: Who is told of a file before it is written (:func:`add_claimer`): the run folders being written.
+_CLAIMERS: list[Callable[[Path], None]] = []
+
+
+def add_claimer(claimer: Callable[[Path], None]) -> None:
+    """Tell ``claimer`` of every path :func:`claim` is given from now on (a run folder's manifest)."""
+    _CLAIMERS.append(claimer)
+
+
+def remove_claimer(claimer: Callable[[Path], None]) -> None:
+    """Stop telling ``claimer`` (no error when it was not told)."""
+    with contextlib.suppress(ValueError):
+        _CLAIMERS.remove(claimer)
+
+
+def claim(path: str | os.PathLike[str]) -> Path:
+    """Announce that ``path`` is about to be written by spx (every claimer records it); returns it as a Path.
+    Call before creating a file that is not written by :func:`write_atomic` (a log opened for appending).
+
+    Raises:
+        spx.rundir.RunDirectoryError: a claimer cannot record it (its manifest cannot be written: a full disk).
+    """
+    target = Path(path)
+    for claimer in list(_CLAIMERS):
+        claimer(target)
+    return target
 
 
 def _special(path: Path) -> bool:
@@ -40,7 +73,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, encoding: s
         OSError: the directory is missing or not writable, or the disk is full (``ENOSPC``, ``EFBIG``); ``path``
             is then unchanged and no temporary file is left.
     """
-    target = Path(path)
+    target = claim(path)
     if target.is_symlink():  # replace the file the link names, not the link
         target = Path(os.path.realpath(target))
     raw = data.encode(encoding) if isinstance(data, str) else data
@@ -108,4 +141,4 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-__all__ = ["TMP_PREFIX", "write_atomic"]
+__all__ = ["TMP_PREFIX", "add_claimer", "claim", "remove_claimer", "write_atomic"]

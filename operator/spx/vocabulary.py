@@ -70,7 +70,7 @@ DECIDED_BY_MEANINGS: Final[Mapping[DecidedBy, str]] = {
     "none": "no measurement decided: Inconclusive, kernel.nextStep names what would",
 }
 
-#: The two regimes of an eagerly run step (docs/kernel-benchmark.md, "Regimes"; :mod:`spx.analysis.queue`):
+#: The two regimes of an eagerly run step (docs/kernel-benchmark.md, "Regimes"; :mod:`spx.research.queue`):
 #: ``gpu-bound`` (the GPU is the bottleneck: the split moves the step by its GPU difference Δg),
 #: ``host-bound`` (the host is: by its host difference Δh).
 KernelRegime = Literal["gpu-bound", "host-bound"]
@@ -94,6 +94,10 @@ PHASES: Final[tuple[Phase, ...]] = WAITING_PHASES + TERMINAL_PHASES
 #: The kernel bench's two candidates: every rank projects all M rows, or its token shard then an all-gather.
 Candidate = Literal["replicated", "split"]
 CANDIDATES: Final[tuple[Candidate, ...]] = get_args(Candidate)
+#: The kernel sweep's and eager step bench's candidates: also ``pad-free``, the split with a pad-free
+#: shard (``spx.bench.sequence_parallel.pad_free_shard``: spx's proposal for vLLM, measured beside it).
+MeasuredCandidate = Literal[Candidate, "pad-free"]
+MEASURED_CANDIDATES: Final[tuple[MeasuredCandidate, ...]] = get_args(MeasuredCandidate)
 #: The stage bench's candidates (``spx.api.stage``): also ``split-all``, the two light GEMMs split as well.
 StageCandidate = Literal[Candidate, "split-all"]
 STAGE_CANDIDATES: Final[tuple[StageCandidate, ...]] = get_args(StageCandidate)
@@ -244,7 +248,7 @@ POINTS_FILE: Final = "points.partial.jsonl"
 #: The ranks' logs (one folder per rank, torchrun's layout) and the launcher's log beside them.
 LOGS_DIR: Final = "logs"
 LAUNCHER_LOG: Final = "launcher.log"
-#: Held by the ``spx run`` writing into the folder (``spx.cli.outdir``).
+#: Held by the ``spx run`` writing into the folder (``spx.rundir``).
 LOCK_FILE: Final = ".spx.lock"
 #: The crossover plot ``spx run`` and ``spx report`` draw.
 PLOT_FILE: Final = "crossover.png"
@@ -257,14 +261,16 @@ SERVER_LOG: Final = "server.log"
 GSM8K_REPLIES_FILE: Final = "gsm8k-replies.jsonl"
 #: The step A/B's document (``spx.api.step.StepResult``).
 STEP_RESULT_FILE: Final = "step-result.json"
-#: The files a run wrote into its ``--out`` (``spx.cli.outdir``): ``--overwrite`` replaces only these.
+#: The files a run wrote into its ``--out`` (``spx.rundir``): ``--overwrite`` replaces only these.
 MANIFEST_FILE: Final = ".spx-manifest.json"
+#: The manifest's ``schemaVersion``.
+MANIFEST_SCHEMA: Final = "spx.dev/run-files/v1"
 #: What ``spx run`` writes into its ``--out`` (an ``--overwrite`` removes exactly these).
 RUN_OUTPUTS: Final[tuple[str, ...]] = (RESULT_FILE, STATUS_FILE, PLOT_FILE, POINTS_FILE, SERVING_DIR)
 #: Files whose presence marks a folder as a run's directory.
 RUN_MARKERS: Final[tuple[str, ...]] = (STATUS_FILE, RESULT_FILE, POINTS_FILE, LOCK_FILE, MANIFEST_FILE)
 
-# --- the bench pod's own mounts (``spx.controller.build.manifests``, ``pod_security``) ----------------
+# --- the bench pod's own mounts (``spx.controller.manifests.job``, ``pod_security``) ----------------
 
 #: The experiment file the operator projects into the pod (from an annotation, read-only).
 EXPERIMENT_MOUNT: Final = "/etc/spx"

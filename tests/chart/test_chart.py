@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+import spx
 from spx_testing.chartlib import (
     ALL_FEATURES,
     CHART,
@@ -335,7 +336,7 @@ def test_deployment_is_a_hardened_replica_set_with_leader_election(chart: Any) -
     assert ports["metrics"] == 8080
     # a writable /tmp next to the read-only root
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
-    assert container["image"] == "ghcr.io/spx-dev/spx-operator:0.1.0"
+    assert container["image"] == f"ghcr.io/spx-dev/spx-operator:{spx.__version__}"
     assert container["args"][0] == "operator"
 
 

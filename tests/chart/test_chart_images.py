@@ -121,7 +121,7 @@ SERVING_SPEC = {"serving": {"model": "deepseek-ai/DeepSeek-V4.1", "modelPvc": "w
 def test_the_operators_job_runs_an_entrypoint_of_the_bench_image(spec: dict) -> None:
     from spx.api.spec import ExperimentSpec
     from spx.cli import COMMANDS, build_parser
-    from spx.controller.build.manifests import BenchOptions, build_job
+    from spx.controller.manifests.job import BenchOptions, build_job
     from spx.controller.settings import OperatorSettings
 
     job = build_job("h200-tp8", "ml", "0000-uid", 1, ExperimentSpec.model_validate(spec),
@@ -142,7 +142,7 @@ def test_the_operators_job_runs_an_entrypoint_of_the_bench_image(spec: dict) -> 
 
 def test_the_bench_image_default_command_is_the_spx_cli() -> None:
     assert json.loads(_last(BENCH_DOCKERFILE, "ENTRYPOINT")) == ["spx"]
-    from spx.controller.build.pod_security import BENCH_UID, MIN_UID, SCRATCH_ENV
+    from spx.controller.manifests.pod_security import BENCH_UID, MIN_UID, SCRATCH_ENV
 
     user = _last(BENCH_DOCKERFILE, "USER")
     # the Job runs the pod as BENCH_UID (>= 10000) with runAsNonRoot: the image's user must match

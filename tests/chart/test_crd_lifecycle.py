@@ -32,7 +32,7 @@ def test_schema_version_is_bumped_with_every_schema_change() -> None:
     assert now == SCHEMA_FINGERPRINT, (
         f"the generated CRD's schema changed: set SCHEMA_VERSION = {SCHEMA_VERSION + 1} and "
         f"SCHEMA_FINGERPRINT = {now!r} in operator/spx/api/crd_version.py (an operator must refuse the "
-        "CRD of the previous schema), then regenerate crds/ (scripts/regen.sh)"
+        "CRD of the previous schema), then regenerate crds/: scripts/regen.sh does both"
     )
 
 
@@ -132,3 +132,61 @@ def test_upgrade_path_on_a_real_api_server(cluster: Cluster, chart: Any, tmp_pat
             cluster.get_json("spx", name, "-n", "upgrade")["status"], 120)
         assert status["phase"] in ("Pending", "Running"), status
         assert not operator.refusals(), operator.refusals()[:5]
+
+
+def test_the_decided_by_column_on_a_real_api_server(cluster: Cluster) -> None:
+    """Issue #36: `kubectl get spx` shows what decided the verdict (DECIDED-BY, status.kernel.decidedBy),
+    printed by the real API server from this release's CRD."""
+    cluster.kubectl("create", "namespace", "columns", check=False)
+    cluster.apply([installable_crd(labelled(build_crd()))], server_side=True)
+    cluster.wait_established(CRD_NAME)
+    exp = yaml.safe_load(OLD_EXPERIMENT.read_text())
+    exp["metadata"] = {"name": "decided", "namespace": "columns"}
+    cluster.apply([exp])
+    status = {"phase": "Succeeded", "verdict": "Fail",
+              "kernel": {"crossoverTokens": 234.0, "recommendedThresholdTokens": 256, "decidedBy": "step"}}
+    cluster.kubectl("patch", "spx", "decided", "-n", "columns", "--subresource=status", "--type=merge",
+                    "-p", yaml.safe_dump({"status": status}))
+    import re
+
+    header, row = cluster.kubectl("get", "spx", "decided", "-n", "columns").stdout.splitlines()
+    starts = [m.start() for m in re.finditer(r"\S+", header)]  # kubectl aligns each column under its name
+    columns = {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)}
+    assert "DECIDED-BY" in columns, header
+    assert columns["VERDICT"] == "Fail" and columns["DECIDED-BY"] == "step", (header, row)
+
+
+def _git(*args: str) -> str | None:
+    """``git args`` in the repository; None where there is no git or no history (a tarball, a shallow clone)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        return None
+    proc = subprocess.run(["git", "-C", str(CHART.parents[1]), *args], capture_output=True, text=True, timeout=60)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def test_a_schema_label_is_never_reused_for_another_schema() -> None:
+    """Issue #36: the label went 4 → 5 → 6 → 5 and two CRDs both carried 4. Every (SCHEMA_VERSION,
+    SCHEMA_FINGERPRINT) pair crd_version.py ever held is read from git: the current version must be above
+    every earlier one, unless it is the same pair (an unchanged schema)."""
+    import re
+
+    path = "operator/spx/api/crd_version.py"
+    log = _git("log", "--format=%H", "--", path)
+    if not log or _git("rev-parse", "--is-shallow-repository") == "true\n":
+        pytest.skip("no git history here (a source tarball or shallow clone): cannot compare with earlier schemas")
+    pairs = set()
+    for commit in log.split():
+        text = _git("show", f"{commit}:{path}") or ""
+        v = re.search(r"^SCHEMA_VERSION: Final = (\d+)", text, re.M)
+        f = re.search(r'^SCHEMA_FINGERPRINT: Final = "([0-9a-f]+)"', text, re.M)
+        if v and f:
+            pairs.add((int(v.group(1)), f.group(1)))
+    earlier = {(v, f) for v, f in pairs if (v, f) != (SCHEMA_VERSION, SCHEMA_FINGERPRINT)}
+    reused = sorted(f for v, f in earlier if v == SCHEMA_VERSION)
+    assert not reused, (f"schema label {SCHEMA_VERSION} named another schema before ({reused}): "
+                        f"use {max(v for v, _ in pairs) + 1}")
+    assert all(v < SCHEMA_VERSION for v, _ in earlier), (
+        f"schema label {SCHEMA_VERSION} is not above every earlier one ({sorted({v for v, _ in earlier})})")

@@ -20,7 +20,7 @@ import yaml
 
 from spx.api.loading import load_experiment
 from spx.api.policy import check_policy, policy_from_env
-from spx.controller.build.manifests import BenchOptions, build_container_spec, build_pod_spec
+from spx.controller.manifests.job import BenchOptions, build_container_spec, build_pod_spec
 from spx.controller.settings import OperatorSettings
 from spx_testing.chart_cluster import Cluster
 from spx_testing.chartlib import CHART, CRD_NAME, ROOT, installable_crd

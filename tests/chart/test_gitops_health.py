@@ -1,6 +1,6 @@
 """The shipped GitOps health checks, run as the tools run them: the Argo CD Lua health checks in a real Lua
 (``lupa``, Lua 5.x from PyPI) and the Flux ``healthCheckExprs`` in a real CEL interpreter (``cel-python``),
-against statuses the operator writes (built by its own condition steps, ``spx.controller.decide.conditions``),
+against statuses the operator writes (built by its own condition transitions, ``spx.controller.decide.conditions``),
 against an experiment the operator has not written yet, and against one read back from the real API
 server (``KUBEBUILDER_ASSETS``).
 
@@ -47,11 +47,11 @@ def experiment(status: dict[str, Any] | None, generation: int = 1) -> dict[str, 
     return obj
 
 
-def written(*steps: cond.Step, generation: int = 1) -> dict[str, Any]:
-    """The status the operator writes after ``steps`` (a new run, then each step)."""
+def written(*transitions: cond.Transition, generation: int = 1) -> dict[str, Any]:
+    """The status the operator writes after ``transitions`` (a new run, then each)."""
     status = cond.new_run(ExperimentStatus(), generation, NOW)
-    for step in steps:
-        status = cond.apply_step(status, step, NOW, generation)
+    for transition in transitions:
+        status = cond.apply_transition(status, transition, NOW, generation)
     return status.to_wire()
 
 

@@ -64,7 +64,7 @@ def _decide_pass(cluster: Cluster, namespace: str, name: str) -> None:
     obj = cluster.get_json("spx", name, "-n", namespace)
     gen = int(obj["metadata"]["generation"])
     status = cond.new_run(ExperimentStatus(), gen, NOW)
-    status = cond.apply_step(status, cond.decided("Pass", ["split wins at and above 2048 tokens"], "JobSucceeded",
+    status = cond.apply_transition(status, cond.decided("Pass", ["split wins at and above 2048 tokens"], "JobSucceeded",
                                                   "done"), NOW, gen)
     body = {"status": {**status.to_wire(), "verdict": "Pass"}}
     cluster.kubectl("patch", "spx", name, "-n", namespace, "--subresource=status", "--type=merge",

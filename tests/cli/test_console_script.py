@@ -140,10 +140,10 @@ def test_many_bad_values_are_counted_not_listed(tmp_path: Path) -> None:
 
 
 def test_a_second_run_into_a_locked_out_exits_with_a_clear_error(tmp_path: Path) -> None:
-    from spx.cli.outdir import locked
+    from spx.rundir import RunDirectory
 
     out = tmp_path / "out"
-    with locked(out):  # a real fcntl lock held by this process, as a running `spx run` holds it
+    with RunDirectory(out).locked():  # a real fcntl lock held by this process, as a running `spx run` holds it
         proc = spx("run", str(write(tmp_path, TINY)), "--out", str(out), "--overwrite")
     assert proc.returncode == EXIT_USAGE
     assert "in use by another spx run" in proc.stderr and f"pid {os.getpid()}" in proc.stderr

@@ -239,15 +239,15 @@ def test_a_refused_run_with_a_closed_stderr_keeps_its_exit_code(tmp_path: Path) 
 
 def _earlier_run(out: Path) -> dict[str, str]:
     """An earlier run's files in ``out`` (their content is what a refused ``--overwrite`` must keep), with the
-    manifest a run writes of them (:func:`spx.cli.outdir.finish_manifest`: ``--overwrite`` replaces only those)."""
-    from spx.cli.outdir import finish_manifest
+    manifest a run writes of them (:meth:`spx.rundir.RunDirectory.finish`: ``--overwrite`` replaces only those)."""
+    from spx.rundir import RunDirectory
 
     files = {"result.json": '{"earlier": "result"}\n', "status.json": '{"earlier": "status"}\n',
              "crossover.png": "png", "logs/rank0.stderr.log": "earlier log\n"}
     for name, text in files.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(text)
-    finish_manifest(out)
+    RunDirectory(out).finish()
     return _files(out)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from spx.api import KernelResult
-from spx.controller.build.result_configmap import read_result_configmap
+from spx.controller.manifests.result_configmap import read_result_configmap
 from spx_testing.cluster import EXP_API, EXP_PLURAL, ApiProblem, Cluster, condition
 from spx_testing.controlplane import ControlPlane
 from spx_testing.nodeagent import Fault

@@ -20,7 +20,7 @@ import pytest
 
 from spx.api.accuracy import AccuracyResult
 from spx.api.serving import ServingResult
-from spx.controller.build.result_configmap import read_result_configmap
+from spx.controller.manifests.result_configmap import read_result_configmap
 from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster, condition, free_port
 from spx_testing.controlplane import ControlPlane
 from spx_testing.nodeagent import standin_node_env, write_gsm8k

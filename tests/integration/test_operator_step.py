@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from spx.api.step import StepResult
-from spx.controller.build.result_configmap import read_result_configmap
+from spx.controller.manifests.result_configmap import read_result_configmap
 from spx_testing.cluster import Cluster, condition, free_port
 from spx_testing.containers import STANDINS
 from spx_testing.controlplane import ControlPlane

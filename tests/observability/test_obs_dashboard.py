@@ -34,8 +34,8 @@ REQUIRED_PANELS = {
     # issue 4, point 4: panel title → the metric it must plot
     "Latency vs tokens per candidate": "spx_kernel_latency_seconds",
     "Speedup vs tokens (replicated ÷ split)": "spx_kernel_speedup_ratio",
-    "Crossover over time": "spx_crossover_tokens",
-    "Recommended threshold over time": "spx_recommended_threshold_tokens",
+    "GPU-bound crossover over time": "spx_crossover_tokens",
+    "Recommended threshold (from what decided) over time": "spx_recommended_threshold_tokens",
     "Verdict": "spx_verdict",
     "Verdicts": "spx_verdict",
     "Experiments by phase": "spx_experiments",
@@ -52,7 +52,36 @@ REQUIRED_PANELS = {
     "Reconcile duration p50 / p99": "spx_reconcile_duration_seconds_bucket",
     "Work queue depth": "spx_workqueue_depth",
     "Operator CPU and memory": "process_resident_memory_bytes",
+    # issue 36, point 2: what decided and why
+    "Decided by": "spx_verdict",
+    "Recommended threshold (from what decided)": "spx_recommended_threshold_tokens",
+    "Kernel regimes (each its own verdict)": "spx_regime_verdict",
+    "Step effect per layer vs tokens (step A/B)": "spx_step_effect_per_layer_seconds",
+    "Δg and Δh per layer vs tokens (kernel)": "spx_kernel_delta_seconds",
+    "Expected step effect over the batch mix": "spx_step_expected_effect_per_layer_seconds",
 }
+
+#: Panels that showed one kernel regime's figure as if it were the verdict's (issue #36: "Crossover 234"
+#: and "Recommended threshold 256" beside a step-decided Fail): gone.
+CONTRADICTING_PANELS = {"Crossover (tokens)", "Recommended threshold (tokens)", "Crossover over time",
+                        "Recommended threshold over time"}
+
+
+def test_no_panel_shows_a_regime_figure_as_the_verdicts(dashboard: dict) -> None:
+    titles = {t for t, _ in panel_queries(dashboard)}
+    assert not titles & CONTRADICTING_PANELS
+    # the only un-regimed crossover is the history's drift signal, titled as the GPU-bound one
+    crossover = {t for t, e in panel_queries(dashboard) if "spx_crossover_tokens" in e}
+    assert crossover == {"GPU-bound crossover over time"}
+
+
+def test_operator_panels_are_per_release(dashboard: dict) -> None:
+    """Issue #36: the operator row aggregates per release (namespace, job), as the alert rules do."""
+    row = next(i for i, p in enumerate(dashboard["panels"]) if p["type"] == "row" and p["title"] == "Operator health")
+    for p in dashboard["panels"][row + 1:]:
+        for t in p["targets"]:
+            if "spx_" in t["expr"] and "process_" not in t["expr"]:
+                assert "by (namespace, job" in t["expr"], (p["title"], t["expr"])
 
 
 def test_required_panels_plot_their_metrics(dashboard: dict) -> None:
@@ -136,7 +165,7 @@ def test_the_committed_json_round_trips_through_the_sdk_models() -> None:
 
 
 #: The SDK model modules the dashboard is made of (its panel types, the Prometheus query, the shared types).
-SDK_MODELS = ("dashboard", "common", "prometheus", "stat", "timeseries", "barchart", "bargauge", "table")
+SDK_MODELS = ("dashboard", "common", "prometheus", "stat", "timeseries", "barchart", "bargauge", "table", "trend")
 
 
 def _deprecated_fields() -> set[str]:

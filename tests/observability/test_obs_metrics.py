@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from spx.controller import metrics
-from spx_testing.obslib import registry_series_names, require_binary
+from spx_testing.obslib import STEP_DECIDED, registry_series_names, require_binary, step_curve_contract
 
 
 def _sample(name: str, **labels: str) -> float | None:
@@ -137,3 +137,66 @@ def test_series_of_long_decided_experiments_expire() -> None:
         m.set_series_retention(0)
         m.forget_experiment("ret", "fresh")
         m.forget_experiment("ret", "old")
+
+
+def test_what_decided_is_exported() -> None:
+    """Issue #36: decided_by on spx_verdict, each regime's verdict and crossover, Δg/Δh with intervals per
+    point, and spx_recommended_threshold_tokens from the deciding measurement — the step, which recommends
+    none here, so the GPU-bound 256 (which contradicts the Fail) is not exported as the recommendation."""
+    key = {"namespace": "ml", "experiment": "decided"}
+    labels = dict(zip(("namespace", "experiment", *metrics.COMPARABLE_LABELS),
+                      ("ml", "decided", *metrics.comparable_values(STEP_DECIDED)), strict=True))
+    try:
+        metrics.observe_experiment("ml", "decided", STEP_DECIDED)
+        assert _sample("spx_verdict", **key, gpu="NVIDIA H200", vllm="0.33.0", decided_by="step", verdict="Fail") == 1
+        assert _sample("spx_verdict", **key, gpu="NVIDIA H200", vllm="0.33.0", decided_by="step", verdict="Pass") == 0
+        assert _sample("spx_recommended_threshold_tokens", **labels) is None  # the step recommends none
+        assert _sample("spx_crossover_tokens", **labels) == pytest.approx(234.0)  # the GPU-bound crossover stays
+        assert _sample("spx_regime_verdict", **key, regime="gpu-bound", verdict="Pass") == 1
+        assert _sample("spx_regime_verdict", **key, regime="host-bound", verdict="Fail") == 1
+        assert _sample("spx_regime_verdict", **key, regime="host-bound", verdict="Pass") == 0
+        assert _sample("spx_regime_crossover_tokens", **key, regime="host-bound") == pytest.approx(9434.2)
+        assert _sample("spx_regime_recommended_threshold_tokens", **key, regime="gpu-bound") == 256
+        assert _sample("spx_kernel_delta_seconds", **key, tokens="2048", delta="host", bound="estimate") == \
+            pytest.approx(52.8e-6)
+        assert _sample("spx_kernel_delta_seconds", **key, tokens="2048", delta="gpu", bound="low") == pytest.approx(-21e-6)
+        # the kernel deciding: its own recommendation, and the verdict's label follows
+        kernel_decided = {**STEP_DECIDED, "kernel": {**STEP_DECIDED["kernel"], "decidedBy": "kernel"}}
+        metrics.observe_experiment("ml", "decided", kernel_decided)
+        assert _sample("spx_recommended_threshold_tokens", **labels) == 256
+        assert _sample("spx_verdict", **key, gpu="NVIDIA H200", vllm="0.33.0", decided_by="step", verdict="Fail") is None
+        assert _sample("spx_verdict", **key, gpu="NVIDIA H200", vllm="0.33.0", decided_by="kernel", verdict="Fail") == 1
+    finally:
+        metrics.forget_experiment("ml", "decided")
+    assert _sample("spx_regime_verdict", **key, regime="gpu-bound", verdict="Pass") is None
+
+
+@pytest.mark.skipif(not step_curve_contract(), reason="this tree's StepStatus has no one-server curve yet (issue #34's "
+                                                      "contract, branch contract): nothing to export")
+def test_the_step_curve_is_exported() -> None:
+    """Issue #36: the step curve per arm and length (per step and per layer, aligned and pad path, with its
+    interval and outcome), the A/A, the expected effect over the batch mix, usable; once the step recommends
+    a threshold, that is spx_recommended_threshold_tokens."""
+    key = {"namespace": "ml", "experiment": "stepped"}
+    labels = dict(zip(("namespace", "experiment", *metrics.COMPARABLE_LABELS),
+                      ("ml", "stepped", *metrics.comparable_values(STEP_DECIDED)), strict=True))
+    split = {**key, "arm": "split", "length": "2048", "path": "aligned"}
+    try:
+        metrics.observe_experiment("ml", "stepped", STEP_DECIDED)
+        assert _sample("spx_step_effect_seconds", **split, bound="estimate") == pytest.approx(1.9e-3)
+        assert _sample("spx_step_effect_per_layer_seconds", **split, bound="high") == pytest.approx(55e-6)
+        assert _sample("spx_step_effect_per_layer_seconds", **key, arm="split", length="2047", path="pad",
+                       bound="estimate") == pytest.approx(52.5e-6)
+        assert _sample("spx_step_outcome", **split, outcome="loss") == 1
+        assert _sample("spx_step_effect_seconds", **key, arm="aa", length="2048", path="aligned", bound="low") == \
+            pytest.approx(-0.2e-3)
+        assert _sample("spx_step_expected_effect_per_layer_seconds", **key, threshold="2048", arm="split",
+                       bound="estimate") == pytest.approx(51.25e-6)
+        assert _sample("spx_step_usable", **key) == 1
+        with_threshold = {**STEP_DECIDED, "step": {**STEP_DECIDED["step"], "recommendedThresholdTokens": 8192}}
+        metrics.observe_experiment("ml", "stepped", with_threshold)
+        assert _sample("spx_recommended_threshold_tokens", **labels) == 8192
+        metrics.observe_experiment("ml", "stepped", {**STEP_DECIDED, "step": None})
+        assert _sample("spx_step_effect_seconds", **split, bound="estimate") is None  # stale step series removed
+    finally:
+        metrics.forget_experiment("ml", "stepped")

@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import subprocess
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,79 +42,17 @@ from spx_testing.cluster import ApiProblem, Cluster, condition, free_port
 from spx_testing.controlplane import ControlPlane
 from spx_testing.faultproxy import FaultProxy
 from spx_testing.nodeagent import standin_node_env, write_gsm8k
+from spx_testing.prometheus import Prometheus
 
 pytestmark = pytest.mark.timeout(900)
 
 NS = "obs"
 GOOD = "obs-quickstart"
 BROKEN = "obs-broken"
-SCRAPE = 1  # seconds: scrape and rule evaluation interval
+SCRAPE = 1  # seconds: scrape and rule evaluation interval (spx_testing.prometheus)
 
 
 # --------------------------------------------------------------------------- Prometheus
-
-
-class Prometheus:
-    def __init__(self, workdir: Path, metrics_port: int) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = {
-            "global": {
-                "scrape_interval": f"{SCRAPE}s",
-                "evaluation_interval": f"{SCRAPE}s",
-                "scrape_timeout": f"{SCRAPE}s",
-            },
-            "rule_files": [str(RULES)],
-            "scrape_configs": [
-                {"job_name": "spx-operator", "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}
-            ],
-        }
-        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self.log = workdir / "prometheus.log"
-        self.proc = subprocess.Popen(
-            [
-                require_binary("prometheus"),
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--storage.tsdb.retention.time=1h",
-                "--log.level=warn",
-            ],
-            stdout=self.log.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"prometheus exited: {self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as rsp:
-                    if rsp.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.3)
-        raise AssertionError("prometheus did not become ready in 60 s")
-
-    def api(self, path: str, **params: Any) -> Any:
-        url = f"{self.url}/api/v1/{path}?" + urllib.parse.urlencode(params, doseq=True)
-        with urllib.request.urlopen(url, timeout=30) as rsp:
-            body = json.loads(rsp.read())
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        data = self.api("query", query=expr)
-        assert data["resultType"] == "vector", (expr, data["resultType"])
-        return data["result"]  # type: ignore[no-any-return]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
 
 
 def _deny_jobs_of(experiment: str) -> list[dict[str, Any]]:
@@ -269,8 +204,14 @@ def test_every_dashboard_query_returns_the_expected_series(stack: dict[str, Any]
     points = {p["tokens"]: p for p in kernel.get("points") or []}
     gpu = (status.get("environment") or {}).get("gpu") or ""
     smoke = (status.get("environment") or {}).get("device") == "cpu"
-    crossover, threshold = kernel.get("crossoverTokens"), kernel.get("recommendedThresholdTokens")
+    crossover = kernel.get("crossoverTokens")
+    step = status.get("step") or {}
+    # the deciding measurement's recommendation, as the status holds it (issue #36)
+    threshold = step.get("recommendedThresholdTokens") if kernel.get("decidedBy") == "step" else \
+        kernel.get("recommendedThresholdTokens")
+    regimes = kernel.get("regimes") or []
     assert points, "the experiment has no measured points"
+    assert regimes, "the experiment's kernel has no regimes"
 
     queries = panel_queries(json.loads(DASHBOARD.read_text()))
     checked = set()
@@ -280,14 +221,39 @@ def test_every_dashboard_query_returns_the_expected_series(stack: dict[str, Any]
         checked.add(title)
         if title == "Verdict":
             assert [s["metric"]["verdict"] for s in result] == [status["verdict"]], result
-        elif title == "Crossover (tokens)":
-            assert (
-                (len(result) == 1 and math.isclose(_value(result[0]), crossover))
-                if crossover is not None
-                else not result
-            )
-        elif title == "Recommended threshold (tokens)":
+        elif title == "Decided by":
+            assert [s["metric"]["decided_by"] for s in result] == [kernel.get("decidedBy") or ""], result
+        elif title == "Recommended threshold (from what decided)":
             assert (len(result) == 1 and _value(result[0]) == threshold) if threshold is not None else not result
+        elif title == "Kernel regimes (each its own verdict)":
+            if "spx_regime_verdict" in raw:
+                assert {s["metric"]["regime"]: s["metric"]["verdict"] for s in result} == \
+                    {g["regime"]: g["verdict"] for g in regimes if g.get("verdict")}
+            else:
+                field = "crossoverTokens" if "crossover" in raw else "recommendedThresholdTokens"
+                assert {s["metric"]["regime"]: _value(s) for s in result} == pytest.approx(
+                    {g["regime"]: g[field] for g in regimes if g.get(field) is not None})
+        elif title == "Step effect per layer vs tokens (step A/B)":
+            expected = {(p["arm"], str(p["length"]), "aligned" if p["aligned"] else "pad", b): p[f] * 1e-6
+                        for p in step.get("points") or [] for b, f in (("estimate", "perLayerUs"),
+                                                                       ("low", "perLayerLowUs"), ("high", "perLayerHighUs"))}
+            got = {(s["metric"]["arm"], s["metric"]["length"], s["metric"]["path"], s["metric"]["bound"]): _value(s)
+                   for s in result}
+            assert got == pytest.approx(expected)
+            assert all(s["metric"]["series"] == " ".join(k[0:1] + k[2:]) for s, k in zip(result, got, strict=True))
+        elif title == "Δg and Δh per layer vs tokens (kernel)":
+            expected = {(str(t), d, b): p[f] * 1e-6 for t, p in points.items()
+                        for d, prefix in (("gpu", "gpuDelta"), ("host", "hostDelta"))
+                        for b, f in (("estimate", f"{prefix}Us"), ("low", f"{prefix}LowUs"), ("high", f"{prefix}HighUs"))
+                        if p.get(f) is not None}
+            got = {(s["metric"]["tokens"], s["metric"]["delta"], s["metric"]["bound"]): _value(s) for s in result}
+            assert expected and got == pytest.approx(expected)
+            assert {s["metric"]["series"] for s in result} == {f"{d} {b}" for _, d, b in expected}
+        elif title == "Expected step effect over the batch mix":
+            expected = {(e["arm"], str(e["thresholdTokens"])): e["perLayerUs"] * 1e-6 for e in step.get("expectations") or []}
+            got = {(s["metric"]["arm"], s["metric"]["threshold"]): _value(s) for s in result
+                   if s["metric"]["bound"] == "estimate"}
+            assert got == pytest.approx(expected)
         elif title == "Time in current phase":
             assert len(result) == 1 and result[0]["metric"]["phase"] == "Succeeded" and 0 <= _value(result[0]) < 3600
         elif title == "Latency vs tokens per candidate":
@@ -301,9 +267,9 @@ def test_every_dashboard_query_returns_the_expected_series(stack: dict[str, Any]
             assert {dict(k)["tokens"]: v for k, v in by.items()} == pytest.approx(
                 {str(t): p["speedup"] for t, p in points.items()}
             )
-        elif title == "Crossover over time":  # comparable runs only: a CPU smoke run is left out
+        elif title == "GPU-bound crossover over time":  # comparable runs only: a CPU smoke run is left out
             assert [dict(k).get("gpu") for k in by] == ([gpu] if crossover is not None and not smoke else [])
-        elif title == "Recommended threshold over time":
+        elif title == "Recommended threshold (from what decided) over time":
             assert len(result) == (1 if threshold is not None and not smoke else 0)
         elif title == "Verdicts":
             assert [(s["metric"]["experiment"], s["metric"]["verdict"]) for s in result] == [(GOOD, status["verdict"])]

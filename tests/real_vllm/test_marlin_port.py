@@ -1,6 +1,6 @@
 """spx's port of vLLM 0.33's MXFP8 Marlin load-time conversion equals vLLM's own functions (real vLLM, CPU).
 
-The port (:mod:`spx.bench.marlin`) is what runs on GPU boxes without vLLM; these are the pure-torch
+The port (:mod:`spx.bench.gemm.marlin`) is what runs on GPU boxes without vLLM; these are the pure-torch
 steps of ``prepare_mxfp8_layer_for_marlin`` (``gptq_marlin_repack`` is a CUDA op, the same source
 either way). Skipped where vLLM is not installed; CI installs it.
 """
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
-from spx.bench import marlin  # noqa: E402
+from spx.bench.gemm import marlin  # noqa: E402
 from spx.bench.weights import quantize_weight_block_fp8  # noqa: E402
 
 pytestmark = pytest.mark.vllm

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm")
 
-from spx.bench.sequence_parallel import VLLM_MODULE, sp_shard, sp_trim  # noqa: E402
+from spx.bench.sequence_parallel import VLLM_MODULE, pad_free_shard, sp_shard, sp_trim  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -33,6 +33,18 @@ def test_sp_shard_port_equals_vllm(monkeypatch, tokens, tp):
         ours = sp_shard(x, tp, rank)
         assert ours.shape == theirs.shape
         assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 8, 9, 2048, 2049, 8185])
+@pytest.mark.parametrize("tp", [2, 8])
+def test_pad_free_shard_equals_vllms_sp_shard(monkeypatch, tokens, tp):
+    """spx's pad-free shard gives every rank exactly vLLM 0.33's sp_shard rows (so the gathered output is the same)."""
+    vllm_sp = importlib.import_module(VLLM_MODULE)
+    x = torch.randn(tokens, 24).to(torch.bfloat16)
+    monkeypatch.setattr(vllm_sp, "get_tensor_model_parallel_world_size", lambda: tp)
+    for rank in range(tp):
+        monkeypatch.setattr(vllm_sp, "get_tensor_model_parallel_rank", lambda rank=rank: rank)
+        assert torch.equal(pad_free_shard(x, tp, rank), vllm_sp.sp_shard(x))
 
 
 def test_trim_after_gather_is_the_first_tokens_rows():

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from spx.api.spec import ExperimentSpec  # noqa: E402
-from spx.bench import marlin, marlin_build  # noqa: E402
+from spx.bench.gemm import marlin, marlin_build  # noqa: E402
 from spx.bench.weights import quantize_weight_block_fp8  # noqa: E402
 
 COND = ("a_type == vllm::kBFloat16 && b_type == vllm::kFE4M3fn && c_type == vllm::kBFloat16 && "
@@ -120,7 +120,7 @@ def test_ops_source_without_vllm_or_library_says_how_to_build(monkeypatch):
     monkeypatch.setenv(marlin.MARLIN_LIB_ENV, "/nonexistent/spx_marlin.so")
     marlin.ops_source.cache_clear()
     try:
-        with pytest.raises(RuntimeError, match="spx.bench.marlin_build"):
+        with pytest.raises(RuntimeError, match="spx.bench.gemm.marlin_build"):
             marlin.ops_source()
     finally:
         marlin.ops_source.cache_clear()

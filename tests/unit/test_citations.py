@@ -155,7 +155,7 @@ def test_nothing_cites_a_file_that_is_not_in_the_repository() -> None:
     ("as docs/testing.md describes", "cites 'docs/testing.md', no such file"),
     ("(`tests/integration/emulator.py`, on kmock)", "cites 'tests/integration/emulator.py', no such file"),
     ("the Job (spx.runner.kubernetes.build_job)", "cites 'spx.runner.kubernetes.build_job': no module spx.runner.kubernetes"),
-    ("the builder spx.controller.build.manifests.nope", "spx.controller.build.manifests defines no nope"),
+    ("the builder spx.controller.manifests.job.nope", "spx.controller.manifests.job defines no nope"),
 ])
 def test_the_scan_finds_each_kind_of_dead_citation(line: str, expected: str) -> None:
     found = problems_in("docs/probe.md", line)
@@ -165,7 +165,7 @@ def test_the_scan_finds_each_kind_of_dead_citation(line: str, expected: str) -> 
 @pytest.mark.parametrize("line", [
     "vLLM's ``tests/quantization/test_fp8.py`` attaches one",
     "see [the method](kernel-benchmark.md#method) and docs/seed.md",
-    "spx.controller.build.manifests.build_job and spx.vocabulary.VERDICTS, spx.data",
+    "spx.controller.manifests.job.build_job and spx.vocabulary.VERDICTS, spx.data",
     "https://github.com/iterative/shtab/blob/main/docs/use.md",
 ])
 def test_the_scan_leaves_real_citations_alone(line: str) -> None:

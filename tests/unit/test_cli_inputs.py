@@ -338,11 +338,11 @@ def test_summary_file_replaces_an_earlier_summary_and_fills_an_empty_file(tmp_pa
 def test_report_and_gate_on_a_run_in_progress_say_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """While a run holds --out's lock its status.json does not exist yet: report says a run is in progress
     (exit 3), gate says it is undecided (exit 2, so --wait polls on) — not "no such file" (exit 3)."""
-    from spx.cli import outdir
     from spx.cli.gate import EXIT_UNDECIDED, read_and_decide
+    from spx.rundir import RunDirectory
 
     out = tmp_path / "run"
-    with outdir.locked(out):
+    with RunDirectory(out).locked():
         (out / "points.partial.jsonl").write_text('{"tokens": 8}\n')
         assert main(["report", str(out), "--no-plot"]) == EXIT_USAGE
         assert f"a run is in progress in {out} (pid {os.getpid()}" in " ".join(capsys.readouterr().err.split())
@@ -350,7 +350,7 @@ def test_report_and_gate_on_a_run_in_progress_say_so(tmp_path: Path, capsys: pyt
             result = read_and_decide(target)
             assert result.exit_code == EXIT_UNDECIDED and not result.decided and result.retry
             assert "a run is in progress" in result.message
-    assert outdir.run_in_progress(out) is None  # released
+    assert RunDirectory(out).in_progress() is None  # released
 
 
 def test_report_of_a_killed_run_points_at_its_partial_points(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

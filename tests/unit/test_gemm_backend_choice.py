@@ -19,11 +19,20 @@ from spx.bench.gemm import (  # noqa: E402
     weight_block_of,
 )
 from spx.bench.weights import random_block_fp8_weight  # noqa: E402
+from spx.vocabulary import CUDA_GEMM_BACKENDS  # noqa: E402
+
+#: How the spec check lists the CUDA-only backends (``spx.api.combinations``).
+CUDA_LIST = f"{', '.join(CUDA_GEMM_BACKENDS[:-1])} and {CUDA_GEMM_BACKENDS[-1]}"
 
 MX, V3 = "mxfp8-block32-ue8m0", "fp8-block128-ue8m0"
 HUM_OK, HUM_NO = (True, "humming-kernels 0.1.19 importable"), (False, "humming-kernels is not installed")
-MAR_OK, MAR_NO = (True, "marlin ops from spx build"), (False, "spx.bench.marlin: no Marlin ops")
+MAR_OK, MAR_NO = (True, "marlin ops from spx build"), (False, "spx.bench.gemm.marlin: no Marlin ops")
 H200, A100, B200 = (9, 0), (8, 0), (10, 0)
+
+
+def probe(humming, marlin):
+    """What ``resolve_gemm_backend`` asks of the registry's kernels, from the table's (available, why) pairs."""
+    return {"humming": humming, "marlin": marlin}.__getitem__
 
 
 @pytest.mark.parametrize(
@@ -52,7 +61,7 @@ H200, A100, B200 = (9, 0), (8, 0), (10, 0)
     ],
 )
 def test_backend_choice_table(requested, fmt, device, cap, humming, marlin, backend, why):
-    got, reason = choose_gemm_backend(requested, fmt, device, cap, humming, marlin)
+    got, reason = choose_gemm_backend(requested, fmt, device, cap, probe(humming, marlin))
     assert got == backend
     assert why in reason, reason
     assert reason.startswith("auto:" if requested == "auto" else "requested:")
@@ -62,10 +71,10 @@ def test_backend_choice_table(requested, fmt, device, cap, humming, marlin, back
     ("requested", "fmt", "device", "cap", "humming", "marlin", "error", "fragments"),
     [
         ("auto", MX, "cuda", H200, HUM_NO, MAR_NO, RuntimeError, ["humming (humming-kernels is not installed", "marlin (", "torch-bf16"]),
-        ("auto", MX, "cuda", A100, HUM_OK, MAR_NO, RuntimeError, ["neither of vLLM's MXFP8 kernels"]),
-        ("auto", MX, "cuda", B200, HUM_OK, MAR_OK, ValueError, ["FlashInfer", "humming or marlin explicitly"]),
+        ("auto", MX, "cuda", A100, HUM_OK, MAR_NO, RuntimeError, ["none of vLLM's MXFP8 kernels"]),
+        ("auto", MX, "cuda", B200, HUM_OK, MAR_OK, ValueError, ["FlashInfer", "explicitly"]),
         ("humming", MX, "cuda", H200, HUM_NO, MAR_OK, RuntimeError, ["humming: humming-kernels is not installed"]),
-        ("marlin", MX, "cuda", H200, HUM_OK, MAR_NO, RuntimeError, ["marlin: spx.bench.marlin: no Marlin ops"]),
+        ("marlin", MX, "cuda", H200, HUM_OK, MAR_NO, RuntimeError, ["marlin: spx.bench.gemm.marlin: no Marlin ops"]),
         ("humming", MX, "cpu", None, HUM_OK, MAR_OK, ValueError, ["needs a CUDA GPU", "torch-bf16"]),
         ("humming", V3, "cuda", H200, HUM_OK, MAR_OK, ValueError, ["MXFP8 path", "use weightFormat mxfp8-block32-ue8m0"]),
         ("marlin", "bf16", "cuda", H200, HUM_OK, MAR_OK, ValueError, ["MXFP8 path"]),
@@ -78,7 +87,7 @@ def test_backend_choice_table(requested, fmt, device, cap, humming, marlin, back
 )
 def test_backend_choice_errors_name_the_fix(requested, fmt, device, cap, humming, marlin, error, fragments):
     with pytest.raises(error) as info:
-        choose_gemm_backend(requested, fmt, device, cap, humming, marlin)
+        choose_gemm_backend(requested, fmt, device, cap, probe(humming, marlin))
     for fragment in fragments:
         assert fragment in str(info.value), str(info.value)
 
@@ -96,7 +105,7 @@ def _spec(**kernel) -> ExperimentSpec:
 def test_vllms_kernels_refuse_cpu_before_any_rank_starts(backend):
     from spx.bench.kernel import preflight
 
-    with pytest.raises(ValueError, match="humming, marlin and torch-fp8 are CUDA kernels"):  # device: cpu: validation
+    with pytest.raises(ValueError, match=f"{CUDA_LIST} are CUDA kernels"):  # device: cpu: validation
         ExperimentSpec.model_validate({"kernel": {"device": "cpu", "gemmBackend": backend}})
     with pytest.raises(ValueError, match=f"{backend} needs a CUDA GPU"):  # device: auto that resolved to the CPU
         preflight(_spec(gemmBackend=backend), "cpu", 1)
@@ -112,7 +121,7 @@ def test_humming_build_needs_cuda_with_a_clear_error():
 def test_humming_refuses_128_blocks():
     spec = ExperimentSpec.model_validate({"projection": {"weightFormat": V3}})
     w = random_block_fp8_weight(128, 128, 128, torch.device("cpu"), torch.Generator().manual_seed(0))
-    from spx.bench.humming_backend import build_humming_projection
+    from spx.bench.gemm.humming import build_humming_projection
 
     with pytest.raises(ValueError, match="32×32 blocks"):
         build_humming_projection(w, spec, torch.device("cpu"))

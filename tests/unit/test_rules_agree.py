@@ -32,7 +32,7 @@ from spx.vocabulary import (
 torch = pytest.importorskip("torch")
 
 from spx.bench.context import _resolve_gather, _resolve_timer  # noqa: E402
-from spx.bench.gemm import choose_gemm_backend  # noqa: E402
+from spx.bench.gemm import choose_gemm_backend, kernel  # noqa: E402
 
 DEVICES = ("cpu", "cuda")
 
@@ -77,10 +77,12 @@ def test_a_gather_is_refused_by_the_spec_check_exactly_when_the_bench_refuses_it
                          list(itertools.product(GEMM_BACKENDS, WEIGHT_FORMATS, DEVICES)))
 def test_a_gemm_backend_is_refused_by_the_spec_check_exactly_when_the_bench_refuses_it(
         backend: str, weight_format: str, device: str) -> None:
-    """On an SM90 GPU with both of vLLM's MXFP8 kernels importable, so that only the rules decide."""
+    """On a GPU the backend runs on (SM90, or the backend's minimum capability above it) with every kernel
+    importable, so that only the rules decide (the GPU's capability is the machine's fact, not the spec's)."""
     available = (True, "importable")
-    cap = (9, 0) if device == "cuda" else None
-    bench = _raises(lambda: choose_gemm_backend(backend, weight_format, device, cap, available, available))
+    least = kernel(backend).min_capability if backend != "auto" else None
+    cap = divmod(max(90, least or 0), 10) if device == "cuda" else None
+    bench = _raises(lambda: choose_gemm_backend(backend, weight_format, device, cap, lambda _name: available))
     assert _refused_by_spec(device, kernel__gemm_backend=backend, projection__weight_format=weight_format) == bench
 
 

@@ -17,9 +17,9 @@ from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatu
 from spx.api.spec import min_timeout_seconds
 from spx.api.wire import build_summary
 from spx.controller import metrics
-from spx.controller.build import manifests as k8s
-from spx.controller.build import result_configmap as rcm
 from spx.controller.decide.results import collect, read_vllm_log, vllm_statuses
+from spx.controller.manifests import job as k8s
+from spx.controller.manifests import result_configmap as rcm
 from spx_testing import factories
 
 SERVING = {"model": "deepseek-ai/DeepSeek-V4.1"}

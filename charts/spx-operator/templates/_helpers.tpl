@@ -111,3 +111,21 @@ cluster (`helm install/upgrade`: the kube-system namespace can be looked up); of
 {{- fail (printf "%s is true but this cluster does not serve %s (prometheus-operator's CRDs are not installed): install them (e.g. kube-prometheus-stack) or set %s=false" $value $api $value) }}
 {{- end }}
 {{- end }}
+
+{{/*
+A values section with defaults under it, as JSON: (list PARENT KEY DEFAULTS) → PARENT.KEY merged over
+DEFAULTS (the section's keys win; a missing section or key takes the default). Every value a chart
+version adds is read through this (or `dig`), so `helm upgrade --reuse-values` from an older chart —
+whose stored values tree lacks the key — renders instead of stopping on a nil pointer (issue #36;
+tests/chart/test_chart_upgrade.py renders this chart with every earlier values.yaml).
+*/}}
+{{- define "spx-operator.valuesOr" -}}
+{{- $parent := index . 0 | default dict }}
+{{- $value := index $parent (index . 1) }}
+{{- $defaults := index . 2 }}
+{{- if kindIs "map" $defaults }}
+{{- mergeOverwrite (deepCopy $defaults) (default dict $value) | toJson }}
+{{- else }}
+{{- (hasKey $parent (index . 1) | ternary $value $defaults) | toJson }}
+{{- end }}
+{{- end }}

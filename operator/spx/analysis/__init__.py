@@ -5,7 +5,7 @@ Imports neither torch, kopf nor kubernetes and does no I/O. The entry point for 
 section, verdict and reasons, partial runs capped; :func:`local_status` builds ``status.json`` from it);
 :func:`evaluate` judges a bare list of points in both regimes; bench results become points with
 :func:`points_from_result`. :func:`decide` says which measurement decides (both kernel regimes, the step
-A/B, the deployment's largest batch); :mod:`spx.analysis.queue` models an eager step as a queue
+A/B, the deployment's largest batch); :mod:`spx.research.queue` models an eager step as a queue
 (docs/kernel-benchmark.md, "Regimes").
 """
 

@@ -1,6 +1,6 @@
 """The split's GPU and host differences per point (Δg, Δh) and the sweep seen in each regime.
 
-An eager step is a queue (:mod:`spx.analysis.queue`; docs/kernel-benchmark.md, "Regimes"): replacing the
+An eager step is a queue (:mod:`spx.research.queue`; docs/kernel-benchmark.md, "Regimes"): replacing the
 replicated projection by the split moves the step by the split's **GPU difference** Δg (split −
 replicated GPU span) while the GPU is the bottleneck (*gpu-bound*), by its **host difference** Δh (split
 − replicated host issue time) while the host is (*host-bound*), and by something between at the pivot —

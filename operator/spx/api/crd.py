@@ -147,6 +147,8 @@ PRINTER_COLUMNS = [
      "description": "Break-even token count, rounded to whole tokens"},
     {"name": "Threshold", "type": "integer", "jsonPath": ".status.kernel.recommendedThresholdTokens"},
     {"name": "Verdict", "type": "string", "jsonPath": ".status.verdict"},
+    {"name": "Decided-By", "type": "string", "jsonPath": ".status.kernel.decidedBy",
+     "description": "The measurement that decided the verdict (kernel, step, serving, accuracy, correctness, deployment, none)"},
     {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Decided")].reason',
      "description": "Why the experiment ended as it did (the Decided condition's reason)"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
@@ -255,7 +257,7 @@ def build_crd() -> dict[str, Any]:
     """The ``CustomResourceDefinition`` of ``ShardedProjectionExperiment`` as a manifest dict.
 
     Namespaced, one served+stored version ``v1alpha1``, status subresource, printer columns
-    (Phase, GPU, Crossover, Threshold, Verdict, Age).
+    (Phase, GPU, Crossover, Threshold, Verdict, Decided-By, Reason, Age).
     """
     spec_schema = structural_schema(ExperimentSpec)
     status_schema = structural_schema(ExperimentStatus)

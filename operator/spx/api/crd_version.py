@@ -8,9 +8,9 @@ generated CRD (:func:`spx.api.crd.build_crd`) carries :data:`SCHEMA_VERSION_LABE
 (:func:`spx.controller.decide.crd_check.check_crd`) and refuses to start on a mismatch, naming the command
 that fixes it (``docs/install.md`` "Upgrading").
 
-:data:`SCHEMA_VERSION` is bumped by hand whenever the generated schema changes;
-:data:`SCHEMA_FINGERPRINT` (a hash of the CRD's ``spec``) is how the tests notice a change that
-forgot the bump (``tests/chart/test_crd_lifecycle.py``).
+:data:`SCHEMA_VERSION` is bumped whenever the generated schema changes, by ``scripts/regen.sh``
+(``scripts/schema_version.py``) or by hand; :data:`SCHEMA_FINGERPRINT` (a hash of the CRD's ``spec``) is how
+it and the tests notice a change that forgot the bump (``tests/chart/test_crd_lifecycle.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any, Final
 #: Label on the CustomResourceDefinition holding :data:`SCHEMA_VERSION` (a decimal integer).
 SCHEMA_VERSION_LABEL: Final = "bench.spx.dev/schema-version"
 #: Version of the schema this operator was built for; bump with every change of the generated CRD.
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 7
 #: :func:`fingerprint` of the CRD ``spec`` that :data:`SCHEMA_VERSION` names.
-SCHEMA_FINGERPRINT: Final = "656ac488b16bbedf"
+SCHEMA_FINGERPRINT: Final = "86bcec76480d6166"
 
 
 def fingerprint(crd_spec: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import ValidationError
@@ -31,6 +31,7 @@ from spx.api.problems import clip as clip
 from spx.api.problems import describe_validation_error as describe_validation_error
 from spx.api.problems import excerpt as excerpt
 from spx.api.spec import API_VERSION, KIND, Experiment, ExperimentSpec
+from spx.vocabulary import MANIFEST_SCHEMA
 
 #: Largest experiment document accepted (bytes of UTF-8): a real experiment is a few KiB; 256 KiB is the
 #: API server's limit on an object's annotations, far below the ~1.5 MiB etcd request limit.
@@ -52,21 +53,54 @@ def validate_spec(raw: dict[str, Any] | None, source: str = "experiment") -> Exp
         raise SpecError(describe_validation_error(err, "spec", ExperimentSpec), source) from None
 
 
+#: What a JSON document is (:func:`kind_of`).
+DocumentKind = Literal["result", "summary", "status", "object", "bench", "manifest", "other"]
+
+#: The fields of an :class:`~spx.api.status.ExperimentStatus` that mark a document as one (and the JSON type of
+#: each, as ``spx gate`` checks them).
+STATUS_FIELDS: dict[str, type] = {"phase": str, "conditions": list, "verdict": str, "observedGeneration": int}
+
+
+def kind_of(data: Any) -> DocumentKind:
+    """What a JSON document is: the one "what is this file" test of spx (``spx validate``, ``spx gate``,
+    ``spx report``, ``spx predict`` and :class:`spx.rundir.RunDirectory` ask it).
+
+    ``result`` (a run's ``result.json``, :class:`spx.api.result.KernelResult`: a ``spx.dev/kernel-result…``
+    schemaVersion, or both ``points`` and ``worldSize``), ``summary`` (``spx.dev/kernel-summary…``), ``manifest``
+    (:data:`spx.vocabulary.MANIFEST_SCHEMA`), ``bench`` (another ``spx.dev/`` document: a serving, accuracy, step
+    or stage result), ``object`` (``kind``/``apiVersion``: an experiment, or ``kubectl get -o json``), ``status``
+    (no schemaVersion and no ``points``, and one of :data:`STATUS_FIELDS` or a ``kernel`` section), else ``other``.
+    """
+    if not isinstance(data, dict):
+        return "other"
+    schema = str(data.get("schemaVersion") or "")
+    if schema.startswith("spx.dev/kernel-summary"):
+        return "summary"
+    if schema.startswith("spx.dev/kernel-") or {"points", "worldSize"} <= data.keys():
+        return "result"
+    if schema == MANIFEST_SCHEMA:
+        return "manifest"
+    if schema.startswith("spx.dev/"):
+        return "bench"
+    if "kind" in data or "apiVersion" in data:
+        return "object"
+    if not schema and "points" not in data and {*STATUS_FIELDS, "kernel"} & data.keys():
+        return "status"
+    return "other"
+
+
 def is_run_result(doc: dict[str, Any]) -> bool:
-    """Whether JSON/YAML ``doc`` is a run's ``result.json`` (:class:`spx.api.result.KernelResult`): a
-    ``spx.dev/kernel-…`` schemaVersion, or both ``points`` and ``worldSize``. ``spx validate`` and ``spx gate``
-    name such a file instead of listing what it lacks."""
-    return str(doc.get("schemaVersion") or "").startswith("spx.dev/kernel-") or {"points", "worldSize"} <= doc.keys()
+    """Whether ``doc`` is a run's ``result.json`` (:func:`kind_of` says ``result``)."""
+    return kind_of(doc) == "result"
 
 
 def _run_document(doc: dict[str, Any]) -> str | None:
     """What a run's output document is (``a run's result (result.json)``, ``… status``), or ``None``: an experiment
     (or not a run's document either) has ``apiVersion``/``kind``, a run's output has neither."""
-    if "apiVersion" in doc or "kind" in doc:
-        return None
-    if is_run_result(doc):
+    kind = kind_of(doc)
+    if kind == "result":
         return "a run's result (result.json)"
-    if "phase" in doc and ({"conditions", "kernel", "verdict"} & doc.keys()):
+    if kind == "status" and "phase" in doc:
         return "a run's status (status.json)"
     return None
 

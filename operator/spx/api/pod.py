@@ -4,14 +4,14 @@ A GPU pool has its own conventions that the operator cannot guess: a ``runtimeCl
 on clusters whose default runtime has no GPU hook), a second scheduler, cost labels, a service-mesh
 annotation (``sidecar.istio.io/inject: "false"``), NCCL settings (``NCCL_IB_HCA``, ``NCCL_SOCKET_IFNAME``),
 a dataset or cache volume. :class:`PodSpec` carries them; the operator copies them into the pod
-(:func:`spx.controller.build.manifests.build_pod_spec`), the cluster's policy (:mod:`spx.api.policy`) says
+(:func:`spx.controller.manifests.job.build_pod_spec`), the cluster's policy (:mod:`spx.api.policy`) says
 which of them a tenant may set.
 
 What the operator itself puts into the pod cannot be overridden: the keys, names and paths in
 :data:`RESERVED_LABEL_KEYS`, :data:`RESERVED_PREFIXES`, :data:`RESERVED_ENV`, :data:`RESERVED_VOLUMES`
 and :data:`~spx.vocabulary.RESERVED_MOUNT_PATHS` are refused with a message naming the field (an annotation
 ``bench.spx.dev/experiment`` would replace the experiment the pod runs). Writable volumes are emptyDirs
-only, as the pod's hardening requires (``spx.controller.build.pod_security``); other volumes mount read-only.
+only, as the pod's hardening requires (``spx.controller.manifests.pod_security``); other volumes mount read-only.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from spx.vocabulary import RESERVED_MOUNT_PATHS
 
 #: Label/annotation key prefixes the operator and the Job controller own.
 RESERVED_PREFIXES: Final = ("bench.spx.dev/", "batch.kubernetes.io/")
-#: Pod label keys the operator or the Job controller set (:func:`spx.controller.build.naming.link_labels`).
+#: Pod label keys the operator or the Job controller set (:func:`spx.controller.manifests.naming.link_labels`).
 RESERVED_LABEL_KEYS: Final = frozenset({
     "app.kubernetes.io/name", "app.kubernetes.io/component", "app.kubernetes.io/part-of",
     "app.kubernetes.io/managed-by", "job-name", "controller-uid",

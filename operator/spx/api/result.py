@@ -88,6 +88,11 @@ class PointResult(CamelModel):
     whose GPU cover ran out (:func:`spx.bench.timing.time_host_issue`).
     fails the run when it exceeds :attr:`KernelResult.reference_tolerance`. ``added_because`` says why
     an adaptive sweep (``sweep.refine``) measured this count (``None``: one of the listed counts).
+    ``pad_free`` is the third candidate, the split with a pad-free shard
+    (:func:`spx.bench.sequence_parallel.pad_free_shard`: spx's proposal for vLLM, timed like the split,
+    same gather; ``None`` in documents written before it), played by rank ``pad_free_rank`` (TP − 1, the
+    rank that pads, when the gather is modelled); ``pad_free_max_abs_diff`` its max |difference| from
+    the ``sp_shard`` path's output of the same rows (0 where the GEMM is deterministic).
     """
 
     tokens: int = Field(gt=0)
@@ -108,6 +113,9 @@ class PointResult(CamelModel):
     gather_host_source: GatherSource | None = None
     uncovered_samples: int = Field(default=0, ge=0)
     added_because: str | None = Field(default=None, max_length=512)
+    pad_free: CandidateStats | None = None
+    pad_free_rank: int | None = Field(default=None, ge=0)
+    pad_free_max_abs_diff: float | None = Field(default=None, ge=0)
 
 
 class KernelResult(CamelModel):

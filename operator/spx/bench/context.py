@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from spx.analysis.execution import graph_or_eager, max_cudagraph_capture_size, serving_batch_args
 from spx.api.spec import ExperimentSpec
 from spx.bench.gemm import build_projection, resolve_gemm_backend, weight_block_of
-from spx.bench.projection import activation_dtype
+from spx.bench.gemm.projection import activation_dtype
 from spx.bench.timing import TimingProtocol
 from spx.vocabulary import (
     CUDA_GATHER_BACKENDS,
@@ -37,7 +37,7 @@ from spx.vocabulary import (
 if TYPE_CHECKING:
     import torch
 
-    from spx.bench.projection import Projection
+    from spx.bench.gemm.projection import Projection
 
 @dataclass
 class BenchContext:

@@ -85,3 +85,35 @@ def check_reference(ctx: BenchContext, cands: Candidates, replicated_out: torch.
             "weight conversion is wrong, so its timings would mean nothing"
         )
     return rel
+
+
+def check_pad_free(ctx: BenchContext, cands: Candidates, pad_free_out: torch.Tensor, split_out: torch.Tensor) -> float:
+    """Max |pad-free − sp_shard path| over ranks: the gathered, trimmed outputs ``[M, N]`` with a real
+    gather; with a modelled one, the pad-free rank's shard output ``[M_pad/TP, N]`` against the GEMM of
+    ``sp_shard``'s rows of that rank (:func:`spx.bench.sequence_parallel.sp_shard`, computed here once).
+
+    The two see the same rows in the same shape, so the difference is 0 wherever the GEMM is
+    deterministic (reported as ``padFreeMaxAbsDiff``; the tests require 0 on CPU).
+
+    Raises:
+        RuntimeError: the pad-free output holds NaN/inf after the poisoned run, or its shape differs.
+    """
+    import torch
+
+    from spx.bench.sequence_parallel import sp_shard
+
+    if cands.gathered or ctx.tp == 1:
+        ref = split_out.float()
+    else:
+        ref = ctx.projection(sp_shard(cands.x, ctx.tp, cands.pad_free_rank)).float()
+    got = pad_free_out.float()
+    if not torch.isfinite(got).all():
+        raise RuntimeError(f"pad-free output at {cands.plan.tokens} tokens holds NaN/inf after the run: "
+                           "not every element was written")
+    if got.shape != ref.shape:
+        raise RuntimeError(f"pad-free output at {cands.plan.tokens} tokens has shape {tuple(got.shape)}, "
+                           f"the sp_shard path {tuple(ref.shape)}")
+    err = (got - ref).abs().max() if got.numel() else torch.zeros((), device=ref.device)
+    t = err.reshape(1).to(torch.float64 if ctx.device.type == "cpu" else torch.float32)
+    all_reduce_max(ctx, t)
+    return float(t[0])

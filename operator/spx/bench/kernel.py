@@ -7,7 +7,8 @@ Method (docs/kernel-benchmark.md "Method", from the seed PR: docs/seed.md), poin
   blocks) converted the way vLLM converts them for the kernel under test (:mod:`spx.bench.gemm`),
   and vLLM's CUDA-graph capture limit.
 - :mod:`spx.bench.candidates`: ``replicated`` and ``split`` (``sp_shard``, GEMM, all-gather, trim, as
-  vLLM issues them).
+  vLLM issues them), and ``pad-free`` (the split with a pad-free shard: spx's proposal for vLLM, always
+  measured beside the split; ``PointResult.padFree``).
 - :mod:`spx.bench.correctness`: split vs replicated, replicated vs an fp32 reference, before timing.
 - :mod:`spx.bench.timing`: the whole timing protocol (:func:`~spx.bench.timing.bench_time`): graph or
   eager per point (``kernel.execution``; ``auto`` follows vLLM: a graph up to
@@ -26,18 +27,19 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spx.analysis.stats import candidate_stats
 from spx.api.base import utc_now
 from spx.api.result import CandidateStats, KernelResult, PointResult
 from spx.api.spec import ExperimentSpec
-from spx.bench.candidates import PointPlan, build_candidates, gather_path
+from spx.bench.candidates import Candidates, PointPlan, build_candidates, gather_path
 from spx.bench.context import BenchContext, point_execution, preflight, setup, timing_protocol, warm_up_gpu
-from spx.bench.correctness import check_correctness, check_reference
+from spx.bench.correctness import check_correctness, check_pad_free, check_reference
 from spx.bench.fingerprint import collect_environment
 from spx.bench.gemm import reference_tolerance
-from spx.bench.timing import bench_time
+from spx.bench.timing import Timing, TimingProtocol, bench_time
 from spx.vocabulary import CANDIDATES, GatherSource
 
 if TYPE_CHECKING:
@@ -58,8 +60,54 @@ def _stats(samples: list[float], kernels: list[str], host: list[float]) -> Candi
     return stats.model_copy(update={"host_samples_us": host, "host_median_us": statistics.median(host)})
 
 
+@dataclass
+class _Sharded:
+    """A sharded candidate's samples (µs) as the point reports them: span (+ modelled gather), host, gather."""
+
+    span: list[float]
+    host: list[float]
+    gather: list[float]
+    gather_host: float | None
+    gather_host_source: GatherSource | None
+
+
+def _sharded_samples(ctx: BenchContext, cands: Candidates, timing: Timing, name: str, protocol: TimingProtocol,
+                     launched: bool) -> _Sharded:
+    """The split's or pad-free's samples with the gather's share: timed inside each sample on CPU, modelled
+    (``spec.kernel.gatherModel``, added to each span) with fewer ranks than TP, its host launch measured
+    inside each eager host sample where a real 1-rank launch ran."""
+    samples = ctx.spec.kernel.samples
+    span, host, gather = list(timing.span_us[name]), list(timing.host_us.get(name, [])), list(timing.gather_us[name])
+    if ctx.device.type == "cpu" and cands.gathered:  # the gather's share of each sample, timed inside it
+        walls = (cands.gather_walls if name == "split" else cands.pad_free_gather_walls)[-samples:]
+        gather = walls if protocol.reduce_max is None else _reduced(protocol.reduce_max, walls)
+    out = _Sharded(span, host, gather, None, "measured" if cands.gathered else None)
+    if ctx.gather_source == "modelled" and ctx.tp > 1:
+        model = ctx.spec.kernel.gather_model
+        g = model.gather_us(cands.plan.padded_tokens, ctx.spec.projection.output_size, ctx.dtype.itemsize, ctx.tp)
+        out.gather, out.span = [g] * len(span), [s + g for s in span]
+        launch = cands.launch if name == "split" else cands.pad_free_launch
+        if launched and launch is not None:  # measured inside each host sample
+            walls = launch.walls_us[-samples:]
+            walls = walls if protocol.reduce_max is None else _reduced(protocol.reduce_max, walls)
+            out.gather_host, out.gather_host_source = statistics.median(walls), "measured"
+        elif protocol.mode == "eager":  # inside a CUDA graph the gather costs the host nothing of its own
+            out.gather_host, out.gather_host_source = model.host_us, "modelled"
+            out.host = [h + model.host_us for h in host]
+        else:
+            out.gather_host_source = None
+    return out
+
+
+def _inject_fault(rank: int, tokens: int) -> None:
+    """Tests: raise on rank ``SPX_FAULT_INJECT_RANK`` (at ``SPX_FAULT_INJECT_TOKENS`` tokens if set)."""
+    at_tokens = os.environ.get(FAULT_TOKENS_ENV)
+    if os.environ.get(FAULT_ENV) == str(rank) and at_tokens in (None, "", str(tokens)):
+        raise RuntimeError(f"injected fault on rank {rank} at {tokens} tokens ({FAULT_ENV})")
+
+
 def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
-    """Measure both candidates at ``tokens``; returns the point on rank 0 (None on the others).
+    """Measure the three candidates at ``tokens``; returns the point on rank 0 (None on the others).
 
     Every rank must call it with the same ``tokens`` (it synchronises them). The point is timed in the
     mode :func:`spx.bench.context.point_execution` picks and says which and why. A sweep that
@@ -70,9 +118,7 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
             off the fp32 reference by more than the backend's tolerance), CUPTI saw no kernels,
             or a fault was injected through ``SPX_FAULT_INJECT_RANK`` [+ ``SPX_FAULT_INJECT_TOKENS``] (tests).
     """
-    at_tokens = os.environ.get(FAULT_TOKENS_ENV)
-    if os.environ.get(FAULT_ENV) == str(ctx.rank) and at_tokens in (None, "", str(tokens)):
-        raise RuntimeError(f"injected fault on rank {ctx.rank} at {tokens} tokens ({FAULT_ENV})")
+    _inject_fault(ctx.rank, tokens)
     cands = build_candidates(ctx, tokens)
     plan = cands.plan
     mode, why = point_execution(ctx, tokens)
@@ -82,40 +128,21 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
     def check(outputs: dict[str, torch.Tensor]) -> None:
         checked["err"], checked["ref"] = check_correctness(ctx, outputs["replicated"], outputs["split"], plan)
         checked["rel"] = check_reference(ctx, cands, outputs["replicated"])
+        checked["pad_free"] = check_pad_free(ctx, cands, outputs["pad-free"], outputs["split"])
 
     launched = mode == "eager" and cands.launch is not None  # the real 1-rank gather launch in the host samples
     timing = bench_time(cands.launches(), protocol, check, cands.host_launches() if launched else None)
-    samples = ctx.spec.kernel.samples
-    split, host_split = list(timing.span_us["split"]), list(timing.host_us.get("split", []))
-    gather = list(timing.gather_us["split"])
-    if ctx.device.type == "cpu" and cands.gathered:  # the gather's share of each split sample, timed inside it
-        walls = cands.gather_walls[-samples:]
-        gather = walls if protocol.reduce_max is None else _reduced(protocol.reduce_max, walls)
-    gather_host: float | None = None
-    gather_host_source: GatherSource | None = "measured" if cands.gathered else None
-    if ctx.gather_source == "modelled" and ctx.tp > 1:
-        model = ctx.spec.kernel.gather_model
-        g = model.gather_us(plan.padded_tokens, ctx.spec.projection.output_size, ctx.dtype.itemsize, ctx.tp)
-        gather = [g] * len(split)
-        split = [s + g for s in split]
-        if launched and cands.launch is not None:  # measured inside each split host sample
-            walls = cands.launch.walls_us[-samples:]
-            walls = walls if protocol.reduce_max is None else _reduced(protocol.reduce_max, walls)
-            gather_host, gather_host_source = statistics.median(walls), "measured"
-        elif mode == "eager":  # inside a CUDA graph the gather costs the host nothing of its own
-            gather_host, gather_host_source = model.host_us, "modelled"
-            host_split = [h + model.host_us for h in host_split]
-        else:
-            gather_host_source = None
+    split, pad_free = (_sharded_samples(ctx, cands, timing, name, protocol, launched) for name in ("split", "pad-free"))
     for names in timing.kernels.values():
         ctx.kernels_seen.update(names)
     if ctx.rank != 0:
         return None
     kernels = timing.kernels
     if ctx.device.type == "cpu":
-        kernels = {"replicated": ["cpu:linear"], "split": ["cpu:linear", f"{ctx.gather_backend}:all_gather"]}
-    split_stats = _stats(split, kernels.get("split", []), host_split)
-    gather_med = statistics.median(gather) if ctx.tp > 1 else 0.0
+        sharded = ["cpu:linear", f"{ctx.gather_backend}:all_gather"]
+        kernels = {"replicated": ["cpu:linear"], "split": sharded, "pad-free": sharded}
+    split_stats = _stats(split.span, kernels.get("split", []), split.host)
+    gather_med = statistics.median(split.gather) if ctx.tp > 1 else 0.0
     return PointResult(
         tokens=tokens,
         padded_tokens=plan.padded_tokens,
@@ -131,9 +158,12 @@ def measure_point(ctx: BenchContext, tokens: int) -> PointResult | None:
         reference_rel_error=checked["rel"],
         execution=mode,
         execution_reason=why[:256],
-        gather_host_us=gather_host,
-        gather_host_source=gather_host_source,
+        gather_host_us=split.gather_host,
+        gather_host_source=split.gather_host_source,
         uncovered_samples=timing.uncovered,
+        pad_free=_stats(pad_free.span, kernels.get("pad-free", []), pad_free.host),
+        pad_free_rank=cands.pad_free_rank,
+        pad_free_max_abs_diff=checked["pad_free"],
     )
 
 

@@ -1,5 +1,5 @@
 """The token split as vLLM issues it: ``sp_shard`` (pad M to a multiple of TP, keep this rank's rows),
-the GEMM, ``sp_all_gather``, and the trim back to M.
+the GEMM, ``sp_all_gather``, and the trim back to M; and :func:`pad_free_shard`, the split vLLM could have.
 
 vLLM 0.33's split path of ``fused_wqa_wkv`` (``_fused_wqa_wkv_gemm`` in
 ``vllm/models/deepseek_v41/attention.py``, when ``num_tokens >= _SHARD_FUSED_WQA_WKV_MIN_TOKENS``) calls
@@ -8,6 +8,13 @@ gathered ``[M_pad, N]`` back to ``[:num_tokens]``. :func:`resolve_sp_shard` retu
 ``sp_shard`` where vLLM is importable and its TP group is this run's (``gather: vllm``), else
 :func:`sp_shard`, a port of it with TP size and rank passed in (checked equal to vLLM's in the vllm
 test stage: ``tests/real_vllm/test_sequence_parallel.py``).
+
+:func:`pad_free_shard` is spx's proposal for vLLM, measured as the ``pad-free`` candidate: each rank takes
+its rows of ``x`` as a view and only a rank whose rows run past M (the last one, for M ≥ TP·(TP − 1))
+pads its own short shard (≤ M_pad/TP rows) before the all-gather, instead of every rank copying the
+whole ``[M, K]`` hidden state into ``[M_pad, K]`` whenever M % TP ≠ 0. Every rank's shard holds exactly
+the rows ``sp_shard`` gives it, so the gathered, trimmed output is the same (checked on 2 gloo ranks by
+``tests/unit/test_pad_free_shard.py`` against the port and, in the vllm test stage, against vLLM's own).
 """
 
 from __future__ import annotations
@@ -52,6 +59,40 @@ def sp_shard(x: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
         x = torch.nn.functional.pad(x, (0, 0) * (x.ndim - 1) + (0, pad))
     chunk = x.shape[0] // tp
     return x[rank * chunk : (rank + 1) * chunk]
+
+
+def shard_rows(tokens: int, tp: int, rank: int) -> tuple[int, int, int]:
+    """``(start, stop, short)``: rank ``rank``'s real rows ``x[start:stop]`` of ``tokens`` and how many zero
+    rows it appends to reach ``M_pad / tp`` (``sp_shard``'s chunk; ``short`` > 0 only for a trailing rank).
+
+    Raises:
+        ValueError: ``tokens < 0``, ``tp < 1`` or ``rank`` outside ``[0, tp)``.
+    """
+    if not 0 <= rank < tp:
+        raise ValueError(f"rank {rank} is outside [0, {tp})")
+    chunk = (tokens + sp_pad(tokens, tp)) // tp
+    start, stop = min(rank * chunk, tokens), min((rank + 1) * chunk, tokens)
+    return start, stop, chunk - (stop - start)
+
+
+def pad_free_shard(x: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
+    """This rank's ``[M_pad / tp, ...]`` rows of ``x[M, ...]``, equal to :func:`sp_shard`'s, without padding ``x``.
+
+    A view of ``x`` when the rank's rows are all real (every rank when ``M % tp == 0``); else only this
+    rank's own rows are copied and padded with zeros (``torch.nn.functional.pad``, at most ``M_pad / tp``
+    rows; :func:`shard_rows`). spx's proposal for vLLM 0.33's ``sp_shard``
+    (``vllm/models/common/ops/sequence_parallel.py``), which pads the whole ``x`` on every rank.
+
+    Raises:
+        ValueError: ``rank`` outside ``[0, tp)``.
+    """
+    import torch
+
+    start, stop, short = shard_rows(x.shape[0], tp, rank)
+    shard = x[start:stop]
+    if short > 0:
+        shard = torch.nn.functional.pad(shard, (0, 0) * (x.ndim - 1) + (0, short))
+    return shard
 
 
 def sp_trim(gathered: torch.Tensor, tokens: int) -> torch.Tensor:

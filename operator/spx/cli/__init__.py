@@ -20,6 +20,7 @@ from spx.cli import cluster, predict, report, run, validate  # noqa: F401  (impo
 from spx.cli.common import UnreachableError, UsageError, apply_overrides, err_console, parse_tokens
 from spx.cli.registry import COMMANDS, build_parser, command
 from spx.cli.streams import degrade_unencodable_characters, internal_error, pipe_safe_streams, stdout_closed
+from spx.rundir import RunDirectoryError
 
 
 def _error(message: str) -> None:
@@ -57,15 +58,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         code = int(args.handler(args))
         sys.stdout.flush()  # a reader that has gone shows here, not in the interpreter's last flush
         return code
-    except (UsageError, SpecError) as exc:
+    except (RunDirectoryError, SpecError) as exc:
         _error(str(exc))
         return EXIT_USAGE
     except UnreachableError as exc:
         _error(str(exc))
         return EXIT_UNREACHABLE
-    except KeyboardInterrupt:
-        ranks = ": nothing was started, or every started rank was stopped" if args.command in ("run", "serving") else ""
-        err_console().print(f"interrupted (Ctrl-C){ranks}",
+    except KeyboardInterrupt as exc:
+        stopped = {"run": ": nothing was started, or every started rank and vLLM server was stopped",
+                   "serving": ": every vLLM server spx started was stopped"}.get(args.command, "")
+        err_console().print(f"{str(exc) or 'interrupted (Ctrl-C)'}{stopped}",
                             highlight=False, markup=False, soft_wrap=True)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `spx crd | head -1`: stop quietly, exit 141 as SIGPIPE would

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from rich.markup import escape
@@ -46,19 +47,26 @@ def cmd_serving(args: argparse.Namespace) -> int:
     if exp.spec.serving is None:
         raise UsageError(f"{args.file} has no spec.serving, so there is no vLLM bench to run; add a spec.serving "
                          "section (docs/serving.md)")
-    from spx.cli import outdir
+    from spx.rundir import RunDirectory
+    from spx.serving.server import interrupts_stop_servers
     from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE, STATUS_FILE, STEP_RESULT_FILE
 
-    with outdir.locked(args.out):  # one run at a time per --out, as spx run
+    with RunDirectory(args.out).locked() as run_dir:  # one run at a time per --out, as spx run
         earlier = [n for n in (SERVING_RESULT_FILE, ACCURACY_RESULT_FILE, STEP_RESULT_FILE) if (args.out / n).exists()]
         if earlier and not args.overwrite:
             raise UsageError(f"--out {args.out} already holds serving results ({', '.join(earlier)}); pass "
                              "--overwrite to replace them, or choose another --out")
+        run_dir.begin()
         try:
-            outcome = run_vllm_benches(exp.spec, args.out, name=exp.metadata.name, vllm_command=args.vllm.split())
+            with interrupts_stop_servers():  # SIGTERM as Ctrl-C: the servers are stopped and what ran is saved
+                outcome = run_vllm_benches(exp.spec, args.out, name=exp.metadata.name, vllm_command=args.vllm.split())
         except (ValueError, OSError) as err:
             err_console().print(f"[bold red]the vLLM benches did not start:[/] {escape(str(err))}", highlight=False)
             return EXIT_FAIL
+        finally:
+            run_dir.stop()
+            with contextlib.suppress(OSError):  # (a full disk: the benches' own error says so)
+                run_dir.finish(names=())
     from spx.cli.serving_lines import bench_lines
 
     for line in bench_lines(outcome.status):

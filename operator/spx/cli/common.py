@@ -19,6 +19,7 @@ from rich.table import Table
 from spx.api import Experiment, ExperimentSpec, SpecError, dump_model, load_experiment, validate_spec
 from spx.api.exit_codes import EXIT_USAGE
 from spx.api.loading import MAX_DOCUMENT_BYTES
+from spx.rundir import RunDirectoryError
 from spx.vocabulary import OUTPUT_FORMATS
 
 DEFAULT_OUT_ROOT = "spx-runs"
@@ -30,8 +31,9 @@ PIPE_WIDTH = 160
 PIPE_TABLE_MAX_WIDTH = 240
 
 
-class UsageError(Exception):
-    """Invalid input or usage found by a command (exit code 3, ``EXIT_USAGE``); the message is shown as is."""
+class UsageError(RunDirectoryError):
+    """Invalid input or usage found by a command (exit code 3, ``EXIT_USAGE``); the message is shown as is. A
+    :class:`spx.rundir.RunDirectoryError` (a run folder that cannot be used) is handled the same way."""
 
 
 class UnreachableError(Exception):
@@ -209,7 +211,7 @@ def emit(document: BaseModel, fmt: str) -> None:
     sys.stdout.flush()
 
 
-def problems_of(err: UsageError | SpecError) -> list[str]:
+def problems_of(err: RunDirectoryError | SpecError) -> list[str]:
     """An input error as the ``problems`` of a ``-o json|yaml`` document: a spec's one line per field, else the message."""
     return list(err.problems) if isinstance(err, SpecError) else [str(err)]
 
@@ -220,7 +222,7 @@ def with_error_document(fmt: str, body: Callable[[], int], error_document: Calla
     text the error propagates (one line on stderr, exit 3)."""
     try:
         return body()
-    except (UsageError, SpecError) as err:
+    except (RunDirectoryError, SpecError) as err:
         if fmt == "text":
             raise
         emit(error_document(problems_of(err)), fmt)

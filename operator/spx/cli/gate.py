@@ -43,7 +43,6 @@ from spx.api.exit_codes import EXIT_FAIL as EXIT_FAIL
 from spx.api.exit_codes import EXIT_OK as EXIT_PASS  # noqa: F401  (re-exported)
 from spx.api.exit_codes import EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.api.status import ExperimentStatus
 from spx.vocabulary import OUTPUT_FORMATS, RESULT_FILE, STATUS_FILE
 
 #: The gate's decision (:func:`spx.analysis.gate_decision.gate_decision`), by its older name.
@@ -72,16 +71,12 @@ def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
     raw = str(path)
     path = Path(raw)
     target = os.path.join(raw, STATUS_FILE) if path.is_dir() else raw
+    from spx.rundir import RunDirectoryError, read_json
+
     try:
-        data = json.loads(Path(target).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GateError(f"{target}: no such file (expected the status.json that `spx run --out DIR` writes)") from None
-    except IsADirectoryError:
-        raise GateError(f"{target}: is a directory without a status.json") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise GateError(f"{target}: cannot read a status document: {err}") from None
-    except RecursionError:
-        raise GateError(f"{target}: nests deeper than any status document: not an experiment status") from None
+        data = read_json(Path(target), "the status.json that `spx run --out DIR` writes")
+    except RunDirectoryError as err:
+        raise GateError(str(err)) from None
     if not isinstance(data, dict):
         raise GateError(f"{target}: expected a JSON object (an ExperimentStatus), got a JSON {type(data).__name__}")
     if "kind" in data:  # a whole object (`kubectl get spx NAME -o json > x.json`)
@@ -100,21 +95,16 @@ def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
     return check_status(data, target), None
 
 
-#: The fields of an ExperimentStatus the gate reads: a document with none of them is not a status.
-STATUS_FIELDS = {ExperimentStatus.model_fields[name].alias or name: typ
-                 for name, typ in (("phase", str), ("conditions", list), ("verdict", str), ("observed_generation", int))}
-
-
 def check_status(data: dict[str, Any], target: str, whole_object: bool = False) -> dict[str, Any]:
     """``data`` when it is shaped like an ExperimentStatus; else a :class:`GateError` (exit 3) saying what the
     file is instead and what to pass (a run's ``result.json`` names its ``status.json`` and directory).
     ``whole_object``: the ``.status`` of a ``kubectl get -o json`` dump, empty before the first reconcile."""
     import os.path
 
-    from spx.api.loading import is_run_result
+    from spx.api.loading import STATUS_FIELDS, kind_of
 
     kind = str(data.get("schemaVersion") or "")
-    if is_run_result(data):
+    if kind_of(data) == "result":
         run_dir = os.path.dirname(target) or "."
         raise GateError(f"{target} is a run's result, not a status: pass {os.path.join(run_dir, STATUS_FILE)} "
                         f"or the run directory {run_dir}")
@@ -238,13 +228,13 @@ def read_and_decide(
     """Read ``target`` (a local path or an experiment name) once and decide."""
     try:
         if _is_local(target):
-            from spx.cli.outdir import killed_run, run_in_progress
+            from spx.rundir import RunDirectory
 
-            run_dir = Path(target) if os.path.isdir(target) else Path(target).parent
-            if holder := run_in_progress(run_dir):
+            run_dir = RunDirectory(target if os.path.isdir(target) else Path(target).parent)
+            if holder := run_dir.in_progress():
                 return GateResult(EXIT_UNDECIDED, target, False, phase="Running",
                                   message=f"a run is in progress ({holder}); its status.json is written when it ends")
-            if not (run_dir / STATUS_FILE).exists() and (killed := killed_run(run_dir)):
+            if not run_dir.status_path.exists() and (killed := run_dir.killed()):
                 return GateResult(EXIT_UNDECIDED, target, False, message=killed)
             if fallback := judged_result(Path(target) if os.path.isdir(target) else Path(target).parent, target):
                 return fallback

@@ -17,7 +17,7 @@ from spx.cli.common import (
 )
 from spx.cli.documents import PredictDocument
 from spx.cli.registry import command
-from spx.vocabulary import INTERPOLATIONS, PREDICT_GATHERS, RESULT_FILE, THRESHOLD_ROUNDINGS
+from spx.vocabulary import INTERPOLATIONS, PREDICT_GATHERS, THRESHOLD_ROUNDINGS
 
 if TYPE_CHECKING:
     from spx.api.result import KernelResult
@@ -148,7 +148,7 @@ def _read_table(path: str) -> str:
     import json
     import os.path
 
-    from spx.api.result import RESULT_SCHEMA_VERSION
+    from spx.api.loading import kind_of
 
     if os.path.isdir(path):
         raise UsageError(f"{path} is a directory, not a CSV kernel table: a run directory goes to --measured {path} "
@@ -160,7 +160,7 @@ def _read_table(path: str) -> str:
         except (json.JSONDecodeError, RecursionError):
             return text  # not JSON after all (or nested past any document): the CSV reader says what is wrong
         kind = str(doc.get("schemaVersion") or "") if isinstance(doc, dict) else ""
-        if kind.startswith(RESULT_SCHEMA_VERSION.rsplit("/", 1)[0]):  # (any version of a run's result.json)
+        if kind_of(doc) == "result":  # (any version of a run's result.json)
             raise UsageError(f"{path} is a run's result (JSON), not a CSV kernel table: pass it as --measured {path} "
                              "to predict with its measured GEMM times")
         raise UsageError(f"{path} is JSON{f' ({kind[:60]})' if kind else ''}, not a CSV kernel table (columns "
@@ -171,26 +171,25 @@ def _read_table(path: str) -> str:
 def _read_measured(path: str) -> KernelResult:
     """The result document at ``path`` (a run's result.json, or the run directory holding it); raises
     :class:`UsageError` naming what is wrong with it."""
-    import json
     import os.path
 
     from pydantic import ValidationError
 
     from spx.api import describe_validation_error
     from spx.api.result import KernelResult
+    from spx.rundir import RunDirectory, RunDirectoryError, loads_json
 
     if os.path.isdir(path):
-        result = os.path.join(path, RESULT_FILE)
-        if not os.path.isfile(result):
+        result = RunDirectory(path).result_path
+        if not result.is_file():
             raise UsageError(f"--measured {path}: the directory has no result.json; give a run's --out directory "
                              "or its result.json")
-        path = result
+        path = str(result)
     try:
-        return KernelResult.model_validate(json.loads(read_text(path, "a result.json", MAX_TABLE_BYTES, "")))
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--measured {path} is not JSON: {exc}") from None
-    except RecursionError:
-        raise UsageError(f"--measured {path} nests deeper than any run's result.json: not an spx result") from None
+        return KernelResult.model_validate(loads_json(read_text(path, "a result.json", MAX_TABLE_BYTES, ""), path,
+                                                      "a run's result.json"))
+    except RunDirectoryError as err:
+        raise UsageError(f"--measured {err}") from None
     except ValidationError as err:
         problems = describe_validation_error(err)
         more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""

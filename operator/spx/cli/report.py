@@ -39,12 +39,10 @@ from spx.cli.registry import command
 from spx.cli.report_load import (
     VLLM_SECTIONS,
     LoadedRun,
-    is_status_document,
-    load_json,
     load_run,
     relabel_warnings,
-    validated,
 )
+from spx.rundir import kind_of, read_json, validated
 from spx.vocabulary import PLOT_FILE, RESULT_FILE, STATUS_FILE
 
 
@@ -185,12 +183,12 @@ def benches_only(target: Path) -> tuple[ExperimentStatus, Path] | None:
     path = target if target.is_file() else directory / STATUS_FILE
     if not path.is_file() or (directory / RESULT_FILE).is_file() or path.name == RESULT_FILE:
         return None
-    data = load_json(path)
-    if not is_status_document(data) or (data.get("kernel") or {}).get("points"):
+    data = read_json(path, "a run's status.json")
+    if kind_of(data) != "status" or (data.get("kernel") or {}).get("points"):
         return None
     if not any(data.get(k) for k in VLLM_SECTIONS):
         return None
-    return validated(ExperimentStatus, path), path
+    return validated(ExperimentStatus, path, data), path
 
 
 def run_identity(result: KernelResult | Any) -> RunIdentity | None:

@@ -4,11 +4,9 @@ turned into one :class:`LoadedRun` (:func:`load_run`). Reading only: :mod:`spx.c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
 
 from spx.api import (
     Environment,
@@ -23,6 +21,7 @@ from spx.api import (
 )
 from spx.api.result import repeated_tokens, rows_per_rank
 from spx.cli.common import UsageError
+from spx.rundir import RunDirectory, RunDirectoryError, kind_of, parse_points, read_json, validated
 from spx.vocabulary import (
     GEMM_BACKENDS,
     POINTS_FILE,
@@ -31,33 +30,6 @@ from spx.vocabulary import (
     TIMERS,
     ResolvedDevice,
 )
-
-M = TypeVar("M", KernelResult, ExperimentStatus)
-
-
-def load_json(path: Path) -> Any:
-    """JSON of ``path``.
-
-    Raises:
-        UsageError: unreadable, not UTF-8, or not JSON.
-    """
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path} is not a UTF-8 text file") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not JSON: {exc}") from None
-    except RecursionError:
-        raise UsageError(f"{path} nests deeper than any spx result or status: not an spx document") from None
-
-
-def is_status_document(data: Any) -> bool:
-    """Whether JSON ``data`` is an experiment's status (a run's status.json, whatever the file is called): no
-    ``schemaVersion`` and no ``points`` (a result's), and a status's ``phase``, ``conditions``, ``kernel`` or ``verdict``."""
-    return (isinstance(data, dict) and not data.get("schemaVersion") and "points" not in data
-            and bool({"phase", "conditions", "kernel", "verdict"} & data.keys()))
 
 
 def status_tp(points: Sequence[KernelPoint | PointResult], gpu_count: int | None) -> tuple[int, str]:
@@ -82,22 +54,18 @@ def result_from_partial_points(path: Path, spec: ExperimentSpec | None) -> tuple
     Raises:
         UsageError: ``path`` cannot be read or holds no valid point.
     """
-    points, bad = [], 0
     try:
-        lines = path.read_bytes().splitlines()
+        points, bad = parse_points(path.read_bytes())  # (the last line of a killed run may be cut short)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    for line in filter(bytes.strip, lines):
-        try:
-            points.append(PointResult.model_validate_json(line))
-        except ValueError:
-            bad += 1  # (the last line of a killed run may be cut short)
     if not points:
         raise UsageError(f"{path} holds no valid point ({bad} line(s) that are not one)")
     tp, how = status_tp(points, None)
     assumed = "the experiment given with --experiment"
-    if spec is None:
-        spec = validate_spec({"parallelism": {"tensorParallelSize": tp}, "sweep": {"tokens": [p.tokens for p in points]}},
+    if spec is None:  # the sweep the run planned (its manifest), so a killed run's counts are "4 of 6"
+        planned = RunDirectory(path.parent).planned_tokens() or []
+        tokens = sorted({*planned, *(p.tokens for p in points)})
+        spec = validate_spec({"parallelism": {"tensorParallelSize": tp}, "sweep": {"tokens": tokens}},
                              source=str(path))
         assumed = f"TP{tp} ({how}) and the default shapes and gate; --experiment FILE gives the run's own"
     # what ran is not recorded with the points: the spec's requests (auto), and the device the timed kernels' names
@@ -151,22 +119,6 @@ class LoadedRun:
     warnings: list[str] = field(default_factory=list)
 
 
-def validated(model: type[M], path: Path) -> M:
-    """``path``'s JSON as ``model``.
-
-    Raises:
-        UsageError: unreadable or not JSON. SpecError: not that document (names the fields).
-    """
-    from pydantic import ValidationError
-
-    from spx.api import describe_validation_error
-
-    try:
-        return model.model_validate(load_json(path))
-    except ValidationError as err:
-        raise SpecError(describe_validation_error(err), str(path)) from None
-
-
 def load_run(target: Path, override: ExperimentSpec | None = None) -> LoadedRun:
     """The run at ``target`` (a run's folder, its result.json or its status.json): its result.json when there is
     one, else the status's points, else the points a killed run streamed to ``points.partial.jsonl`` (a partial
@@ -180,7 +132,7 @@ def load_run(target: Path, override: ExperimentSpec | None = None) -> LoadedRun:
     if not target.exists():
         raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
     directory = target if target.is_dir() else target.parent
-    is_status = target.is_file() and (target.name == STATUS_FILE or is_status_document(load_json(target)))
+    is_status = target.is_file() and (target.name == STATUS_FILE or kind_of(read_json(target)) == "status")
     result_path = target if target.is_file() and not is_status else directory / RESULT_FILE
     status_path = target if is_status else directory / STATUS_FILE
     result, unreadable = _result_or_why(result_path, fall_back=target.is_dir() and status_path.is_file())
@@ -219,7 +171,7 @@ def _result_or_why(result_path: Path, *, fall_back: bool) -> tuple[KernelResult 
         return None, None
     try:
         return validated(KernelResult, result_path), None
-    except (UsageError, SpecError) as err:
+    except (RunDirectoryError, SpecError) as err:
         if not fall_back:
             raise
         return None, str(err).splitlines()[0][:200]
@@ -241,8 +193,8 @@ def _status_or_why(status_path: Path) -> tuple[ExperimentStatus | None, str | No
     from spx.vocabulary import VERDICTS
 
     try:
-        data = load_json(status_path)
-    except UsageError as err:
+        data = read_json(status_path, "a run's status.json")
+    except RunDirectoryError as err:
         return None, str(err)[:200]
     if not isinstance(data, dict) or not data:
         return None, "not an experiment status: empty or not a JSON object"
@@ -264,7 +216,7 @@ def _vllm_part(status_path: Path) -> ExperimentStatus:
 
     from spx.api import describe_validation_error
 
-    data = load_json(status_path)
+    data = read_json(status_path, "a run's status.json")
     part = {k: data[k] for k in (*VLLM_SECTIONS, "judgement") if isinstance(data, dict) and data.get(k) is not None}
     try:
         return ExperimentStatus.model_validate(part)
@@ -300,11 +252,10 @@ def _refuse_empty(directory: Path) -> None:
     Raises:
         UsageError: a run in progress, or nothing to report (no ``points.partial.jsonl`` either).
     """
-    from spx.cli.outdir import killed_run, partial_points, run_in_progress
-
-    if holder := run_in_progress(directory):
+    run_dir = RunDirectory(directory)
+    if holder := run_dir.in_progress():
         raise UsageError(f"a run is in progress in {directory} ({holder}): its result.json and status.json are "
                          f"written when it ends; report it then (spx gate {directory} --wait SECONDS waits for it)")
-    if not partial_points(directory):
-        killed = killed_run(directory)
+    if not any(run_dir.partial_points()):  # (lines that are not points: result_from_partial_points says so)
+        killed = run_dir.killed()
         raise UsageError(f"no result.json or status.json in {directory}" + (f": {killed}" if killed else ""))

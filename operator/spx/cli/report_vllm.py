@@ -20,7 +20,7 @@ from spx.api.accuracy import AccuracyResult, AccuracyStatus
 from spx.api.serving import ServingResult, ServingStatus
 from spx.api.status import ExperimentStatus
 from spx.api.step import StepResult, StepStatus
-from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_DIR, SERVING_RESULT_FILE, STEP_RESULT_FILE
+from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE, STEP_RESULT_FILE
 
 D = TypeVar("D", ServingResult, AccuracyResult, StepResult)
 
@@ -37,14 +37,6 @@ class VllmSections:
     step: StepResult | StepStatus | None = None
     sources: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-def _document(directory: Path, name: str) -> Path | None:
-    """``directory/name`` or ``directory/serving/name`` (where ``spx run --serving`` writes it), if a file."""
-    for path in (directory / name, directory / SERVING_DIR / name):
-        if path.is_file():
-            return path
-    return None
 
 
 def read_vllm_sections(directory: Path, status: ExperimentStatus | None) -> VllmSections:
@@ -72,33 +64,23 @@ def read_vllm_sections(directory: Path, status: ExperimentStatus | None) -> Vllm
 
 
 def _read(directory: Path, name: str, model: type[D], out: VllmSections) -> tuple[D, str] | None:
-    """``(document, path relative to directory)`` of result document ``name``, or ``None`` (absent, or not
-    readable: a warning in ``out``)."""
-    import json
+    """``(document, path relative to directory)`` of result document ``name`` (in the folder or its ``serving/``:
+    :meth:`spx.rundir.RunDirectory.bench_path`), or ``None`` (absent, or not readable: a warning in ``out``)."""
+    from spx.api.problems import SpecError, clip
+    from spx.rundir import RunDirectory, RunDirectoryError
 
-    from pydantic import ValidationError
-
-    path = _document(directory, name)
+    run_dir = RunDirectory(directory)
+    path = run_dir.bench_path(name)
     if path is None:
         return None
     try:
-        return model.model_validate(json.loads(path.read_text(encoding="utf-8"))), str(path.relative_to(directory))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValidationError) as err:
-        out.warnings.append(f"{path}: not judged with it, it cannot be read as {name} ({_why(err)}); "
+        document = run_dir.bench_document(path.relative_to(directory).as_posix(), model)
+    except (RunDirectoryError, SpecError) as err:
+        problems = err.problems if isinstance(err, SpecError) else [str(err)]
+        more = f"; … and {len(problems) - 3} more" if len(problems) > 3 else ""
+        why = clip("; ".join(problems[:3]) + more, 400)
+        out.warnings.append(f"{path}: not judged with it, it cannot be read as {name} ({why}); "
                             "status.json's section is used where there is one")
         return None
-
-
-def _why(err: Exception) -> str:
-    """One bounded line of why a result document could not be read: a schema error as spx words it elsewhere
-    (field, what is expected, an excerpt of the value: :func:`spx.api.problems.describe_validation_error`; at
-    most 3 problems), never pydantic's multi-line dump with its links."""
-    from pydantic import ValidationError
-
-    from spx.api.problems import clip, describe_validation_error
-
-    if isinstance(err, ValidationError):
-        problems = describe_validation_error(err)
-        more = f"; … and {len(problems) - 3} more" if len(problems) > 3 else ""
-        return clip("; ".join(problems[:3]) + more, 400)
-    return clip(str(err), 200)
+    assert document is not None
+    return document, str(path.relative_to(directory))

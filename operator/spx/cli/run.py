@@ -20,7 +20,6 @@ from rich.markup import escape
 
 from spx.api import ExperimentSpec, KernelStatus, PointResult, dump_model, wire
 from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
-from spx.cli import outdir
 from spx.cli.common import (
     DEFAULT_OUT_ROOT,
     STDIN,
@@ -126,20 +125,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out is not None else Path(DEFAULT_OUT_ROOT) / name
     if args.summary_file:
         check_writable(args.summary_file, args.file)
-    with outdir.locked(out):
-        aside = outdir.prepare(out, args.overwrite)
+    from spx.rundir import RunDirectory
+    from spx.serving.server import interrupts_stop_servers
+
+    with RunDirectory(out).locked() as run_dir:
+        aside = run_dir.prepare(args.overwrite)
         code: int | None = None
         try:
-            outdir.begin_manifest(out)
-            code = _run_locked(args, spec, name, out)
+            run_dir.begin(planned_tokens=spec.sweep.tokens)
+            with interrupts_stop_servers():  # SIGTERM as Ctrl-C: ranks and vLLM servers stopped, what ran is kept
+                code = _run_locked(args, spec, name, out)
             return code
         finally:
             # refused before it started (an exception) or Ctrl-C before the first point: keep the earlier run
-            keep_new = outdir.measured(out) or code not in (None, EXIT_INTERRUPTED)
-            outdir.settle(out, aside, keep_new=keep_new)
+            keep_new = run_dir.measured_points() > 0 or code not in (None, EXIT_INTERRUPTED)
+            run_dir.stop()
+            run_dir.settle(aside, keep_new=keep_new)
             if keep_new or aside is None:
                 with contextlib.suppress(OSError):  # (a full disk: the run's own error says so)
-                    outdir.finish_manifest(out)
+                    run_dir.finish()
             if aside is not None and not keep_new:
                 err_console().print(f"nothing was measured: the earlier run in {out} is kept (this run's empty "
                                     "result and logs are dropped)", highlight=False, markup=False, soft_wrap=True)
@@ -215,6 +219,8 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
     if outcome.status.verdict is not None:
         console.print(f"verdict over every gate: {outcome.status.verdict}", highlight=False, markup=False)
     console.print(f"results: {out / STATUS_FILE}, {out / SERVING_DIR}", highlight=False, markup=False)
+    if outcome.stopped:
+        return EXIT_INTERRUPTED
     return EXIT_FAIL if outcome.vllm_error else EXIT_OK
 
 

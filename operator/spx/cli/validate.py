@@ -8,9 +8,10 @@ import sys
 from spx.api import SpecError, dump_model
 from spx.api.exit_codes import EXIT_OK, EXIT_USAGE
 from spx.api.spec import Experiment
-from spx.cli.common import UsageError, add_output_option, emit, err_console, problems_of, read_experiment, source_name
+from spx.cli.common import add_output_option, emit, err_console, problems_of, read_experiment, source_name
 from spx.cli.documents import ValidateDocument
 from spx.cli.registry import command
+from spx.rundir import RunDirectoryError
 from spx.vocabulary import COMPLETION_SHELLS
 
 
@@ -28,7 +29,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             exp = read_experiment(args.file)
             problems: list[str] = []
-        except (SpecError, UsageError) as err:
+        except (SpecError, RunDirectoryError) as err:
             problems = problems_of(err)
         emit(ValidateDocument(source=source_name(args.file), valid=exp is not None, problems=problems, experiment=exp), args.output)
         return EXIT_OK if exp is not None else EXIT_USAGE

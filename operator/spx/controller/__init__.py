@@ -11,8 +11,8 @@ By concern:
   decision's questions, carry out its effects (backoff on 409, ``StatusRejected`` on 422);
 - :mod:`~spx.controller.decide.admission` — the concurrency limit (pure);
 - :mod:`~spx.controller.writes` — the API writes (409 backs off with jitter, 422 is terminal); :mod:`~spx.controller.reads` the reads;
-- :mod:`~spx.controller.build.manifests` (over :mod:`~spx.controller.build.naming`, :mod:`~spx.controller.build.placement`),
-  :mod:`~spx.controller.build.result_configmap` — pure builders;
+- :mod:`~spx.controller.manifests.job` (over :mod:`~spx.controller.manifests.naming`, :mod:`~spx.controller.manifests.placement`),
+  :mod:`~spx.controller.manifests.result_configmap` — pure builders;
 - :mod:`~spx.controller.decide.pod_outcome` (over :mod:`~spx.controller.decide.job_status`, :mod:`~spx.controller.decide.pod_startup`,
   :mod:`~spx.controller.decide.pod_disruption`, :mod:`~spx.controller.decide.pod_exit`; its types in
   :mod:`~spx.controller.decide.observation`), :mod:`~spx.controller.decide.results`, :mod:`~spx.controller.decide.conditions`

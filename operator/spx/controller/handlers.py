@@ -20,9 +20,9 @@ import kopf
 from spx import __version__
 from spx.api.spec import GROUP, PLURAL, VERSION
 from spx.controller import leader, metrics
-from spx.controller.build.naming import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
 from spx.controller.decide import crd_check
 from spx.controller.kube import ApiError, KubeClient, resource_path
+from spx.controller.manifests.naming import LABEL_MANAGED_BY, MANAGED_BY, MANAGED_SELECTOR
 from spx.controller.reactor import Reactor
 from spx.controller.settings import OperatorSettings, load_settings
 

@@ -12,7 +12,7 @@ Every replica keeps watching (its store stays warm); only the leader's reactor w
 (:meth:`LeaderElector.wait_leading`). Should two leaders ever overlap, the Job name is still
 deterministic (``<experiment>-g<generation>``), so a second create meets AlreadyExists: no double Job.
 
-:func:`decide` is the pure step (table-tested); :class:`LeaderElector` does the I/O.
+:func:`lease_action` is the pure step (table-tested); :class:`LeaderElector` does the I/O.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Timing:
 Action = Literal["create", "renew", "take", "wait"]
 
 
-def decide(lease: Mapping[str, Any] | None, me: str, observed_unchanged_s: float, timing: Timing) -> Action:
+def lease_action(lease: Mapping[str, Any] | None, me: str, observed_unchanged_s: float, timing: Timing) -> Action:
     """What a candidate ``me`` does with the Lease it just read.
 
     Args:
@@ -126,7 +126,7 @@ class LeaderElector:
         return {"apiVersion": LEASE_API, "kind": "Lease", "metadata": metadata, "spec": spec}
 
     async def try_once(self) -> bool:
-        """Read the Lease, then create, renew or take it if :func:`decide` says so; whether we lead now."""
+        """Read the Lease, then create, renew or take it if :func:`lease_action` says so; whether we lead now."""
         started = self.monotonic()
         try:
             lease = await self.client.get(self._path(self.name))
@@ -137,7 +137,7 @@ class LeaderElector:
         rv = str(((lease or {}).get("metadata") or {}).get("resourceVersion") or "")
         if self._seen is None or self._seen[0] != rv:
             self._seen = (rv, started)
-        action = decide(lease, self.identity, started - self._seen[1], self.timing)
+        action = lease_action(lease, self.identity, started - self._seen[1], self.timing)
         if action == "wait":
             return self.is_leader
         now = dt.datetime.now(dt.UTC)

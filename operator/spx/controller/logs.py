@@ -21,8 +21,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from spx.controller.build.naming import CONTAINER_NAME
 from spx.controller.kube import ApiError, KubeClient, resource_path
+from spx.controller.manifests.naming import CONTAINER_NAME
 
 logger = logging.getLogger("spx.controller.logs")
 

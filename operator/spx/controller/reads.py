@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spx.controller.build.naming import CONTAINER_NAME, LABEL_EXPERIMENT_UID
 from spx.controller.decide import admission
 from spx.controller.decide.objects import meta
 from spx.controller.decide.store import Store
 from spx.controller.kube import ApiError, KubeClient, resource_path
+from spx.controller.manifests.naming import CONTAINER_NAME, LABEL_EXPERIMENT_UID
 
 logger = logging.getLogger("spx.controller.reads")
 

@@ -23,8 +23,6 @@ from spx.api.loading import SpecError, validate_spec
 from spx.api.spec import KIND, ExperimentSpec
 from spx.api.status import ExperimentStatus
 from spx.controller import metrics
-from spx.controller.build.manifests import BenchOptions
-from spx.controller.build.naming import KUEUE_QUEUE_LABEL, job_name
 from spx.controller.decide import admission
 from spx.controller.decide import conclusion as c
 from spx.controller.decide import conditions as cond
@@ -33,6 +31,8 @@ from spx.controller.decide.objects import deleting, generation, meta
 from spx.controller.decide.store import Key, Store
 from spx.controller.kube import ApiError
 from spx.controller.logs import LogFollowers
+from spx.controller.manifests.job import BenchOptions
+from spx.controller.manifests.naming import KUEUE_QUEUE_LABEL, job_name
 from spx.controller.reads import Reads
 from spx.controller.settings import OperatorSettings
 from spx.controller.workqueue import WorkQueue
@@ -259,7 +259,7 @@ class Reconciler:
             return {"nodes": {name: await self.reads.node_ready(name) for name in need.names}}
         raise TypeError(f"unknown need {need!r}")
 
-    async def _carry_out(self, key: Key, o: dec.Observed, d: dec.Decision) -> str | None:
+    async def _carry_out(self, key: Key, o: dec.Observed, d: dec.Plan) -> str | None:
         """Effects before, the status, effects after; a string ends the reconcile with that outcome."""
         exp = self.store.experiments.get(key)
         if exp is None:
@@ -354,7 +354,7 @@ class Reconciler:
                 self.follow_if_running(pod)
         return None
 
-    async def _rejected(self, key: Key, o: dec.Observed, d: dec.Decision, message: str) -> str:
+    async def _rejected(self, key: Key, o: dec.Observed, d: dec.Plan, message: str) -> str:
         """A 422 on a status write: decide once more with the refusal (a minimal, terminal
         ``InfraFailed``/``StatusRejected`` status). If even that is refused, re-read the experiment from
         the API server and decide again from it after ``REJECTED_RETRY_S`` (never abandoned)."""

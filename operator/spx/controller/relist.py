@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spx.api.spec import API_VERSION, KIND, PLURAL
-from spx.controller.build.naming import MANAGED_SELECTOR
 from spx.controller.decide.objects import meta
 from spx.controller.decide.store import Key, Store
 from spx.controller.kube import KubeClient, resource_path
+from spx.controller.manifests.naming import MANAGED_SELECTOR
 
 logger = logging.getLogger("spx.controller")
 

@@ -22,14 +22,16 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from spx import __version__
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
 from spx.api.policy import Policy, check_bench_image, policy_from_env
-from spx.controller.build.manifests import DEFAULT_BENCH_COMMAND
-from spx.controller.build.placement import PlacementDefaults
 from spx.controller.decide.observation import Timeouts
+from spx.controller.manifests.job import DEFAULT_BENCH_COMMAND
+from spx.controller.manifests.placement import PlacementDefaults
 from spx.controller.workqueue import HOLD_S
 
-DEFAULT_BENCH_IMAGE = "ghcr.io/spx-dev/spx-bench:0.1.0"
+#: The bench image of this release (scripts/release.sh stamps one version everywhere: spx.__version__).
+DEFAULT_BENCH_IMAGE = f"ghcr.io/spx-dev/spx-bench:{__version__}"
 BENCH_ENV_PREFIX = "SPX_BENCH_ENV_"
 
 
@@ -85,7 +87,7 @@ class OperatorSettings(BaseSettings):
     bench_placement: Annotated[PlacementDefaults, NoDecode] = _env(
         "SPX_BENCH_PLACEMENT",
         "the cluster's default placement of bench pods where an experiment sets none: JSON in camelCase "
-        "{nodeSelector, tolerations, affinity, gpuNodeAffinity} (spx.controller.build.placement.PlacementDefaults; "
+        "{nodeSelector, tolerations, affinity, gpuNodeAffinity} (spx.controller.manifests.placement.PlacementDefaults; "
         "chart: values `benchPlacement`)", default_factory=PlacementDefaults)
     crd_check: bool = _env("SPX_CRD_CHECK",
                            "refuse to start unless the installed CRD carries this operator's schema version "

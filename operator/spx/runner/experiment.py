@@ -15,7 +15,6 @@ prints and maps the outcome to an exit code. Steps:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +22,13 @@ from typing import TYPE_CHECKING
 
 from spx.analysis.bench_docs import RunIdentity
 from spx.analysis.judge import BENCHES_PENDING, CPU_NOTE, Judgement, judge, local_status, stop
-from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, dump_model, wire
+from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, wire
 from spx.api.base import utc_now
 from spx.api.spec import spec_hash
 from spx.files import write_atomic
+from spx.rundir import RunDirectory
 from spx.runner.local import LocalRunOutcome, RunProgress, run_local
-from spx.vocabulary import SERVING_DIR, STATUS_FILE
+from spx.vocabulary import SERVING_DIR
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -89,7 +89,8 @@ class ExperimentOutcome:
         judgement: the kernel bench's judgement (what the report shows).
         vllm_ran: the vLLM step was attempted (``serving`` asked and the kernel bench completed).
         serving, accuracy: the vLLM benches' statuses (``None`` when not run or not in the spec).
-        vllm_error: why the vLLM benches did not start (``None`` when they did or were not asked for).
+        vllm_error: why the vLLM benches did not start or were stopped (``None`` when they ran or were not asked for).
+        stopped: the signal that stopped the vLLM benches (``interrupted (SIGTERM)``), ``None`` when none did.
     """
 
     run: LocalRunOutcome
@@ -100,6 +101,7 @@ class ExperimentOutcome:
     accuracy: AccuracyStatus | None = None
     step: StepStatus | None = None
     vllm_error: str | None = None
+    stopped: str | None = None
 
     @property
     def result(self) -> KernelResult:
@@ -134,7 +136,7 @@ def build_status(result: KernelResult, judgement: Judgement) -> ExperimentStatus
 
 def write_status(out: Path, status: ExperimentStatus) -> None:
     """``OUT/status.json`` (camelCase, indented), whole or not at all (:func:`spx.files.write_atomic`)."""
-    write_atomic(out / STATUS_FILE, json.dumps(dump_model(status), indent=1) + "\n")
+    RunDirectory(out).write_status(status)
 
 
 def write_result_summary(path: str, result: KernelResult, serving: ServingStatus | None = None,
@@ -231,12 +233,15 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
     docs: tuple[ServingResult | None, AccuracyResult | None, StepResult | None] = (None, None, None)
     try:
         benches = run_vllm_benchmarks(spec, out / SERVING_DIR, opts)
-    except (ValueError, OSError) as exc:
-        outcome.vllm_error = f"the vLLM benches did not start: {exc}"
-        stopped = [outcome.vllm_error]
-    except KeyboardInterrupt:  # Ctrl-C: the status says the benches stopped (no kernel-only verdict), then exit 130
-        _judge_benches(spec, out, outcome, docs, ["the vLLM benches were interrupted (SIGINT)"])
-        raise
+    except (ValueError, OSError, KeyboardInterrupt) as exc:
+        if isinstance(exc, KeyboardInterrupt):  # SIGINT/SIGTERM: every server was stopped, what ran is saved
+            outcome.stopped = str(exc) or "interrupted (Ctrl-C)"
+            why = (f"the vLLM benches were stopped ({outcome.stopped}); every server was stopped and what they "
+                   f"measured is in {out / SERVING_DIR}")
+        else:
+            why = f"the vLLM benches did not start: {exc}"
+        outcome.vllm_error = why
+        stopped = [why]  # (issue #35: no kernel-only verdict; the status says which stage stopped)
     else:
         emit(benches.serving, benches.accuracy)
         docs = (benches.serving, benches.accuracy, benches.step)
@@ -306,14 +311,7 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
 def _kernel_result_in(out: Path) -> KernelResult | None:
     """The kernel sweep's ``result.json`` in ``out`` (a ``spx run`` there before ``spx serving``), or ``None``:
     absent or unreadable (then the benches are judged alone, as before)."""
-    from pydantic import ValidationError
-
-    from spx.vocabulary import RESULT_FILE
-
-    try:
-        return KernelResult.model_validate(json.loads((out / RESULT_FILE).read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError, ValidationError):
-        return None
+    return RunDirectory(out).result_or_none()
 
 
 __all__ = ["BenchesOutcome", "ExperimentOptions", "ExperimentOutcome", "RunHooks", "build_status", "is_cpu", "run_experiment",

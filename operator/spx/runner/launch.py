@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from spx.api import ExperimentSpec, KernelResult, PointResult
+from spx.files import claim
 from spx.vocabulary import LAUNCHER_LOG, LOGS_DIR, POINTS_FILE
 
 #: Loggers of the launcher whose records go to ``logs/launcher.log`` during a run.
@@ -139,9 +140,12 @@ def _flat_logs_specs(log_dir: Path) -> Any:
                 stderrs[local_rank] = str(self._root / f"rank{rank}.stderr.log")
                 errors[local_rank] = str(self._root / f"rank{rank}.error.json")
                 for p in (stdouts[local_rank], stderrs[local_rank], errors[local_rank]):
+                    claim(p)  # (recorded in the run's manifest before the rank writes it)
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(p)
                 env["TORCHELASTIC_ERROR_FILE"] = errors[local_rank]
+            for name in ("filtered_stdout.log", "filtered_stderr.log"):
+                claim(self._root / name)
             return LogsDest(
                 stdouts=stdouts, stderrs=stderrs, tee_stdouts={}, tee_stderrs={}, error_files=errors,
                 **_supported_fields(LogsDest, {
@@ -161,7 +165,7 @@ def launcher_logging(log_dir: Path) -> Iterator[None]:
     "failed (exitcode: 1)" traceback dump would bury the one-line error) and restored after.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(log_dir / LAUNCHER_LOG, encoding="utf-8")
+    handler = logging.FileHandler(claim(log_dir / LAUNCHER_LOG), encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     saved = []
     for name in LAUNCHER_LOGGERS:

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from spx.api import Environment, ExperimentSpec, KernelResult, PointResult
 from spx.api.base import utc_now
-from spx.files import write_atomic
+from spx.rundir import RunDirectory
 from spx.runner.forensics import RankFailure, rank_failures
 from spx.runner.launch import BENCH_ENTRY, launch, launch_environment, launcher_logging
 from spx.runner.sizing import (
@@ -44,7 +44,7 @@ from spx.runner.sizing import (
     resolve_device,
     visible_gpus,
 )
-from spx.vocabulary import LOGS_DIR, POINTS_FILE, RESULT_FILE, ResolvedDevice
+from spx.vocabulary import LOGS_DIR, POINTS_FILE, ResolvedDevice
 
 PointCallback = Callable[[PointResult], None]
 
@@ -266,7 +266,9 @@ def run_local(
     """
     device, n, est = plan(spec, nproc, device_asked=device_asked, bench=bench, timeout_s=timeout_s)
     out = Path(out_dir)
-    points_path = _fresh_outputs(out)
+    run_dir = RunDirectory(out)
+    run_dir.fresh_outputs()
+    points_path = run_dir.points_path
     tail = _PointTail(points_path, lambda p: _tell(p, progress, on_point))
     started_at, t0 = utc_now(), time.monotonic()
     if progress is not None:
@@ -281,22 +283,11 @@ def run_local(
         spec, tail.points, experiment=experiment, nproc=n, device=device, error=attempt.error or "unknown failure",
         started_at=started_at, wall_seconds=time.monotonic() - t0,
     )
-    write_atomic(out / RESULT_FILE, result.model_dump_json(by_alias=True, indent=1) + "\n")
+    run_dir.write_result(result)
     if result.complete:  # the streamed points are all in result.json now; keep them only for a failed run
         points_path.unlink(missing_ok=True)
     return LocalRunOutcome(result=result, out_dir=out, log_dir=out / LOGS_DIR, nproc=n, device=device,
                            failures=attempt.failures, estimate=est)
-
-
-def _fresh_outputs(out: Path) -> Path:
-    """``out/logs/`` created, an earlier ``result.json`` and ``points.partial.jsonl`` removed, the latter created
-    empty (the tail reads it from the start); returns its path."""
-    (out / LOGS_DIR).mkdir(parents=True, exist_ok=True)
-    points_path = out / POINTS_FILE
-    points_path.unlink(missing_ok=True)
-    (out / RESULT_FILE).unlink(missing_ok=True)
-    points_path.touch()
-    return points_path
 
 
 def _tell(point: PointResult, progress: RunProgress | None, on_point: PointCallback | None) -> None:

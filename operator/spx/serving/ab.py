@@ -173,6 +173,12 @@ class ArmRunner:
             self.docs.serving.failures.append(f"{self.arm.name}: arm failed: {err}")
             self._fail_rest(f"not run: the arm's server failed: {err}")
             self.opts.log(f"{self.label}: FAILED: {err}")
+        except KeyboardInterrupt as err:  # SIGINT/SIGTERM (spx.serving.server.interrupts_stop_servers): keep what ran
+            why = str(err) or "interrupted (SIGINT)"
+            run.state, run.error = "Failed", f"{why}: the server was stopped"
+            self.docs.serving.failures.append(f"{self.arm.name}: arm stopped: {why}")
+            self._fail_rest(f"not run: {why}")
+            raise
         finally:
             run.server_exit_code = server.stop(s.shutdown_timeout_seconds)
             smi = nvidia_smi_argv(self.opts.nvidia_smi, self.opts.env)

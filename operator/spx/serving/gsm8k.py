@@ -39,6 +39,7 @@ from typing import Any
 from spx.analysis.accuracy import accuracy_pct, extract_answer, length_refusal, max_tokens_error, parse_gold
 from spx.api.accuracy import GSM8K_TEST_SHA256, GSM8K_TRAIN_SHA256, AccuracyRun, AccuracySpec
 from spx.api.serving import ArmVariant
+from spx.files import claim
 
 Message = dict[str, str]
 PostFn = Callable[[str, dict[str, Any], float], dict[str, Any]]
@@ -303,7 +304,7 @@ def run_gsm8k(
         )
 
     done = 0
-    with open(replies_path, "w", encoding="utf-8") as out, ThreadPoolExecutor(max_workers=spec.concurrency) as pool:
+    with open(claim(replies_path), "w", encoding="utf-8") as out, ThreadPoolExecutor(max_workers=spec.concurrency) as pool:
         futures = [pool.submit(ask, i, item) for i, item in enumerate(data.items) if i > 0]
         for rec in _with_first(first, futures):
             with lock:

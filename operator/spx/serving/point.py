@@ -15,6 +15,7 @@ from typing import Any
 from spx.analysis.serving import metric_value, sampling_of, summary_fields
 from spx.api.base import utc_now
 from spx.api.serving import ServingPointRun, ServingPointSpec, ServingSpec
+from spx.files import claim
 from spx.serving.commands import bench_command
 from spx.serving.server import log_cause
 
@@ -36,7 +37,8 @@ def run_point(
     run = ServingPointRun(point=point.name, metric=point.metric, log_file=str(log_file), command=argv,
                           sampling=sampling_of(s.extra_bench_args))
     t0 = time.monotonic()
-    with open(log_file, "wb") as log:
+    claim(result_file)  # (vllm bench serve writes it)
+    with open(claim(log_file), "wb") as log:
         log.write(f"# spx: {utc_now()} {' '.join(argv)}\n".encode())
         log.flush()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

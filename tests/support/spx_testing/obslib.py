@@ -73,3 +73,44 @@ def require_binary(name: str) -> str:
     if path is None:
         pytest.skip(f"`{name}` is not installed (Debian package `prometheus`, installed by scripts/setup.sh)")
     return path
+
+
+#: A decided status as the issue found it: the kernel regimes disagree (GPU-bound Pass at a crossover of 234
+#: tokens, host-bound Fail), the step A/B decided Fail with a host-bound effect (+47.5 µs per layer at 2048).
+STEP_DECIDED: dict = {
+    "phase": "Succeeded", "verdict": "Fail", "environment": {"gpu": "NVIDIA H200", "vllm": "0.33.0", "device": "cuda"},
+    "kernel": {
+        "crossoverTokens": 234.0, "recommendedThresholdTokens": 256, "decidedBy": "step", "regimesAgree": False,
+        "regimes": [{"regime": "gpu-bound", "crossoverTokens": 234.0, "recommendedThresholdTokens": 256, "verdict": "Pass"},
+                    {"regime": "host-bound", "crossoverTokens": 9434.2, "recommendedThresholdTokens": 16384,
+                     "verdict": "Fail"}],
+        "points": [{"tokens": 2048, "rowsPerRank": 256, "replicatedUs": 64.0, "splitUs": 44.2, "speedup": 1.45,
+                    "execution": "eager", "gpuDeltaUs": -19.8, "gpuDeltaLowUs": -21.0, "gpuDeltaHighUs": -18.5,
+                    "hostDeltaUs": 52.8, "hostDeltaLowUs": 49.0, "hostDeltaHighUs": 56.1}]},
+}
+#: The step A/B's one-server curve (spx.api.step.StepStatus v2, issue #34) of that status: added to
+#: STEP_DECIDED only where this tree's StepStatus has the curve (the contract branch brings it).
+STEP_CURVE_STATUS: dict = {
+    "usable": True, "complete": True, "rounds": 120, "recommendedThresholdTokens": None, "breakEvenTokens": None,
+        "points": [
+            {"arm": "split", "length": 2048, "aligned": True, "rounds": 120, "effectMs": 1.9, "effectLowMs": 1.6,
+             "effectHighMs": 2.2, "perLayerUs": 47.5, "perLayerLowUs": 40.0, "perLayerHighUs": 55.0,
+             "kernelGpuUs": -19.8, "kernelHostUs": 52.8, "regime": "host-bound", "outcome": "loss"},
+            {"arm": "split", "length": 2047, "aligned": False, "rounds": 120, "effectMs": 2.1, "effectLowMs": 1.7,
+             "effectHighMs": 2.5, "perLayerUs": 52.5, "perLayerLowUs": 42.5, "perLayerHighUs": 62.5, "outcome": "loss"}],
+        "aa": [{"arm": "aa", "length": 2048, "aligned": True, "rounds": 120, "effectMs": 0.01, "effectLowMs": -0.2,
+                "effectHighMs": 0.2, "perLayerUs": 0.25, "perLayerLowUs": -5.0, "perLayerHighUs": 5.0}],
+        "expectations": [{"thresholdTokens": 2048, "arm": "split", "padPathShare": 0.875, "effectMs": 2.05,
+                          "effectLowMs": 1.7, "effectHighMs": 2.4, "perLayerUs": 51.25, "perLayerLowUs": 42.5,
+                          "perLayerHighUs": 60.0, "outcome": "loss"}]}
+
+
+def step_curve_contract() -> bool:
+    """This tree's ``spx.api.step.StepStatus`` has the one-server curve (``points``, ``expectations``)."""
+    from spx.api.step import StepStatus
+
+    return {"points", "expectations"} <= set(StepStatus.model_fields)
+
+
+if step_curve_contract():
+    STEP_DECIDED["step"] = STEP_CURVE_STATUS

@@ -1,4 +1,4 @@
-"""spx.controller.leader.decide: create, renew, take or wait, from the Lease and how long it has not changed."""
+"""spx.controller.leader.lease_action: create, renew, take or wait, from the Lease and how long it has not changed."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from spx.controller.leader import Timing, decide, micro_time
+from spx.controller.leader import Timing, lease_action, micro_time
 
 T = Timing(lease_s=15, renew_deadline_s=10, retry_s=2)
 
@@ -32,8 +32,8 @@ def lease(holder: str | None, duration: int | None = 15) -> dict[str, Any]:
     ("other-short-lease-expired", lease("other", 5), 6.0, "take"),
     ("other-no-duration-uses-ours", lease("other", None), 14.0, "wait"),
 ])
-def test_decide(case: str, obj: dict[str, Any] | None, unchanged_s: float, action: str) -> None:
-    assert decide(obj, "me", unchanged_s, T) == action
+def test_lease_action(case: str, obj: dict[str, Any] | None, unchanged_s: float, action: str) -> None:
+    assert lease_action(obj, "me", unchanged_s, T) == action
 
 
 def test_timing_must_leave_a_gap_between_renew_deadline_and_expiry() -> None:

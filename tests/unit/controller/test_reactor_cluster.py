@@ -17,8 +17,8 @@ import kopf
 import pytest
 
 from spx.api.loading import validate_spec
-from spx.controller.build.manifests import BenchOptions, build_job
 from spx.controller.kube import KubeClient
+from spx.controller.manifests.job import BenchOptions, build_job
 from spx.controller.reactor import Reactor
 from spx.controller.settings import load_settings
 from spx_testing.cluster import EXP_API, EXP_PLURAL, Cluster

@@ -217,8 +217,8 @@ def test_a_result_configmap_of_a_log_full_of_broken_lines_is_accepted(namespace:
     problem per line used to push ``problems.txt`` past the API server's 1 MiB ConfigMap limit — the write
     was refused (422) on every retry and the run never decided. The problems are bounded; the log comes
     first and the real API server accepts the ConfigMap."""
-    from spx.controller.build.result_configmap import build_result_configmap
     from spx.controller.decide.results import collect
+    from spx.controller.manifests.result_configmap import build_result_configmap
 
     pad = "x" * 100
     log = "".join(f'{{"kind": "point", "point": {{"tokens": {i}, "medianUs": NaN, "pad": "{pad}"}}}}\n'

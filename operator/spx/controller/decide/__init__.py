@@ -5,7 +5,7 @@ forbids kopf, aiohttp, the API client and the controller's effect modules); ever
 in ``tests/unit/controller/decide/``. The controller's top level (:mod:`spx.controller.reactor`,
 :mod:`spx.controller.reconciler`, :mod:`spx.controller.writes`, ...) carries the decisions out.
 
-- :mod:`~spx.controller.decide.conclusion` — ``conclude(Observed) -> Decision`` (its data in
+- :mod:`~spx.controller.decide.conclusion` — ``conclude(Observed) -> Plan`` (its data in
   :mod:`~spx.controller.decide.decision`, the terminal step in :mod:`~spx.controller.decide.finish`);
 - :mod:`~spx.controller.decide.pod_outcome` — a Job and its pods classified, over
   :mod:`~spx.controller.decide.job_status`, :mod:`~spx.controller.decide.pod_startup`,
@@ -17,5 +17,5 @@ in ``tests/unit/controller/decide/``. The controller's top level (:mod:`spx.cont
 - :mod:`~spx.controller.decide.objects` (metadata and ownership of Kubernetes objects) and
   :mod:`~spx.controller.decide.store` (the reactor's in-memory mirror: plain data, no I/O).
 
-It imports the object builders (:mod:`spx.controller.build`), never the reverse.
+It imports the object builders (:mod:`spx.controller.manifests`), never the reverse.
 """

@@ -13,10 +13,10 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from spx.controller.build.naming import KUEUE_QUEUE_LABEL, LABEL_GENERATION
 from spx.controller.decide.job_status import job_finished
 from spx.controller.decide.objects import deleting, generation, meta
 from spx.controller.decide.store import Store
+from spx.controller.manifests.naming import KUEUE_QUEUE_LABEL, LABEL_GENERATION
 
 Key = tuple[str, str]  # (namespace, experiment name)
 

@@ -1,10 +1,10 @@
 """The controller's decision step: pure, side-effect free, table-tested.
 
-``conclude(Observed) -> Decision``: from what the reactor observed about one experiment (its spec,
+``conclude(Observed) -> Plan``: from what the reactor observed about one experiment (its spec,
 stored status, its Jobs and their pods, the answers to earlier questions, the time) to the new
 status, the events to post and the actions to take — the shape of kopf's
 ``_core/intents/causes.py`` (detect a cause, purely) against ``_core/reactor/processing.py`` (carry
-it out). :mod:`spx.controller.reactor` carries a :class:`Decision` out; when a decision needs
+it out). :mod:`spx.controller.reactor` carries a :class:`Plan` out; when a decision needs
 something only the API server can tell (:data:`Need`: is that Job really gone, is there a slot,
 what did the pod write), the reactor finds out and calls :func:`conclude` again with the answer.
 
@@ -22,8 +22,6 @@ from spx.api import policy as pol
 from spx.api.loading import SpecError
 from spx.api.spec import ExperimentSpec
 from spx.api.status import ExperimentStatus
-from spx.controller.build.manifests import build_job
-from spx.controller.build.naming import job_name
 from spx.controller.decide import conditions as cond
 from spx.controller.decide.decision import (
     Action,
@@ -31,11 +29,11 @@ from spx.controller.decide.decision import (
     CheckNodes,
     ConfirmJobGone,
     CreateJob,
-    Decision,
     DeleteJobs,
     Event,
     FetchFailedCreate,
     Observed,
+    Plan,
     ReadProgress,
     ReadResults,
 )
@@ -46,13 +44,15 @@ from spx.controller.decide.objects import meta as _meta
 from spx.controller.decide.objects import pods_of_job
 from spx.controller.decide.observation import Memory, Observation
 from spx.controller.decide.pod_outcome import observe
+from spx.controller.manifests.job import build_job
+from spx.controller.manifests.naming import job_name
 
 __all__ = ["conclude"]
 
 # The decision ------------------------------------------------------------------------------------------
 
 
-def conclude(o: Observed) -> Decision:
+def conclude(o: Observed) -> Plan:
     """The next step for one experiment (see the module docstring)."""
     if o.deleting:
         # Garbage collection removes the children once the experiment is gone; write nothing. A run still
@@ -61,7 +61,7 @@ def conclude(o: Observed) -> Decision:
         running = tuple(str(_meta(j).get("name")) for j in o.jobs
                         if not _deleting(j) and not job_finished(j) and not job_ending(j))
         halt: tuple[Action, ...] = (DeleteJobs(running, "the experiment is being deleted"),) if running else ()
-        return Decision("deleting", before=halt, slot_freed=bool(halt))
+        return Plan("deleting", before=halt, slot_freed=bool(halt))
     nows = cond.now_rfc3339(o.now)
     gen = o.generation
     jname = job_name(o.name, gen)
@@ -76,10 +76,10 @@ def conclude(o: Observed) -> Decision:
     if isinstance(o.spec, SpecError):  # an invalid spec never reaches a GPU
         stop = DeleteJobs(tuple(str(_meta(j).get("name")) for j in live), "the spec is invalid") if live else None
         if o.status.observed_generation == gen and cond.decided_reason(o.status) == "InvalidSpec":
-            return Decision("invalid", before=(stop,) if stop else ())
-        new = cond.apply_step(cond.new_run(o.status, gen, nows), cond.invalid_spec(o.spec.problems), nows, gen)
+            return Plan("invalid", before=(stop,) if stop else ())
+        new = cond.apply_transition(cond.new_run(o.status, gen, nows), cond.invalid_spec(o.spec.problems), nows, gen)
         new = new.model_copy(update={"completion_time": nows})
-        return Decision("invalid", new, (("Warning", "InvalidSpec", new.message or ""),),
+        return Plan("invalid", new, (("Warning", "InvalidSpec", new.message or ""),),
                         before=(stop,) if stop else (), slot_freed=True)
     spec = o.spec
 
@@ -87,12 +87,12 @@ def conclude(o: Observed) -> Decision:
     before: tuple[Action, ...] = (DeleteJobs(stale, f"superseded by generation {gen}"),) if stale else ()
     job = next((j for j in o.jobs if _meta(j).get("name") == jname), None)
     if job is not None and _deleting(job):
-        return Decision("job-deleting", before=before, requeue_after_s=1.0)
+        return Plan("job-deleting", before=before, requeue_after_s=1.0)
 
     if cond.is_terminal(status):
         if job is not None and not job_finished(job) and not job_ending(job):
             before += (DeleteJobs((jname,), "the run was stopped by the operator"),)
-        return Decision("terminal", before=before, slot_freed=bool(before))
+        return Plan("terminal", before=before, slot_freed=bool(before))
 
     if job is None:
         return _without_job(o, spec, status, jname, nows, before)
@@ -100,9 +100,9 @@ def conclude(o: Observed) -> Decision:
     obs = observe(job, pods, o.now, o.timeouts, failed_create=o.failed_create, gone=pods_of_job(job, o.gone_pods),
                   memory=_memory(o, status), nodes=o.nodes)
     if obs.reason == "PodCreateFailed" and o.failed_create is None:
-        return Decision("asking", before=before, need=FetchFailedCreate(jname))
+        return Plan("asking", before=before, need=FetchFailedCreate(jname))
     if obs.check_nodes and o.nodes is None:
-        return Decision("asking", before=before, need=CheckNodes(obs.check_nodes))
+        return Plan("asking", before=before, need=CheckNodes(obs.check_nodes))
     d = _follow(o, spec, status, job, obs, nows)
     return replace(d, before=before + d.before)
 
@@ -117,12 +117,12 @@ def _memory(o: Observed, status: ExperimentStatus) -> Memory:
                   seen_started=bool(o.progress_log), unschedulable=unschedulable)
 
 
-def _terminal(status: ExperimentStatus, step: cond.Step, nows: str, gen: int, **update: Any) -> ExperimentStatus:
-    new = cond.apply_step(status, step, nows, gen)
+def _terminal(status: ExperimentStatus, transition: cond.Transition, nows: str, gen: int, **update: Any) -> ExperimentStatus:
+    new = cond.apply_transition(status, transition, nows, gen)
     return new.model_copy(update={"completion_time": nows, **update})
 
 
-def _status_rejected(o: Observed, status: ExperimentStatus, nows: str) -> Decision:
+def _status_rejected(o: Observed, status: ExperimentStatus, nows: str) -> Plan:
     """Every status write is refused (422): decide with a minimal status that names the refusal."""
     msg = f"the API server rejected the experiment's status: {o.status_rejected}"
     base = ExperimentStatus(observed_generation=o.generation, job_name=status.job_name, start_time=status.start_time,
@@ -131,16 +131,16 @@ def _status_rejected(o: Observed, status: ExperimentStatus, nows: str) -> Decisi
     jname = job_name(o.name, o.generation)
     running = [j for j in o.jobs if _meta(j).get("name") == jname and not job_finished(j) and not job_ending(j)]
     after = (DeleteJobs((jname,), "its status cannot be written"),) if running else ()
-    return Decision("status-rejected", new, (("Warning", "InfraFailed", msg),), after=after, slot_freed=True)
+    return Plan("status-rejected", new, (("Warning", "InfraFailed", msg),), after=after, slot_freed=True)
 
 
 def _without_job(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, jname: str, nows: str,
-                 before: tuple[Action, ...]) -> Decision:
+                 before: tuple[Action, ...]) -> Plan:
     gen = o.generation
     if status.job_name == jname and status.phase not in cond.TERMINAL_PHASES:
         # Status says we created this Job and the store has none: ask the API server, not the cache.
         if not o.job_gone:
-            return Decision("asking", before=before, need=ConfirmJobGone(jname))
+            return Plan("asking", before=before, need=ConfirmJobGone(jname))
         d = job_vanished(o, status, jname, nows)
         return replace(d, before=before + d.before)
     if violations := pol.check_policy(spec.to_wire(), o.policy):
@@ -148,54 +148,54 @@ def _without_job(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, jn
     if o.creation is not None:
         return _creation_failed(o, status, jname, nows, before)
     if o.admission is None:
-        return Decision("asking", before=before, need=AskAdmission())
+        return Plan("asking", before=before, need=AskAdmission())
     if not o.admission.synced:
-        return Decision("waiting-for-sync", before=before, requeue_after_s=0.5)
+        return Plan("waiting-for-sync", before=before, requeue_after_s=0.5)
     if not o.admission.admitted:
-        new = cond.apply_step(status, cond.queued(o.admission.active, o.admission.limit), nows, gen)
+        new = cond.apply_transition(status, cond.queued(o.admission.active, o.admission.limit), nows, gen)
         if status.phase == "Queued" and status.observed_generation == gen:
             # The message carries the live slot count; rewrite it only when entering the queue.
             new = new.model_copy(update={"message": status.message, "conditions": status.conditions})
         events: tuple[Event, ...] = (("Normal", "Queued", new.message or ""),) if status.phase != "Queued" else ()
-        return Decision("queued", new, events, before=before)
+        return Plan("queued", new, events, before=before)
     manifest = build_job(o.name, o.namespace, o.uid, gen, spec, spec.image or o.bench_image, o.bench)
-    return Decision("creating", before=before, need=CreateJob(manifest))
+    return Plan("creating", before=before, need=CreateJob(manifest))
 
 
 def _refused_by_policy(o: Observed, status: ExperimentStatus, violations: list[pol.Violation], nows: str,
-                       before: tuple[Action, ...]) -> Decision:
+                       before: tuple[Action, ...]) -> Plan:
     """The operator's policy (``SPX_POLICY``) refuses what the spec asks for: ``InvalidSpec`` naming each
     rule, event reason ``PolicyViolation``, no Job. Checked only before this generation's Job exists
     (a policy tightened later does not stop runs already started)."""
     message = pol.describe_violations(violations)
-    step = cond.failed("InvalidSpec", message, "NotRun", "the run was not started: the operator's policy refused the spec",
+    transition = cond.failed("InvalidSpec", message, "NotRun", "the run was not started: the operator's policy refused the spec",
                        scheduled=("False", pol.REASON, "not scheduled: the operator's policy refused the spec"))
-    new = _terminal(status, step, nows, o.generation)
-    return Decision("policy-violation", new, (("Warning", pol.REASON, message),), before=before, slot_freed=bool(before))
+    new = _terminal(status, transition, nows, o.generation)
+    return Plan("policy-violation", new, (("Warning", pol.REASON, message),), before=before, slot_freed=bool(before))
 
 
 def _creation_failed(o: Observed, status: ExperimentStatus, jname: str, nows: str,
-                     before: tuple[Action, ...]) -> Decision:
+                     before: tuple[Action, ...]) -> Plan:
     """The API server refused the Job for good (400/422 → InvalidSpec, 403 → InfraFailed) or a foreign
     Job holds its name: decide instead of retrying forever."""
     c = o.creation
     assert c is not None
     if c.foreign:
-        step = cond.failed("InfraFailed", f"a Job named {jname} exists and is not owned by this experiment",
+        transition = cond.failed("InfraFailed", f"a Job named {jname} exists and is not owned by this experiment",
                            "JobConflict")
     elif c.reason:  # refused before any Job exists: Kueue or its LocalQueue missing
-        step = cond.failed("InfraFailed", c.message, c.reason,
+        transition = cond.failed("InfraFailed", c.message, c.reason,
                            scheduled=("False", c.reason, f"not scheduled: {c.message}"))
     elif c.code == 403:
-        step = cond.failed("InfraFailed", f"the API server refused the Job {jname}: {c.message}", "JobRejected",
+        transition = cond.failed("InfraFailed", f"the API server refused the Job {jname}: {c.message}", "JobRejected",
                            scheduled=("False", "JobRejected", "not scheduled: the API server refused the Job"))
     else:
-        step = cond.failed("InvalidSpec", f"the API server rejected the Job {jname} as invalid: {c.message}", "NotRun",
+        transition = cond.failed("InvalidSpec", f"the API server rejected the Job {jname} as invalid: {c.message}", "NotRun",
                            "the run was not started: the API server rejected the Job",
                            scheduled=("False", "InvalidSpec", "not scheduled: the Job is invalid"))
-    new = _terminal(status, step, nows, o.generation)
-    reason = step.decided[1] if step.decided else "InfraFailed"
-    return Decision("job-rejected" if not c.foreign else "job-conflict", new, (("Warning", reason, new.message or ""),),
+    new = _terminal(status, transition, nows, o.generation)
+    reason = transition.decided[1] if transition.decided else "InfraFailed"
+    return Plan("job-rejected" if not c.foreign else "job-conflict", new, (("Warning", reason, new.message or ""),),
                     before=before, slot_freed=True)
 
 
@@ -205,7 +205,7 @@ def _elapsed_s(since: str | None, now: dt.datetime) -> float | None:
 
 
 def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Mapping[str, Any], obs: Observation,
-            nows: str) -> Decision:
+            nows: str) -> Plan:
     gen = o.generation
     jname = str(_meta(job).get("name"))
     base = status.model_copy(update={"job_name": jname, "start_time": status.start_time or nows})
@@ -223,26 +223,26 @@ def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Ma
                    f"so for {limit}s (spec.scheduling.admissionTimeoutSeconds)")
             new = _terminal(base, cond.failed("InfraFailed", msg, "NotAdmitted",
                                               scheduled=("False", "NotAdmitted", msg)), nows, gen)
-            return Decision("not-admitted", new, (("Warning", "InfraFailed", msg),),
+            return Plan("not-admitted", new, (("Warning", "InfraFailed", msg),),
                             after=(DeleteJobs((jname,), "Kueue never admitted it"),), slot_freed=True,
                             observed_duration=True)
-        step = cond.suspended(jname, spec.scheduling.queue_name)
-        return Decision("suspended", cond.apply_step(base, step, nows, gen), requeue_after_s=limit - waited + 0.2)
+        transition = cond.suspended(jname, spec.scheduling.queue_name)
+        return Plan("suspended", cond.apply_transition(base, transition, nows, gen), requeue_after_s=limit - waited + 0.2)
     if obs.state == "transition":  # pods ending or being replaced: the phase stays as it is
         if status.phase == "Running" and obs.pod is not None and obs.node:
-            step = cond.running(jname, obs.node, started=True, detail=obs.message)
-            return Decision("transition", cond.apply_step(base, step, nows, gen), requeue_after_s=recheck)
-        return Decision("transition", requeue_after_s=recheck)
+            transition = cond.running(jname, obs.node, started=True, detail=obs.message)
+            return Plan("transition", cond.apply_transition(base, transition, nows, gen), requeue_after_s=recheck)
+        return Plan("transition", requeue_after_s=recheck)
     if obs.state == "pending":
-        return Decision("pending", cond.apply_step(base, cond.job_pending(jname, obs.message), nows, gen),
+        return Plan("pending", cond.apply_transition(base, cond.job_pending(jname, obs.message), nows, gen),
                         requeue_after_s=recheck)
     if obs.state == "unschedulable":
-        return Decision("unschedulable", cond.apply_step(base, cond.unschedulable_waiting(jname, obs.message), nows, gen),
+        return Plan("unschedulable", cond.apply_transition(base, cond.unschedulable_waiting(jname, obs.message), nows, gen),
                         requeue_after_s=recheck)
     if obs.state in ("scheduled", "running"):
-        step = cond.running(jname, obs.node, started=obs.state == "running",
+        transition = cond.running(jname, obs.node, started=obs.state == "running",
                             detail="" if obs.reason in ("Running", "PodScheduled") else obs.message)
-        events: tuple[Event, ...] = (("Normal", "Running", step.message),) if status.phase != "Running" else ()
+        events: tuple[Event, ...] = (("Normal", "Running", transition.message),) if status.phase != "Running" else ()
         after: tuple[Action, ...] = ()
         if obs.state == "running" and obs.pod is not None and o.progress_interval_s > 0:
             # Read the log every progress_interval_s of running (not at once: a short run needs no progress).
@@ -252,13 +252,13 @@ def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Ma
                 after = (ReadProgress(str(_meta(obs.pod).get("name")), str(_meta(obs.pod).get("uid"))),)
                 wait = o.progress_interval_s
             recheck = min(recheck or wait, wait)
-        return Decision(obs.state, cond.apply_step(base, step, nows, gen), events, after=after, requeue_after_s=recheck)
+        return Plan(obs.state, cond.apply_transition(base, transition, nows, gen), events, after=after, requeue_after_s=recheck)
     # The run ended (succeeded or failed): read what it left, then decide.
     if o.results is None:
         completed_reason = obs.reason if obs.state == "failed" else "JobSucceeded"
         pod = str(_meta(obs.pod).get("name")) if obs.pod is not None else None
         if status.phase != "Analyzing":
-            new = cond.apply_step(base, cond.analyzing(jname, completed_reason, obs.message), nows, gen)
-            return Decision("analyzing", new, need=ReadResults(pod))
-        return Decision("analyzing", need=ReadResults(pod))
+            new = cond.apply_transition(base, cond.analyzing(jname, completed_reason, obs.message), nows, gen)
+            return Plan("analyzing", new, need=ReadResults(pod))
+        return Plan("analyzing", need=ReadResults(pod))
     return finish(o, spec, base, job, obs, nows)

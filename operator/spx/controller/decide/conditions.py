@@ -100,7 +100,7 @@ def get_condition(conditions: Sequence[Condition], type_: str) -> Condition | No
 
 
 @dataclass(frozen=True)
-class Step:
+class Transition:
     """What the decision step observed, as the inputs of a status transition.
 
     ``scheduled``/``completed``/``decided`` are ``(status, reason, message)`` triples; ``None`` keeps
@@ -114,17 +114,17 @@ class Step:
     decided: tuple[str, str, str] | None = None
 
 
-def apply_step(status: ExperimentStatus, step: Step, now: str, generation: int | None) -> ExperimentStatus:
-    """A new status with ``step`` applied (phase, message, conditions); the input is not changed."""
+def apply_transition(status: ExperimentStatus, transition: Transition, now: str, generation: int | None) -> ExperimentStatus:
+    """A new status with ``transition`` applied (phase, message, conditions); the input is not changed."""
     conditions = list(status.conditions)
-    for type_, triple in (("Scheduled", step.scheduled), ("Completed", step.completed), ("Decided", step.decided)):
+    for type_, triple in (("Scheduled", transition.scheduled), ("Completed", transition.completed), ("Decided", transition.decided)):
         if triple is not None:
             conditions = set_condition(conditions, type_, *triple, now=now, generation=generation)
     decided = get_condition(conditions, "Decided")
     reason = decided.reason if decided is not None and decided.status == "True" else None
-    for type_, cstatus, creason, cmessage in kstatus_conditions(step.phase, reason, step.message):
+    for type_, cstatus, creason, cmessage in kstatus_conditions(transition.phase, reason, transition.message):
         conditions = set_condition(conditions, type_, cstatus, creason, cmessage, now=now, generation=generation)
-    return status.model_copy(update={"phase": step.phase, "message": _clip(step.message), "conditions": conditions})
+    return status.model_copy(update={"phase": transition.phase, "message": _clip(transition.message), "conditions": conditions})
 
 
 def ensure_all_conditions(status: ExperimentStatus, now: str, generation: int | None) -> ExperimentStatus:
@@ -140,7 +140,7 @@ def new_run(previous: ExperimentStatus, generation: int, now: str) -> Experiment
     """Status at the start of a run of ``generation``: results of an older generation cleared.
 
     Conditions are carried over (so their ``lastTransitionTime`` reflect real transitions) and then
-    set back to not-yet by the caller's next :class:`Step`.
+    set back to not-yet by the caller's next :class:`Transition`.
     """
     base = ExperimentStatus(
         phase="Pending",
@@ -153,9 +153,9 @@ def new_run(previous: ExperimentStatus, generation: int, now: str) -> Experiment
 # Canonical steps -----------------------------------------------------------------------------------
 
 
-def _not_started(phase: Phase, msg: str, scheduled_reason: str, decided_reason: str) -> Step:
+def _not_started(phase: Phase, msg: str, scheduled_reason: str, decided_reason: str) -> Transition:
     """A step before the pod is bound: ``Scheduled`` False with ``msg``, nothing run, nothing decided."""
-    return Step(
+    return Transition(
         phase=phase,
         message=msg,
         scheduled=("False", scheduled_reason, msg),
@@ -164,35 +164,35 @@ def _not_started(phase: Phase, msg: str, scheduled_reason: str, decided_reason: 
     )
 
 
-def queued(active: int, limit: int) -> Step:
+def queued(active: int, limit: int) -> Transition:
     """Held by the operator's concurrency limit: ``active`` of ``limit`` experiments are running."""
     msg = f"waiting for a slot: {active} of {limit} experiments are running (operator concurrency limit)"
     return _not_started("Queued", msg, "Queued", "Queued")
 
 
-def job_pending(job: str, detail: str = "") -> Step:
+def job_pending(job: str, detail: str = "") -> Transition:
     """Job ``job`` created, its pod not bound yet (``detail`` replaces the default message)."""
     msg = detail or f"Job {job} created, waiting for its pod to be scheduled"
     return _not_started("Pending", msg, "Pending", "Pending")
 
 
-def suspended(job: str, queue: str | None) -> Step:
+def suspended(job: str, queue: str | None) -> Transition:
     """Job ``job`` is suspended until Kueue admits it (``queue``: its LocalQueue, if known)."""
     msg = f"Job {job} is suspended, waiting for Kueue admission" + (f" in LocalQueue {queue}" if queue else "")
     return _not_started("Queued", msg, "Suspended", "Queued")
 
 
-def unschedulable_waiting(job: str, detail: str) -> Step:
+def unschedulable_waiting(job: str, detail: str) -> Transition:
     """The pod of Job ``job`` is unschedulable (``detail``: the scheduler's message) but may still be bound."""
     msg = f"the pod of Job {job} is unschedulable: {detail}"
     return _not_started("Pending", msg, "Unschedulable", "Pending")
 
 
-def running(job: str, node: str | None, started: bool, detail: str = "") -> Step:
+def running(job: str, node: str | None, started: bool, detail: str = "") -> Transition:
     """The pod of Job ``job`` is bound (to ``node``, if known); ``started``: the bench process runs."""
     where = f" on node {node}" if node else ""
     msg = detail or (f"the benchmark is running{where}" if started else f"the pod of Job {job} is starting{where}")
-    return Step(
+    return Transition(
         phase="Running",
         message=msg,
         scheduled=("True", "PodScheduled", f"the pod of Job {job} is bound{where}"),
@@ -201,9 +201,9 @@ def running(job: str, node: str | None, started: bool, detail: str = "") -> Step
     )
 
 
-def analyzing(job: str, completed_reason: str, completed_message: str) -> Step:
+def analyzing(job: str, completed_reason: str, completed_message: str) -> Transition:
     """Job ``job`` finished (``Completed`` True with the given reason); its result is being read."""
-    return Step(
+    return Transition(
         phase="Analyzing",
         message=f"Job {job} finished; reading and analysing its result",
         completed=("True", completed_reason, completed_message),
@@ -217,11 +217,11 @@ def decided(
     completed_reason: str,
     completed_message: str,
     scheduled: tuple[str, str, str] | None = None,
-) -> Step:
+) -> Transition:
     """A verdict reached: ``Succeeded``, ``Decided`` True with the verdict as reason and ``reasons`` joined."""
     first = reasons[0] if reasons else ""
     msg = f"verdict {verdict}" + (f": {first}" if first else "")
-    return Step(
+    return Transition(
         phase="Succeeded",
         message=msg,
         scheduled=scheduled,
@@ -241,9 +241,9 @@ def failed(
     completed_reason: str,
     completed_message: str | None = None,
     scheduled: tuple[str, str, str] | None = None,
-) -> Step:
+) -> Transition:
     """No verdict: ``Failed``, ``Completed`` and ``Decided`` True (``reason`` one of :data:`FAILURE_REASONS`)."""
-    return Step(
+    return Transition(
         phase="Failed",
         message=f"{reason}: {message}",
         scheduled=scheduled,
@@ -252,7 +252,7 @@ def failed(
     )
 
 
-def invalid_spec(problems: Sequence[str]) -> Step:
+def invalid_spec(problems: Sequence[str]) -> Transition:
     """The spec failed validation (``problems``): failed without a run."""
     text = "; ".join(problems)
     return failed(

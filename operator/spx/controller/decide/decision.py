@@ -1,7 +1,7 @@
 """The vocabulary of the controller's decision step: what it observed, what it asks, what it decides.
 
 Plain, frozen data (no behaviour): :class:`Observed` goes into :func:`spx.controller.decide.conclusion.conclude`,
-a :class:`Decision` comes out — with at most one :data:`Need` (a question only the API server can
+a :class:`Plan` comes out — with at most one :data:`Need` (a question only the API server can
 answer; the reactor answers it and decides again) and :data:`Action` effects.
 """
 
@@ -12,12 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spx import __version__
 from spx.api.loading import SpecError
 from spx.api.policy import Policy
 from spx.api.spec import ExperimentSpec
 from spx.api.status import ExperimentStatus
-from spx.controller.build.manifests import BenchOptions
 from spx.controller.decide.observation import Timeouts
+from spx.controller.manifests.job import BenchOptions
 
 Manifest = dict[str, Any]
 
@@ -102,7 +103,7 @@ Event = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
-class Decision:
+class Plan:
     """What to do for one experiment.
 
     Order of execution: ``before`` (effects), the ``status`` write (None: leave ``.status`` as it
@@ -187,7 +188,7 @@ class Observed:
     gone_pods: Sequence[Mapping[str, Any]] = ()
     deleting: bool = False
     timeouts: Timeouts = Timeouts()
-    bench_image: str = "ghcr.io/spx-dev/spx-bench:0.1.0"
+    bench_image: str = f"ghcr.io/spx-dev/spx-bench:{__version__}"
     bench: BenchOptions = BenchOptions()
     progress_interval_s: float = 30.0
     policy: Policy = field(default_factory=Policy)

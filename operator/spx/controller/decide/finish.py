@@ -18,14 +18,14 @@ from spx.api.serving import ServingStatus
 from spx.api.spec import ExperimentSpec
 from spx.api.status import Environment, ExperimentStatus, KernelStatus
 from spx.api.step import StepStatus
-from spx.controller.build.naming import result_configmap_name
-from spx.controller.build.result_configmap import build_result_configmap
 from spx.controller.decide import conditions as cond
-from spx.controller.decide.decision import Action, Decision, DeleteJobs, Event, Observed, Results, StoreResult
+from spx.controller.decide.decision import Action, DeleteJobs, Event, Observed, Plan, Results, StoreResult
 from spx.controller.decide.objects import meta as _meta
 from spx.controller.decide.observation import Observation
 from spx.controller.decide.pod_exit import termination_message
 from spx.controller.decide.results import Collected, Measurement, collect, measurement
+from spx.controller.manifests.naming import result_configmap_name
+from spx.controller.manifests.result_configmap import build_result_configmap
 
 
 def judge_collected(spec: ExperimentSpec, meas: Any, collected: Collected) -> Judgement:
@@ -59,7 +59,7 @@ def _collected(o: Observed, obs: Observation) -> tuple[Collected, str | None, st
 
 
 def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Mapping[str, Any], obs: Observation,
-           nows: str) -> Decision:
+           nows: str) -> Plan:
     """The terminal decision of a run whose Job ended and whose outputs were read: its verdict
     (:func:`_verdict`) or why it failed (:func:`_failed`), the result ConfigMap stored either way."""
     gen = o.generation
@@ -88,15 +88,15 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
     after: tuple[Action, ...] = (DeleteJobs((str(_meta(job).get("name")),), f"gave up: {obs.reason}"),) if obs.abort else ()
     if judgement is not None:
         new, events = _verdict(status, judgement, obs, update, refused, nows, gen)
-        return Decision(f"verdict-{judgement.verdict}", new, events, before=store, after=after, slot_freed=True,
+        return Plan(f"verdict-{judgement.verdict}", new, events, before=store, after=after, slot_freed=True,
                         observed_duration=True)
     reason, completed_reason, msg = _failure(obs, collected, meas, (serving, accuracy, step),
                                              obs.reason if obs.state == "failed" else "JobSucceeded", pod_name)
     msg += f"; {refused}" if refused else ""
     new = cond.with_kernel(status, _partial_kernel(collected, meas, judged), None, [])
-    new = cond.apply_step(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
+    new = cond.apply_transition(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
                                            scheduled=cond.ran_on(obs.node)), nows, gen)
-    return Decision(reason, new.model_copy(update=update), (("Warning", reason, msg),),
+    return Plan(reason, new.model_copy(update=update), (("Warning", reason, msg),),
                     before=store, after=after, slot_freed=True, observed_duration=True)
 
 
@@ -145,7 +145,7 @@ def _verdict(status: ExperimentStatus, judgement: Judgement, obs: Observation, u
     """The status and events of a run with a verdict (``update``: the fields every terminal status sets)."""
     assert judgement.verdict is not None  # (_judgement returns judgements with a verdict only)
     new = cond.with_kernel(status, judgement.kernel, judgement.verdict, judgement.reasons)
-    new = cond.apply_step(new, cond.decided(judgement.verdict, judgement.reasons, "JobSucceeded", obs.message,
+    new = cond.apply_transition(new, cond.decided(judgement.verdict, judgement.reasons, "JobSucceeded", obs.message,
                                             cond.ran_on(obs.node)), nows, gen)
     update.update(serving=judgement.serving, accuracy=judgement.accuracy, judgement=judgement.summary)
     event: Event = ("Normal" if judgement.verdict == "Pass" else "Warning", f"Verdict{judgement.verdict}",
@@ -188,7 +188,7 @@ def printed_points(collected: Collected) -> KernelStatus | None:
                         gather_source=collected.partial_points[-1].gather_source)
 
 
-def job_vanished(o: Observed, status: ExperimentStatus, jname: str, nows: str) -> Decision:
+def job_vanished(o: Observed, status: ExperimentStatus, jname: str, nows: str) -> Plan:
     """The run's Job was deleted before it finished (confirmed with the API server): ``InfraFailed`` /
     ``JobDeleted``. What its pod wrote while it ran (the followed log, ``o.progress_log``) is kept: its
     points in ``status.kernel`` (points only: a run cut short recommends nothing) and the log, with what
@@ -210,8 +210,8 @@ def job_vanished(o: Observed, status: ExperimentStatus, jname: str, nows: str) -
             problems=[f"{msg} (the log below is what its pod wrote until then)", *problems]), update)
         msg += f"; {refused}" if refused else ""
     new = cond.with_kernel(status, kernel, None, []) if kernel is not None else status
-    new = cond.apply_step(new, cond.failed("InfraFailed", msg, "JobDeleted"), nows, gen).model_copy(update=update)
-    return Decision("job-vanished", new, (("Warning", "InfraFailed", msg),), before=before, slot_freed=True,
+    new = cond.apply_transition(new, cond.failed("InfraFailed", msg, "JobDeleted"), nows, gen).model_copy(update=update)
+    return Plan("job-vanished", new, (("Warning", "InfraFailed", msg),), before=before, slot_freed=True,
                     observed_duration=True)
 
 

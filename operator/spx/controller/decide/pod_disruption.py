@@ -2,7 +2,7 @@
 whose node was lost, the bound on waiting for a pod being deleted, and the wait for the Job
 controller's replacement of a disrupted pod. Pure.
 
-The Job's ``podFailurePolicy`` ignores ``DisruptionTarget`` pods (:func:`spx.controller.build.manifests.build_job_spec`),
+The Job's ``podFailurePolicy`` ignores ``DisruptionTarget`` pods (:func:`spx.controller.manifests.job.build_job_spec`),
 so the Job controller replaces a disrupted pod; the operator counts disruptions against
 ``max_disruptions`` and bounds the wait for the replacement (:func:`awaiting_replacement`).
 """

@@ -10,7 +10,7 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
-from spx.controller.build.naming import CONTAINER_NAME
+from spx.controller.manifests.naming import CONTAINER_NAME
 
 
 def container_status(pod: Mapping[str, Any], name: str = CONTAINER_NAME) -> Mapping[str, Any] | None:

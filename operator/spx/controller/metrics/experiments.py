@@ -19,6 +19,7 @@ from spx.api.spec import ExperimentSpec
 from spx.api.status import ExperimentStatus, KernelStatus
 from spx.controller.metrics import registry as r
 from spx.controller.metrics.comparable import comparable_values, spec_model, status_model
+from spx.controller.metrics.decided import decided_by, decided_series, deciding_threshold
 
 #: (collector, label values, value) of one exported series.
 Series = tuple[Any, tuple[str, ...], float]
@@ -81,7 +82,7 @@ def _kernel_series(key: tuple[str, str], status: ExperimentStatus, spec: Experim
     host = next((g for g in kernel.regimes if g.regime == "host-bound"), None)
     values: tuple[tuple[Any, float | int | None], ...] = (
         (r.CROSSOVER, kernel.crossover_tokens),
-        (r.RECOMMENDED_THRESHOLD, kernel.recommended_threshold_tokens),
+        (r.RECOMMENDED_THRESHOLD, deciding_threshold(status)),
         (r.HOST_BOUND_CROSSOVER, host.crossover_tokens if host is not None else None),
         (r.HOST_BOUND_THRESHOLD, host.recommended_threshold_tokens if host is not None else None))
     for collector, value in values:
@@ -134,13 +135,14 @@ def observe_experiment(
     """
     key = (namespace, name)
     s = status_model(status)
-    wanted = _kernel_series(key, s, spec_model(spec)) + _vllm_series(key, s)
+    wanted = _kernel_series(key, s, spec_model(spec)) + _vllm_series(key, s) + decided_series(key, s)
     if timeout_seconds is not None:
         wanted.append((r.TIMEOUT, key, float(timeout_seconds)))
     if s.verdict is not None:
         env = s.environment
         gpu, vllm = str((env and env.gpu) or ""), str((env and env.vllm) or "")
-        wanted += [(r.VERDICT, (*key, gpu, vllm, v), 1.0 if v == s.verdict else 0.0) for v in r.VERDICTS]
+        by = decided_by(s)
+        wanted += [(r.VERDICT, (*key, gpu, vllm, by, v), 1.0 if v == s.verdict else 0.0) for v in r.VERDICTS]
     if _series_retention_s > 0 and phase_since is not None and time.time() - phase_since > _series_retention_s:
         wanted = []  # decided long ago: its series expire (SPX_SERIES_RETENTION_SECONDS)
     phase = s.phase if status else None  # no status yet: not counted in any phase

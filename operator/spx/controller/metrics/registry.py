@@ -71,7 +71,8 @@ CROSSOVER = _gauge(
 )
 RECOMMENDED_THRESHOLD = _gauge(
     "spx_recommended_threshold_tokens",
-    "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS from the measured crossover.",
+    "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS of the measurement that decided the verdict (the step A/B's "
+    "when it decided, else the kernel sweep's).",
     (*EXPERIMENT_LABELS, *COMPARABLE_LABELS),
 )
 HOST_BOUND_CROSSOVER = _gauge(
@@ -91,8 +92,66 @@ KERNEL_HOST_BOUND_SPEEDUP = _gauge(
 )
 VERDICT = _gauge(
     "spx_verdict",
-    "1 for the experiment's current gate verdict (Pass, Fail, Inconclusive), 0 for the others.",
-    (*EXPERIMENT_LABELS, "gpu", "vllm", "verdict"),
+    "1 for the experiment's current gate verdict (Pass, Fail, Inconclusive), 0 for the others; decided_by: "
+    "the measurement that decided it (status.kernel.decidedBy).",
+    (*EXPERIMENT_LABELS, "gpu", "vllm", "decided_by", "verdict"),
+)
+REGIME_VERDICT = _gauge(
+    "spx_regime_verdict",
+    "1 for a kernel regime's own verdict (gpu-bound: GPU spans, host-bound: eager host issue times), 0 for the others.",
+    (*EXPERIMENT_LABELS, "regime", "verdict"),
+)
+REGIME_CROSSOVER = _gauge(
+    "spx_regime_crossover_tokens",
+    "Interpolated break-even (tokens) in one kernel regime; absent when the regime has none.",
+    (*EXPERIMENT_LABELS, "regime"),
+)
+REGIME_THRESHOLD = _gauge(
+    "spx_regime_recommended_threshold_tokens",
+    "The threshold one kernel regime's times support (not the verdict's unless that regime decided).",
+    (*EXPERIMENT_LABELS, "regime"),
+)
+KERNEL_DELTA = _gauge(
+    "spx_kernel_delta_seconds",
+    "The split's difference per call (one call per layer) at a token count: delta=gpu is Δg (GPU spans), "
+    "delta=host is Δh (host issue times); bound: estimate or an end of its 95 % interval. Negative: the split saves.",
+    (*EXPERIMENT_LABELS, "tokens", "delta", "bound"),
+)
+STEP_EFFECT = _gauge(
+    "spx_step_effect_seconds",
+    "Step A/B: an arm's effect on a whole prefill step at a prompt length (arm minus replicated, seconds per step; "
+    "negative: a gain); path aligned (length % TP == 0) or pad; bound: estimate or an interval end.",
+    (*EXPERIMENT_LABELS, "arm", "length", "path", "bound"),
+)
+STEP_EFFECT_PER_LAYER = _gauge(
+    "spx_step_effect_per_layer_seconds",
+    "Step A/B: spx_step_effect_seconds divided by the layers running the projection (seconds per layer).",
+    (*EXPERIMENT_LABELS, "arm", "length", "path", "bound"),
+)
+STEP_OUTCOME = _gauge(
+    "spx_step_outcome",
+    "Step A/B: 1 for what an arm's effect interval at a length says (gain, loss, indifferent); one series per point.",
+    (*EXPERIMENT_LABELS, "arm", "length", "path", "outcome"),
+)
+STEP_EXPECTED = _gauge(
+    "spx_step_expected_effect_seconds",
+    "Step A/B: the expected effect of splitting from a threshold over the deployment's batch mix (seconds per step).",
+    (*EXPERIMENT_LABELS, "threshold", "arm", "bound"),
+)
+STEP_EXPECTED_PER_LAYER = _gauge(
+    "spx_step_expected_effect_per_layer_seconds",
+    "Step A/B: spx_step_expected_effect_seconds per layer (seconds per layer).",
+    (*EXPERIMENT_LABELS, "threshold", "arm", "bound"),
+)
+STEP_BREAK_EVEN = _gauge(
+    "spx_step_break_even_tokens",
+    "Step A/B: where the split's mix-weighted effect crosses from loss to gain on the curve (tokens).",
+    EXPERIMENT_LABELS,
+)
+STEP_USABLE = _gauge(
+    "spx_step_usable",
+    "Step A/B: 1 when it may decide (complete, calibrated, confirmed, this experiment's), 0 when not.",
+    EXPERIMENT_LABELS,
 )
 SERVING_VALUE = _gauge(
     "spx_serving_value",

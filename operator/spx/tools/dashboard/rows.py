@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from spx.tools.dashboard.decided_row import decided_row
 from spx.tools.dashboard.operator_row import operator_row
 from spx.tools.dashboard.parts import (
     CLUSTER,
     EXP,
     GPU,
-    fixed_color,
     log2_scale,
     panel,
     query,
@@ -22,7 +22,6 @@ from spx.tools.dashboard.parts import (
     tokens_in_order,
     transform,
     verdict_mapping_options,
-    verdict_value_map,
 )
 
 #: A row: its title and its panel builders, left to right, top to bottom.
@@ -32,51 +31,12 @@ Row = tuple[str, list[Any]]
 # ---------------------------------------------------------------------------- the selected experiment
 
 
-def verdict_stat() -> Any:
-    from grafana_foundation_sdk.builders import stat
-    from grafana_foundation_sdk.models import common
-
-    return (
-        panel(stat.Panel(), "Verdict", height=5, span=6)
-        .description("The gate verdict of the experiment (spx_verdict == 1): Pass, Fail or Inconclusive.")
-        .with_target(query(f"spx_verdict{{{EXP}}} == 1", "{{verdict}}", instant=True))
-        .text_mode(common.BigValueTextMode.NAME)
-        .color_mode(common.BigValueColorMode.BACKGROUND)
-        .graph_mode(common.BigValueGraphMode.NONE)
-        .mappings(verdict_value_map())
-        .override_by_name("Pass", fixed_color("green"))
-        .override_by_name("Fail", fixed_color("red"))
-        .override_by_name("Inconclusive", fixed_color("orange"))
-        .no_value("not decided")
-    )
-
-
-def token_stat(title: str, description: str, metric: str, **extra: Any) -> Any:
-    """A stat of one token count of the experiment (crossover, recommended threshold)."""
-    from grafana_foundation_sdk.builders import stat
-    from grafana_foundation_sdk.models import common
-
-    p = (
-        panel(stat.Panel(), title, height=5, span=6)
-        .description(description)
-        .with_target(query(f"{metric}{{{EXP}}}", "{{gpu}} · vLLM {{vllm}}", instant=True))
-        .unit("none")
-        .decimals(0)
-        .graph_mode(common.BigValueGraphMode.NONE)
-    )
-    if "no_value" in extra:
-        p = p.no_value(extra["no_value"])
-    if "base_color" in extra:
-        p = p.thresholds(thresholds((None, extra["base_color"])))
-    return p
-
-
 def phase_age_stat() -> Any:
     from grafana_foundation_sdk.builders import stat
     from grafana_foundation_sdk.models import common
 
     return (
-        panel(stat.Panel(), "Time in current phase", height=5, span=6)
+        panel(stat.Panel(), "Time in current phase", height=10, span=4)
         .description("Seconds since the experiment entered its current phase (the series' phase label).")
         .with_target(query(f"time() - spx_experiment_phase_since_timestamp_seconds{{{EXP}}}", "{{phase}}", instant=True))
         .unit("s")
@@ -90,7 +50,7 @@ def latency_bars() -> Any:
     from grafana_foundation_sdk.models import common
 
     return (
-        panel(barchart.Panel(), "Latency vs tokens per candidate", height=10, span=12)
+        panel(barchart.Panel(), "Latency vs tokens per candidate", height=10, span=10)
         .description(
             "Median time per call (max over ranks) of the replicated and the split candidate at each "
             "token count. Log scale: the split bar drops below the replicated one at the crossover."
@@ -119,7 +79,7 @@ def speedup_bars() -> Any:
     from grafana_foundation_sdk.models import dashboard as model
 
     return (
-        panel(barchart.Panel(), "Speedup vs tokens (replicated ÷ split)", height=10, span=12)
+        panel(barchart.Panel(), "Speedup vs tokens (replicated ÷ split)", height=10, span=10)
         .description("Above 1 the split candidate wins at that token count; the line marks 1.")
         .with_target(query(f"max by (tokens) (spx_kernel_speedup_ratio{{{EXP}}})", "speedup", instant=True, fmt="table"))
         .transformations([
@@ -137,18 +97,10 @@ def speedup_bars() -> Any:
 
 
 def experiment_row() -> Row:
-    """The selected experiment: verdict, crossover, recommended threshold, phase age, the two bar charts."""
-    return "Experiment $namespace/$experiment", [
-        verdict_stat(),
-        token_stat("Crossover (tokens)", "Interpolated break-even token count: from here on the split candidate wins.",
-                   "spx_crossover_tokens", no_value="no crossover"),
-        token_stat("Recommended threshold (tokens)",
-                   "The _SHARD_FUSED_WQA_WKV_MIN_TOKENS the measurement recommends (vLLM 0.33 ships 2048).",
-                   "spx_recommended_threshold_tokens", base_color="blue"),
-        phase_age_stat(),
-        latency_bars(),
-        speedup_bars(),
-    ]
+    """The selected experiment's kernel sweep: phase age and the two bar charts (the GPU-bound crossover and
+    threshold are in the "what decided" row's regime table, next to that regime's own verdict: shown alone
+    beside the verdict they contradicted a step-decided Fail, issue #36)."""
+    return "Kernel sweep of $namespace/$experiment", [phase_age_stat(), latency_bars(), speedup_bars()]
 
 
 # ---------------------------------------------------------------------------- serving A/B and GSM8K
@@ -234,7 +186,7 @@ def verdict_table() -> Any:
     from grafana_foundation_sdk.models import dashboard as model
 
     hidden = {"Time": True, "Value": True, "__name__": True, "job": True, "instance": True}
-    order = {"namespace": 0, "experiment": 1, "gpu": 2, "vllm": 3, "verdict": 4}
+    order = {"namespace": 0, "experiment": 1, "gpu": 2, "vllm": 3, "verdict": 4, "decided_by": 5}
     return (
         panel(table.Panel(), "Verdicts", height=8, span=24)
         .description("Current verdict of every experiment in the namespace.")
@@ -250,13 +202,14 @@ def verdict_table() -> Any:
 def history_row() -> Row:
     """Crossover and recommended threshold per GPU type and vLLM version, and every verdict."""
     return "Crossover history per GPU type and vLLM version", [
-        history_series("Crossover over time",
-                       "Break-even token count per GPU type, vLLM version, GEMM backend and gather source "
-                       "(measured or modelled), across experiments; CPU smoke runs left out.",
+        history_series("GPU-bound crossover over time",
+                       "The kernel's GPU-bound break-even token count per GPU type, vLLM version, GEMM backend and "
+                       "gather source (measured or modelled), across experiments; CPU smoke runs left out. A drift "
+                       "signal of the measurement, not a verdict.",
                        "spx_crossover_tokens"),
-        history_series("Recommended threshold over time",
-                       "Recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS per GPU type, vLLM version, GEMM backend and "
-                       "gather source; CPU smoke runs left out.",
+        history_series("Recommended threshold (from what decided) over time",
+                       "The deciding measurement's recommended _SHARD_FUSED_WQA_WKV_MIN_TOKENS per GPU type, vLLM "
+                       "version, GEMM backend and gather source; CPU smoke runs left out.",
                        "spx_recommended_threshold_tokens"),
         verdict_table(),
     ]
@@ -318,4 +271,4 @@ def experiments_row() -> Row:
 
 
 #: The rows, top to bottom.
-ROWS: tuple[Callable[[], Row], ...] = (experiment_row, serving_row, history_row, experiments_row, operator_row)
+ROWS: tuple[Callable[[], Row], ...] = (decided_row, experiment_row, serving_row, history_row, experiments_row, operator_row)

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from spx.controller.build.naming import KUEUE_QUEUE_LABEL, LABEL_GENERATION
 from spx.controller.decide import admission
 from spx.controller.decide.store import Store
+from spx.controller.manifests.naming import KUEUE_QUEUE_LABEL, LABEL_GENERATION
 
 
 def experiment(name: str, queue: str | None, created: str, running: bool = False) -> dict[str, Any]:

@@ -18,9 +18,9 @@ from spx.api.conditions import DECIDED_REASONS, VERDICT_REASONS
 from spx.api.loading import SpecError
 from spx.api.policy import Policy
 from spx.api.scheduling import DEFAULT_ADMISSION_TIMEOUT_SECONDS
-from spx.controller.build.naming import job_name
 from spx.controller.decide import conclusion as c
 from spx.controller.decide import decision as dec
+from spx.controller.manifests.naming import job_name
 
 from .world import (
     JOB,
@@ -45,11 +45,11 @@ REPEATED_LOG, _ = bench_outputs(tokens=(8, 8, 128))
 PARTIAL_LOG, _ = bench_outputs(tokens=(8, 128), result=False)
 
 
-def deletes(decisions: list[dec.Decision]) -> list[str]:
+def deletes(decisions: list[dec.Plan]) -> list[str]:
     return [n for a in actions(decisions) if isinstance(a, dec.DeleteJobs) for n in a.names]
 
 
-def stored(decisions: list[dec.Decision]) -> list[dict]:
+def stored(decisions: list[dec.Plan]) -> list[dict]:
     return [a.manifest for a in actions(decisions) if isinstance(a, dec.StoreResult)]
 
 
@@ -317,7 +317,7 @@ def test_fm8_nothing_is_written_for_an_experiment_being_deleted(pods: list[dict]
     o = observed(status=running_status("Analyzing"), jobs=[job(cond("Complete"))], pods=pods, deleting=True,
                  results=dec.Results(log=LOG))
     d = c.conclude(o)
-    assert d == dec.Decision("deleting")
+    assert d == dec.Plan("deleting")
 
 
 @pytest.mark.parametrize("finalizer", ["a foreign finalizer holds it", "foreground deletion"])
@@ -332,7 +332,7 @@ def test_fm8_a_run_of_an_experiment_being_deleted_is_stopped(finalizer: str) -> 
     assert d.before == (dec.DeleteJobs((JOB,), "the experiment is being deleted"),) and d.slot_freed
     if finalizer == "foreground deletion":
         collected = {**running, "metadata": {**running["metadata"], "deletionTimestamp": ts(5)}}
-        assert c.conclude(replace(o, jobs=[collected])) == dec.Decision("deleting")
+        assert c.conclude(replace(o, jobs=[collected])) == dec.Plan("deleting")
 
 
 # FM1: a stale Job is looked up before it is declared gone ----------------------------------------------------

@@ -15,9 +15,9 @@ import pytest
 from spx.api import policy as pol
 from spx.api.loading import validate_spec
 from spx.api.spec import ExperimentSpec
-from spx.controller.build.naming import job_name
 from spx.controller.decide import conclusion as c
 from spx.controller.decide import decision as dec
+from spx.controller.manifests.naming import job_name
 
 from .world import JOB, SPEC, T0, ApiServer, condition, drive, job, observed, pod, running_status
 

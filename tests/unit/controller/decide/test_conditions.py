@@ -35,10 +35,10 @@ def test_conditions_keep_canonical_order() -> None:
     assert [x.type for x in c] == ["Scheduled", "Completed", "Decided", "Other"]
 
 
-def _run_through(steps: list[tuple[cond.Step, str]]) -> ExperimentStatus:
+def _run_through(steps: list[tuple[cond.Transition, str]]) -> ExperimentStatus:
     status = cond.new_run(ExperimentStatus(), 1, T0)
-    for step, now in steps:
-        status = cond.apply_step(status, step, now, 1)
+    for transition, now in steps:
+        status = cond.apply_transition(status, transition, now, 1)
     return status
 
 
@@ -50,7 +50,7 @@ def _run_through(steps: list[tuple[cond.Step, str]]) -> ExperimentStatus:
     (cond.failed("InfraFailed", "evicted 4 times", "Evicted"), "Failed", "InfraFailed"),
     (cond.invalid_spec(["spec.sweep.tokens: must be increasing"]), "Failed", "InvalidSpec"),
 ])
-def test_every_terminal_outcome_sets_decided_true(final: cond.Step, phase: str, reason: str) -> None:
+def test_every_terminal_outcome_sets_decided_true(final: cond.Transition, phase: str, reason: str) -> None:
     status = _run_through([(cond.job_pending("j"), T0), (cond.running("j", "n1", True), T0), (final, T1)])
     decided = cond.get_condition(status.conditions, "Decided")
     assert status.phase == phase
@@ -64,7 +64,7 @@ def test_a_new_generation_resets_results_but_keeps_transition_history() -> None:
     done = cond.with_kernel(done, None, "Pass", ["r"]).model_copy(update={"job_name": "x-g1", "observed_generation": 1})
     fresh = cond.new_run(done, 2, T1)
     assert fresh.verdict is None and fresh.job_name is None and fresh.observed_generation == 2 and fresh.phase == "Pending"
-    again = cond.apply_step(fresh, cond.job_pending("x-g2"), T1, 2)
+    again = cond.apply_transition(fresh, cond.job_pending("x-g2"), T1, 2)
     decided = cond.get_condition(again.conditions, "Decided")
     assert decided is not None and decided.status == "False" and decided.last_transition_time == T1
     assert decided.observed_generation == 2

@@ -24,9 +24,9 @@ from spx.api.result import KernelResult, PointResult
 from spx.api.spec import ExperimentSpec, spec_hash
 from spx.api.status import Environment
 from spx.api.step import StepResult, StepSpec
-from spx.controller.build.result_configmap import build_result_configmap, read_result_configmap
 from spx.controller.decide import decision as dec
 from spx.controller.decide.results import collect, read_step_log, read_vllm_log
+from spx.controller.manifests.result_configmap import build_result_configmap, read_result_configmap
 from spx_testing.specs import CPU_SPEC
 
 from .world import NAME, ApiServer, _point, cond, condition, drive, job, observed, pod, running_status
@@ -89,7 +89,7 @@ def outputs(s: ExperimentSpec, step: StepResult | None, *, log_step: bool = True
     return "".join(lines), wire.build_summary(kr, points_from_result(kr), step=status)
 
 
-def decide(s: ExperimentSpec, log: str | None, message: str) -> tuple[Any, list[dec.Decision]]:
+def decide(s: ExperimentSpec, log: str | None, message: str) -> tuple[Any, list[dec.Plan]]:
     o = observed(spec=s, status=running_status(), jobs=[job(cond("Complete"))],
                  pods=[pod("Succeeded", exit_code=0, message=message)])
     final, decisions = drive(o, ApiServer(log=log, message=message))

@@ -14,9 +14,9 @@ from spx.api import wire
 from spx.api.loading import validate_spec
 from spx.api.result import KernelResult, PointResult, ResultSummary
 from spx.api.status import Environment, ExperimentStatus
-from spx.controller.build.naming import job_name
 from spx.controller.decide import conclusion as c
 from spx.controller.decide import decision as dec
+from spx.controller.manifests.naming import job_name
 from spx_testing.factories import point_result
 from spx_testing.specs import CPU_SPEC  # the one small CPU spec of the operator tests
 
@@ -147,10 +147,10 @@ class ApiServer:
         raise AssertionError(need)
 
 
-def drive(o: dec.Observed, api: ApiServer | None = None, limit: int = 8) -> tuple[dec.Observed, list[dec.Decision]]:
+def drive(o: dec.Observed, api: ApiServer | None = None, limit: int = 8) -> tuple[dec.Observed, list[dec.Plan]]:
     """Decide, apply the status, answer the question, decide again — until a decision needs nothing."""
     api = api or ApiServer()
-    decisions: list[dec.Decision] = []
+    decisions: list[dec.Plan] = []
     for _ in range(limit):
         d = c.conclude(o)
         decisions.append(d)
@@ -162,7 +162,7 @@ def drive(o: dec.Observed, api: ApiServer | None = None, limit: int = 8) -> tupl
     raise AssertionError(f"no decision after {limit} steps: {decisions[-1]}")
 
 
-def actions(decisions: list[dec.Decision]) -> list[dec.Action]:
+def actions(decisions: list[dec.Plan]) -> list[dec.Action]:
     return [a for d in decisions for a in (*d.before, *d.after)]
 
 
