@@ -335,3 +335,17 @@ def test_a_request_sent_under_a_switch_of_another_arm_is_unconfirmed() -> None:
     sw[i] = sw[i].model_copy(update={"arm": "replicated", "threshold": 2**31 - 1})
     paired = paired_rounds(r.model_copy(update={"switches": sw}))
     assert paired.problems.unconfirmed_switch == 1 and "does not confirm this arm" in paired.problems.named[0]
+
+
+def test_the_power_benchmark_replays_the_runner_loop_through_the_shipped_analysis() -> None:
+    """One run of benchmarks/step_power.py's first scenario (−0.8 ms, 1 ms noise): resolved at a look, usable."""
+    run = power.one_run((power.SCENARIOS[0], 0))
+    assert run["resolved"] == 1.0 and run["false"] == 0.0 and run["usable"] == 1.0
+    assert run["rounds"] in (40.0, 80.0, 120.0, 160.0, 200.0)
+
+
+def test_nothing_above_max_num_batched_tokens_is_used() -> None:
+    r = _result(-0.8, rounds=40).model_copy(update={"max_num_batched_tokens": 4096})
+    st = summarize(r)
+    assert {p.length for p in st.points} == {2048, 2049, 4096}
+    assert any("lengths [4097] lie above max_num_batched_tokens 4096" in f for f in st.failures)

@@ -331,7 +331,10 @@ def summarize(result: StepResult, kernel: KernelStatus | None = None, *, allow_c
         complete=result.complete and not result.failures, rounds=max(result.rounds_done, len(paired.rounds)),
         stopped_because=result.stopped_because, statistic=spec.statistic, confidence=1.0 - ALPHA,
         interval_level=level, looks=looks(spec), cpu_timings=result.device == "cpu",
-        failures=[*result.failures, *paired.problems.lines(), *why])
+        failures=[*result.failures, *paired.problems.lines(), *why,
+                  *([f"lengths {paired.above_max[:8]} lie above max_num_batched_tokens "
+                     f"{result.max_num_batched_tokens}: the deployment forms no such batch, not used"]
+                    if paired.above_max else [])])
     status.unusable_reasons = unusable_reasons(
         result, paired, calib, gated if isinstance(gated, str) else None, allow_cpu_timings=allow_cpu_timings,
         experiment=experiment, spec_hash=spec_hash)
