@@ -43,11 +43,14 @@ def test_accuracy_needs_serving() -> None:
         ({"startupTimeoutSeconds": 600}, 2400, True),
         ({"arms": [{"name": "B", "variant": "split"}, {"name": "A", "variant": "main"}]}, 4800, True),
         ({"arms": [{"name": "B", "variant": "split"}, {"name": "A", "variant": "main"}]}, 4799, False),
-        # the step A/B's one server loads the model too, and its rounds take step.budgetSeconds
+        # the step A/B loads the model once, first, and its rounds (budgetSeconds) count too
         ({"startupTimeoutSeconds": 600, "step": {}}, 3000, True),
         ({"startupTimeoutSeconds": 600, "step": {}}, 2999, False),
-        ({"startupTimeoutSeconds": 600, "step": {"thresholds": [4096], "budgetSeconds": 600}}, 3600, True),
-        ({"startupTimeoutSeconds": 600, "step": {"thresholds": [4096], "budgetSeconds": 600}}, 3599, False),
+        ({"startupTimeoutSeconds": 600, "step": {"budgetSeconds": 900}}, 3900, True),
+        ({"startupTimeoutSeconds": 600, "step": {"budgetSeconds": 900}}, 3899, False),
+        # the step A/B alone (no points, no GSM8K): the arms load nothing, one load + the rounds
+        ({"startupTimeoutSeconds": 600, "points": [], "step": {"budgetSeconds": 900}}, 1500, True),
+        ({"startupTimeoutSeconds": 600, "points": [], "step": {"budgetSeconds": 900}}, 1499, False),
     ],
 )
 def test_timeout_covers_every_arms_model_load(serving: dict[str, Any], timeout: int, ok: bool) -> None:
@@ -55,6 +58,7 @@ def test_timeout_covers_every_arms_model_load(serving: dict[str, Any], timeout: 
     if ok:
         spec = ExperimentSpec.model_validate(raw)
         assert spec.serving is not None and spec.timeout_seconds >= min_timeout_seconds(spec.serving)
+        assert min_timeout_seconds(spec.serving) == timeout
     else:
         with pytest.raises(ValidationError, match=r"too short for spec.serving: .* set timeoutSeconds ≥"):
             ExperimentSpec.model_validate(raw)
@@ -67,9 +71,10 @@ def test_the_crd_carries_the_same_rules_as_cel() -> None:
     text = " ".join(r["rule"] for r in rules)
     assert "!has(self.accuracy) || has(self.serving)" in text
     # the CRD carries no defaults, so the rule spells out the models (timeout 3600, 4 arms, 2400 s) and counts
-    # the step A/B's servers as spx.api.spec.step_servers does
+    # the step A/B's one server and its budget as spx.api.spec.min_timeout_seconds does
     assert ": 3600) >= " in text and ": 4)) + " in text and ": 2400)" in text
-    assert "self.serving.step.budgetSeconds" in text
+    assert "(has(self.serving.step) ? 1 : 0)" in text and "self.serving.step.budgetSeconds" in text
+    assert "size(self.serving.points) == 0 && !has(self.accuracy)" in text
 
 
 # The verdict over every gate ----------------------------------------------------------------------------
@@ -315,8 +320,8 @@ def test_promtool_accepts_the_serving_metrics(tmp_path: Any) -> None:
 
 
 def test_a_repeated_step_threshold_is_refused_naming_the_field() -> None:
-    """Each step threshold is a server and a model load (the Job deadline counts them): listed once, as sweep.tokens."""
+    """Each step threshold is listed once (as sweep.tokens); the error names the field."""
     raw = {"serving": {**SERVING, "step": {"thresholds": [4096, 1024, 4096]}}, "timeoutSeconds": 86400}
-    with pytest.raises(ValidationError, match=r"serving.step.thresholds\n  Value error, each value must be listed once, \[4096\] repeat"):
+    with pytest.raises(ValidationError, match=r"serving.step.thresholds\n.*each value must be listed once, \[4096\] repeat"):
         ExperimentSpec.model_validate(raw)
     assert ExperimentSpec.model_validate({**raw, "serving": {**SERVING, "step": {"thresholds": [4096, 1024]}}}).serving

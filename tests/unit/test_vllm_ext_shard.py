@@ -42,3 +42,14 @@ def test_pad_free_shard_equals_vllms_sp_shard_at_every_rank(tokens: int, tp: int
             assert ours.data_ptr() == x[start:].data_ptr()
         shards.append(ours)
     assert torch.equal(torch.cat(shards)[:tokens], x)  # the all-gather, then the caller's [:num_tokens]
+
+
+@pytest.mark.parametrize("tokens", [1, 9, 2048, 2049, 8191])
+@pytest.mark.parametrize("tp", [2, 8])
+def test_the_extensions_shard_is_the_kernel_benchs(tokens: int, tp: int) -> None:
+    """The copy inside vLLM (spx.vllm_ext.shard) and the kernel sweep's pad-free candidate give the same shard."""
+    from spx.bench.sequence_parallel import pad_free_shard
+
+    x = torch.randn(tokens, 8)
+    for rank in range(tp):
+        assert torch.equal(pad_free_shard_of(x, tp, rank), pad_free_shard(x, tp, rank)), (tokens, tp, rank)

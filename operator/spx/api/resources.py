@@ -76,11 +76,13 @@ class ResourcesSpec(CamelModel):
             raise ValueError(f"affinity.{bad[0]} must be an object (a core/v1 {bad[0][0].upper() + bad[0][1:]})")
         return v
 
-    def reserved(self, device: str, default_shm: str | None) -> dict[str, str | None]:
+    def reserved(self, device: str, default_shm: str | None, default_memory: str | None = None) -> dict[str, str | None]:
         """``{"cpu", "memory", "shmSize", "ephemeralStorage"}`` the bench pod gets on ``device``
         (``kernel.device``: cpu or another): the fields where set, else :data:`CPU_DEFAULTS` (cpu) or
-        :data:`GPU_DEFAULTS` and ``default_shm`` (the operator's ``SPX_BENCH_SHM_SIZE``)."""
-        defaults: dict[str, str | None] = dict(CPU_DEFAULTS) if device == "cpu" else {**GPU_DEFAULTS, "shmSize": default_shm}
+        :data:`GPU_DEFAULTS`, ``default_shm`` (the operator's ``SPX_BENCH_SHM_SIZE``) and ``default_memory``
+        (its ``SPX_BENCH_MEMORY``; None: GPU_DEFAULTS')."""
+        defaults: dict[str, str | None] = dict(CPU_DEFAULTS) if device == "cpu" else {
+            **GPU_DEFAULTS, "shmSize": default_shm, **({"memory": default_memory} if default_memory else {})}
         return {
             "cpu": self.cpu or defaults["cpu"],
             "memory": self.memory or defaults["memory"],

@@ -23,10 +23,13 @@ from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from spx import __version__
+from spx.api.k8s_patterns import QUANTITY
 from spx.api.policy import ENV_VAR as POLICY_ENV_VAR
 from spx.api.policy import Policy, check_bench_image, policy_from_env
+from spx.api.resources import GPU_DEFAULTS
 from spx.controller.decide.observation import Timeouts
 from spx.controller.manifests.job import DEFAULT_BENCH_COMMAND
+from spx.controller.manifests.model_cache import ModelCache
 from spx.controller.manifests.placement import PlacementDefaults
 from spx.controller.workqueue import HOLD_S
 
@@ -109,6 +112,15 @@ class OperatorSettings(BaseSettings):
                                              default=None)
     bench_shm_size: str | None = _env("SPX_BENCH_SHM_SIZE", "size limit of the bench pod's /dev/shm; empty = none",
                                       default="64Gi")
+    bench_memory: str = _env("SPX_BENCH_MEMORY",
+                             "memory request = limit of a GPU bench pod whose experiment sets no resources.memory "
+                             "(/dev/shm counts against it; chart: bench.memory)",
+                             default=GPU_DEFAULTS["memory"], pattern=QUANTITY)
+    bench_model_cache: Annotated[ModelCache, NoDecode] = _env(
+        "SPX_BENCH_MODEL_CACHE",
+        "where a serving bench pod's model cache (HF_HOME) lives: JSON {type: emptyDir|persistentVolumeClaim|hostPath, "
+        "sizeLimit, claimName, path} (spx.controller.manifests.model_cache; chart: bench.modelCache)",
+        default_factory=ModelCache)
     bench_image_pull_policy: str = _env("SPX_BENCH_IMAGE_PULL_POLICY", "imagePullPolicy of the bench container",
                                         default="IfNotPresent", pattern=r"^(Always|IfNotPresent|Never)$")
     bench_command: Annotated[tuple[str, ...], NoDecode] = _env(
@@ -178,6 +190,17 @@ class OperatorSettings(BaseSettings):
             if not value.strip():
                 raise PydanticUseDefault()
             return tuple(value.split())
+        return value
+
+    @field_validator("bench_model_cache", mode="before")
+    @classmethod
+    def _parse_model_cache(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return ModelCache.model_validate_json(value or "{}")
+            except ValidationError as e:  # name the chart's field (bench.modelCache.<key>) and what it accepts
+                raise ValueError("; ".join(f"modelCache.{'.'.join(str(p) for p in err['loc']) or '(value)'}: "
+                                           f"{err['msg']}" for err in e.errors())) from None
         return value
 
     @field_validator("bench_placement", mode="before")

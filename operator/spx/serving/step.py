@@ -55,7 +55,7 @@ from spx.serving.step_plan import (
     switch_confirmed,
     switch_of,
 )
-from spx.vocabulary import PLUGIN_ENV_THRESHOLD, SERVER_LOG, STEP_RESULT_FILE
+from spx.vocabulary import ARM_ENV, PLUGIN_ENV_THRESHOLD, SERVER_LOG, STEP_RESULT_FILE
 
 #: The environment variable that exposes ``POST /collective_rpc`` (``vllm/envs.py``).
 DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
@@ -202,6 +202,7 @@ class StepRunner:
         env.update(serving_of(self.spec).env)
         env[DEV_MODE_ENV] = "1"
         env.pop(PLUGIN_ENV_THRESHOLD, None)  # the extension sets the threshold per request
+        env[ARM_ENV] = "step"  # the server's own logs name it
         self.result.server.server_command = argv
         return VllmServer(argv, env, self.out_dir / "step" / SERVER_LOG)
 

@@ -8,8 +8,10 @@ last rank's, ``< chunk`` rows, whenever ``chunk ≥ TP − 1``, i.e. ``M ≥ TP�
 rank's shard has ``chunk`` rows with the same values as vLLM's, so ``sp_all_gather`` followed by the caller's
 ``[:num_tokens]`` trim gives the same output (tested against ``sp_shard`` in tests/unit/test_vllm_ext_shard.py).
 
-spx.bench (h4's kernel bench) builds the same shard for the kernel sweep; this copy of the index math lives
-here because the extension runs inside vLLM and may import only the standard library and spx.vocabulary.
+The kernel sweep's ``pad-free`` candidate builds the same shard (:func:`spx.bench.sequence_parallel.pad_free_shard`);
+this copy of the index math lives here because the extension runs inside vLLM's processes and may import only the
+standard library and spx.vocabulary (pyproject's import contract). tests/unit/test_vllm_ext_shard.py holds both
+to the same rows and values.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 from spx.api.pod import VolumeSpec
 from spx.api.spec import API_VERSION, KIND, ExperimentSpec
 from spx.controller.manifests import pod_security
+from spx.controller.manifests.model_cache import ModelCache
 from spx.controller.manifests.naming import (
     ANNOTATION_EXPERIMENT,
     ANNOTATION_EXPERIMENT_NAME,
@@ -84,11 +85,20 @@ class BenchOptions:
     command: Sequence[str] = DEFAULT_BENCH_COMMAND
     service_account_name: str | None = None
     shm_size: str | None = "64Gi"
+    #: Memory of a GPU bench pod whose experiment sets none (SPX_BENCH_MEMORY); None: GPU_DEFAULTS.
+    memory: str | None = None
+    #: Where a serving pod's model cache lives (SPX_BENCH_MODEL_CACHE, :mod:`~spx.controller.manifests.model_cache`).
+    model_cache: ModelCache = field(default_factory=ModelCache)
     image_pull_policy: str = "IfNotPresent"
     extra_env: Mapping[str, str] = field(default_factory=dict)
     #: The cluster's default placement (nodeSelector, tolerations, affinity, gpuNodeAffinity) where the
     #: experiment sets none (:func:`spx.controller.manifests.placement.with_defaults`).
     placement: PlacementDefaults | None = None
+
+
+def needs_model_cache(spec: ExperimentSpec) -> bool:
+    """A pod that loads the model through vLLM without ``serving.modelPvc``: it needs the model cache."""
+    return spec.serving is not None and not spec.serving.model_pvc
 
 
 def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentSpec, image: str,
@@ -100,10 +110,12 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
     ``/dev/termination-log``, read-only root, no capabilities (:mod:`spx.controller.manifests.pod_security`),
     the experiment, scratch (also ``/tmp``) and ``/dev/shm`` mounts, ``serving.modelPvc`` read-only
     at ``serving.modelMountPath`` and each of ``spec.pod.volumes`` at its ``mountPath``."""
-    sized = spec.resources.reserved(spec.kernel.device, options.shm_size)
+    sized = spec.resources.reserved(spec.kernel.device, options.shm_size, options.memory)
     reserved: dict[str, str] = {"cpu": str(sized["cpu"]), "memory": str(sized["memory"])}
-    if sized["ephemeralStorage"]:
-        reserved["ephemeral-storage"] = sized["ephemeralStorage"]
+    cache = options.model_cache if needs_model_cache(spec) else None
+    ephemeral = sized["ephemeralStorage"] or (cache.ephemeral_storage() if cache is not None else None)
+    if ephemeral:
+        reserved["ephemeral-storage"] = ephemeral
     if uses_gpus(spec):
         reserved[GPU_RESOURCE] = str(spec.parallelism.tensor_parallel_size)
     env = [
@@ -113,6 +125,8 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
     env += pod_security.scratch_env()
+    own = {e.name for e in spec.pod.env}
+    env += [e for e in (cache.env() if cache is not None else []) if e["name"] not in own]
     env += [{"name": k, "value": v} for k, v in sorted(options.extra_env.items())]
     # the experiment's own (spec.pod.env; the operator's names are reserved there, so none repeats)
     env += [{"name": e.name, "value": e.value} for e in spec.pod.env if e.name not in options.extra_env]
@@ -123,6 +137,8 @@ def build_container_spec(experiment_name: str, namespace: str, spec: ExperimentS
     ]
     if spec.serving is not None and spec.serving.model_pvc:
         mounts.append({"name": "model", "mountPath": spec.serving.model_mount_path, "readOnly": True})
+    if cache is not None:
+        mounts.append(cache.mount())
     for v in spec.pod.volumes:
         mounts.append({"name": v.name, "mountPath": v.mount_path, "readOnly": v.read_only,
                        **({"subPath": v.sub_path} if v.sub_path else {})})
@@ -171,6 +187,8 @@ def build_pod_spec(container: Mapping[str, Any], spec: ExperimentSpec, options: 
     if spec.serving is not None and spec.serving.model_pvc:
         # The weights, read-only: every arm loads the model from here (no download per arm).
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": spec.serving.model_pvc, "readOnly": True}})
+    if needs_model_cache(spec):
+        volumes.append(options.model_cache.volume())
     volumes += [extra_volume(v) for v in spec.pod.volumes]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
