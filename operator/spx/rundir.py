@@ -79,23 +79,25 @@ def cannot_write(path: Path | str, exc: OSError) -> str:
     return f"cannot write {exc.filename or path}: {exc.strerror or exc}; {fix}"
 
 
-def read_json(path: Path, what: str = "an spx document") -> Any:
-    """The JSON in ``path``: the one reading ladder of a run's documents.
+def read_json(path: Path | str, what: str = "an spx document") -> Any:
+    """The JSON in ``path``: the one reading ladder of a run's documents. Messages name ``path`` as given
+    (``./x`` stays ``./x``).
 
     Raises:
         RunDirectoryError: missing, a directory, unreadable, not UTF-8, not JSON, or nested deeper than any spx
             document (Python's recursion limit); the message names ``path`` and says it should be ``what``.
     """
+    shown = os.fspath(path)
     try:
-        return loads_json(path.read_text(encoding="utf-8"), path, what)
+        return loads_json(Path(path).read_text(encoding="utf-8"), shown, what)
     except FileNotFoundError:
-        raise RunDirectoryError(f"{path}: no such file (expected {what})") from None
+        raise RunDirectoryError(f"{shown}: no such file (expected {what})") from None
     except IsADirectoryError:
-        raise RunDirectoryError(f"{path} is a directory, not {what}") from None
+        raise RunDirectoryError(f"{shown} is a directory, not {what}") from None
     except OSError as exc:
-        raise RunDirectoryError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise RunDirectoryError(f"cannot read {shown}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise RunDirectoryError(f"{path} is not a UTF-8 text file (expected {what})") from None
+        raise RunDirectoryError(f"{shown} is not a UTF-8 text file (expected {what})") from None
 
 
 def loads_json(text: str, source: Path | str, what: str = "an spx document") -> Any:

@@ -14,6 +14,8 @@ vocabulary here by introspection and fails on a second spelling of one anywhere 
 - verdicts and the reasons of the terminal ``Decided`` condition (:data:`VERDICTS`,
   :data:`FAILURE_REASONS`, :data:`DECIDED_REASONS`), what decided a verdict (:data:`DECIDED_BY`) and
   the kernel's regimes (:data:`KERNEL_REGIMES`);
+- the condition types (:data:`CONDITION_TYPES`) and the reasons of ``Completed`` (:data:`COMPLETED_REASONS`,
+  :data:`INFRA_REASONS`, :data:`BENCH_REASONS`, with :data:`COMPLETED_REASON_MEANINGS`);
 - phases, waiting and terminal (:data:`PHASES`, :data:`WAITING_PHASES`, :data:`TERMINAL_PHASES`);
 - GEMM and all-gather backends of the kernel microbenchmark (:data:`GEMM_BACKENDS`,
   :data:`GATHER_BACKENDS`, with :data:`GEMM_BACKEND_MEANINGS` / :data:`GATHER_BACKEND_MEANINGS`);
@@ -49,6 +51,65 @@ DecidedReason = Literal[Verdict, FailureReason]
 VERDICTS: Final[tuple[Verdict, ...]] = get_args(Verdict)
 FAILURE_REASONS: Final[tuple[FailureReason, ...]] = get_args(FailureReason)
 DECIDED_REASONS: Final[tuple[DecidedReason, ...]] = VERDICTS + FAILURE_REASONS
+
+# --- condition types and the reasons of Completed ---------------------------------------------------
+
+#: spx's own conditions, always present, in this order (``spx.api.conditions`` says what each means).
+SpxConditionType = Literal["Scheduled", "Completed", "Decided"]
+#: kstatus's conditions (``sigs.k8s.io/cli-utils/pkg/kstatus``), computed from the phase.
+KstatusConditionType = Literal["Ready", "Reconciling", "Stalled"]
+#: Every condition type spx writes, spx's then kstatus's.
+ConditionType = Literal[SpxConditionType, KstatusConditionType]
+SPX_CONDITION_TYPES: Final[tuple[SpxConditionType, ...]] = get_args(SpxConditionType)
+KSTATUS_CONDITION_TYPES: Final[tuple[KstatusConditionType, ...]] = get_args(KstatusConditionType)
+CONDITION_TYPES: Final[tuple[ConditionType, ...]] = SPX_CONDITION_TYPES + KSTATUS_CONDITION_TYPES
+
+#: Reasons of ``Completed`` True when the cluster (not the bench) ended the run: ``Decided`` is ``InfraFailed``.
+InfraReason = Literal[
+    "NotAdmitted", "Unschedulable", "NeverScheduled", "NeverStarted", "NodeLost", "PodDeleted", "ResultLost",
+    "Evicted", "ImagePullFailed", "ContainerCreateFailed", "PodCreateFailed", "PodFailed", "DeadlineExceeded",
+    "JobDeleted", "JobConflict", "JobRejected", "JobFailed", "StatusRejected", "KueueNotInstalled", "LocalQueueNotFound",
+]
+#: Reasons of ``Completed`` True when the bench itself failed: ``Decided`` is ``BenchmarkFailed``.
+BenchReason = Literal["BenchmarkCrashed", "OOMKilled", "InvalidInput"]
+#: Every reason of ``Completed`` True: the bench pod succeeded, never ran, or why it ended (the producers,
+#: ``spx.controller.decide``, are typed with it, so ``mypy`` refuses a reason spelt otherwise).
+CompletedReason = Literal[InfraReason, BenchReason, "JobSucceeded", "NotRun"]
+INFRA_REASONS: Final[tuple[InfraReason, ...]] = get_args(InfraReason)
+BENCH_REASONS: Final[tuple[BenchReason, ...]] = get_args(BenchReason)
+COMPLETED_REASONS: Final[tuple[CompletedReason, ...]] = INFRA_REASONS + BENCH_REASONS + ("JobSucceeded", "NotRun")
+#: What each ``Completed`` reason means (``docs/operator.md`` lists them).
+COMPLETED_REASON_MEANINGS: Final[Mapping[CompletedReason, str]] = {
+    "NotAdmitted": "Kueue never admitted the Job within spec.scheduling.admissionTimeoutSeconds",
+    "Unschedulable": "the pod stayed unschedulable past the operator's limit",
+    "NeverScheduled": "the Job's deadline passed before its pod was ever bound",
+    "NeverStarted": "the pod was bound but its container never started before the deadline",
+    "NodeLost": "the pod's node went away while the bench ran",
+    "PodDeleted": "the pod was deleted (not evicted) while the bench ran: it was killed",
+    "ResultLost": "the pod succeeded but was removed before its result was read",
+    "Evicted": "the pod was disrupted more often than the retry budget",
+    "ImagePullFailed": "the bench image could not be pulled",
+    "ContainerCreateFailed": "the bench container could not be created",
+    "PodCreateFailed": "the Job controller could not create the pod",
+    "PodFailed": "the pod failed before its container ran",
+    "DeadlineExceeded": "the bench ran past activeDeadlineSeconds (spec.timeoutSeconds)",
+    "JobDeleted": "the Job was deleted before the run ended",
+    "JobConflict": "a Job of that name exists and is not this experiment's",
+    "JobRejected": "the API server refused the Job",
+    "JobFailed": "the Job failed and its pod is gone",
+    "StatusRejected": "the API server refuses (422) every status the operator writes",
+    "KueueNotInstalled": "spec.scheduling.queueName is set but the cluster does not serve Kueue's API",
+    "LocalQueueNotFound": "the Kueue LocalQueue spec.scheduling.queueName does not exist in the namespace",
+    "BenchmarkCrashed": "the bench process exited non-zero (not 2 or 3)",
+    "OOMKilled": "the bench container ran out of memory",
+    "InvalidInput": "the bench refused its input (exit 3, or 2 of older images)",
+    "JobSucceeded": "the bench pod succeeded",
+    "NotRun": "the run was not started (an invalid spec, or the operator's policy refused it)",
+}
+
+#: The note on everything a CPU run reports (the bench's warnings, the verdict's reason, the report's caption,
+#: the plot's title): its timings prove the pipeline, never a GPU's speed. Readers recognise the note by it.
+CPU_NOTE: Final = "CPU smoke run: timings say nothing about GPUs"
 
 # --- what decided a verdict, and the kernel's regimes (issue #28) ----------------------------------
 
@@ -291,6 +352,8 @@ RESERVED_MOUNT_PATHS: Final[tuple[str, ...]] = (
 
 #: The threshold the plugin sets in every vLLM process: ``off`` or a token count.
 PLUGIN_ENV_THRESHOLD: Final = "SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS"
+#: :data:`PLUGIN_ENV_THRESHOLD` of a main (unsplit) arm: the split never happens.
+PLUGIN_THRESHOLD_OFF: Final = "off"
 #: Overrides the module the plugin patches (tests point it at stand-ins).
 PLUGIN_ENV_TARGET: Final = "SPX_SHARD_FUSED_WQA_WKV_TARGET"
 #: Start of the line the plugin logs once it set the threshold (the serving A/B looks for it).
@@ -319,3 +382,17 @@ def one_of(values: tuple[_V, ...], meanings: Mapping[_V, str] | None = None) -> 
         raise ValueError(f"meanings {sorted(meanings)} do not match the values {sorted(values)}")
     words = [f"{v} ({meanings[v]})" if meanings is not None else v for v in values]
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def member(value: str, values: tuple[_V, ...], what: str) -> _V:
+    """``value`` as a member of the vocabulary ``values`` (typed as it), e.g. a pod reading's reason as a
+    :data:`CompletedReason`.
+
+    Raises:
+        ValueError: ``value`` is not one of ``values`` (names ``what``, a bounded excerpt of the value and the
+            known values).
+    """
+    for v in values:
+        if v == value:
+            return v
+    raise ValueError(f"{what}: {value[:64]!r} is not one of {one_of(values)}")

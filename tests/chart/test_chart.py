@@ -122,7 +122,8 @@ def test_all_features_render_valid_objects(chart: Any) -> None:
         "NetworkPolicy", "NetworkPolicy",
         "NetworkPolicy", "Pod", "PodDisruptionBudget", "PrometheusRule", "Role", "Role", "Role", "RoleBinding",
         "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding",
     ]  # fmt: skip
     _validate_all(docs)
     assert one(docs, "ConfigMap")["metadata"]["namespace"] == "monitoring"

@@ -30,6 +30,7 @@ import yaml
 
 from spx.api.status import ExperimentStatus
 from spx.controller.decide import conditions as cond
+from spx.vocabulary import DECIDED_REASONS, FAILURE_REASONS, VERDICTS
 
 GITOPS = __import__("spx_testing.chartlib", fromlist=["CHART"]).CHART / "gitops"
 NOW = "2026-12-01T00:00:00Z"
@@ -190,3 +191,35 @@ def test_a_new_experiment_read_from_the_api_server_is_in_progress(lua: Any, kube
     assert argocd(lua, "argocd-health.lua", obj)["status"] == "Progressing"
     assert flux("flux-health-check-exprs.yaml", obj) == "inProgress"
     assert flux("flux-health-check-exprs-finished.yaml", obj) == "inProgress"
+
+
+def _decided_with(reason: str) -> dict[str, Any]:
+    """An experiment decided with ``reason``, as an operator of a later release might write one (the status is
+    built as the operator builds it, then its Decided reason set to one this release does not know)."""
+    obj = experiment(written(cond.failed("InfraFailed", "node lost", "NodeLost")))
+    for c in obj["status"]["conditions"]:
+        if c["type"] == "Decided":
+            c["reason"] = reason
+    return obj
+
+
+@pytest.mark.parametrize("reason", ["Cancelled", "QuotaExceeded"])
+def test_a_reason_a_later_operator_adds_fails_closed(lua: Any, reason: str) -> None:
+    """Issue 38: the Flux expressions once listed the failure reasons, so a new one matched none of
+    inProgress/failed/current and Flux reported InProgress until its timeout. Now every check stops on it."""
+    obj = _decided_with(reason)
+    assert reason not in DECIDED_REASONS
+    assert argocd(lua, "argocd-health.lua", obj)["status"] == "Degraded"
+    assert argocd(lua, "argocd-health-finished.lua", obj)["status"] == "Degraded"
+    assert flux("flux-health-check-exprs.yaml", obj) == "failed"
+    assert flux("flux-health-check-exprs-finished.yaml", obj) == "failed"
+
+
+@pytest.mark.parametrize("check", sorted(p.name for p in GITOPS.iterdir()))
+def test_the_checks_name_verdicts_never_failure_reasons(check: str) -> None:
+    """The shipped checks, comments aside, name the verdicts (spx.vocabulary.VERDICTS) and no failure reason:
+    what is not a verdict they treat alike, so a reason added to the vocabulary needs no edit here."""
+    code = "\n".join(line.split("--")[0].split("#")[0] for line in (GITOPS / check).read_text().splitlines())
+    named = set(re.findall(r"['\"]([A-Z][A-Za-z]+)['\"]", code)) - {"ShardedProjectionExperiment"}
+    assert not named & set(FAILURE_REASONS), (check, named & set(FAILURE_REASONS))
+    assert named & set(DECIDED_REASONS) <= set(VERDICTS), check

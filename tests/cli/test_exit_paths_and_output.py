@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from spx.api.accuracy import AccuracyStatus
-from spx.api.exit_codes import EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_PIPE, EXIT_UNDECIDED, EXIT_USAGE
+from spx.api.exit_codes import EXIT_INTERNAL, EXIT_OK, EXIT_PIPE, EXIT_UNDECIDED, EXIT_USAGE
 from spx.api.serving import ServingPointStatus, ServingStatus
 from spx.cli.run import vllm_report_lines
 from spx_testing.specs import TINY_CPU_YAML
@@ -185,8 +185,9 @@ def test_a_missing_backend_is_named_before_the_gpu_sized_rule(tmp_path: Path) ->
 
 
 def test_serving_on_a_port_already_taken_says_so_on_stderr(tmp_path: Path) -> None:
-    """A real socket listens on the spec's serving port: ``spx serving`` exits 1 and says on stderr that the port
-    is in use (it used to exit 1 printing nothing; the cause was only in serving-result.json)."""
+    """A real socket listens on the spec's serving port: ``spx serving`` refuses before any server starts (exit 3,
+    the pre-flight of issue 37) and says on stderr that the port is in use (it used to exit 1 printing nothing;
+    the cause was only in serving-result.json)."""
     doc = yaml.safe_load((REPO / "examples" / "deepseek-v41-tp8.yaml").read_text())
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -195,9 +196,10 @@ def test_serving_on_a_port_already_taken_says_so_on_stderr(tmp_path: Path) -> No
         doc["spec"]["serving"].update(host="127.0.0.1", port=port, shutdownTimeoutSeconds=1)
         (tmp_path / "srv.yaml").write_text(yaml.safe_dump(doc))
         proc = spx("serving", str(tmp_path / "srv.yaml"), "--out", str(tmp_path / "out"), "--vllm", "/bin/false")
-    assert proc.returncode == EXIT_FAIL, proc.stderr
-    assert f"port 127.0.0.1:{port} still in use before starting the server" in proc.stderr
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert f"spec.serving.port {port}: something already listens on 127.0.0.1:{port}" in proc.stderr
     assert "set spec.serving.port to a free port" in proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_vllm_report_lines_round_figures_and_name_gsm8k_once() -> None:

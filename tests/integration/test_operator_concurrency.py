@@ -91,3 +91,22 @@ def test_metrics_exposition_is_valid(cluster: Cluster) -> None:
     out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
     problems = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
     assert out.returncode == 0 and problems == [], out.stdout + out.stderr
+
+
+def test_first_come_first_served_across_a_restart(cluster: Cluster) -> None:
+    """Eight experiments applied in order; the operator is killed (SIGKILL) once the first Jobs exist and started
+    again: every Job is still created in the order the experiments were applied (issue 37: a burst's Jobs came
+    02, 01, 00 first). Runs last in this module: the restart resets the metrics the test above reads."""
+    names = [f"restart-{i:02d}" for i in range(8)]
+    for name in names:
+        cluster.apply(name, SPEC)
+    cluster.wait_for(lambda: len(cluster.jobs_created("restart-")) >= 1, 120, "the first restart- Job")
+    cluster.stop_operator(kill=True)
+    cluster.operator = None
+    cluster.start_operator(env={"SPX_MAX_CONCURRENT_EXPERIMENTS": str(LIMIT)})
+    cluster.wait_operator_ready()
+    for name in names:
+        obj = cluster.wait_decided(name, timeout=300)
+        assert obj["status"]["phase"] == "Succeeded", (name, obj["status"].get("message"))
+    assert [j.removesuffix("-g1") for j in cluster.jobs_created("restart-")] == names
+    assert max_concurrent_jobs(cluster) == LIMIT

@@ -18,11 +18,11 @@ import pytest
 pytest.importorskip("torch")
 
 from spx.api import SUMMARY_MAX_BYTES, ExperimentStatus, KernelResult, ResultSummary, load_experiment
+from spx.vocabulary import CPU_NOTE
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-CPU_NOTE = "CPU smoke run: timings say nothing about GPUs"
 #: |split - replicated| allowed on CPU (bf16 outputs of the same GEMM, rows sliced differently).
 TOLERANCE = 0.05
 

@@ -122,9 +122,19 @@ def test_items_of_one_list_with_the_same_problem_share_a_line(tokens: list[int],
                                      "(fields are camelCase) (got {})"),
     ("{parallelism: {zzz: 1}}", "spec.parallelism.zzz: unknown field; remove it (this section has: "
                                 "tensorParallelSize) (got 1)"),
+    ("{step: {rounds: 3}}",  # a field of a nested section (it got "did you mean 'sweep'?", issue 37)
+     "spec.step: unknown field here; step belongs under serving (serving.step): move it there (got {'rounds': 3})"),
 ])
 def test_an_unknown_field_names_the_closest_known_one(spec: str, line: str) -> None:
     assert problems(HEAD + f"spec: {spec}\n") == [line]
+
+
+def test_a_cross_field_rule_names_its_field_not_the_whole_spec() -> None:
+    """It named ``spec`` and ended with an excerpt of the whole spec ``(got {'projection': … (7 items))`` (issue 37)."""
+    out = problems(HEAD + "spec: {parallelism: {tensorParallelSize: 2}, serving: {model: m, points: [], "
+                          "step: {thresholds: [1]}}}\n")
+    assert len(out) == 1 and out[0].startswith("spec.serving.step.thresholds: [1] must be above the servers' TP 2")
+    assert "(got" not in out[0]
 
 
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
@@ -175,7 +185,8 @@ def test_metadata_is_validated_like_the_api_server(meta: str, field: str) -> Non
     ("{serving: {model: 7}}",  # string_type
      'spec.serving.model: must be a string, not a number: quote it, e.g. "7" (got 7)'),
     ("{kernel: {l2Flush: 'false'}}",  # bool_type
-     "spec.kernel.l2Flush: must be true or false (unquoted: quotes make it a string) (got 'false')"),
+     "spec.kernel.l2Flush: must be true or false (a string here: write it without quotes or a !!str tag) "
+     "(got 'false')"),
     ("{kernel: {gatherModel: {hostUs: fast}}}",  # float_type
      "spec.kernel.gatherModel.hostUs: must be a number, e.g. 1.5 (got 'fast')"),
     ("{kernel: {gatherModel: {hostUs: 1e309}}}",  # float_parsing: nobody quoted it, YAML read it as text
@@ -187,8 +198,14 @@ def test_metadata_is_validated_like_the_api_server(meta: str, field: str) -> Non
     ("{gate: {thresholdTokens: 1.5e0}}",  # 1.5e0 is the number 1.5 (as Kubernetes reads it), not text
      "spec.gate.thresholdTokens: must be a whole number (an integer count, e.g. 2048) (got 1.5)"),
     ("{gate: {thresholdTokens: '2048'}}",  # int_type
-     "spec.gate.thresholdTokens: must be a whole number (an integer count, e.g. 2048) (unquoted: quotes make it a "
-     "string) (got '2048')"),
+     "spec.gate.thresholdTokens: must be a whole number (an integer count, e.g. 2048) (a string here: write it "
+     "without quotes or a !!str tag) (got '2048')"),
+    ("{gate: {thresholdTokens: !!str 2048}}",  # a tag, not quotes (issue 37: "unquoted" was the wrong advice)
+     "spec.gate.thresholdTokens: must be a whole number (an integer count, e.g. 2048) (a string here: write it "
+     "without quotes or a !!str tag) (got '2048')"),
+    ("{serving: {model: m, points: [], step: {quantile: .nan}}}",  # NaN fails every bound: "lower it to 0.5" was wrong
+     "spec.serving.step.quantile: must be a number of at most 0.5, not .nan (not a number): give one, or leave the "
+     "field out (got nan)"),
     ("{serving: {}}",  # missing
      "spec.serving.model: required: add it (got {})"),
     ("{image: ''}",  # string_too_short

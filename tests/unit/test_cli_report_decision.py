@@ -99,6 +99,15 @@ def test_the_report_prints_the_status_words_cpu_and_deciding_reason_first() -> N
                         notes=["note: z"])
     lines = decision_lines("Inconclusive", ["the kernel regimes disagree", "GPU-bound: …"], j)
     assert lines[0].startswith("CPU smoke run") and lines[1] == "because: the kernel regimes disagree"
-    assert lines[2] == "decided by: none (no measurement decided: Inconclusive, kernel.nextStep names what would)"
+    assert lines[2] == "decided by: none (no measurement decided: Inconclusive, kernel.nextStep names what would)"  # (it has one)
     assert lines[3:] == ["bottom line: x", "note: z", "next step: run y"]
     assert decided_by_line(None, "Pass") is None
+
+
+def test_nothing_decided_without_a_next_step_points_at_none() -> None:
+    """A CPU smoke run decides nothing and has no next step: the line does not say "kernel.nextStep names what
+    would" of a status without one (issue 37)."""
+    smoke = JudgementStatus(decided_by="none", cpu=True)
+    assert decided_by_line(smoke, "Inconclusive") == (
+        "decided by: none (no measurement decided: Inconclusive; the reasons say why)")
+    assert "nextStep" in str(decided_by_line(JudgementStatus(decided_by="none", next_step="run x"), "Inconclusive"))

@@ -23,13 +23,13 @@ def run_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--wait", "nan"], "spx gate: --wait must be a number of seconds >= 0, e.g. --wait 600 (got nan)"),
-    (["--wait", "inf"], "spx gate: --wait must be a number of seconds >= 0, e.g. --wait 600 (got inf)"),
-    (["--wait", "-1"], "spx gate: --wait must be a number of seconds >= 0, e.g. --wait 600 (got -1.0)"),
+    (["--wait", "nan"], "error: --wait must be a number of seconds >= 0, e.g. --wait 600 (got nan)"),
+    (["--wait", "inf"], "error: --wait must be a number of seconds >= 0, e.g. --wait 600 (got inf)"),
+    (["--wait", "-1"], "error: --wait must be a number of seconds >= 0, e.g. --wait 600 (got -1.0)"),
     (["--wait", "5", "--interval", "nan"],
-     "spx gate: --interval must be a number of seconds > 0, e.g. --interval 10 (got nan)"),
-    (["--json", "-o", "yaml"], "spx gate: --json and -o yaml contradict each other: give one of them (--json is -o json)"),
-    (["--json", "-o", "text"], "spx gate: --json and -o text contradict each other: give one of them (--json is -o json)"),
+     "error: --interval must be a number of seconds > 0, e.g. --interval 10 (got nan)"),
+    (["--json", "-o", "yaml"], "error: --json and -o yaml contradict each other: give one of them (--json is -o json)"),
+    (["--json", "-o", "text"], "error: --json and -o text contradict each other: give one of them (--json is -o json)"),
 ], ids=["wait nan", "wait inf", "wait negative", "interval nan", "json and yaml", "json and text"])
 def test_gate_refuses_bad_wait_and_output(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
                                           message: str) -> None:
@@ -70,3 +70,40 @@ def test_progress_counts_the_listed_token_counts_and_says_what_refine_may_add() 
                      "spx: [1/2] tokens=8", "spx: [2/2] tokens=512", "spx: [+1 sweep.refine] tokens=250"]
     progress.start(4, 2, "cpu", None)
     assert stream.getvalue().splitlines()[-1] == "spx: starting 2 cpu rank(s) for 4 token counts"
+
+
+def test_spx_serving_help_names_the_step_ab(capsys: pytest.CaptureFixture[str]) -> None:
+    """``spx serving --help`` (and ``spx --help``) say it runs the step A/B too (issue 37: it did not)."""
+    for argv in (["serving", "--help"], ["--help"]):
+        assert main(argv) == 0
+        assert "GSM8K and the step A/B" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_cpu_runs_plot_legend_says_cpu_wall_time(tmp_path: Path) -> None:
+    """A CPU smoke run's plot legends said "GPU span" (issue 37); its times are the host's wall time. Drawn as
+    SVG with its text kept as text (``svg.fonttype: none``), so the legend can be read back."""
+    import matplotlib
+
+    from spx.analysis import points_from_result
+    from spx.api.status import KernelStatus
+    from spx.cli.plot import plot_crossover
+
+    kernel = KernelStatus(points=points_from_result(kernel_result()))
+    for cpu, wanted, other in ((True, "CPU wall time", "GPU span"), (False, "GPU span", "CPU wall time")):
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
+            svg = plot_crossover(kernel, tmp_path / f"{cpu}.svg", title="t", cpu=cpu).read_text()
+        assert f"replicated ({wanted})" in svg and other not in svg
+
+
+def test_stderr_degrades_characters_under_an_ascii_encoding() -> None:
+    """``PYTHONIOENCODING=ascii``: the progress lines on stderr read ``~ 14 s`` and ``183.9 us``; they read
+    ``\\u2248 14 s`` and ``183.9 \\xb5s`` (Python's stderr escapes what it cannot encode, issue 37)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from spx.cli.streams import degrade_unencodable_characters as d; d(); "
+            "sys.stderr.write('estimate \\u2248 14 s, 183.9 \\u00b5s, 432 MiB \\u00d7 2\\n')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert proc.stderr == b"estimate ~ 14 s, 183.9 us, 432 MiB x 2\n", proc.stderr

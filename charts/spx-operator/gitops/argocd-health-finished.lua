@@ -5,7 +5,8 @@
 -- Argo CD instance). Tested by tests/chart/test_gitops_health.py with a real Lua.
 --   no status yet / older generation / Decided False -> Progressing (Queued -> Suspended)
 --   Decided True, reason Pass | Fail | Inconclusive  -> Healthy (the verdict is in the message)
---   Decided True, reason InvalidSpec | BenchmarkFailed | InfraFailed -> Degraded (no verdict)
+--   Decided True, any other reason (no verdict: InvalidSpec | BenchmarkFailed | InfraFailed | a later
+--   operator's new reason)                            -> Degraded (fails closed)
 local hs = {}
 local generation = 0
 if obj.metadata ~= nil and obj.metadata.generation ~= nil then

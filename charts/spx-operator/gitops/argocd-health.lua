@@ -7,7 +7,8 @@
 --   Decided False, reason Queued                                -> Suspended (waiting for a slot)
 --   Decided True, reason Pass                                   -> Healthy (the rollout may go)
 --   Decided True, reason Inconclusive                           -> Suspended (held: a human decides)
---   Decided True, reason Fail | InvalidSpec | BenchmarkFailed | InfraFailed -> Degraded (stops)
+--   Decided True, any other reason (Fail, or no verdict: InvalidSpec | BenchmarkFailed | InfraFailed | a
+--   reason a later operator adds)                               -> Degraded (stops: fails closed)
 -- "The measurement finished, whatever its verdict" is argocd-health-finished.lua, a separate check.
 local hs = {}
 local generation = 0

@@ -245,7 +245,7 @@ def _kernel(gpu: GateOutcome, host: GateOutcome | None, gate: GateSpec, max_batc
     if gpu.verdict != "Inconclusive":
         head = f"decided by the kernel sweep: both regimes agree: {gpu.verdict} ({line})"
     elif gpu.speed_verdict != "Inconclusive":  # capped: gate_verdict put the cap's reason first
-        head = f"both regimes agree on the speeds ({line}), reported as Inconclusive: {gpu.reasons[0]}"
+        head = f"both regimes agree on the speeds ({line}): {gpu.reasons[0]}"  # (the cap's reason says "reported as")
         body = gpu.reasons[1:]
     else:
         head = f"neither regime decides the speed ({line})"

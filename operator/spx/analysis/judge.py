@@ -65,7 +65,6 @@ BENCHES_PENDING = "the vLLM benches had not finished when this status was writte
 #: Said in every partial run's reasons and status message.
 PARTIAL = "partial run"
 #: Said wherever a CPU run's numbers are shown (status message, table caption, plot title).
-CPU_NOTE = "CPU smoke run: timings say nothing about GPUs"
 #: Longest condition message written (Kubernetes allows 32 KiB; a readable message is short).
 MESSAGE_MAX_CHARS = 4000
 

@@ -41,9 +41,10 @@ from spx.api.serving import (
     seed_points,
 )
 from spx.api.serving import flag_int as flag_int  # re-exported: defined with the spec it reads (spx.api)
+from spx.vocabulary import PLUGIN_THRESHOLD_OFF
 
-#: ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` of a main arm: the split never happens.
-OFF = "off"
+#: ``SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS`` of a main arm: the split never happens (the vocabulary's).
+OFF = PLUGIN_THRESHOLD_OFF
 
 #: Scalar fields of ``vllm bench serve``'s saved JSON kept in the result document.
 SUMMARY_FIELDS: tuple[str, ...] = (

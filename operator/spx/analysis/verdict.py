@@ -34,6 +34,7 @@ from spx.analysis.band import bound
 from spx.analysis.crossover import Crossover, find_crossover, sorted_points, speedup_range, split_wins
 from spx.api.gate import GateSpec
 from spx.api.status import GatherSource, KernelPoint, Verdict
+from spx.vocabulary import CPU_NOTE
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ def _cap_reasons(speed_verdict: Verdict, on_cpu: bool, modelled: bool, gather_so
     )
     reasons = []
     if on_cpu:
-        reasons.append(f"CPU smoke run: timings say nothing about GPUs (allowCpuTimings false): {capped_to}")
+        reasons.append(f"{CPU_NOTE} (allowCpuTimings false): {capped_to}")
     if modelled:
         reasons.append(
             "the gather is modelled, not measured (gatherSource modelled, allowModelledGather false): the speed "

@@ -27,14 +27,15 @@ from __future__ import annotations
 
 from typing import Final
 
+from spx.vocabulary import BENCH_REASONS as _BENCH_REASONS
+from spx.vocabulary import COMPLETED_REASONS as _COMPLETED_REASONS
+from spx.vocabulary import CONDITION_TYPES as CONDITION_TYPES
 from spx.vocabulary import FAILURE_REASONS as _FAILURE_REASONS
+from spx.vocabulary import INFRA_REASONS as _INFRA_REASONS
+from spx.vocabulary import KSTATUS_CONDITION_TYPES as KSTATUS_CONDITION_TYPES
+from spx.vocabulary import SPX_CONDITION_TYPES as SPX_CONDITION_TYPES
 from spx.vocabulary import TERMINAL_PHASES as _TERMINAL_PHASES
 from spx.vocabulary import VERDICTS, WAITING_PHASES
-
-#: spx's conditions, in their canonical order, then kstatus's.
-SPX_CONDITION_TYPES: Final = ("Scheduled", "Completed", "Decided")
-KSTATUS_CONDITION_TYPES: Final = ("Ready", "Reconciling", "Stalled")
-CONDITION_TYPES: Final = SPX_CONDITION_TYPES + KSTATUS_CONDITION_TYPES
 
 #: ``Decided`` True: the verdict, or why there is none (:mod:`spx.vocabulary`).
 VERDICT_REASONS: Final[frozenset[str]] = frozenset(VERDICTS)
@@ -43,26 +44,11 @@ DECIDED_REASONS: Final[frozenset[str]] = VERDICT_REASONS | FAILURE_REASONS
 #: ``Decided`` False: where the run stands (the phases before a terminal one).
 WAITING_REASONS: Final[frozenset[str]] = frozenset(WAITING_PHASES)
 
-#: Reasons of ``Completed`` True when the cluster (not the bench) ended the run → ``InfraFailed``.
-INFRA_REASONS: Final[frozenset[str]] = frozenset({
-    "NotAdmitted",          # Kueue never admitted the Job within spec.scheduling.admissionTimeoutSeconds
-    "Unschedulable",        # the pod stayed unschedulable past the operator's limit
-    "NeverScheduled",       # the Job's deadline passed before its pod was ever bound
-    "NeverStarted",         # the pod was bound but its container never started before the deadline
-    "NodeLost",             # the pod's node went away while the bench ran
-    "PodDeleted",           # the pod was deleted (not evicted) while the bench ran: it was killed
-    "ResultLost",           # the pod succeeded but was removed before its result was read
-    "Evicted",              # disrupted more often than the retry budget
-    "ImagePullFailed", "ContainerCreateFailed", "PodCreateFailed", "PodFailed",
-    "DeadlineExceeded",     # the bench ran past activeDeadlineSeconds (spec.timeoutSeconds)
-    "JobDeleted", "JobConflict", "JobRejected", "JobFailed",
-    "StatusRejected",       # the API server refuses (422) every status the operator writes
-})
-#: Reasons of ``Completed`` True when the bench itself failed → ``BenchmarkFailed``.
-BENCH_REASONS: Final[frozenset[str]] = frozenset({
-    "BenchmarkCrashed", "OOMKilled", "InvalidInput",
-})
-COMPLETED_REASONS: Final[frozenset[str]] = INFRA_REASONS | BENCH_REASONS | {"JobSucceeded", "NotRun"}
+#: Reasons of ``Completed`` True (:data:`spx.vocabulary.COMPLETED_REASON_MEANINGS` says what each means): the
+#: cluster ended the run (→ ``InfraFailed``), the bench failed (→ ``BenchmarkFailed``), or every one.
+INFRA_REASONS: Final[frozenset[str]] = frozenset(_INFRA_REASONS)
+BENCH_REASONS: Final[frozenset[str]] = frozenset(_BENCH_REASONS)
+COMPLETED_REASONS: Final[frozenset[str]] = frozenset(_COMPLETED_REASONS)
 
 TERMINAL_PHASES: Final[frozenset[str]] = frozenset(_TERMINAL_PHASES)
 

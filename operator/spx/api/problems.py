@@ -12,6 +12,7 @@ documents) and the operator (bench results).
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from typing import Any, get_args
 
@@ -178,7 +179,7 @@ def _string_hint(value: Any) -> str:
     except yaml.YAMLError:
         plain = value
     if isinstance(plain, int | float):  # (bool too: a quoted 'false')
-        return " (unquoted: quotes make it a string)"
+        return " (a string here: write it without quotes or a !!str tag)"
     if not _NUMBER_LIKE.fullmatch(value):
         return ""
     text = value.lower().replace("_", "")
@@ -205,8 +206,19 @@ def _yaml11_float(number: float) -> str:
     return text
 
 
+#: The bound of each comparison error, as a ``_fix`` for a NaN words it (`` between …`` is not known here).
+_BOUNDS: dict[str, Any] = {
+    "greater_than": lambda ctx: f" greater than {ctx.get('gt')}",
+    "greater_than_equal": lambda ctx: f" of at least {ctx.get('ge')}",
+    "less_than": lambda ctx: f" less than {ctx.get('lt')}",
+    "less_than_equal": lambda ctx: f" of at most {ctx.get('le')}",
+}
+
+
 def _fix(kind: str, ctx: dict[str, Any], value: Any, path: str) -> str | None:
     """What is expected and how to fix it, for pydantic error type ``kind``; ``None``: keep pydantic's message."""
+    if isinstance(value, float) and math.isnan(value) and kind in _BOUNDS:  # (NaN fails every bound)
+        return f"must be a number{_BOUNDS[kind](ctx)}, not .nan (not a number): give one, or leave the field out"
     quoted = _string_hint(value)
     if kind in ("int_type", "int_from_float", "int_parsing"):
         if isinstance(value, str) and (whole := _exponent_whole(value)) is not None:
@@ -304,6 +316,9 @@ def _unknown_field(model: type[BaseModel] | None, loc: tuple[int | str, ...], li
     if holder is None or not isinstance(loc[-1], str):
         return base
     known = [f.alias or name for name, f in holder.model_fields.items()]
+    if elsewhere := _nested_field(holder, loc[-1]):  # ``spec.step``: a field of a section inside this one
+        return (f"unknown field here; {loc[-1]} belongs under {elsewhere.rsplit('.', 1)[0]} ({elsewhere}): move it "
+                "there")
     close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.6)
     if close:
         return f"unknown field; did you mean {close[0]!r}? (fields are camelCase)"
@@ -311,6 +326,25 @@ def _unknown_field(model: type[BaseModel] | None, loc: tuple[int | str, ...], li
         return "unknown field; remove it"
     listed.add(holder)
     return f"unknown field; remove it (this section has: {', '.join(known)})"
+
+
+def _nested_field(model: type[BaseModel], name: str, depth: int = 3) -> str | None:
+    """The camelCase path (``serving.step``) of the first field called ``name`` in a section nested in ``model``
+    (breadth first, at most ``depth`` sections down), else ``None``."""
+    level: list[tuple[str, type[BaseModel]]] = [("", model)]
+    for _ in range(depth):
+        deeper: list[tuple[str, type[BaseModel]]] = []
+        for prefix, section in level:
+            for field_name, f in section.model_fields.items():
+                sub_model = _first_model(f.annotation)
+                if sub_model is None:
+                    continue
+                here = f"{prefix}{f.alias or field_name}"
+                if any(name in (g.alias, n) for n, g in sub_model.model_fields.items()):
+                    return f"{here}.{name}"
+                deeper.append((f"{here}.", sub_model))
+        level = deeper
+    return None
 
 
 def _collapse_list_items(entries: list[tuple[str, str, Any]]) -> list[str]:
@@ -348,6 +382,20 @@ def _collapse_list_items(entries: list[tuple[str, str, Any]]) -> list[str]:
     return lines
 
 
+#: The field a cross-field message starts with (``serving.step.thresholds [1] must be …``): camelCase, dotted.
+_LEADING_FIELD = re.compile(r"([a-z][A-Za-z0-9]*(?:\.[a-z][A-Za-z0-9]*)+) ")
+
+
+def _cross_field_line(path: str, msg: str) -> str | None:
+    """A section's cross-field rule whose message starts with the dotted path of the field it is about
+    (``serving.step.thresholds [1] must be …``), as one line at that field, without an excerpt of the whole
+    section (it named ``spec`` and ended ``(got {'projection': … (7 items))``, issue 37); ``None`` for any other
+    message (it keeps the section's path and the excerpt)."""
+    if (m := _LEADING_FIELD.match(msg)) is None:
+        return None
+    return f"{path}.{m.group(1)}: {clip(msg[m.end():], 300)}"
+
+
 def describe_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> list[str]:
     """One readable line per pydantic error: field path (camelCase), what is expected and how to fix it,
     the bad value (``(got <excerpt>)``); items of one list with the same problem share a line. With
@@ -376,6 +424,9 @@ def describe_validation_error(err: ValidationError, prefix: str = "", model: typ
         cause = ctx.get("error")
         if isinstance(cause, CombinationError):  # several problems at once, each names its own field
             lines.extend(cause.problems)
+            continue
+        if e["type"] == "value_error" and isinstance(value, dict) and (line := _cross_field_line(path, msg)):
+            lines.append(line)  # a cross-field rule of a whole section, at the field it names
             continue
         entries.append((path, msg, value))
     return _bounded([*_collapse_list_items(entries), *lines])

@@ -23,8 +23,6 @@ from spx.vocabulary import KernelRegime as KernelRegime
 from spx.vocabulary import Phase as Phase
 from spx.vocabulary import Verdict as Verdict
 
-#: spx's conditions, then kstatus's (the vocabulary: :mod:`spx.api.conditions`).
-ConditionType = Literal["Scheduled", "Completed", "Decided", "Ready", "Reconciling", "Stalled"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 CrossoverConfidence = Literal["resolved", "within-spread", "none", "unbracketed", "priors-disagree"]
 

@@ -40,7 +40,7 @@ from spx.bench.correctness import check_correctness, check_pad_free, check_refer
 from spx.bench.fingerprint import collect_environment
 from spx.bench.gemm import reference_tolerance
 from spx.bench.timing import Timing, TimingProtocol, bench_time
-from spx.vocabulary import CANDIDATES, GatherSource
+from spx.vocabulary import CANDIDATES, CPU_NOTE, GatherSource
 
 if TYPE_CHECKING:
     import torch
@@ -218,7 +218,7 @@ def run_kernel_bench(
         notes = []
         env = collect_environment(ctx.device, ctx.world_size, sorted(ctx.kernels_seen))
         if ctx.device.type == "cpu":
-            notes.append("CPU smoke run: timings say nothing about GPUs")
+            notes.append(CPU_NOTE)
         if ctx.gemm_backend in ("torch-bf16", "torch-fp8") and ctx.device.type == "cuda":
             notes.append(f"gemm {ctx.gemm_backend} is a cuBLAS reference ceiling, not the kernel vLLM runs for this weight")
         eager = [p.tokens for p in points if p.execution == "eager"]

@@ -32,7 +32,7 @@ from spx.bench.context import BenchContext, point_execution, setup, timing_proto
 from spx.bench.fingerprint import host_cpu_model
 from spx.bench.sequence_parallel import resolve_sp_shard, sp_trim
 from spx.bench.timing import bench_time
-from spx.vocabulary import EXECUTIONS, GEMM_BACKENDS, STAGE_CANDIDATES, StageStreams
+from spx.vocabulary import CPU_NOTE, EXECUTIONS, GEMM_BACKENDS, STAGE_CANDIDATES, StageStreams
 
 if TYPE_CHECKING:
     import torch
@@ -191,7 +191,7 @@ def run_stage(spec: ExperimentSpec) -> StageResult | None:
             return None
         notes = []
         if ctx.device.type == "cpu":
-            notes.append("CPU smoke run: timings say nothing about GPUs")
+            notes.append(CPU_NOTE)
         if ctx.gather_source == "modelled" and ctx.tp > 1:
             notes.append(f"every all-gather modelled ({ctx.world_size} rank(s) < TP {ctx.tp}): GPU "
                          f"{spec.kernel.gather_model.describe()}; host {spec.kernel.gather_model.host_us:g} µs each (modelled)")

@@ -36,7 +36,8 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
                         "measured is lost)")
 
 
-@command("serving", "Run the vLLM serving A/B and GSM8K benches of an experiment (needs vLLM and GPUs).", _serving_args,
+@command("serving", "Run the vLLM benches of an experiment: the serving A/B, GSM8K and the step A/B "
+         "(spec.serving.step) (needs vLLM and GPUs).", _serving_args,
          outlives_stdout=True)
 def cmd_serving(args: argparse.Namespace) -> int:
     """Exit 0 when every measurement finished, 1 when some failed or the benches could not start (the
@@ -48,7 +49,11 @@ def cmd_serving(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file} has no spec.serving, so there is no vLLM bench to run; add a spec.serving "
                          "section (docs/serving.md)")
     from spx.rundir import RunDirectory
+    from spx.serving.preflight import serving_problems
     from spx.serving.server import interrupts_stop_servers
+
+    if problems := serving_problems(exp.spec, args.vllm.split()):  # before any server starts
+        raise UsageError("; ".join(problems))
     from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE, STATUS_FILE, STEP_RESULT_FILE
 
     with RunDirectory(args.out).locked() as run_dir:  # one run at a time per --out, as spx run

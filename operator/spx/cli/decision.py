@@ -16,22 +16,25 @@ from rich.console import Console
 from spx.api import KernelStatus
 from spx.api.status import JudgementStatus
 from spx.cli.tables import (
-    CPU_NOTE,
     VERDICT_STYLE,
     crossover_lines,
     kernel_table,
     terminal_width,
     uncertainty_lines,
 )
-from spx.vocabulary import DECIDED_BY_MEANINGS
+from spx.vocabulary import CPU_NOTE, DECIDED_BY_MEANINGS
 
 
 def decided_by_line(judgement: JudgementStatus | None, verdict: str | None) -> str | None:
     """``decided by: step (the step A/B on the deployment: …)``: ``judgement.decidedBy`` and its meaning
-    (:data:`spx.vocabulary.DECIDED_BY_MEANINGS`); ``None`` when the status does not say."""
+    (:data:`spx.vocabulary.DECIDED_BY_MEANINGS`); ``None`` when the status does not say. ``none`` without a
+    next step (a CPU smoke run) does not point at one: the reasons say why."""
     if verdict is None or judgement is None or judgement.decided_by is None:
         return None
-    return f"decided by: {judgement.decided_by} ({DECIDED_BY_MEANINGS[judgement.decided_by]})"
+    meaning = DECIDED_BY_MEANINGS[judgement.decided_by]
+    if judgement.decided_by == "none" and not judgement.next_step:
+        meaning = meaning.split(",", 1)[0] + "; the reasons say why"
+    return f"decided by: {judgement.decided_by} ({meaning})"
 
 
 def next_step_line(judgement: JudgementStatus | None) -> str | None:

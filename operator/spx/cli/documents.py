@@ -33,6 +33,7 @@ from spx.api.spec import Experiment
 from spx.api.status import DecidedReason, Environment, JudgementStatus, KernelStatus, Verdict
 from spx.api.step import StepStatus
 from spx.files import write_atomic
+from spx.vocabulary import CPU_NOTE
 
 #: The ``problems`` field of the report and predict documents (``valid: false`` and ``problems`` in validate's).
 PROBLEMS = ("why there is no result (the command exits 3): one line per problem, as stderr says in text "
@@ -75,7 +76,7 @@ class ReportDocument(CamelModel):
         default_factory=list, description="the vLLM results judged with the kernel sweep, each with where it was read "
                                           "(so the verdict is the one spx gate reads from the same folder)")
     environment: Environment | None = None
-    cpu: bool = Field(default=False, description="CPU smoke run: timings say nothing about GPUs")
+    cpu: bool = Field(default=False, description=CPU_NOTE)
     warnings: list[str] = Field(default_factory=list)
 
 

@@ -74,7 +74,7 @@ def read_local(path: Path | str) -> tuple[dict[str, Any], int | None]:
     from spx.rundir import RunDirectoryError, read_json
 
     try:
-        data = read_json(Path(target), "the status.json that `spx run --out DIR` writes")
+        data = read_json(target, "the status.json that `spx run --out DIR` writes")
     except RunDirectoryError as err:
         raise GateError(str(err)) from None
     if not isinstance(data, dict):
@@ -299,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.json and args.output not in (None, "json"):
         problem = f"--json and -o {args.output} contradict each other: give one of them (--json is -o json)"
     if problem is not None:
-        print(f"spx gate: {problem}", file=sys.stderr)
+        print(f"error: {problem}", file=sys.stderr)  # (as every other usage error of spx words it)
         return EXIT_USAGE
     deadline = time.monotonic() + args.wait
     while True:

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from spx.api import KernelPoint, KernelStatus
-from spx.cli.tables import CPU_NOTE, host_deltas_differ, regime_of
+from spx.cli.tables import host_deltas_differ, regime_of
 from spx.files import write_atomic
+from spx.vocabulary import CPU_NOTE
 
 #: Image formats a plot is written in, by file extension (matplotlib's Agg, PDF, SVG and PS writers).
 PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".eps": "eps", ".ps": "ps"}
@@ -63,11 +64,14 @@ def plot_crossover(
     *,
     title: str,
     gate_threshold_tokens: int | None = None,
+    cpu: bool = False,
+    step: Any = None,
 ) -> Path:
     """Draw ``kernel``'s sweep to ``path`` and return the path: in the format its extension names
     (:func:`plot_format`: ``.png``, ``.svg``, ``.pdf``…), written whole or not at all (:func:`spx.files.write_atomic`).
 
-    Replicated and split latency (median GPU span, µs) vs tokens on log-log axes; the split's all-gather
+    Replicated and split latency (median GPU span, µs; a CPU smoke run's, ``cpu``, are host wall times and the
+    legend says so) vs tokens on log-log axes; the split's all-gather
     alone as a dotted line when known; vertical lines at the interpolated break-even, the recommended
     threshold, the gate's threshold, vLLM's CUDA-graph capture limit (points above it ran eagerly) and, where
     the host issue times differ, the host-bound regime's break-even. When the points carry their differences
@@ -75,7 +79,10 @@ def plot_crossover(
     95 % intervals) around 0: what the step moves by when the GPU, or the host, is the bottleneck
     (docs/kernel-benchmark.md, "Regimes"). When the points carry speed-up intervals (``speedupLow/High``), a
     last panel shows the speedup with its 95 % error bars (and, lighter, the interval over every gather
-    prior) around 1.0; every panel shades the indifference band (``kernel.uncertainty``).
+    prior) around 1.0; every panel shades the indifference band (``kernel.uncertainty``). With ``step``
+    (``status.step`` carrying the one-server step curve, issue #34), a panel beside the kernel curves on the
+    same token axis shows the measured step effect per layer (µs, with its interval) of each arm on the
+    aligned and the pad path (:func:`step_curves`): the measurement that decides when the regimes disagree.
 
     Raises:
         ValueError: no points to draw, or an extension that names no image format.
@@ -93,17 +100,21 @@ def plot_crossover(
     tokens = [p.tokens for p in pts]
     intervals = any(p.speedup_low is not None for p in pts)
     deltas = any(p.gpu_delta_us is not None for p in pts)
-    panels = 1 + intervals + deltas
+    curves = step_curves(step)
+    panels = 1 + intervals + deltas + bool(curves)
     fig, axes = plt.subplots(panels, 1, figsize=(10, 4 + 2.5 * (panels - 1)), dpi=120, sharex=True,
                              height_ratios=[3, *([2] * (panels - 1))], squeeze=False)
     ax = axes[0][0]
     ax_delta = axes[1][0] if deltas else None
+    ax_step = axes[1 + deltas][0] if curves else None
     ax2 = axes[-1][0] if intervals else None
     try:
-        _times_panel(ax, kernel, pts)
-        _marks(ax, [a for a in (ax_delta, ax2) if a is not None], kernel, pts, gate_threshold_tokens)
+        _times_panel(ax, kernel, pts, "CPU wall time" if cpu else "GPU span")
+        _marks(ax, [a for a in (ax_delta, ax_step, ax2) if a is not None], kernel, pts, gate_threshold_tokens)
         if ax_delta is not None:
             _delta_panel(ax_delta, pts, host=host_deltas_differ(pts))
+        if ax_step is not None:
+            _step_panel(ax_step, curves)
         if ax2 is not None:
             _speedup_panel(ax2, pts)
         ax.set_xscale("log", base=2)
@@ -127,11 +138,12 @@ def plot_crossover(
     return out
 
 
-def _times_panel(ax: Any, kernel: KernelStatus, pts: list[KernelPoint]) -> None:
-    """Replicated and split GPU spans, and the all-gather alone where known."""
+def _times_panel(ax: Any, kernel: KernelStatus, pts: list[KernelPoint], timed: str) -> None:
+    """Replicated and split times (``timed``: ``GPU span``, or a CPU run's ``CPU wall time``), and the all-gather
+    alone where known."""
     tokens = [p.tokens for p in pts]
-    ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label="replicated (GPU span)")
-    ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label="split + all-gather (GPU span)")
+    ax.plot(tokens, [p.replicated_us for p in pts], "o-", color="tab:blue", label=f"replicated ({timed})")
+    ax.plot(tokens, [p.split_us for p in pts], "s-", color="tab:orange", label=f"split + all-gather ({timed})")
     gathered = [(p.tokens, p.gather_us) for p in pts if p.gather_us is not None and p.gather_us > 0]
     if gathered:
         ax.plot(  # with a marker: a single gathered point is drawn too
@@ -208,3 +220,36 @@ def _speedup_panel(ax: Any, pts: list[KernelPoint]) -> None:
     ax.set_ylabel("speedup (replicated / split)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
+
+
+#: One curve of the step panel: (lengths, per-layer µs, below, above) — the error bars' lengths.
+StepCurve = tuple[list[int], list[float], list[float], list[float]]
+
+
+def step_curves(step: Any) -> dict[str, StepCurve]:
+    """The step A/B's measured effect per layer (µs) per arm and path, from ``status.step``'s curve
+    (``points``: arm, length, aligned, perLayerUs and its interval), sorted by length: ``{"split, aligned":
+    (lengths, µs, below, above), "split, pad path": …, "pad-free, …"}``. Empty without a step or without
+    its curve (a step status of the earlier per-threshold contract)."""
+    out: dict[str, StepCurve] = {}
+    for p in sorted(getattr(step, "points", None) or [], key=lambda p: (p.arm, p.length)):
+        xs, ys, lo, hi = out.setdefault(f"{p.arm}, {'aligned' if p.aligned else 'pad path'}", ([], [], [], []))
+        xs.append(int(p.length))
+        ys.append(float(p.per_layer_us))
+        lo.append(max(0.0, p.per_layer_us - p.per_layer_low_us))
+        hi.append(max(0.0, p.per_layer_high_us - p.per_layer_us))
+    return out
+
+
+def _step_panel(ax: Any, curves: dict[str, StepCurve]) -> None:
+    """The step effect per layer vs prompt length with its interval, one line per arm and path, around 0."""
+    styles = {"split, aligned": ("tab:blue", "o-"), "split, pad path": ("tab:blue", "s--"),
+              "pad-free, aligned": ("tab:orange", "o-"), "pad-free, pad path": ("tab:orange", "s--")}
+    for label, (xs, ys, lo, hi) in curves.items():
+        color, fmt = styles.get(label, ("tab:gray", "^:"))
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt=fmt, color=color, capsize=3, label=f"step A/B: {label}")
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_ylabel("step effect, µs per layer")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)

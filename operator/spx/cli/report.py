@@ -49,7 +49,7 @@ from spx.vocabulary import PLOT_FILE, RESULT_FILE, STATUS_FILE
 def draw_plot(
     console: Console, kernel: KernelStatus, path: Path, *, name: str, gpu: str | None, gemm_backend: str | None,
     gather_source: str | None, cpu: bool, gate_threshold: int | None, tp: int | None = None,
-    partial: str | None = None, asked: bool = False,
+    partial: str | None = None, asked: bool = False, step: Any = None,
 ) -> None:
     """Draw the crossover plot to ``path``; a failure is printed, never raised (a plot is a convenience),
     unless the user ``asked`` for this path (``spx report --plot PATH``).
@@ -64,7 +64,7 @@ def draw_plot(
             kernel, path,
             title=plot_title(name=name, gpu=gpu, gemm_backend=gemm_backend, gather_source=gather_source, cpu=cpu,
                              tp=tp, partial=partial),
-            gate_threshold_tokens=gate_threshold,
+            gate_threshold_tokens=gate_threshold, cpu=cpu, step=step,
         )
         console.print(f"plot: {path}", highlight=False, markup=False)
     except Exception as exc:  # a plot is a convenience: never fail a run over it
@@ -228,7 +228,7 @@ def _report(args: argparse.Namespace) -> int:
     partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if j.partial else None
     plot_args = dict(name=run.name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
                      gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
-                     partial=partial)
+                     partial=partial, step=vllm.step)
     if args.output != "text":  # the plot first (on stderr), so that a --plot that cannot be written is a problem
         _plot(args, err_console(), kernel, run.directory, plot_args)
         emit(ReportDocument(

@@ -32,7 +32,7 @@ from spx.cli.common import (
 )
 from spx.cli.registry import command
 from spx.cli.report import draw_plot, gpu_label, table_title
-from spx.vocabulary import DEVICES, GEMM_BACKENDS, PLOT_FILE, RESULT_FILE, SERVING_DIR, STATUS_FILE, one_of
+from spx.vocabulary import CPU_NOTE, DEVICES, GEMM_BACKENDS, PLOT_FILE, RESULT_FILE, SERVING_DIR, STATUS_FILE, one_of
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -118,6 +118,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "add a spec.serving section or drop --serving")
     if args.nproc is not None and args.nproc < 1:
         raise UsageError(f"--nproc must be >= 1 (got {args.nproc})")
+    if args.serving:  # before the kernel sweep (hours on a TP8 node): the vLLM command, modelPath, the port
+        from spx.serving.preflight import serving_problems
+
+        if problems := serving_problems(spec, (args.vllm or "vllm").split()):
+            raise UsageError("--serving: the vLLM benches would not start after the kernel sweep (nothing was measured): "
+                             + "; ".join(problems))
+    elif spec.serving is not None:
+        err_console().print(f"note: {args.file} has a spec.serving section: add --serving to run its vLLM benches "
+                            "after the kernel sweep (or run them alone: spx serving FILE)", highlight=False,
+                            markup=False, soft_wrap=True)
     name = exp.metadata.name
     if args.out is not None and not args.out.strip():
         raise UsageError(f"--out {args.out!r} is empty: give a directory (or leave --out out for "
@@ -234,7 +244,7 @@ def _kernel_report(outcome: ExperimentOutcome, spec: ExperimentSpec, name: str, 
     result, judgement, tp = outcome.result, outcome.judgement, spec.parallelism.tensor_parallel_size
     cpu = is_cpu(result)
     notes = [f"{outcome.run.nproc} rank(s), timer {result.timer}",
-             *[w for w in result.warnings if "CPU smoke run" not in w]]
+             *[w for w in result.warnings if w != CPU_NOTE]]
     listed = set(spec.sweep.tokens)  # (an adaptive sweep adds counts of its own)
     partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if judgement.partial else None
     print_report(

@@ -116,7 +116,8 @@ def degrade_unencodable_characters() -> None:
     """Let ``sys.stdout`` and ``sys.stderr`` write a character their encoding cannot show (``PYTHONIOENCODING=ascii``,
     a Latin-1 terminal) as an ASCII stand-in (``×`` → ``x``, ``µ`` → ``u``, ``≈`` → ``~``; others ``?``) instead of
     raising :class:`UnicodeEncodeError` mid-command: the character degrades, not the command (nor its exit code).
-    Streams that can show every character are unchanged (the handler only runs on an encoding error)."""
+    Streams that can show every character are unchanged (the handler only runs on an encoding error); stderr's
+    default ``backslashreplace`` is replaced too (``\u2248`` is no clearer than ``~``)."""
     import codecs
 
     try:
@@ -125,7 +126,8 @@ def degrade_unencodable_characters() -> None:
         codecs.register_error(DEGRADE, _degrade)
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None and (getattr(stream, "errors", None) or "strict") == "strict":
+        # (stderr's default handler is backslashreplace: progress lines read "\u2248 14 s", "183.9 \xb5s")
+        if reconfigure is not None and (getattr(stream, "errors", None) or "strict") in ("strict", "backslashreplace"):
             with contextlib.suppress(ValueError, OSError):
                 reconfigure(errors=DEGRADE)
 

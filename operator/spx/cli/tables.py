@@ -22,7 +22,6 @@ from spx.vocabulary import Verdict
 if TYPE_CHECKING:
     from spx.analysis.predict import PredictedRow
 
-from spx.analysis.judge import CPU_NOTE as CPU_NOTE  # (defined once, where the status is written)
 
 #: The style of each verdict (every verdict of :data:`spx.vocabulary.VERDICTS`; a test checks).
 VERDICT_STYLE: dict[Verdict, str] = {"Pass": "bold green", "Fail": "bold red", "Inconclusive": "bold yellow"}

@@ -131,7 +131,8 @@ class Reconciler:
             return dec.Admission(True, 0, 0, synced)
         if limit <= 0 and synced:  # no limit: no need to count (O(experiments + Jobs))
             return dec.Admission(True, 0, 0, True)
-        v = admission.admit(key, limit, self.active_keys(), admission.waiting(self.store), synced)
+        v = admission.admit(key, limit, self.active_keys(), admission.waiting(self.store), synced,
+                            admitting=self.reserved)
         if v.admitted:
             self.reserved.add(key)
         return dec.Admission(v.admitted, v.active, limit, v.synced)
@@ -215,7 +216,9 @@ class Reconciler:
                 o = fresh
             raise RuntimeError(f"no decision after {MAX_QUESTIONS} questions (last: {d.need})")
         finally:
-            self.reserved.discard(key)
+            if key in self.reserved:  # its Job exists now (or it was refused): the next in the queue may go
+                self.reserved.discard(key)
+                self.wake_queued()
 
     async def _answer(self, key: Key, o: dec.Observed, need: dec.Need) -> dict[str, Any]:
         """Find out what ``need`` asks (from the API server); the answers for :class:`Observed`."""

@@ -15,20 +15,21 @@ prints and maps the outcome to an exit code. Steps:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spx.analysis.bench_docs import RunIdentity
-from spx.analysis.judge import BENCHES_PENDING, CPU_NOTE, Judgement, judge, local_status, stop
+from spx.analysis.judge import BENCHES_PENDING, Judgement, judge, local_status, stop
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, wire
 from spx.api.base import utc_now
 from spx.api.spec import spec_hash
 from spx.files import write_atomic
 from spx.rundir import RunDirectory
 from spx.runner.local import LocalRunOutcome, RunProgress, run_local
-from spx.vocabulary import SERVING_DIR
+from spx.vocabulary import CPU_NOTE, SERVING_DIR
 
 if TYPE_CHECKING:
     from spx.api.accuracy import AccuracyResult, AccuracyStatus
@@ -289,7 +290,15 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
     if spec.serving is None:
         raise ValueError("the spec has no spec.serving")
     started = utc_now()
-    benches = run_vllm_benchmarks(spec, out, RunnerOptions(vllm_command=list(vllm_command), experiment=name))
+    try:
+        benches = run_vllm_benchmarks(spec, out, RunnerOptions(vllm_command=list(vllm_command), experiment=name))
+    except (ValueError, OSError, KeyboardInterrupt) as exc:  # status.json says why, for spx report and spx gate
+        why = (f"the vLLM benches were stopped ({str(exc) or 'interrupted (Ctrl-C)'}): every server was stopped; what "
+               "they measured is in this folder" if isinstance(exc, KeyboardInterrupt)
+               else f"the vLLM benches did not start: {exc}")
+        with contextlib.suppress(OSError):  # (a full disk: the error itself is what the caller reports)
+            write_status(out, _failed_benches_status(spec, out, why, started))
+        raise
     kernel_run = _kernel_result_in(out)
     # a kernel sweep already in --out (`spx run`, then `spx serving` into the same folder, as the step A/B's next
     # step says) is judged together with the benches, as `spx report` judges the folder, so both commands agree;
@@ -306,6 +315,16 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
     complete = all(r is None or r.complete for r in (benches.serving, benches.accuracy, benches.step))
     return BenchesOutcome(status=status, serving=judged.serving, accuracy=judged.accuracy, step=judged.step,
                           complete=complete)
+
+
+def _failed_benches_status(spec: ExperimentSpec, out: Path, why: str, started: str) -> ExperimentStatus:
+    """``status.json`` of ``spx serving`` whose benches did not start or were stopped: the vLLM sections that were
+    asked for fail with ``why``; judged with the kernel sweep already in ``out`` when there is one (as
+    :func:`run_vllm_benches` judges a completed run), else ``BenchmarkFailed`` with ``why``."""
+    kernel_run = _kernel_result_in(out)  # (the one judgement, the stage recorded as stopped: issue #35)
+    if kernel_run is not None:
+        return build_status(kernel_run, judge(kernel_run, kernel_run.spec, require_vllm=True, stopped=[why]))
+    return local_status(judge(None, spec, benches_only=True, stopped=[why]), now=utc_now(), started_at=started)
 
 
 def _kernel_result_in(out: Path) -> KernelResult | None:

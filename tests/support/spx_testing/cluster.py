@@ -141,15 +141,28 @@ class Cluster:
             lambda: (o := self.exp(name)) and (o.get("status") or {}).get("phase") in phases and o,
             timeout, f"{self.ns}/{name} in phase {sorted(phases)}")
 
-    def history(self, name: str) -> list[Obj]:
-        """Every version of the experiment the API server stored since this module started, oldest first."""
+    def history(self, name: str, timeout: float = 60) -> list[Obj]:
+        """Every version of the experiment the API server stored since this module started, oldest first, up to
+        at least the version it holds now: the watch behind it lags a GET (a test that read the history right
+        after ``wait_decided`` returned the decided object once found no decided version in it, issue 37), so
+        this waits until the watch has delivered the version a GET returns now."""
+        self._caught_up(self.experiments, [self.exp(name)], timeout, f"the watch of {self.ns}/{name}")
         return self.experiments.versions(name)
+
+    def _caught_up(self, recorder: Recorder, objs: list[Obj | None], timeout: float, what: str) -> None:
+        """Wait until ``recorder`` has delivered the version of each of ``objs`` (as read by a GET just before)."""
+        metas = [o["metadata"] for o in objs if o]
+        self.wait_for(lambda: all(recorder.has_seen(m["uid"], m["resourceVersion"]) for m in metas), timeout,
+                      f"{what} to deliver the version a GET returns", interval=0.05)
 
     def events(self, name: str) -> list[Obj]:
         return [e for e in self.list("v1", "events") if e["involvedObject"].get("name") == name]
 
-    def jobs_created(self, prefix: str) -> list[str]:
-        """Names of every Job created in the namespace whose name starts with ``prefix``, in creation order."""
+    def jobs_created(self, prefix: str, timeout: float = 60) -> list[str]:
+        """Names of every Job created in the namespace whose name starts with ``prefix``, in creation order (the
+        watch caught up first with every such Job a list returns now, as :meth:`history`)."""
+        live = [j for j in self.list("batch/v1", "jobs") if j["metadata"]["name"].startswith(prefix)]
+        self._caught_up(self.jobs, live, timeout, "the watch of Jobs")
         return self.jobs.created(prefix)
 
     def owned_by(self, uid: str) -> list[tuple[str, str]]:

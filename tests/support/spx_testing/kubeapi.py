@@ -158,16 +158,28 @@ class Recorder:
                             self.relists += 1
                             self._rv = self.api.request("GET", self.p)["metadata"]["resourceVersion"]
                             break
-                        self._rv = ev["object"]["metadata"]["resourceVersion"]
                         if ev["type"] != "BOOKMARK":
                             with self._lock:
                                 self.events.append((time.monotonic(), ev["type"], ev["object"]))
+                        self._rv = ev["object"]["metadata"]["resourceVersion"]  # (after the event: has_seen)
             except (OSError, urllib.error.URLError, json.JSONDecodeError):
                 time.sleep(0.5)
 
     def snapshot(self) -> list[tuple[float, str, Obj]]:
         with self._lock:
             return list(self.events)
+
+    def has_seen(self, uid: str, resource_version: str) -> bool:
+        """Whether the watch has delivered the version ``resource_version`` of the object ``uid`` (or a later event
+        of the collection: the watch is in order)."""
+        with self._lock:
+            if any(o["metadata"].get("uid") == uid and o["metadata"].get("resourceVersion") == resource_version
+                   for _, _, o in self.events):
+                return True
+        try:
+            return int(self._rv) >= int(resource_version)  # (etcd revisions: what the kube-apiserver hands out)
+        except ValueError:
+            return False
 
     def versions(self, name: str) -> list[Obj]:
         """Every stored version of object ``name`` since the recorder started, oldest first."""

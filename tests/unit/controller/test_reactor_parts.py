@@ -25,10 +25,25 @@ A, B, C = ("ml", "a"), ("ml", "b"), ("ml", "c")
     (B, 1, set(), [A, B], True, False),     # FIFO: A first
     (A, 1, set(), [A, B], True, True),
     (A, 1, {A}, [], True, True),            # already holds its slot
+    (B, 3, set(), [A, B, C], True, False),  # first come, first served: B waits for A's Job though 3 slots are free
+    (C, 3, {A}, [A, B, C], True, False),    # … and C for B's
+    (B, 3, {A}, [A, B, C], True, True),     # A holds its slot (its Job exists): B is the head now
 ])
 def test_admission(key: tuple[str, str], limit: int, active: set, waiting: list, synced: bool, admitted: bool) -> None:
     v = admit(key, limit, active, waiting, synced)
     assert v.admitted == admitted and v.synced == synced and v.active == len(active)
+
+
+@pytest.mark.parametrize(("key", "admitting", "admitted"), [
+    (B, {A}, False),   # A was admitted and is creating its Job: B waits (their Jobs are created in order)
+    (A, {A}, True),    # its own reservation does not hold it back
+    (A, set(), True),
+])
+def test_admission_waits_for_the_job_ahead(key: tuple[str, str], admitting: set, admitted: bool) -> None:
+    active = admitting  # (a reservation holds a slot)
+    waiting = [k for k in (A, B, C) if k not in active]
+    v = admit(key, 3, active, waiting, True, admitting)
+    assert v.admitted == admitted and v.active == len(active)
 
 
 def _job(name: str, rv: int, uid: str | None = None) -> dict:

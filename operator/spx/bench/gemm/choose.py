@@ -20,7 +20,7 @@ from spx.bench.gemm.registry import (
     kernel,
     mxfp8_order,
 )
-from spx.vocabulary import BF16, MXFP8, GemmBackend, ResolvedDevice, ResolvedGemmBackend, WeightFormat
+from spx.vocabulary import BF16, CPU_NOTE, MXFP8, GemmBackend, ResolvedDevice, ResolvedGemmBackend, WeightFormat
 
 if TYPE_CHECKING:
     import torch
@@ -108,7 +108,7 @@ def _auto_mxfp8(cap: int, sm: str, probe: Probe) -> tuple[ResolvedGemmBackend, s
 
 def _auto(weight_format: WeightFormat, cuda: bool, cap: int | None, sm: str, probe: Probe) -> tuple[ResolvedGemmBackend, str]:
     if not cuda:
-        return "torch-bf16", "auto: CPU smoke run: torch-bf16 (vLLM's MXFP8 kernels need CUDA); timings say nothing about GPUs"
+        return "torch-bf16", f"auto: torch-bf16 (vLLM's MXFP8 kernels need CUDA); {CPU_NOTE}"
     if weight_format == BF16:
         return "torch-bf16", "auto: weightFormat bf16 is unquantized: torch-bf16 (cuBLAS), as vLLM runs unquantized linears"
     if weight_format == MXFP8 and cap is not None:

@@ -1,8 +1,11 @@
 """Admission under the operator's concurrency limit (``SPX_MAX_CONCURRENT_EXPERIMENTS``): pure.
 
 An experiment holds a slot from the moment it is admitted (a reservation, until its Job exists)
-while its Job of the current generation is unfinished. The queued ones are admitted FIFO by
-creation time. Nothing is admitted before the reactor has listed both the experiments *and* the
+while its Job of the current generation is unfinished. The queued ones are admitted first come, first
+served, by creation time then name, *one at a time*: only the head of the queue is admitted, and only while no
+other admitted experiment is still creating its Job (``admitting``), so Jobs are created in the order the
+experiments were applied even when several slots free at once and several workers reconcile in parallel (they
+used to be admitted together and their Jobs created in whichever order the workers ran: 02, 01, 00; issue 37). Nothing is admitted before the reactor has listed both the experiments *and* the
 Jobs from the API server (``synced``): an operator restarted with experiments queued would
 otherwise count no running Jobs and exceed the limit.
 """
@@ -17,6 +20,7 @@ from spx.controller.decide.job_status import job_finished
 from spx.controller.decide.objects import deleting, generation, meta
 from spx.controller.decide.store import Store
 from spx.controller.manifests.naming import KUEUE_QUEUE_LABEL, LABEL_GENERATION
+from spx.vocabulary import InfraReason
 
 Key = tuple[str, str]  # (namespace, experiment name)
 
@@ -25,12 +29,12 @@ KUEUE_GROUP: Final = "kueue.x-k8s.io"
 LOCAL_QUEUES: Final = "localqueues"
 #: ``reason`` of the Decided condition when the Job cannot be queued: Kueue's CRDs are not installed,
 #: or the LocalQueue does not exist in the experiment's namespace.
-REASON_NO_KUEUE: Final = "KueueNotInstalled"
-REASON_NO_QUEUE: Final = "LocalQueueNotFound"
+REASON_NO_KUEUE: Final[InfraReason] = "KueueNotInstalled"
+REASON_NO_QUEUE: Final[InfraReason] = "LocalQueueNotFound"
 
 
 def queue_refusal(namespace: str, queue: str, served_versions: Sequence[str] | None,
-                  queue_exists: bool | None) -> tuple[str, str] | None:
+                  queue_exists: bool | None) -> tuple[InfraReason, str] | None:
     """Why a Job for Kueue LocalQueue ``queue`` cannot wait for admission, as ``(reason, message)``;
     None when it can (or when the operator could not tell: ``queue_exists`` None, e.g. no RBAC to read).
 
@@ -61,7 +65,8 @@ class Verdict:
     synced: bool = True
 
 
-def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key], synced: bool) -> Verdict:
+def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key], synced: bool,
+          admitting: Collection[Key] = ()) -> Verdict:
     """May ``key`` start a run?
 
     Args:
@@ -70,18 +75,17 @@ def admit(key: Key, limit: int, active: Collection[Key], waiting: Sequence[Key],
         active: the experiments holding a slot (unfinished Job of their generation, or reserved).
         waiting: the experiments not yet admitted (:func:`waiting`), oldest first.
         synced: the reactor has listed experiments and Jobs since it started.
+        admitting: the experiments admitted whose Job is not created yet (the reactor's reservations): while
+            another is, ``key`` waits, so the Jobs are created in queue order.
     """
     if not synced:
         return Verdict(False, len(active), synced=False)
     if limit <= 0 or key in active:
         return Verdict(True, len(active))
-    free = limit - len(active)
-    if free <= 0:
+    if len(active) >= limit or any(k != key for k in admitting):
         return Verdict(False, len(active))
     queue = [k for k in waiting if k not in active]
-    if key not in queue:
-        queue.append(key)
-    return Verdict(queue.index(key) < free, len(active))
+    return Verdict(not queue or queue[0] == key, len(active))
 
 
 def kueue_managed(experiment: Mapping[str, Any] | None) -> bool:

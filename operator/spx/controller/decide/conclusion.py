@@ -255,7 +255,7 @@ def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Ma
         return Plan(obs.state, cond.apply_transition(base, transition, nows, gen), events, after=after, requeue_after_s=recheck)
     # The run ended (succeeded or failed): read what it left, then decide.
     if o.results is None:
-        completed_reason = obs.reason if obs.state == "failed" else "JobSucceeded"
+        completed_reason = obs.completed_reason
         pod = str(_meta(obs.pod).get("name")) if obs.pod is not None else None
         if status.phase != "Analyzing":
             new = cond.apply_transition(base, cond.analyzing(jname, completed_reason, obs.message), nows, gen)

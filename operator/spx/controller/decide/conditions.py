@@ -35,10 +35,11 @@ from spx.api.conditions import (
     kstatus_conditions,
 )
 from spx.api.status import Condition, DecidedReason, ExperimentStatus, KernelStatus, Phase, Verdict
+from spx.vocabulary import CompletedReason
 
 __all__ = ["CONDITION_TYPES", "FAILURE_REASONS", "TERMINAL_PHASES", "VERDICT_REASONS"]
 
-_CONDITION_ORDER = {t: i for i, t in enumerate(CONDITION_TYPES)}
+_CONDITION_ORDER: dict[str, int] = {t: i for i, t in enumerate(CONDITION_TYPES)}
 MAX_MESSAGE = 1024
 
 
@@ -201,7 +202,7 @@ def running(job: str, node: str | None, started: bool, detail: str = "") -> Tran
     )
 
 
-def analyzing(job: str, completed_reason: str, completed_message: str) -> Transition:
+def analyzing(job: str, completed_reason: CompletedReason, completed_message: str) -> Transition:
     """Job ``job`` finished (``Completed`` True with the given reason); its result is being read."""
     return Transition(
         phase="Analyzing",
@@ -214,7 +215,7 @@ def analyzing(job: str, completed_reason: str, completed_message: str) -> Transi
 def decided(
     verdict: Verdict,
     reasons: Sequence[str],
-    completed_reason: str,
+    completed_reason: CompletedReason,
     completed_message: str,
     scheduled: tuple[str, str, str] | None = None,
 ) -> Transition:
@@ -238,7 +239,7 @@ def ran_on(node: str | None) -> tuple[str, str, str] | None:
 def failed(
     reason: DecidedReason,
     message: str,
-    completed_reason: str,
+    completed_reason: CompletedReason,
     completed_message: str | None = None,
     scheduled: tuple[str, str, str] | None = None,
 ) -> Transition:

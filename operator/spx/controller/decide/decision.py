@@ -19,6 +19,7 @@ from spx.api.spec import ExperimentSpec
 from spx.api.status import ExperimentStatus
 from spx.controller.decide.observation import Timeouts
 from spx.controller.manifests.job import BenchOptions
+from spx.vocabulary import InfraReason
 
 Manifest = dict[str, Any]
 
@@ -146,8 +147,8 @@ class JobCreation:
     message: str = ""
     foreign: bool = False
     #: Set when the operator itself refused before asking the API server (Kueue not installed,
-    #: LocalQueue missing: :func:`spx.controller.decide.admission.queue_refusal`): the Decided reason.
-    reason: str = ""
+    #: LocalQueue missing: :func:`spx.controller.decide.admission.queue_refusal`): the Completed reason.
+    reason: InfraReason | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from spx.controller.decide.pod_exit import termination_message
 from spx.controller.decide.results import Collected, Measurement, collect, measurement
 from spx.controller.manifests.naming import result_configmap_name
 from spx.controller.manifests.result_configmap import build_result_configmap
+from spx.vocabulary import CompletedReason, FailureReason
 
 
 def judge_collected(spec: ExperimentSpec, meas: Any, collected: Collected) -> Judgement:
@@ -91,11 +92,11 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
         return Plan(f"verdict-{judgement.verdict}", new, events, before=store, after=after, slot_freed=True,
                         observed_duration=True)
     reason, completed_reason, msg = _failure(obs, collected, meas, (serving, accuracy, step),
-                                             obs.reason if obs.state == "failed" else "JobSucceeded", pod_name)
+                                             obs.completed_reason, pod_name)
     msg += f"; {refused}" if refused else ""
     new = cond.with_kernel(status, _partial_kernel(collected, meas, judged), None, [])
-    new = cond.apply_transition(new, cond.failed(reason, msg, completed_reason, obs.message,  # type: ignore[arg-type]
-                                           scheduled=cond.ran_on(obs.node)), nows, gen)
+    new = cond.apply_transition(new, cond.failed(reason, msg, completed_reason, obs.message,
+                                                 scheduled=cond.ran_on(obs.node)), nows, gen)
     return Plan(reason, new.model_copy(update=update), (("Warning", reason, msg),),
                     before=store, after=after, slot_freed=True, observed_duration=True)
 
@@ -216,8 +217,8 @@ def job_vanished(o: Observed, status: ExperimentStatus, jname: str, nows: str) -
 
 
 def _failure(obs: Observation, collected: Collected, meas: Any,
-             vllm: tuple[ServingStatus | None, AccuracyStatus | None, StepStatus | None], completed_reason: str,
-             pod_name: str | None) -> tuple[str, str, str]:
+             vllm: tuple[ServingStatus | None, AccuracyStatus | None, StepStatus | None], completed_reason: CompletedReason,
+             pod_name: str | None) -> tuple[FailureReason, CompletedReason, str]:
     """(Decided reason, Completed reason, message) of a run that reached no verdict; ``vllm``: the serving,
     accuracy and step statuses (the first failure of one is named)."""
     serving, accuracy, step = vllm

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from spx.vocabulary import PodFailureReason
+from spx.vocabulary import COMPLETED_REASONS, CompletedReason, PodFailureReason, member
 
 State = Literal["suspended", "pending", "unschedulable", "scheduled", "running", "transition", "succeeded", "failed"]
 #: How a bench pod's failure ended the run: the benchmark's fault or the infrastructure's.
@@ -59,6 +59,16 @@ class Observation:
     disruptions: int = 0
     exit_code: int | None = None
     check_nodes: tuple[str, ...] = ()
+
+    @property
+    def completed_reason(self) -> CompletedReason:
+        """The ``Completed`` reason of a run that ended: ``reason`` when it failed, else ``JobSucceeded``.
+
+        Raises:
+            ValueError: a failed observation whose reason is not a :data:`~spx.vocabulary.CompletedReason`
+                (a pod reading that spelt one otherwise).
+        """
+        return member(self.reason, COMPLETED_REASONS, "Observation.reason") if self.state == "failed" else "JobSucceeded"
 
 
 @dataclass(frozen=True)

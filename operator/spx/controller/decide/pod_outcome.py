@@ -47,6 +47,7 @@ from spx.controller.decide.pod_startup import (
     pending_pod,
     waiting_message,
 )
+from spx.vocabulary import CompletedReason
 
 
 def deleted_while_running(pod: Mapping[str, Any], term: Mapping[str, Any]) -> bool:
@@ -62,7 +63,7 @@ def deleted_while_running(pod: Mapping[str, Any], term: Mapping[str, Any]) -> bo
     return finished >= asked
 
 
-def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int | None]:
+def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, CompletedReason, str, int | None]:
     """(outcome, reason, message, exit code) of a pod in phase Failed."""
     status = pod.get("status") or {}
     name = (pod.get("metadata") or {}).get("name", "?")
@@ -81,7 +82,7 @@ def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, str, str, int 
             # the SIGTERM that ended the bench came from outside (``spx run`` then exits 1, a bench
             # without a handler 143), not from a crash of its own.
             return "InfraFailed", "PodDeleted", f"pod {name} was deleted while the bench ran: {describe_exit(term)}", code
-        reason = "OOMKilled" if term.get("reason") == "OOMKilled" else ("InvalidInput" if code in (2, 3) else "BenchmarkCrashed")  # 3: spx.api.exit_codes.EXIT_USAGE; 2: older images
+        reason: CompletedReason = "OOMKilled" if term.get("reason") == "OOMKilled" else ("InvalidInput" if code in (2, 3) else "BenchmarkCrashed")  # 3: spx.api.exit_codes.EXIT_USAGE; 2: older images
         return "BenchmarkFailed", reason, f"pod {name}: {describe_exit(term)}", code
     cs = container_status(pod) or {}
     waiting = (cs.get("state") or {}).get("waiting") or {}

@@ -20,6 +20,7 @@ from spx.controller.decide.conditions import seconds_since
 from spx.controller.decide.job_status import job_condition_message
 from spx.controller.decide.observation import Observation, Timeouts
 from spx.controller.decide.pod_exit import container_status
+from spx.vocabulary import CompletedReason
 
 #: Image errors no retry fixes: ``InfraFailed`` at once.
 IMAGE_PULL_FATAL = frozenset({"InvalidImageName", "ErrImageNeverPull"})
@@ -94,7 +95,7 @@ def pending_pod(current: Mapping[str, Any], jname: str, now: dt.datetime, timeou
         return Observation("failed", "ImagePullFailed", f"pod {pname}: {wreason}: {waiting.get('message', '')}".rstrip(": "),
                            outcome="InfraFailed", pod=current, node=node, abort=True, disruptions=disruptions)
     if wreason in IMAGE_PULL_RETRYING | CONTAINER_CREATE_ERRORS:
-        kind = "ImagePullFailed" if wreason in IMAGE_PULL_RETRYING else "ContainerCreateFailed"
+        kind: CompletedReason = "ImagePullFailed" if wreason in IMAGE_PULL_RETRYING else "ContainerCreateFailed"
         if elapsed >= timeouts.image_pull_timeout_s:
             return Observation("failed", kind,
                                f"pod {pname}: {wreason} for {elapsed:.0f}s (limit {timeouts.image_pull_timeout_s:.0f}s): "
