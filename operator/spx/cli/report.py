@@ -228,7 +228,7 @@ def _report(args: argparse.Namespace) -> int:
     partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if j.partial else None
     plot_args = dict(name=run.name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
                      gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
-                     partial=partial, step=vllm.step)
+                     partial=partial, step=j.step)
     if args.output != "text":  # the plot first (on stderr), so that a --plot that cannot be written is a problem
         _plot(args, err_console(), kernel, run.directory, plot_args)
         emit(ReportDocument(
