@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from spx.api.exit_codes import EXIT_FAIL, EXIT_UNDECIDED, EXIT_USAGE
 from spx.api.exit_codes import EXIT_OK as EXIT_PASS
 from spx.api.status import ExperimentStatus
-from spx.vocabulary import TERMINAL_PHASES, Verdict, one_of
+from spx.vocabulary import CPU_NOTE, TERMINAL_PHASES, Verdict, one_of
 
 #: The exit code of each verdict (every verdict of :data:`spx.vocabulary.VERDICTS`; a test checks).
 EXIT_BY_VERDICT: dict[Verdict, int] = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "Inconclusive": EXIT_UNDECIDED}
@@ -66,8 +66,8 @@ class GateResult:
 #: The fields of :class:`~spx.api.status.ExperimentStatus` a decision rests on. Only these are validated, so
 #: a kernel, serving or accuracy section written by another spx version does not keep a release from its gate.
 DECISION_FIELDS = ("phase", "observed_generation", "conditions", "verdict", "verdict_reasons", "message")
-#: CPU note every CPU smoke run's status message starts with (:data:`spx.analysis.judge.CPU_NOTE`).
-CPU_MESSAGE_PREFIX = "CPU smoke run"
+#: What every CPU smoke run's status message starts with (:data:`spx.vocabulary.CPU_NOTE`).
+CPU_MESSAGE_PREFIX = CPU_NOTE.split(":", 1)[0]
 
 
 def decision_status(status: Mapping[str, Any] | None) -> ExperimentStatus:
