@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check operator tests benchmarks
-echo "== mypy (strict on spx.api, spx.analysis, spx.vocabulary and spx.serving)"; mypy operator/spx/api operator/spx/analysis operator/spx/vocabulary.py operator/spx/serving
+echo "== mypy (strict on spx.api, spx.analysis, spx.vocabulary, spx.serving and the controller's pure half)"; mypy operator/spx/api operator/spx/analysis operator/spx/vocabulary.py operator/spx/serving operator/spx/controller/decide operator/spx/controller/manifests
 echo "== import-linter"; lint-imports
 echo "== pytest (real control plane: ${KUBEBUILDER_ASSETS:-KUBEBUILDER_ASSETS unset, those tests skip})"; pytest -q -p no:cacheprovider -m "not vllm and not vllm_server" "$@"
 # The real vllm==0.33.0 on CPU, its own stage so a failed install shows (SPX_SKIP_VLLM=1 skips it locally).

@@ -203,7 +203,7 @@ def _decided_with(reason: str) -> dict[str, Any]:
     return obj
 
 
-@pytest.mark.parametrize("reason", ["Cancelled", "QuotaExceeded"])
+@pytest.mark.parametrize("reason", ["ReasonOfALaterRelease", "NotAVerdictYet"])
 def test_a_reason_a_later_operator_adds_fails_closed(lua: Any, reason: str) -> None:
     """Issue 38: the Flux expressions once listed the failure reasons, so a new one matched none of
     inProgress/failed/current and Flux reported InProgress until its timeout. Now every check stops on it."""

@@ -70,7 +70,7 @@ def spec(allow_cpu: bool) -> dict[str, Any]:
             "model": "deepseek-ai/DeepSeek-V4.1", "port": free_port(), "points": [],
             "env": {"STANDIN_SPLIT_DELAY_MS": "10"},
             "step": {"lengths": [T - 2, T, T + 1], "rounds": 30, "minRounds": 10, "lookEvery": 10, "warmupRounds": 1,
-                     "layers": 4, "positiveControlMs": 5.0},
+                     "layers": 4, "positiveControlMs": 5.0, "indifferenceMs": 1.0},
             "startupTimeoutSeconds": 20, "shutdownTimeoutSeconds": 5, "gpuReleaseTimeoutSeconds": 5,
         },
         "timeoutSeconds": 3600,

@@ -76,7 +76,9 @@ def standin_node_env(pid_dir: Path, **extra: str) -> dict[str, str]:
     one, the spx plugin aimed at the stand-in attention module, GPU "processes" tracked in ``pid_dir``."""
     return {
         "PATH": os.pathsep.join([str(STANDINS), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        "PYTHONPATH": str(STANDINS),
+        # the checkout under test first: the pod's spx and the stand-in's plugin/extension are this tree's, not
+        # whatever tree the interpreter has installed
+        "PYTHONPATH": os.pathsep.join([str(STANDINS), str(STANDINS.parents[2] / "operator")]),
         "SPX_SHARD_FUSED_WQA_WKV_TARGET": "standin_deepseek_attention",
         "STANDIN_PID_DIR": str(pid_dir),
         **extra,

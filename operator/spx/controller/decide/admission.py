@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from spx.controller.decide import objects as objs
 from spx.controller.decide.job_status import job_finished
 from spx.controller.decide.objects import deleting, generation, meta
 from spx.controller.decide.store import Store
@@ -92,13 +93,13 @@ def kueue_managed(experiment: Mapping[str, Any] | None) -> bool:
     """Whether an experiment (the object) names a Kueue LocalQueue (``spec.scheduling.queueName``): Kueue
     is its queue then, and the operator's own concurrency limit steps aside — it neither waits for a slot
     nor holds one, so the two queues never stack (a run Kueue admitted never waits again for the operator's)."""
-    scheduling = ((experiment or {}).get("spec") or {}).get("scheduling") or {}
+    scheduling = objs.spec(experiment).get("scheduling") or {}
     return bool(scheduling.get("queueName"))
 
 
 def suspended(job: Mapping[str, Any]) -> bool:
     """Whether a Job waits suspended (``spec.suspend: true``): Kueue has not admitted it yet."""
-    return bool((job.get("spec") or {}).get("suspend"))
+    return bool(objs.spec(job).get("suspend"))
 
 
 def active(store: Store, reserved: Iterable[Key] = ()) -> set[Key]:
@@ -125,7 +126,7 @@ def waiting(store: Store) -> list[Key]:
     """
     rows = []
     for key, exp in store.experiments.items():
-        st = exp.get("status") or {}
+        st = objs.status(exp)
         if kueue_managed(exp):  # Kueue's queue, not the operator's
             continue
         if (st.get("phase") or "Pending") in ("Pending", "Queued") and not st.get("jobName") and not deleting(exp):

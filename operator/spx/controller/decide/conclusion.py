@@ -23,6 +23,7 @@ from spx.api.loading import SpecError
 from spx.api.spec import ExperimentSpec
 from spx.api.status import ExperimentStatus
 from spx.controller.decide import conditions as cond
+from spx.controller.decide import objects as objs
 from spx.controller.decide.decision import (
     Action,
     AskAdmission,
@@ -246,7 +247,7 @@ def _follow(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Ma
         after: tuple[Action, ...] = ()
         if obs.state == "running" and obs.pod is not None and o.progress_interval_s > 0:
             # Read the log every progress_interval_s of running (not at once: a short run needs no progress).
-            since = o.progress_read_at or cond.parse_time((obs.pod.get("status") or {}).get("startTime")) or o.now
+            since = o.progress_read_at or cond.parse_time(objs.status(obs.pod).get("startTime")) or o.now
             wait = o.progress_interval_s - (o.now - since).total_seconds()
             if wait <= 0:
                 after = (ReadProgress(str(_meta(obs.pod).get("name")), str(_meta(obs.pod).get("uid"))),)

@@ -16,6 +16,7 @@ from typing import Any
 from spx.api.crd_version import SCHEMA_VERSION, SCHEMA_VERSION_LABEL
 from spx.api.exit_codes import EXIT_CONFIG
 from spx.api.spec import GROUP, PLURAL, VERSION
+from spx.controller.decide import objects as objs
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
 #: Exit status of ``spx operator`` when the check fails (EX_CONFIG of sysexits.h; spx.api.exit_codes).
@@ -53,7 +54,7 @@ def check_crd(installed: Mapping[str, Any] | None, operator_version: str,
     fix = fix_command(operator_version)
     if installed is None:
         return CrdCheck(False, None, f"CRD {CRD_NAME} is not installed; install it before the operator: {fix}")
-    labels = (installed.get("metadata") or {}).get("labels") or {}
+    labels = objs.meta(installed).get("labels") or {}
     raw = labels.get(SCHEMA_VERSION_LABEL)
     if raw is None:
         return CrdCheck(False, None, (
@@ -65,7 +66,7 @@ def check_crd(installed: Mapping[str, Any] | None, operator_version: str,
     except ValueError:
         return CrdCheck(False, None, (
             f"CRD {CRD_NAME} has label {SCHEMA_VERSION_LABEL}={str(raw)[:40]!r}, not an integer; re-apply it: {fix}"))
-    served = [v.get("name") for v in (installed.get("spec") or {}).get("versions") or [] if v.get("served")]
+    served = [v.get("name") for v in objs.spec(installed).get("versions") or [] if v.get("served")]
     if version < expected:
         return CrdCheck(False, version, (
             f"CRD {CRD_NAME} has schema {version}, older than this operator's {expected} (spx {operator_version}): "

@@ -8,30 +8,27 @@ terminates the pods before setting the final one; ``Suspended`` (Kueue).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from spx.controller.decide import objects as obj
 
 
-def job_finished(job: Mapping[str, Any]) -> bool:
+def job_finished(job: obj.Body) -> bool:
     """The Job has its final ``Complete`` or ``Failed`` condition (the Job controller is done with it)."""
-    for c in (job.get("status") or {}).get("conditions") or []:
+    for c in obj.status(job).get("conditions") or []:
         if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
             return True
     return False
 
 
-def job_ending(job: Mapping[str, Any]) -> bool:
+def job_ending(job: obj.Body) -> bool:
     """``FailureTarget``/``SuccessCriteriaMet`` is set: the Job controller is terminating its pods
     (their grace period) and will set the final condition — do not delete it meanwhile."""
-    for c in (job.get("status") or {}).get("conditions") or []:
+    for c in obj.status(job).get("conditions") or []:
         if c.get("type") in ("FailureTarget", "SuccessCriteriaMet") and c.get("status") == "True":
             return True
     return False
 
 
-def job_condition_message(job: Mapping[str, Any]) -> str | None:
+def job_condition_message(job: obj.Body) -> str | None:
     """The message of the Job's latest condition that has one (e.g. a pod-creation problem)."""
     with_msg = [c for c in obj.conditions(job) if c.get("message") and c.get("type") != "Suspended"]
     if not with_msg:
@@ -40,16 +37,16 @@ def job_condition_message(job: Mapping[str, Any]) -> str | None:
     return f"{latest.get('reason') or latest.get('type')}: {latest.get('message')}"
 
 
-def job_had_pods(job: Mapping[str, Any]) -> bool:
+def job_had_pods(job: obj.Body) -> bool:
     """The Job's own counters say it created a pod (``active``/``failed``/``succeeded``/``terminating``,
     ``uncountedTerminatedPods``) — what is left when the pods themselves are gone."""
-    st = job.get("status") or {}
+    st = obj.status(job)
     uncounted = st.get("uncountedTerminatedPods") or {}
     return any(int(st.get(k) or 0) > 0 for k in ("active", "failed", "succeeded", "terminating")) or \
         bool(uncounted.get("failed") or uncounted.get("succeeded"))
 
 
-def suspended_since(job: Mapping[str, Any]) -> str | None:
+def suspended_since(job: obj.Body) -> str | None:
     """When the Job was last suspended: its ``Suspended=True`` condition's ``lastTransitionTime`` (the
     Job controller sets it on creation suspended and again when Kueue preempts — re-suspends — a running
     Job); None before the Job controller wrote it."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
 
 from spx.controller.decide import objects as obj
 from spx.controller.decide.conditions import parse_time, seconds_since
@@ -38,32 +37,32 @@ REPLACEMENT_SLACK_S = 20.0
 TERMINATING_SLACK_S = 30.0
 
 
-def is_node_lost(pod: Mapping[str, Any]) -> bool:
+def is_node_lost(pod: obj.Body) -> bool:
     """The pod's node went away under it: phase ``Unknown``, reason ``NodeLost``, or a
     ``DisruptionTarget`` set by the taint manager / pod GC (``k8s.io/kubernetes/pkg/controller/podgc``)."""
-    if obj.pod_phase(pod) == "Unknown" or (pod.get("status") or {}).get("reason") == "NodeLost":
+    if obj.pod_phase(pod) == "Unknown" or obj.status(pod).get("reason") == "NodeLost":
         return True
     target = obj.true_condition(pod, "DisruptionTarget")
     return target is not None and target.get("reason") in NODE_LOST_DISRUPTIONS
 
 
-def is_disrupted(pod: Mapping[str, Any]) -> bool:
+def is_disrupted(pod: obj.Body) -> bool:
     """The pod was taken away by the cluster (eviction, preemption, drain, node pressure)."""
     if obj.true_condition(pod, "DisruptionTarget"):
         return True
-    return obj.pod_phase(pod) == "Failed" and (pod.get("status") or {}).get("reason") in NODE_POD_REASONS
+    return obj.pod_phase(pod) == "Failed" and obj.status(pod).get("reason") in NODE_POD_REASONS
 
 
-def on_lost_node(pod: Mapping[str, Any], nodes: Mapping[str, bool | None] | None) -> bool:
+def on_lost_node(pod: obj.Body, nodes: Mapping[str, bool | None] | None) -> bool:
     """The pod's node is gone or unreachable: :func:`is_node_lost`, or its ``Ready`` condition is not True
     (``nodes``: readiness by node name, as the reactor read it; None where unknown)."""
     if is_node_lost(pod):
         return True
-    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    node = str(obj.node_name(pod) or "")
     return bool(node) and nodes is not None and nodes.get(node) is False
 
 
-def grace_left_s(pod: Mapping[str, Any], now: dt.datetime) -> float | None:
+def grace_left_s(pod: obj.Body, now: dt.datetime) -> float | None:
     """Seconds until a pod being deleted is past its grace period plus :data:`TERMINATING_SLACK_S`
     (<= 0: overdue; None: not being deleted). ``deletionTimestamp`` is the deletion time plus the grace
     period the kubelet was given."""
@@ -71,7 +70,7 @@ def grace_left_s(pod: Mapping[str, Any], now: dt.datetime) -> float | None:
     return None if t is None else TERMINATING_SLACK_S - (now - t).total_seconds()
 
 
-def disrupted_since(pod: Mapping[str, Any]) -> str | None:
+def disrupted_since(pod: obj.Body) -> str | None:
     """When the pod was disrupted: its ``DisruptionTarget`` transition, else its deletion or end."""
     target = obj.true_condition(pod, "DisruptionTarget") or {}
     term = terminated_state(pod) or {}
@@ -89,7 +88,7 @@ def replacement_wait_s(timeouts: Timeouts, disruptions: int) -> float:
     return max(timeouts.replacement_timeout_s, backoff + REPLACEMENT_SLACK_S)
 
 
-def awaiting_replacement(job: Mapping[str, Any], jname: str, last: Mapping[str, Any], now: dt.datetime,
+def awaiting_replacement(job: obj.Body, jname: str, last: obj.Body, now: dt.datetime,
                          timeouts: Timeouts, failed_create: str | None, disruptions: int) -> Observation:
     """The Job's last pod was disrupted and no other runs: waiting for the Job controller's replacement
     (it backs off 10 s and more, :func:`replacement_wait_s`) — ``Replacing``, or ``PodCreateFailed``

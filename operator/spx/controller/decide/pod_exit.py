@@ -7,19 +7,18 @@ termination message (``/dev/termination-log``, where the bench writes its bounde
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
-from typing import Any
 
+from spx.controller.decide import objects as objs
 from spx.controller.manifests.naming import CONTAINER_NAME
 
 
-def container_status(pod: Mapping[str, Any], name: str = CONTAINER_NAME) -> Mapping[str, Any] | None:
+def container_status(pod: objs.Body, name: str = CONTAINER_NAME) -> objs.Body | None:
     """The status of container ``name`` (else the first container's); None before the kubelet reports any."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    statuses = objs.status(pod).get("containerStatuses") or []
     return next((s for s in statuses if s.get("name") == name), statuses[0] if statuses else None)
 
 
-def terminated_state(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def terminated_state(pod: objs.Body) -> objs.Body | None:
     """The bench container's ``terminated`` state (current, else the last one); None if it never ended."""
     cs = container_status(pod)
     if cs is None:
@@ -27,7 +26,7 @@ def terminated_state(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
 
 
-def termination_message(pod: Mapping[str, Any]) -> str | None:
+def termination_message(pod: objs.Body) -> str | None:
     """The bench container's termination message (``/dev/termination-log``); None if it never ended."""
     term = terminated_state(pod)
     return term.get("message") if term else None
@@ -42,7 +41,7 @@ def _signal_name(code: int) -> str | None:
     return None
 
 
-def describe_exit(term: Mapping[str, Any]) -> str:
+def describe_exit(term: objs.Body) -> str:
     """One line on how the container ended: exit code, the signal of codes > 128, the kubelet's reason."""
     code = int(term.get("exitCode", -1))
     reason = term.get("reason") or ""

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from spx.controller.decide import objects as obj
 from spx.controller.decide.conditions import parse_time
@@ -50,7 +49,7 @@ from spx.controller.decide.pod_startup import (
 from spx.vocabulary import CompletedReason
 
 
-def deleted_while_running(pod: Mapping[str, Any], term: Mapping[str, Any]) -> bool:
+def deleted_while_running(pod: obj.Body, term: obj.Body) -> bool:
     """The pod's deletion was asked for (:func:`~spx.controller.decide.objects.deletion_asked`) before its
     container ended (``finishedAt``) — not a pod removed after it had failed on its own. Without
     ``finishedAt``: a signal exit (> 128) of a pod being deleted."""
@@ -63,12 +62,12 @@ def deleted_while_running(pod: Mapping[str, Any], term: Mapping[str, Any]) -> bo
     return finished >= asked
 
 
-def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, CompletedReason, str, int | None]:
+def classify_failed_pod(pod: obj.Body) -> tuple[Outcome, CompletedReason, str, int | None]:
     """(outcome, reason, message, exit code) of a pod in phase Failed."""
-    status = pod.get("status") or {}
-    name = (pod.get("metadata") or {}).get("name", "?")
+    status = obj.status(pod)
+    name = obj.meta(pod).get("name", "?")
     if is_node_lost(pod):
-        node = (pod.get("spec") or {}).get("nodeName") or "?"
+        node = obj.node_name(pod) or "?"
         return "InfraFailed", "NodeLost", f"node {node} of pod {name} was lost while the bench ran", None
     if is_disrupted(pod):
         cond = obj.true_condition(pod, "DisruptionTarget") or {}
@@ -92,9 +91,9 @@ def classify_failed_pod(pod: Mapping[str, Any]) -> tuple[Outcome, CompletedReaso
     return "InfraFailed", "PodFailed", f"pod {name}: {why}", None
 
 
-def _deadline_exceeded(job: Mapping[str, Any], jname: str, mine: Sequence[Mapping[str, Any]],
-                       pod: Mapping[str, Any] | None, node: str | None, disruptions: int,
-                       memory: Memory, lost: Mapping[str, Any] | None) -> Observation:
+def _deadline_exceeded(job: obj.Body, jname: str, mine: Sequence[obj.Body],
+                       pod: obj.Body | None, node: str | None, disruptions: int,
+                       memory: Memory, lost: obj.Body | None) -> Observation:
     """``DeadlineExceeded``: say what kept the bench from finishing, first cause first.
 
     ``mine``: every pod of the Job the operator saw, the deleted ones included (the Job controller
@@ -103,12 +102,12 @@ def _deadline_exceeded(job: Mapping[str, Any], jname: str, mine: Sequence[Mappin
     message, from the pod or remembered in the status); bound but the container never started
     (``NeverStarted``); else the bench ran too long (``DeadlineExceeded``).
     """
-    deadline = (job.get("spec") or {}).get("activeDeadlineSeconds")
-    bound = [p for p in mine if (p.get("spec") or {}).get("nodeName")]
+    deadline = obj.spec(job).get("activeDeadlineSeconds")
+    bound = [p for p in mine if obj.node_name(p)]
     if lost is None:
         lost = next((p for p in reversed(bound) if is_node_lost(p)), None)
     if lost is not None:
-        lnode = (lost.get("spec") or {}).get("nodeName")
+        lnode = obj.node_name(lost)
         return Observation("failed", "NodeLost",
                            f"node {lnode} of pod {obj.name(lost)} was lost while the bench ran; "
                            f"the Job then hit activeDeadlineSeconds={deadline}", outcome="InfraFailed", pod=lost,
@@ -134,19 +133,19 @@ def _deadline_exceeded(job: Mapping[str, Any], jname: str, mine: Sequence[Mappin
     return Observation("failed", "DeadlineExceeded",
                        f"Job {jname} ran past activeDeadlineSeconds={deadline} (spec.timeoutSeconds) and was stopped",
                        outcome="InfraFailed", pod=pod or last_bound, node=node or (
-                           (last_bound.get("spec") or {}).get("nodeName") if last_bound is not None else None),
+                           obj.node_name(last_bound) if last_bound is not None else None),
                        disruptions=disruptions)
 
 
 def observe(
-    job: Mapping[str, Any],
-    pods: Sequence[Mapping[str, Any]],
+    job: obj.Body,
+    pods: Sequence[obj.Body],
     now: dt.datetime,
     timeouts: Timeouts = Timeouts(),
     failed_create: str | None = None,
     seen_scheduled: bool = False,
     *,
-    gone: Sequence[Mapping[str, Any]] = (),
+    gone: Sequence[obj.Body] = (),
     memory: Memory | None = None,
     nodes: Mapping[str, bool | None] | None = None,
 ) -> Observation:
@@ -173,7 +172,7 @@ def observe(
     jname = obj.name(job) or "?"
     complete = obj.true_condition(job, "Complete")
     failed = obj.true_condition(job, "Failed")
-    lost: Mapping[str, Any] | None = None
+    lost: obj.Body | None = None
     if not (complete or failed):
         waiting = _pods_ending(job, jname, live, now, nodes, disruptions)
         if isinstance(waiting, Observation):
@@ -186,9 +185,9 @@ def observe(
     return _job_going(job, jname, live, mine, now, timeouts, failed_create, disruptions)
 
 
-def _pods_ending(job: Mapping[str, Any], jname: str, live: Sequence[Mapping[str, Any]], now: dt.datetime,
+def _pods_ending(job: obj.Body, jname: str, live: Sequence[obj.Body], now: dt.datetime,
                  nodes: Mapping[str, bool | None] | None, disruptions: int,
-                 ) -> Observation | tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
+                 ) -> Observation | tuple[obj.RawCondition | None, obj.Body | None]:
     """Pods of a Job with no final condition yet that are ending: an :class:`Observation` to wait on them,
     else (the ``SuccessCriteriaMet``/``FailureTarget`` condition the Job ended with or None, the live pod
     on a lost node or None).
@@ -201,8 +200,8 @@ def _pods_ending(job: Mapping[str, Any], jname: str, live: Sequence[Mapping[str,
     deleting_alive = [p for p in alive if obj.deleting(p)]
     if not ending and not (deleting_alive and len(deleting_alive) == len(alive)):
         return None, None
-    unknown = tuple(sorted({str((p.get("spec") or {}).get("nodeName")) for p in alive
-                            if (p.get("spec") or {}).get("nodeName") and not is_node_lost(p)}))
+    unknown = tuple(sorted({str(obj.node_name(p)) for p in alive
+                            if obj.node_name(p) and not is_node_lost(p)}))
     lost = next((p for p in reversed(alive) if on_lost_node(p, nodes)), None)
     waited = [p for p in alive if not on_lost_node(p, nodes) and (grace_left_s(p, now) is None or (grace_left_s(p, now) or 0.0) > 0)]
     if waited and nodes is None and unknown:
@@ -215,13 +214,13 @@ def _pods_ending(job: Mapping[str, Any], jname: str, live: Sequence[Mapping[str,
                 else f"pod {obj.name(pod)} is being deleted")
         return Observation("transition", "Terminating",
                            f"{what}; waiting for pod {obj.name(pod)} to terminate", pod=pod,
-                           node=(pod.get("spec") or {}).get("nodeName"), disruptions=disruptions,
+                           node=obj.node_name(pod), disruptions=disruptions,
                            recheck_after_s=max(0.5, left) if left is not None else TERMINATING_SLACK_S)
     if ending:
         return ending, lost
     # Every pod being deleted is past its bound or on a lost node, and the Job has not ended.
     pod = lost or deleting_alive[-1]
-    node = (pod.get("spec") or {}).get("nodeName")
+    node = obj.node_name(pod)
     if lost is not None:
         return Observation("failed", "NodeLost", f"node {node} of pod {obj.name(pod)} was lost while the bench ran",
                            outcome="InfraFailed", pod=pod, node=node, abort=True, disruptions=disruptions)
@@ -230,9 +229,9 @@ def _pods_ending(job: Mapping[str, Any], jname: str, live: Sequence[Mapping[str,
                        disruptions=disruptions, recheck_after_s=TERMINATING_SLACK_S)
 
 
-def _job_ended(job: Mapping[str, Any], jname: str, mine: Sequence[Mapping[str, Any]],
-               complete: Mapping[str, Any] | None, failed: Mapping[str, Any] | None,
-               lost: Mapping[str, Any] | None, memory: Memory, disruptions: int) -> Observation:
+def _job_ended(job: obj.Body, jname: str, mine: Sequence[obj.Body],
+               complete: obj.Body | None, failed: obj.Body | None,
+               lost: obj.Body | None, memory: Memory, disruptions: int) -> Observation:
     """A Job with a final condition (``complete``, else ``failed``): succeeded, or why it failed."""
     last = mine[-1] if mine else None
     if complete:
@@ -248,7 +247,7 @@ def _job_ended(job: Mapping[str, Any], jname: str, mine: Sequence[Mapping[str, A
     if reason == "DeadlineExceeded":
         return _deadline_exceeded(job, jname, mine, ended, node, disruptions, memory, lost)
     if lost is not None:
-        lnode = (lost.get("spec") or {}).get("nodeName")
+        lnode = obj.node_name(lost)
         return Observation("failed", "NodeLost", f"node {lnode} of pod {obj.name(lost)} was lost while the bench ran",
                            outcome="InfraFailed", pod=lost, node=lnode, disruptions=disruptions)
     if ended is None:
@@ -259,8 +258,8 @@ def _job_ended(job: Mapping[str, Any], jname: str, mine: Sequence[Mapping[str, A
     return Observation("failed", why, msg, outcome=outcome, pod=ended, node=node, disruptions=disruptions, exit_code=code)
 
 
-def _job_going(job: Mapping[str, Any], jname: str, live: Sequence[Mapping[str, Any]],
-               mine: Sequence[Mapping[str, Any]], now: dt.datetime, timeouts: Timeouts,
+def _job_going(job: obj.Body, jname: str, live: Sequence[obj.Body],
+               mine: Sequence[obj.Body], now: dt.datetime, timeouts: Timeouts,
                failed_create: str | None, disruptions: int) -> Observation:
     """A Job with no final condition and no pod ending: past its disruption budget, suspended, waiting
     for a (replacement) pod, or running."""
@@ -270,7 +269,7 @@ def _job_going(job: Mapping[str, Any], jname: str, live: Sequence[Mapping[str, A
                            f"the bench pod was disrupted {disruptions} times (retry budget {timeouts.max_disruptions}); "
                            "giving up on this node pool",
                            outcome="InfraFailed", pod=last, abort=True, disruptions=disruptions)
-    if (job.get("spec") or {}).get("suspend"):
+    if obj.spec(job).get("suspend"):
         return Observation("suspended", "Suspended", f"Job {jname} is suspended", disruptions=disruptions)
 
     current = next((p for p in reversed(live) if obj.pod_phase(p) not in obj.POD_ENDED_PHASES and not obj.deleting(p)), None)
@@ -279,7 +278,7 @@ def _job_going(job: Mapping[str, Any], jname: str, live: Sequence[Mapping[str, A
             return awaiting_replacement(job, jname, last, now, timeouts, failed_create, disruptions)
         if last is not None and obj.pod_phase(last) in obj.POD_ENDED_PHASES:
             # The pod ended; the Job controller has not set the Job's condition yet.
-            node = (last.get("spec") or {}).get("nodeName")
+            node = obj.node_name(last)
             return Observation("running", "Running", f"pod {obj.name(last)} ended; "
                                "waiting for the Job's final condition", pod=last, node=node, disruptions=disruptions)
         if last is None:
@@ -288,6 +287,6 @@ def _job_going(job: Mapping[str, Any], jname: str, live: Sequence[Mapping[str, A
 
     if obj.pod_phase(current) == "Pending":
         return pending_pod(current, jname, now, timeouts, disruptions)
-    pname = (current.get("metadata") or {}).get("name", "?")
-    node = (current.get("spec") or {}).get("nodeName")
+    pname = obj.meta(current).get("name", "?")
+    node = obj.node_name(current)
     return Observation("running", "Running", f"pod {pname} is running", pod=current, node=node, disruptions=disruptions)

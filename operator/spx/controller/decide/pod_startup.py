@@ -12,8 +12,6 @@ the image and creating the container — each problem waited out up to its limit
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from typing import Any
 
 from spx.controller.decide import objects as obj
 from spx.controller.decide.conditions import seconds_since
@@ -35,7 +33,7 @@ def waiting_message(job_name: str) -> str:
     return f"Job {job_name} created, waiting for its pod to be scheduled"
 
 
-def no_pod_yet(job: Mapping[str, Any], jname: str, now: dt.datetime, timeouts: Timeouts,
+def no_pod_yet(job: obj.Body, jname: str, now: dt.datetime, timeouts: Timeouts,
                failed_create: str | None, disruptions: int) -> Observation:
     """An unsuspended Job without any pod: waiting, or ``PodCreateFailed`` once that lasted too long.
 
@@ -43,7 +41,7 @@ def no_pod_yet(job: Mapping[str, Any], jname: str, now: dt.datetime, timeouts: T
     an admission webhook …): it retries forever and posts ``FailedCreate`` events. Past
     ``image_pull_timeout_s`` (the limit on pod start-up problems) the run is ``InfraFailed``.
     """
-    status = job.get("status") or {}
+    status = obj.status(job)
     since = status.get("startTime")
     if not since:
         # The Job controller sets startTime on its first sync of an unsuspended Job. Before that, a
@@ -66,15 +64,15 @@ def no_pod_yet(job: Mapping[str, Any], jname: str, now: dt.datetime, timeouts: T
                        recheck_after_s=max(0.5, limit - elapsed))
 
 
-def pending_pod(current: Mapping[str, Any], jname: str, now: dt.datetime, timeouts: Timeouts,
+def pending_pod(current: obj.Body, jname: str, now: dt.datetime, timeouts: Timeouts,
                 disruptions: int) -> Observation:
     """The Job's current pod is in phase ``Pending``: not placed (``unschedulable`` within
     ``schedule_timeout_s``, then ``Unschedulable`` InfraFailed), bound with an image or container
     creation problem (``scheduled`` within ``image_pull_timeout_s`` counted from binding, then
     ``ImagePullFailed``/``ContainerCreateFailed``), bound (``scheduled``), or not yet looked at by the
     scheduler (``pending``). Every ``failed`` here has ``abort``: Kubernetes would keep trying."""
-    pname = (current.get("metadata") or {}).get("name", "?")
-    node = (current.get("spec") or {}).get("nodeName")
+    pname = obj.meta(current).get("name", "?")
+    node = obj.node_name(current)
     scheduled_cond = obj.condition(current, "PodScheduled")
     if scheduled_cond is not None and scheduled_cond.get("status") == "False" and scheduled_cond.get("reason") == "Unschedulable":
         elapsed = seconds_since(scheduled_cond.get("lastTransitionTime"), now) or 0.0

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from spx.api.conditions import TERMINAL_PHASES
+from spx.controller.decide import objects as objs
 from spx.controller.decide.conditions import parse_time
 from spx.controller.decide.objects import deleting, meta
 
@@ -27,7 +28,7 @@ def due(experiments: Iterable[Mapping[str, Any]], now: dt.datetime, retention_s:
         return []
     rows = []
     for exp in experiments:
-        m, st = meta(exp), exp.get("status") or {}
+        m, st = meta(exp), objs.status(exp)
         if deleting(exp) or st.get("phase") not in TERMINAL_PHASES:
             continue
         if st.get("observedGeneration") != m.get("generation"):
