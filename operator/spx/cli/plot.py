@@ -72,9 +72,9 @@ def plot_crossover(
 
     Replicated and split latency (median GPU span, µs; a CPU smoke run's, ``cpu``, are host wall times and the
     legend says so) vs tokens on log-log axes; the split's all-gather alone as a dotted line when known;
-    vertical lines at the interpolated break-even, the recommended
-    threshold, the gate's threshold, vLLM's CUDA-graph capture limit (points above it ran eagerly) and, where
-    the host issue times differ, the host-bound regime's break-even. When the points carry their differences
+    vertical lines at the interpolated break-even, the recommended threshold, the gate's threshold, vLLM's
+    CUDA-graph capture limit (points above it ran eagerly) and, where the host issue times differ, the
+    host-bound regime's break-even. When the points carry their differences
     (``gpuDeltaUs``, ``hostDeltaUs``), a panel shows Δg and Δh (split − replicated, µs per layer, with their
     95 % intervals) around 0: what the step moves by when the GPU, or the host, is the bottleneck
     (docs/kernel-benchmark.md, "Regimes"). When the points carry speed-up intervals (``speedupLow/High``), a
@@ -111,8 +111,7 @@ def plot_crossover(
             _speedup_panel(ax2, pts)
         _label(ax, next(a for a in (ax2, ax_step, ax_delta, ax) if a is not None), tokens, title)  # the bottom panel
         fig.tight_layout()
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        (out := Path(path)).parent.mkdir(parents=True, exist_ok=True)
         image = io.BytesIO()
         fig.savefig(image, format=plot_format(out))
         write_atomic(out, image.getvalue())
