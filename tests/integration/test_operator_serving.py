@@ -142,7 +142,8 @@ def test_serving_and_accuracy_reach_status_verdict_configmap_and_metrics(cluster
     assert samples(cluster, "spx_experiment_timeout_seconds") == {(): 3600.0}  # SpxExperimentStuck's exemption
     assert [lb for lb, v in cluster.metric_samples("spx_verdict") if lb.get("experiment") == NAME and v == 1] == [
         {"namespace": NS, "experiment": NAME, "gpu": st["environment"].get("gpu", ""),
-         "vllm": st["environment"].get("vllm", ""), "verdict": "Fail"}]
+         "vllm": st["environment"].get("vllm", ""), "decided_by": st["kernel"]["decidedBy"], "verdict": "Fail"}]
+    assert st["kernel"]["decidedBy"] == "accuracy"  # the GSM8K gate failed: what decided is on the verdict's series
 
     # Deleting the experiment removes its series.
     cluster.delete(EXP_API, EXP_PLURAL, NAME)

@@ -2,7 +2,16 @@
 
 import pytest
 
-from spx.analysis.regimes import GPU_BOUND, HOST_BOUND, has_host_regime, host_view, point_deltas, regime_delta
+from spx.analysis.regimes import (
+    GPU_BOUND,
+    HOST_BOUND,
+    has_host_regime,
+    host_view,
+    match_regime,
+    point_deltas,
+    regime_delta,
+    regime_position,
+)
 from spx.api.result import CandidateStats, PointResult
 from spx.api.status import KernelPoint
 
@@ -61,3 +70,25 @@ def test_the_host_regime_needs_every_eager_point_to_carry_delta_h() -> None:
     assert has_host_regime([_point(256, 20, 25, None, "graph"), _point(4096, 110, 45, 30)])
     assert not has_host_regime([_point(256, 20, 25, None, "graph")])  # all graph: one regime
     assert not has_host_regime([_point(2048, 60, 35, None), _point(4096, 110, 45, 30)])  # an old result's point
+
+
+# --------------------------------------------------------------------------- the one regime rule
+
+@pytest.mark.parametrize(("effect", "gpu", "host", "low", "high", "expected"), [
+    (-20.0, -20.0, 15.0, -25.0, -15.0, "gpu-bound"),      # the interval covers Δg only
+    (14.0, -20.0, 15.0, 10.0, 18.0, "host-bound"),        # Δh only
+    (0.0, -20.0, 15.0, -30.0, 20.0, "undetermined"),      # both: the step cannot tell them apart
+    (-2.0, -20.0, 15.0, -4.0, 0.0, "between"),            # neither, mid-way: the pivot
+    (-14.0, -20.0, 15.0, -15.0, -13.0, "gpu-bound"),      # neither, within a quarter of the way from Δg
+    (40.0, -20.0, 15.0, 35.0, 45.0, "host-bound"),        # beyond Δh: the host's difference and more
+    (-30.0, -20.0, 15.0, None, None, "gpu-bound"),        # a point estimate alone: beyond Δg
+    (-2.0, None, 15.0, -4.0, 0.0, "undetermined"),        # no kernel Δ to compare with
+    (3.0, 5.0, 5.0, None, None, "undetermined"),          # Δg = Δh
+])
+def test_match_regime(effect: float, gpu: float | None, host: float | None, low: float | None, high: float | None,
+                      expected: str) -> None:
+    assert match_regime(effect, gpu, host, low, high) == expected
+
+
+def test_regime_position() -> None:
+    assert regime_position(-5.0, -40.0, 30.0) == pytest.approx(0.5) and regime_position(1.0, 2.0, 2.0) is None

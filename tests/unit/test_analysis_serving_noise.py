@@ -114,7 +114,7 @@ The above exception was the direct cause of the following exception:
 
 Traceback (most recent call last):
   File "/venv/bin/vllm", line 8, in <module>
-spx.bench.vllm_plugin.ThresholdPluginError: SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS=2048 is set but vllm.models.deepseek_v41.attention cannot be imported (ModuleNotFoundError: No module named 'vllm.models.deepseek_v41'); Refusing to start with the threshold unapplied
+spx.vllm_ext.plugin.ThresholdPluginError: SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS=2048 is set but vllm.models.deepseek_v41.attention cannot be imported (ModuleNotFoundError: No module named 'vllm.models.deepseek_v41'); Refusing to start with the threshold unapplied
 """
 ENGINE_LOG = """\
 (EngineCore_DP0 pid=12) ERROR 12-01 22:00:09 [core.py:708] EngineCore failed to start.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spx.analysis.rollout import accuracy_headline, serving_headline
+from spx.analysis.rollout import by_outcome, gate_list
 from spx.api.accuracy import AccuracyStatus
 from spx.api.serving import ServingStatus
 from spx.api.status import Verdict
@@ -18,22 +18,16 @@ def benches_verdict(serving: ServingStatus | None, accuracy: AccuracyStatus | No
     --serving``, the operator); its effects are reported. A CPU step A/B decides nothing unless
     ``allow_cpu_timings``.
     """
-    gates: list[tuple[bool | None, str]] = []
-    if serving is not None:
-        gates.append((serving.gate_passed, serving_headline(serving)))
-    if accuracy is not None:
-        gates.append((accuracy.gate_passed, accuracy_headline(accuracy)))
+    gates = gate_list(serving, accuracy)
     step_lines: list[str] = []
     if step is not None:
         cpu = " (CPU servers: decides nothing)" if step.cpu_timings and not allow_cpu_timings else ""
-        step_lines = [f"step A/B{cpu}: {r}" for r in step.reasons if not r.startswith("CPU servers")]
+        step_lines = [f"step A/B{cpu}: {r}" for r in step.reasons if not r.startswith("CPU server")]
         step_lines += [f"step A/B: {f}" for f in step.failures[:5]]
     if not gates:
         return "Inconclusive", ["no serving or accuracy gate ran: the step A/B reports effects, the verdict on the "
                                 "threshold needs the kernel bench too (spx run --serving)", *step_lines]
-    failed = [h for ok, h in gates if ok is False]
-    undecided = [h for ok, h in gates if ok is None]
-    passed = [h for ok, h in gates if ok is True]
+    failed, undecided, passed = by_outcome(gates)
     if failed:
         return "Fail", failed + undecided + passed + step_lines
     if undecided:

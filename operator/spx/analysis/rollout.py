@@ -51,6 +51,27 @@ def accuracy_headline(accuracy: AccuracyStatus) -> str:
     return "accuracy gate passed: " + head
 
 
+#: One gate's outcome: passed (True), failed (False) or not decidable (None), and its headline.
+Gate = tuple[bool | None, str]
+
+
+def gate_list(serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> list[Gate]:
+    """The serving and accuracy gates that ran (a section the spec does not have takes no part), serving first,
+    each with its headline (:func:`serving_headline`, :func:`accuracy_headline`): spx's one list of them."""
+    gates: list[Gate] = []
+    if serving is not None:
+        gates.append((serving.gate_passed, serving_headline(serving)))
+    if accuracy is not None:
+        gates.append((accuracy.gate_passed, accuracy_headline(accuracy)))
+    return gates
+
+
+def by_outcome(gates: Sequence[Gate]) -> tuple[list[str], list[str], list[str]]:
+    """The headlines of the failed, the undecided and the passed gates, each in the gates' order."""
+    return ([h for ok, h in gates if ok is False], [h for ok, h in gates if ok is None],
+            [h for ok, h in gates if ok is True])
+
+
 def combine_verdict(
     kernel_verdict: Verdict,
     kernel_reasons: Sequence[str],
@@ -58,16 +79,10 @@ def combine_verdict(
     accuracy: AccuracyStatus | None = None,
 ) -> tuple[Verdict, list[str]]:
     """``(verdict, reasons)`` of the whole experiment (see the module docstring)."""
-    gates: list[tuple[bool | None, str]] = []
-    if serving is not None:
-        gates.append((serving.gate_passed, serving_headline(serving)))
-    if accuracy is not None:
-        gates.append((accuracy.gate_passed, accuracy_headline(accuracy)))
+    gates = gate_list(serving, accuracy)
     if not gates:
         return kernel_verdict, list(kernel_reasons)
-    failed = [h for ok, h in gates if ok is False]
-    undecided = [h for ok, h in gates if ok is None]
-    passed = [h for ok, h in gates if ok is True]
+    failed, undecided, passed = by_outcome(gates)
     verdict: Verdict
     if kernel_verdict == "Fail" or failed:
         verdict = "Fail"

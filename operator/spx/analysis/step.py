@@ -198,32 +198,30 @@ def _expectations(boots: dict[StepArm, ArmBoot], result: StepResult, level: floa
     return out, why
 
 
-def recommended_threshold(boot: ArmBoot, result: StepResult, level: float) -> int | None:
-    """The smallest measured length ``T`` from which splitting is a resolved expected gain over the batch mix
-    (the expectation's interval below 0) and whose every larger measured length's expectation is a gain too
-    (point estimate below 0); None when there is none."""
+def _local(boot: ArmBoot, tp: int, x: int) -> dict[int, float]:
+    return local_mix_weights(list(boot.values), tp, x)
+
+
+def recommended_threshold(boot: ArmBoot, tp: int, level: float) -> int | None:
+    """The smallest measured length from which the split's locally mix-weighted effect (``1/TP`` aligned,
+    ``(TP − 1)/TP`` pad path, :func:`spx.analysis.step_mix.local_mix_weights`) is a resolved gain (interval below
+    0) at every larger measured length — as the kernel sweep's first winning count; None when the largest is not.
+    """
     best: int | None = None
-    for t in sorted(boot.values, reverse=True):
-        try:
-            w = expectation_weights(list(boot.values), result.tensor_parallel_size, t,
-                                    result.max_num_batched_tokens, result.step.batch_mix)
-        except ValueError:
-            continue
-        iv = boot.interval(w.coefficients, level)
-        if iv.value >= 0:
+    for x in sorted(boot.values, reverse=True):
+        if boot.interval(_local(boot, tp, x), level).high >= 0:
             break
-        if iv.high < 0:
-            best = t
+        best = x
     return best
 
 
 def curve_break_even(boot: ArmBoot, tp: int) -> float | None:
-    """The step-level break-even (tokens): where the split's locally mix-weighted effect (``1/TP`` aligned,
-    ``(TP − 1)/TP`` off-aligned at each measured length, :func:`spx.analysis.step_mix.local_mix_weights`)
-    crosses from loss to gain for the last time."""
+    """The step-level break-even (tokens): where the split's locally mix-weighted effect (as
+    :func:`recommended_threshold`'s) crosses from loss to gain for the last time."""
     xs = sorted(boot.values)
-    ys = [sum(w * boot.values[p] for p, w in local_mix_weights(xs, tp, x).items()) for x in xs]
+    ys = [sum(w * boot.values[p] for p, w in _local(boot, tp, x).items()) for x in xs]
     return break_even(xs, ys)
+
 
 
 def unusable_reasons(result: StepResult, paired: PairedRounds, calibration: Sequence[StepCalibration], gated: str | None,
@@ -329,11 +327,14 @@ def summarize(result: StepResult, kernel: KernelStatus | None = None, *, allow_c
                           for x in boots["positive-control"].values] if "positive-control" in boots else [],
         positive_control_ms=spec.positive_control_ms, calibration=calib, expectations=expectations,
         break_even_tokens=curve_break_even(split, tp) if split is not None else None,
-        recommended_threshold_tokens=recommended_threshold(split, result, level) if split is not None else None,
+        recommended_threshold_tokens=recommended_threshold(split, tp, level) if split is not None else None,
         complete=result.complete and not result.failures, rounds=max(result.rounds_done, len(paired.rounds)),
         stopped_because=result.stopped_because, statistic=spec.statistic, confidence=1.0 - ALPHA,
         interval_level=level, looks=looks(spec), cpu_timings=result.device == "cpu",
-        failures=[*result.failures, *paired.problems.lines(), *why])
+        failures=[*result.failures, *paired.problems.lines(), *why,
+                  *([f"lengths {paired.above_max[:8]} lie above max_num_batched_tokens "
+                     f"{result.max_num_batched_tokens}: the deployment forms no such batch, not used"]
+                    if paired.above_max else [])])
     status.unusable_reasons = unusable_reasons(
         result, paired, calib, gated if isinstance(gated, str) else None, allow_cpu_timings=allow_cpu_timings,
         experiment=experiment, spec_hash=spec_hash)

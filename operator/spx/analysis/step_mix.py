@@ -131,10 +131,11 @@ def expectation_weights(lengths: Sequence[int], tp: int, threshold: int, max_bat
     if total <= 0:
         raise ValueError(f"no batch size from T={threshold} to max_num_batched_tokens={max_batched} carries weight "
                          "in the batch mix: nothing at or above this threshold is ever formed")
-    for name, w, cls in (("aligned (M % TP == 0)", w_al, al), ("off-aligned (the pad path)", w_off, off)):
+    for name, what, w, cls in (("aligned", "M % TP == 0", w_al, al), ("off-aligned", "the pad path", w_off, off)):
         if w > 0 and not cls:
-            raise ValueError(f"no {name} length measured, but {w / total:.0%} of the batch mix from T={threshold} "
-                             f"takes it: measure one (step.lengths) or leave step.lengths empty for the default curve")
+            raise ValueError(f"no {name} length measured ({what}), but {w / total:.0%} of the batch mix from "
+                             f"T={threshold} takes it: measure one (step.lengths) or leave step.lengths empty for the "
+                             "default curve")
     coeffs = {x: c / total for x, c in sorted(raw.items()) if c != 0.0}
     return MixWeights(coeffs, w_off / total, "given" if buckets else "uniform")
 

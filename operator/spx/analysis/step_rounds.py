@@ -85,6 +85,8 @@ class PairedRounds:
     rounds: list[int]
     """Every round number with at least one usable difference, ascending (the bootstrap's unit)."""
     problems: Problems
+    above_max: list[int] = field(default_factory=list)
+    """Lengths above max_num_batched_tokens that were sent anyway: never used (the deployment forms no such batch)."""
 
 
 def usable_latencies(result: StepResult) -> tuple[dict[tuple[int, StepArm, int], float], Problems]:
@@ -105,14 +107,16 @@ def usable_latencies(result: StepResult) -> tuple[dict[tuple[int, StepArm, int],
 
 
 def paired_rounds(result: StepResult) -> PairedRounds:
-    """The per-round paired differences of every arm against ``replicated`` (module docstring)."""
+    """The per-round paired differences of every arm against ``replicated`` (module docstring); lengths above
+    ``result.max_num_batched_tokens`` are left out (:attr:`PairedRounds.above_max`)."""
     good, problems = usable_latencies(result)
     diffs: dict[StepArm, dict[int, dict[int, float]]] = {}
+    above = sorted({length for (_, _, length) in good if length > result.max_num_batched_tokens})
     for (rnd, arm, length), ms in good.items():
-        if arm == "replicated":
+        if arm == "replicated" or length > result.max_num_batched_tokens:
             continue
         ref = good.get((rnd, "replicated", length))
         if ref is not None:
             diffs.setdefault(arm, {}).setdefault(length, {})[rnd] = ms - ref
     rounds = sorted({r for by_len in diffs.values() for by_round in by_len.values() for r in by_round})
-    return PairedRounds(diffs, rounds, problems)
+    return PairedRounds(diffs, rounds, problems, above)

@@ -7,6 +7,7 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from spx.analysis.stats import LEVEL, RESAMPLES, Interval, percentile_interval, resample_indices
 from spx.analysis.step_mix import MixWeights, expectation_weights
@@ -42,8 +43,15 @@ def excludes_band(low: float, high: float, band: float) -> bool:
     return not (low <= -band <= high) and not (low <= band <= high)
 
 
+def _median(xs: Sequence[float]) -> float:
+    """``statistics.median`` (the mean of the two middle values of an even count), without its overhead."""
+    s = sorted(xs)
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2.0
+
+
 def _statistic(name: StepStatistic) -> Callable[[Sequence[float]], float]:
-    return statistics.median if name == "median" else statistics.fmean
+    return _median if name == "median" else statistics.fmean
 
 
 @dataclass(frozen=True)
@@ -75,11 +83,13 @@ def bootstrap_arm(paired: PairedRounds, arm: StepArm, statistic: StepStatistic, 
     stat = _statistic(statistic)
     values = {x: stat(list(d.values())) for x, d in by_len.items()}
     cols = {x: [d.get(r) for r in paired.rounds] for x, d in by_len.items()}
+    full = {x for x, col in cols.items() if None not in col}  # every round usable: a plain gather (fast path)
     reps: list[dict[int, float]] = []
     for (idx,) in resample_indices([len(paired.rounds)], seed=seed, resamples=resamples):
+        pick = itemgetter(*idx)
         rep: dict[int, float] = {}
         for x, col in cols.items():
-            xs = [v for i in idx if (v := col[i]) is not None]
+            xs = pick(col) if x in full else [v for i in idx if (v := col[i]) is not None]
             rep[x] = stat(xs) if xs else values[x]
         reps.append(rep)
     return ArmBoot(arm, values, {x: len(d) for x, d in by_len.items()}, reps)

@@ -14,6 +14,7 @@ from spx.analysis.band import V41_NUM_LAYERS, recommended_threshold, uncertainty
 from spx.analysis.crossover import Crossover, decided_from_quartiles, find_crossover, sorted_points, speedup
 from spx.analysis.decide import decide
 from spx.analysis.interval import point_interval
+from spx.analysis.kernel_mix import kernel_mix_expectations
 from spx.analysis.regimes import GPU_BOUND, HOST_BOUND, has_host_regime, host_medians, point_deltas, regime_points
 from spx.analysis.verdict import GateOutcome, gate_verdict
 from spx.api.gate import GateSpec
@@ -159,7 +160,8 @@ def evaluate(
             ``gate.allow_cpu_timings``.
         layers: of the model, for the stake per prefill chunk (:mod:`spx.analysis.band`).
         step: the step A/B's status: decides when the regimes disagree (:mod:`spx.analysis.decide`).
-        max_batched_tokens: the largest batch the deployment forms (a Pass above it is refused).
+        max_batched_tokens: the largest batch the deployment forms (a Pass above it is refused; with it the
+            expected Δ over the batch mix, :mod:`spx.analysis.kernel_mix`, is reported beside the aligned figures).
 
     Returns:
         :class:`Evaluation`: ``kernel`` with the GPU-bound regime at the top level (crossover in tokens,
@@ -185,5 +187,6 @@ def evaluate(
     kernel = gpu.kernel_status(ordered, gate, gather_source, gemm_backend, timer).model_copy(update={
         "regimes": [r.summary() for r in (gpu, host) if r is not None], "regimes_agree": decision.regimes_agree,
         "decided_by": decision.decided_by, "next_step": decision.next_step,
-        "max_num_batched_tokens": max_batched_tokens, "uncertainty": unc})
+        "max_num_batched_tokens": max_batched_tokens, "uncertainty": unc,
+        "mix_expectations": kernel_mix_expectations(ordered, tp, gate.threshold_tokens, max_batched_tokens, host=two)})
     return Evaluation(kernel=kernel, verdict=decision.verdict, reasons=list(decision.reasons))

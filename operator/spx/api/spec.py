@@ -115,8 +115,9 @@ class ExperimentSpec(CamelModel):
         return self
 
     def _step_thresholds_above_tp(self, serving: ServingSpec, step: StepSpec) -> None:
-        """The step A/B's base prompt has ``T − TP`` tokens (``spx.analysis.step.base_length``), so every T it
-        measures (``gate.thresholdTokens``, ``serving.step.thresholds``) must exceed the servers' TP
+        """The step A/B measures below every threshold (the default curve starts at ``T/2`` rounded down to a multiple
+        of TP, :func:`spx.analysis.step.default_lengths`; the several-server design's base prompt had ``T − TP``
+        tokens), so every T it measures (``gate.thresholdTokens``, ``serving.step.thresholds``) must exceed the servers' TP
         (:func:`spx.api.serving.server_tp`); refused here rather than by ``spx serving`` after the kernel bench.
 
         Raises:

@@ -282,6 +282,32 @@ class CrossoverUncertainty(CamelModel):
     """What splitting saves or costs at the band's edges and at each threshold."""
 
 
+class KernelMixExpectation(CamelModel):
+    """The expected difference per layer of splitting from ``thresholdTokens`` over the batch sizes the deployment
+    forms (up to maxNumBatchedTokens), in one regime: each size on the aligned counts' curve when M % TP == 0,
+    else on the off-aligned counts' (sp_shard's pad path), every size equally likely unless a batch mix is given
+    (``spx.analysis.kernel_mix``). Negative: the split saves."""
+
+    threshold_tokens: int = Field(gt=0)
+    regime: KernelRegime
+    """gpu-bound (Δg) or host-bound (Δh)."""
+    mix: Literal["uniform", "given"] = "uniform"
+    pad_path_share: float = Field(ge=0, le=1)
+    """Share of the weighted sizes that take the pad path (M % TP != 0): 7 in 8 at TP 8, uniform."""
+    delta_us: float
+    """Expected Δ per layer, µs."""
+    delta_low_us: float
+    """Lower end: every point at its interval's lower end (conservative)."""
+    delta_high_us: float
+    """Upper end: every point at its interval's upper end."""
+    aligned_delta_us: float | None = None
+    """The same expectation with every size on the aligned curve (the figure without the pad path), µs."""
+    up_to_tokens: int = Field(gt=0)
+    """The largest size weighed: maxNumBatchedTokens, or less where either class's measured counts stop (never extrapolated)."""
+    off_aligned_tokens: list[int] = Field(default_factory=list, max_length=64)
+    """The off-aligned counts measured (sweep.offAlignment: T + 1, 2T + 1) that the pad path's curve rests on."""
+
+
 class KernelStatus(CamelModel):
     """Outcome of the kernel microbenchmark and its analysis (``spx.analysis``).
 
@@ -325,6 +351,9 @@ class KernelStatus(CamelModel):
     """vLLM's CUDA-graph capture limit the sweep used: points above it were timed eagerly (execution auto)."""
     uncertainty: CrossoverUncertainty | None = None
     """The crossover as an interval, the indifference band, the stake and the interval rule's threshold."""
+    mix_expectations: list[KernelMixExpectation] = Field(default_factory=list, max_length=2)
+    """The expected Δ per layer from gate.thresholdTokens over the batch mix (aligned and off-aligned counts as the
+    deployment forms them), per regime (gpu-bound, then host-bound); empty without off-aligned counts."""
 
     @model_validator(mode="before")
     @classmethod

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import torch
 
     from spx.bench.gemm.projection import Projection
+    from spx.bench.weights import BlockFp8Weight
 
 @dataclass
 class BenchContext:
@@ -179,8 +180,6 @@ def setup(spec: ExperimentSpec) -> BenchContext:
     import torch
     import torch.distributed as dist
 
-    from spx.bench.weights import random_block_fp8_weight
-
     rank, world_size = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
     tp = spec.parallelism.tensor_parallel_size
     if world_size > tp:
@@ -195,17 +194,7 @@ def setup(spec: ExperimentSpec) -> BenchContext:
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
                                 device_id=device if device.type == "cuda" else None)
-    gemm_backend, gemm_reason = resolve_gemm_backend(spec, device)
-    gen = torch.Generator(device=device).manual_seed(spec.kernel.seed)
-    proj = spec.projection
-    weight = random_block_fp8_weight(proj.output_size, proj.hidden_size, weight_block_of(spec), device, gen)
-    projection = build_projection(gemm_backend, weight, spec, device)
-    activation = getattr(projection, "activation", None)  # humming: the input schema vLLM's rules chose
-    if activation:
-        gemm_reason += f"; runs {activation}"
-    describe = getattr(projection, "describe", None)  # vllm: the quant method and kernel class vLLM chose
-    if callable(describe):
-        gemm_reason += "; vLLM chose " + ", ".join(f"{k}={v}" for k, v in describe().items())
+    gemm_backend, gemm_reason, weight, projection = _projection(spec, device)
     ctx = BenchContext(
         spec=spec,
         device=device,
@@ -233,6 +222,27 @@ def setup(spec: ExperimentSpec) -> BenchContext:
             ctx.flush = torch.empty(2 * l2 // 4, dtype=torch.int32, device=device)
         ctx.barrier_tensor = torch.ones(1, dtype=torch.float32, device=device)
     return ctx
+
+
+def _projection(spec: ExperimentSpec, device: torch.device) -> tuple[ResolvedGemmBackend, str, BlockFp8Weight, Projection]:
+    """The GEMM backend this rank runs and why, the random weight (seeded by ``spec.kernel.seed``) and its
+    projection; the reason also says what the backend's kernel runs (Humming's input schema, vLLM's choice)."""
+    import torch
+
+    from spx.bench.weights import random_block_fp8_weight
+
+    gemm_backend, gemm_reason = resolve_gemm_backend(spec, device)
+    gen = torch.Generator(device=device).manual_seed(spec.kernel.seed)
+    proj = spec.projection
+    weight = random_block_fp8_weight(proj.output_size, proj.hidden_size, weight_block_of(spec), device, gen)
+    projection = build_projection(gemm_backend, weight, spec, device)
+    activation = getattr(projection, "activation", None)  # humming: the input schema vLLM's rules chose
+    if activation:
+        gemm_reason += f"; runs {activation}"
+    describe = getattr(projection, "describe", None)  # vllm: the quant method and kernel class vLLM chose
+    if callable(describe):
+        gemm_reason += "; vLLM chose " + ", ".join(f"{k}={v}" for k, v in describe().items())
+    return gemm_backend, gemm_reason, weight, projection
 
 
 

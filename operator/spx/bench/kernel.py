@@ -34,11 +34,12 @@ from spx.analysis.stats import candidate_stats
 from spx.api.base import utc_now
 from spx.api.result import CandidateStats, KernelResult, PointResult
 from spx.api.spec import ExperimentSpec
+from spx.api.status import Environment
 from spx.bench.candidates import Candidates, PointPlan, build_candidates, gather_path
 from spx.bench.context import BenchContext, point_execution, preflight, setup, timing_protocol, warm_up_gpu
 from spx.bench.correctness import check_correctness, check_pad_free, check_reference
 from spx.bench.fingerprint import collect_environment
-from spx.bench.gemm import reference_tolerance
+from spx.bench.gemm import kernel, reference_tolerance
 from spx.bench.timing import Timing, TimingProtocol, bench_time
 from spx.vocabulary import CANDIDATES, CPU_NOTE, GatherSource
 
@@ -175,6 +176,55 @@ def _reduced(reduce_max: Callable[..., None], values: list[float]) -> list[float
     return [float(v) for v in t[0].tolist()]
 
 
+def _sweep(ctx: BenchContext, on_point: Callable[[PointResult], None] | None) -> list[PointResult]:
+    """Every point of ``ctx.spec``'s sweep, measured on every rank (the list filled on rank 0 only): the listed
+    token counts, or the adaptive sweep :mod:`spx.bench.adaptive` plans on rank 0."""
+    from spx.bench.adaptive import planned_extra
+
+    spec = ctx.spec
+    points: list[PointResult] = []
+    if spec.sweep.refine is not None or planned_extra(spec):  # spx.bench.adaptive: rank 0 plans, all measure
+        from spx.bench.adaptive import adaptive_sweep, torch_broadcast
+
+        def measure(counts: list[int]) -> list[PointResult] | None:
+            got = [measure_point(ctx, t) for t in counts]
+            return [p for p in got if p is not None] if ctx.rank == 0 else None
+
+        return adaptive_sweep(spec, measure, torch_broadcast(ctx.rank, ctx.distributed), on_point) or []
+    for tokens in spec.sweep.tokens:
+        point = measure_point(ctx, tokens)
+        if point is not None:
+            points.append(point)
+            if on_point is not None:
+                on_point(point)
+    return points
+
+
+def _notes(ctx: BenchContext, env: Environment, points: list[PointResult]) -> list[str]:
+    """The warnings a result carries: a CPU run, a reference ceiling, eager points, a modelled gather, CUDA events."""
+    spec, cuda = ctx.spec, ctx.device.type == "cuda"
+    notes = [CPU_NOTE] if ctx.device.type == "cpu" else []
+    if kernel(ctx.gemm_backend).ceiling and cuda:
+        notes.append(f"gemm {ctx.gemm_backend} is a cuBLAS reference ceiling, not the kernel vLLM runs for this weight")
+    eager = [p.tokens for p in points if p.execution == "eager"]
+    if eager and cuda:
+        notes.append(f"timed eagerly at {len(eager)} token count(s) (above max_cudagraph_capture_size "
+                     f"{ctx.capture_size} or forced): host issue times measured on {env.host_cpu or 'this host'}")
+    if ctx.gather_source == "modelled" and ctx.tp > 1 and ctx.launch_group is not None and eager:
+        backend = "nccl" if cuda else "gloo"
+        notes.append(f"the split's eager host samples issue a real all-gather launch of the shard through a "
+                     f"1-rank {backend} group (gatherHostSource measured: the launch path, no peers to wait "
+                     "for); the gather's GPU time is modelled")
+    elif ctx.gather_source == "modelled" and ctx.tp > 1:
+        notes.append(f"the split's host time includes a modelled all-gather issue time of "
+                     f"{spec.kernel.gather_model.host_us:g} µs (gatherModel.hostUs), not a measurement")
+    if ctx.timer == "cuda-events":
+        notes.append("timer cuda-events: samples include host launch overhead (~10-15 µs on H200)")
+    if ctx.gather_source == "modelled":
+        notes.append(f"gather modelled ({ctx.world_size} rank(s) < TP {ctx.tp}): {spec.kernel.gather_model.describe()}")
+    return notes
+
+
 def run_kernel_bench(
     spec: ExperimentSpec,
     *,
@@ -196,48 +246,11 @@ def run_kernel_bench(
     ctx = setup(spec)
     try:
         warm_up_gpu(ctx)
-        points: list[PointResult] = []
-        from spx.bench.adaptive import planned_extra
-
-        if spec.sweep.refine is not None or planned_extra(spec):  # spx.bench.adaptive: rank 0 plans, all measure
-            from spx.bench.adaptive import adaptive_sweep, torch_broadcast
-
-            def measure(counts: list[int]) -> list[PointResult] | None:
-                got = [measure_point(ctx, t) for t in counts]
-                return [p for p in got if p is not None] if ctx.rank == 0 else None
-
-            points = adaptive_sweep(spec, measure, torch_broadcast(ctx.rank, ctx.distributed), on_point) or []
-        for tokens in spec.sweep.tokens if spec.sweep.refine is None and not planned_extra(spec) else ():
-            point = measure_point(ctx, tokens)
-            if point is not None:
-                points.append(point)
-                if on_point is not None:
-                    on_point(point)
+        points = _sweep(ctx, on_point)
         if ctx.rank != 0:
             return None
-        notes = []
         env = collect_environment(ctx.device, ctx.world_size, sorted(ctx.kernels_seen))
-        if ctx.device.type == "cpu":
-            notes.append(CPU_NOTE)
-        if ctx.gemm_backend in ("torch-bf16", "torch-fp8") and ctx.device.type == "cuda":
-            notes.append(f"gemm {ctx.gemm_backend} is a cuBLAS reference ceiling, not the kernel vLLM runs for this weight")
-        eager = [p.tokens for p in points if p.execution == "eager"]
-        if eager and ctx.device.type == "cuda":
-            notes.append(f"timed eagerly at {len(eager)} token count(s) (above max_cudagraph_capture_size "
-                         f"{ctx.capture_size} or forced): host issue times measured on {env.host_cpu or 'this host'}")
-        if ctx.gather_source == "modelled" and ctx.tp > 1 and ctx.launch_group is not None and eager:
-            backend = "nccl" if ctx.device.type == "cuda" else "gloo"
-            notes.append(f"the split's eager host samples issue a real all-gather launch of the shard through a "
-                         f"1-rank {backend} group (gatherHostSource measured: the launch path, no peers to wait "
-                         "for); the gather's GPU time is modelled")
-        elif ctx.gather_source == "modelled" and ctx.tp > 1:
-            notes.append(f"the split's host time includes a modelled all-gather issue time of "
-                         f"{spec.kernel.gather_model.host_us:g} µs (gatherModel.hostUs), not a measurement")
-        if ctx.timer == "cuda-events":
-            notes.append("timer cuda-events: samples include host launch overhead (~10-15 µs on H200)")
-        if ctx.gather_source == "modelled":
-            m = spec.kernel.gather_model
-            notes.append(f"gather modelled ({ctx.world_size} rank(s) < TP {ctx.tp}): {m.describe()}")
+        notes = _notes(ctx, env, points)
         return KernelResult(
             experiment=experiment,
             spec=spec,

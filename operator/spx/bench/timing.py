@@ -253,6 +253,62 @@ def _max_over_ranks(protocol: TimingProtocol, rows: dict[str, list[float]]) -> d
     return dict(zip(names, t.tolist(), strict=True))
 
 
+def _prepared(candidates: Mapping[str, Callable[[], torch.Tensor]], protocol: TimingProtocol,
+              ) -> tuple[dict[str, Callable[[], object]], dict[str, torch.Tensor], dict[str, Any]]:
+    """Steps 1-2 of the module docstring: each candidate's launch (its graph's replay in ``graph`` mode, the
+    callable itself in ``eager``), its output from one run, and the graphs (kept alive while they are timed)."""
+    launch: dict[str, Callable[[], object]] = {}
+    outputs: dict[str, torch.Tensor] = {}
+    graphs: dict[str, Any] = {}
+    if protocol.mode == "graph":
+        ctx = protocol.capture_context() if protocol.capture_context else contextlib.nullcontext()
+        with ctx:
+            for name in candidates:
+                graphs[name], outputs[name] = capture(candidates[name])
+                launch[name] = graphs[name].replay
+        for out in outputs.values():  # poison, then one replay each: every element must be rewritten
+            out.fill_(float("nan"))
+        for name in candidates:
+            launch[name]()
+    else:
+        for name in candidates:
+            launch[name] = candidates[name]
+            outputs[name] = candidates[name]()
+    return launch, outputs, graphs
+
+
+def _warm_up(launch: Mapping[str, Callable[[], object]], host_launch: Mapping[str, Callable[[], object]],
+             prepare: Callable[[], None], protocol: TimingProtocol) -> None:
+    """Step 3: every launch (and its host-issue stand-in) at least ``warmup`` rounds and ``min_warmup_s`` seconds."""
+    deadline, rounds = time.monotonic() + protocol.min_warmup_s, 0
+    while rounds < protocol.warmup or time.monotonic() < deadline:
+        for name in launch:
+            prepare()
+            launch[name]()
+            if host_launch[name] is not launch[name]:
+                prepare()
+                host_launch[name]()
+        rounds += 1
+
+
+def _gpu_timing(launch: Mapping[str, Callable[[], object]], outputs: dict[str, torch.Tensor],
+                prepare: Callable[[], None], protocol: TimingProtocol) -> Timing:
+    """Step 4: the GPU spans of every launch (CUPTI, or the CUDA-events fallback), per candidate."""
+    names, samples = list(launch), protocol.samples
+    timing = Timing(span_us={}, host_us={}, gather_us={}, outputs=outputs)
+    if protocol.timer == "cupti":
+        spans = time_cupti(dict(launch), samples, prepare)
+        for name in names:
+            timing.span_us[name] = [s.span_us for s in spans[name]]
+            timing.gather_us[name] = [s.gather_us for s in spans[name]]
+            timing.kernels[name] = sorted({k for s in spans[name] for k in s.kernels})
+    else:  # cuda-events: includes launch overhead; a labelled fallback
+        timing.span_us = time_cuda_events(dict(launch), samples, prepare)
+        timing.gather_us = {name: [0.0] * samples for name in names}
+        timing.kernels = {name: [] for name in names}
+    return timing
+
+
 def bench_time(
     candidates: Mapping[str, Callable[[], torch.Tensor]],
     protocol: TimingProtocol,
@@ -271,28 +327,11 @@ def bench_time(
     Raises:
         RuntimeError: CUPTI saw no GPU activity for a launch; anything ``check`` raises.
     """
-    names = list(candidates)
     if protocol.mode == "host":
         return _bench_host(candidates, protocol, check, host_launches)
     import torch
 
-    launch: dict[str, Callable[[], object]] = {}
-    outputs: dict[str, torch.Tensor] = {}
-    graphs: dict[str, Any] = {}
-    if protocol.mode == "graph":
-        ctx = protocol.capture_context() if protocol.capture_context else contextlib.nullcontext()
-        with ctx:
-            for name in names:
-                graphs[name], outputs[name] = capture(candidates[name])
-                launch[name] = graphs[name].replay
-        for out in outputs.values():  # poison, then one replay each: every element must be rewritten
-            out.fill_(float("nan"))
-        for name in names:
-            launch[name]()
-    else:
-        for name in names:
-            launch[name] = candidates[name]
-            outputs[name] = candidates[name]()
+    launch, outputs, graphs = _prepared(candidates, protocol)
     torch.cuda.synchronize()
     if check is not None:
         check(outputs)
@@ -310,31 +349,11 @@ def bench_time(
             gpu_cover(protocol.cover_us)
 
     host_launch = {**launch, **(host_launches or {})} if protocol.mode == "eager" else launch  # a graph's host cost is its replay
-    deadline, rounds = time.monotonic() + protocol.min_warmup_s, 0
-    while rounds < protocol.warmup or time.monotonic() < deadline:
-        for name in names:
-            prepare()
-            launch[name]()
-            if host_launch[name] is not launch[name]:
-                prepare()
-                host_launch[name]()
-        rounds += 1
+    _warm_up(launch, host_launch, prepare, protocol)
     torch.cuda.synchronize()
-
-    samples = protocol.samples
-    timing = Timing(span_us={}, host_us={}, gather_us={}, outputs=outputs)
-    if protocol.timer == "cupti":
-        spans = time_cupti(launch, samples, prepare)
-        for name in names:
-            timing.span_us[name] = [s.span_us for s in spans[name]]
-            timing.gather_us[name] = [s.gather_us for s in spans[name]]
-            timing.kernels[name] = sorted({k for s in spans[name] for k in s.kernels})
-    else:  # cuda-events: includes launch overhead; a labelled fallback
-        timing.span_us = time_cuda_events(launch, samples, prepare)
-        timing.gather_us = {name: [0.0] * samples for name in names}
-        timing.kernels = {name: [] for name in names}
+    timing = _gpu_timing(launch, outputs, prepare, protocol)
     if protocol.host_time:
-        timing.host_us, timing.uncovered = time_host_issue(host_launch, samples, settle, protocol.cover_us)
+        timing.host_us, timing.uncovered = time_host_issue(host_launch, protocol.samples, settle, protocol.cover_us)
     del graphs
     timing.span_us = _max_over_ranks(protocol, timing.span_us)
     timing.host_us = _max_over_ranks(protocol, timing.host_us)

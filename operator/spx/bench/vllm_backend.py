@@ -281,7 +281,6 @@ def build_vllm_layer(
     from pydantic import ValidationError
     from vllm.config import KernelConfig, VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.linear import MergedColumnParallelLinear
-    from vllm.platforms import current_platform
 
     try:
         kernel_config = KernelConfig(linear_backend=linear_backend)  # type: ignore[arg-type]
@@ -305,9 +304,18 @@ def build_vllm_layer(
         finally:
             torch.set_default_dtype(previous_dtype)
         load_checkpoint_weight(layer, weight, block, list(proj.output_sizes))
+    return layer, _layer_info(layer, quant_config, dev, block, linear_backend, note)
+
+
+def _layer_info(layer: Any, quant_config: Any, dev: torch.device, block: int, linear_backend: str,
+                note: str | None) -> VllmLayerInfo:
+    """What vLLM chose for ``layer`` on ``dev``: its quant config, method and kernel class, and (MXFP8) the
+    kernels it ranks on this GPU's compute capability (SM90's when ``dev`` is not a GPU)."""
+    from vllm.platforms import current_platform
+
     capability = current_platform.get_device_capability() if dev.type == "cuda" else None
     cc = capability.to_int() if capability is not None else 90
-    info = VllmLayerInfo(
+    return VllmLayerInfo(
         quant_config=type(quant_config).__name__,
         quant_method=type(layer.quant_method).__name__,
         linear_kernel=_kernel_name(layer.quant_method),
@@ -317,7 +325,6 @@ def build_vllm_layer(
         candidates=mxfp8_kernel_candidates(cc) if block == MXFP8_GROUP else [],
         candidates_cc=cc,
     )
-    return layer, info
 
 
 class VllmProjection:

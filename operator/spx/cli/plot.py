@@ -94,7 +94,6 @@ def plot_crossover(
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
     pts = sorted(kernel.points, key=lambda p: p.tokens)
     tokens = [p.tokens for p in pts]
@@ -117,16 +116,7 @@ def plot_crossover(
             _step_panel(ax_step, curves)
         if ax2 is not None:
             _speedup_panel(ax2, pts)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        bottom = axes[-1][0]
-        bottom.set_xticks(tokens, [f"{t:,}" for t in tokens], rotation=45 if len(tokens) > 8 else 0, fontsize=8)
-        bottom.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        bottom.set_xlabel("tokens in the batch (M)")
-        ax.set_ylabel("µs per call (median of samples, max over ranks)")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside: hides no point
+        _label(ax, axes[-1][0], tokens, title)
         fig.tight_layout()
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -136,6 +126,21 @@ def plot_crossover(
     finally:
         plt.close(fig)
     return out
+
+
+def _label(ax: Any, bottom: Any, tokens: list[int], title: str) -> None:
+    """Log-log axes of the times panel ``ax``, the token counts as ticks on the ``bottom`` panel, title and legend."""
+    import matplotlib.ticker
+
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    bottom.set_xticks(tokens, [f"{t:,}" for t in tokens], rotation=45 if len(tokens) > 8 else 0, fontsize=8)
+    bottom.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    bottom.set_xlabel("tokens in the batch (M)")
+    ax.set_ylabel("µs per call (median of samples, max over ranks)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside: hides no point
 
 
 def _times_panel(ax: Any, kernel: KernelStatus, pts: list[KernelPoint], timed: str) -> None:

@@ -20,6 +20,8 @@ from spx.cli.registry import command
 from spx.vocabulary import INTERPOLATIONS, PREDICT_GATHERS, THRESHOLD_ROUNDINGS
 
 if TYPE_CHECKING:
+    from spx.analysis.crossover import Interpolation
+    from spx.analysis.predict import Prediction
     from spx.api.result import KernelResult
 
 H20_TABLE = "h20_tp8_fused_wqa_wkv.csv"
@@ -61,12 +63,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
                                lambda problems: PredictDocument(source=source, problems=problems))
 
 
-def _predict(args: argparse.Namespace) -> int:
-    from spx.analysis.crossover import Interpolation
-    from spx.analysis.predict import Prediction, predict_from_table, predict_remodelled, predict_with_measured
-    from spx.api import KernelStatus
+def _predictions(args: argparse.Namespace) -> tuple[Prediction, Prediction | None, Interpolation, str]:
+    """The prediction under ``--interpolation``, the other interpolation's (None when it cannot be made), that
+    other interpolation's name, and what the prediction was made from.
+
+    Raises:
+        UsageError: a bad ``--tp``, or a table / measured run the prediction cannot use (exit 3).
+    """
+    from spx.analysis.predict import predict_from_table, predict_remodelled, predict_with_measured
     from spx.api.gather_model import GatherModelSpec
-    from spx.cli.tables import crossover_lines, kernel_table, prediction_table, terminal_width, uncertainty_lines
     from spx.vocabulary import ThresholdRounding
 
     if args.csv:
@@ -78,7 +83,6 @@ def _predict(args: argparse.Namespace) -> int:
     interpolation: Interpolation = "linear" if args.interpolation == "linear" else "log-log"
     measured = _read_measured(args.measured) if args.measured else None
     gather_model = None if args.gather == "h20-derived" else GatherModelSpec(prior=args.gather)
-
     rounding: ThresholdRounding = args.rounding or "next-power-of-two"
 
     def predict(how: Interpolation) -> Prediction:
@@ -94,16 +98,31 @@ def _predict(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.measured or source}: {exc}") from None
     other: Interpolation = "log-log" if interpolation == "linear" else "linear"
     try:
-        alt = predict(other)
+        alt: Prediction | None = predict(other)
     except ValueError:
         alt = None
     if measured is not None:
         source = f"the GEMMs of {args.measured} ({measured.gemm_backend})" + (
             f", gather {args.gather}" if gather_model is not None else f" and the gather of {source}")
+    return pred, alt, other, source
+
+
+def _predict(args: argparse.Namespace) -> int:
+    pred, alt, other, source = _predictions(args)
     if args.output != "text":
         emit(PredictDocument(source=source, prediction=pred, alternative_interpolation=other,
                              alternative_break_even_tokens=alt.break_even_tokens if alt else None), args.output)
         return EXIT_OK
+    _print_prediction(pred, alt, other, source, args)
+    return EXIT_OK
+
+
+def _print_prediction(pred: Prediction, alt: Prediction | None, other: Interpolation, source: str,
+                      args: argparse.Namespace) -> None:
+    """The prediction's table, break-even, first win, recommended threshold, uncertainty and method, as text."""
+    from spx.api import KernelStatus
+    from spx.cli.tables import crossover_lines, kernel_table, prediction_table, terminal_width, uncertainty_lines
+
     console = make_console()
     kernel = KernelStatus(points=pred.points, crossover_tokens=pred.break_even_tokens,
                           first_winning_tokens=pred.first_winning_tokens, crossover_confidence=pred.crossover_confidence,
@@ -118,25 +137,19 @@ def _predict(args: argparse.Namespace) -> int:
     alt_text = ""
     if alt is not None and alt.break_even_tokens is not None:
         alt_text = f" ({other} interpolation: ≈ {alt.break_even_tokens:,.0f})"
-    console.print(
-        f"break-even: ≈ {be:,.0f} tokens, {args.interpolation} interpolation{alt_text}" if be is not None
-        else "break-even: none (the split never wins from some count on)",
-        highlight=False,
-        markup=False,
-    )
+    lines = [f"break-even: ≈ {be:,.0f} tokens, {args.interpolation} interpolation{alt_text}" if be is not None
+             else "break-even: none (the split never wins from some count on)"]
     if pred.first_winning_tokens is not None:
-        console.print(f"split wins from {pred.first_winning_tokens:,} tokens on (the first win after the last loss; "
-                      "single wins below it do not count)", highlight=False, markup=False)
+        lines.append(f"split wins from {pred.first_winning_tokens:,} tokens on (the first win after the last loss; "
+                     "single wins below it do not count)")
     if pred.recommended_threshold_tokens is not None:
-        console.print(f"recommended threshold: {pred.recommended_threshold_tokens:,} tokens ({pred.threshold_rounding})",
-                      highlight=False, markup=False)
-    for line in uncertainty_lines(kernel):
-        console.print(line, highlight=False, markup=False)
+        lines.append(f"recommended threshold: {pred.recommended_threshold_tokens:,} tokens ({pred.threshold_rounding})")
+    lines += uncertainty_lines(kernel)
     if not pred.rows:
-        for line in crossover_lines(kernel):
-            console.print(line, highlight=False, markup=False)
-    console.print(f"method: {pred.method}", highlight=False, markup=False)
-    return EXIT_OK
+        lines += crossover_lines(kernel)
+    lines.append(f"method: {pred.method}")
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
 
 
 def _read_table(path: str) -> str:

@@ -25,7 +25,6 @@ import hashlib
 import json
 import lzma
 import re
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -243,6 +242,57 @@ def _with_first(first: dict[str, Any], futures: list[Any]) -> Any:
         yield fut.result()
 
 
+@dataclass
+class _Tally:
+    """The replies counted so far (the main thread's, as futures complete)."""
+
+    correct: int = 0
+    no_answer: int = 0
+    errors: int = 0
+    done: int = 0
+    first_error: str | None = None
+
+    def add(self, rec: dict[str, Any]) -> None:
+        self.done += 1
+        if "error" in rec:
+            self.errors += 1
+            self.first_error = self.first_error or rec["error"]
+        elif rec["correct"]:
+            self.correct += 1
+        elif rec["extracted"] is None:
+            self.no_answer += 1
+
+
+def _asker(url: str, model: str, spec: AccuracySpec, data: Gsm8kData, post: PostFn) -> Callable[[int, Gsm8kItem], dict[str, Any]]:
+    """``ask(index, item)``: one question's reply record (``error`` instead of a reply when the request failed)."""
+
+    def ask(index: int, item: Gsm8kItem) -> dict[str, Any]:
+        body = request_body(model, build_messages(item.question, data.fewshot, spec.system_prompt), spec)
+        try:
+            text = reply_text(post(url, body, spec.request_timeout_seconds))
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            return {"index": index, "gold": str(item.gold), "error": http_error_text(err)}
+        got = extract_answer(text)
+        return {
+            "index": index, "gold": str(item.gold), "extracted": None if got is None else str(got),
+            "correct": got is not None and got == item.gold, "reply": text,
+        }
+
+    return ask
+
+
+def _first_refused(spec: AccuracySpec, data: Gsm8kData, max_len: int | None, first: dict[str, Any]) -> str | None:
+    """Why the run ends after its first question: refused for length (naming both fields); None if it was not."""
+    if "error" in first and length_refusal(first["error"]):
+        return (
+            f"the server refused the first GSM8K question for length: spec.accuracy.maxTokens {spec.max_tokens} "
+            f"plus the {len(data.fewshot)}-shot prompt exceeds the server's --max-model-len"
+            f"{'' if max_len is None else f' {max_len}'}; lower spec.accuracy.maxTokens or numFewshot, or raise "
+            f"--max-model-len in spec.serving.extraArgs. The server said: {first['error'][:400]}"
+        )
+    return None
+
+
 def run_gsm8k(
     base_url: str,
     model: str,
@@ -263,70 +313,35 @@ def run_gsm8k(
     questions, ``concurrency`` in flight. Never raises for request failures: they are counted
     (scored wrong) and, beyond ``max_request_errors``, make the run's ``error``.
     """
-    url = base_url.rstrip("/") + "/v1/chat/completions"
     replies_path.parent.mkdir(parents=True, exist_ok=True)
-    lock = threading.Lock()
-    correct = no_answer = errors = 0
-    first_error: str | None = None
-    total = len(data.items)
-    t0 = time.monotonic()
-
-    def ask(index: int, item: Gsm8kItem) -> dict[str, Any]:
-        body = request_body(model, build_messages(item.question, data.fewshot, spec.system_prompt), spec)
-        try:
-            text = reply_text(post(url, body, spec.request_timeout_seconds))
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            return {"index": index, "gold": str(item.gold), "error": http_error_text(err)}
-        got = extract_answer(text)
-        return {
-            "index": index, "gold": str(item.gold), "extracted": None if got is None else str(got),
-            "correct": got is not None and got == item.gold, "reply": text,
-        }
-
-    def refused(why: str) -> AccuracyRun:
-        log(f"GSM8K on {arm}: {why}")
-        return AccuracyRun(
-            arm=arm, variant=variant, threshold=threshold, total=total, error=why, wall_seconds=time.monotonic() - t0
-        )
-
+    total, t0 = len(data.items), time.monotonic()
+    ask = _asker(base_url.rstrip("/") + "/v1/chat/completions", model, spec, data, post)
     # Up front: a maxTokens the server's context cannot hold is one error naming both fields.
     max_len = server_max_model_len(base_url, model)
-    too_long = max_tokens_error(spec.max_tokens, max_len, "the server's --max-model-len (GET /v1/models)")
-    if too_long is not None:
-        return refused(too_long)
-    first = ask(0, data.items[0])
-    if "error" in first and length_refusal(first["error"]):
-        return refused(
-            f"the server refused the first GSM8K question for length: spec.accuracy.maxTokens {spec.max_tokens} "
-            f"plus the {len(data.fewshot)}-shot prompt exceeds the server's --max-model-len"
-            f"{'' if max_len is None else f' {max_len}'}; lower spec.accuracy.maxTokens or numFewshot, or raise "
-            f"--max-model-len in spec.serving.extraArgs. The server said: {first['error'][:400]}"
-        )
-
-    done = 0
+    why = max_tokens_error(spec.max_tokens, max_len, "the server's --max-model-len (GET /v1/models)")
+    first: dict[str, Any] = {}
+    if why is None:
+        first = ask(0, data.items[0])
+        why = _first_refused(spec, data, max_len, first)
+    if why is not None:
+        log(f"GSM8K on {arm}: {why}")
+        return AccuracyRun(arm=arm, variant=variant, threshold=threshold, total=total, error=why,
+                           wall_seconds=time.monotonic() - t0)
+    tally = _Tally()
     with open(claim(replies_path), "w", encoding="utf-8") as out, ThreadPoolExecutor(max_workers=spec.concurrency) as pool:
         futures = [pool.submit(ask, i, item) for i, item in enumerate(data.items) if i > 0]
         for rec in _with_first(first, futures):
-            with lock:
-                out.write(json.dumps(rec) + "\n")
-                done += 1
-                if "error" in rec:
-                    errors += 1
-                    first_error = first_error or rec["error"]
-                elif rec["correct"]:
-                    correct += 1
-                elif rec["extracted"] is None:
-                    no_answer += 1
-                if done % max(1, total // 10) == 0 or done == total:
-                    log(f"GSM8K on {arm}: {done}/{total} answered, {correct} correct, {errors} errors")
+            out.write(json.dumps(rec) + "\n")
+            tally.add(rec)
+            if tally.done % max(1, total // 10) == 0 or tally.done == total:
+                log(f"GSM8K on {arm}: {tally.done}/{total} answered, {tally.correct} correct, {tally.errors} errors")
     run = AccuracyRun(
         arm=arm, variant=variant, threshold=threshold,
-        correct=correct, total=total, no_answer=no_answer, request_errors=errors,
-        accuracy_pct=accuracy_pct(correct, total), replies_file=str(replies_path),
+        correct=tally.correct, total=total, no_answer=tally.no_answer, request_errors=tally.errors,
+        accuracy_pct=accuracy_pct(tally.correct, total), replies_file=str(replies_path),
         wall_seconds=time.monotonic() - t0,
     )
-    if errors > spec.max_request_errors:
-        run.error = (
-            f"{errors} of {total} GSM8K requests failed (maxRequestErrors {spec.max_request_errors}); first: {first_error}"
-        )
+    if tally.errors > spec.max_request_errors:
+        run.error = (f"{tally.errors} of {total} GSM8K requests failed (maxRequestErrors {spec.max_request_errors}); "
+                     f"first: {tally.first_error}")
     return run
