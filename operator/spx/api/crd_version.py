@@ -25,7 +25,7 @@ SCHEMA_VERSION_LABEL: Final = "bench.spx.dev/schema-version"
 #: Version of the schema this operator was built for; bump with every change of the generated CRD.
 SCHEMA_VERSION: Final = 9
 #: :func:`fingerprint` of the CRD ``spec`` that :data:`SCHEMA_VERSION` names.
-SCHEMA_FINGERPRINT: Final = "ca3c1f6a068ecf5b"
+SCHEMA_FINGERPRINT: Final = "5cc3d721bedfd511"
 
 
 def fingerprint(crd_spec: Mapping[str, Any]) -> str:
