@@ -20,7 +20,7 @@ given share of requests. The runner's loop is replayed: ``stop_reason`` after ``
 - **usable**: the step may decide (every check of ``StepStatus.usable``);
 - **rounds**: the mean rounds run.
 
-    python benchmarks/step_power.py [--sims 100] [--mean-sims N] [--jobs 2] [--out examples/results/step-power.md]
+    python benchmarks/step_power.py [--sims 100] [--mean-sims N] [--jobs 2] [--out PATH]
 
 Pure CPU, no GPU: the timings are synthetic by construction; the analysis is the shipped one.
 """

@@ -22,7 +22,7 @@ def test_the_decision_comes_first_and_names_the_step_ab(tmp_path: Path, capsys: 
     assert lines[1].startswith("because: the kernel regimes disagree at and above thresholdTokens 2048")
     assert lines[2] == "decided by: none (no measurement decided: Inconclusive, kernel.nextStep names what would)"
     # Δg −19.8 µs per layer at 2048 (0.79 ms per 40-layer chunk), Δh +28.4 µs (1.13 ms): the two regimes' figures
-    assert lines[3].startswith("bottom line: on this node (40 layers; gather modelled) the split at 2,048 tokens "
+    assert lines[3].startswith("bottom line: on this node (40 layers; gather modelled) the split at T = 2,048 tokens "
                                "gains 0.79 ms per 2,048-token prefill chunk")
     assert "costs 1.13 ms" in lines[3] and "no threshold is recommended" in lines[3]
     assert lines[4].startswith("next step: ") and "spec.serving.step" in lines[4] and "spx serving" in lines[4]

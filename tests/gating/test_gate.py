@@ -70,8 +70,18 @@ CASES = [
     # fail closed: a Pass needs the Decided reason and the verdict field both (a hand-edited reason is not one)
     ("verdict Inconclusive, Decided Pass", status(verdict="Inconclusive", reason="Pass"), None, EXIT_UNDECIDED, False),
     ("verdict Fail, Decided Pass", status(verdict="Fail", reason="Pass"), None, EXIT_FAIL, True),
+    # a verdict of a wrong case or type is unreadable (exit 3), as spx report refuses it (issue #35)
     ("verdict garbage, Decided Pass", status(verdict="Pass", reason="Pass") | {"verdict": "Passed"}, None,
-     EXIT_UNDECIDED, False),
+     3, False),
+    ("verdict lower case, Decided Pass", status(verdict="Pass", reason="Pass") | {"verdict": "pass"}, None, 3, False),
+    # a CPU smoke run's Pass is trusted only where the run's gate allowed CPU timings (judgement.cpuTimingsAllowed)
+    ("CPU Pass, not allowed", status(verdict="Pass") | {"judgement": {"cpu": True}}, None, EXIT_UNDECIDED, False),
+    ("CPU Pass by device", status(verdict="Pass") | {"environment": {"device": "cpu"}}, None, EXIT_UNDECIDED, False),
+    ("CPU Pass by message", status(verdict="Pass") | {"message": "CPU smoke run: timings say nothing about GPUs. Pass"},
+     None, EXIT_UNDECIDED, False),
+    ("CPU Pass, allowed", status(verdict="Pass") | {"judgement": {"cpu": True, "cpuTimingsAllowed": True}}, None,
+     EXIT_PASS, True),
+    ("CPU Fail, not allowed", status(verdict="Fail") | {"judgement": {"cpu": True}}, None, EXIT_FAIL, True),
     ("Decided Pass while Running", status(phase="Running", verdict="Pass"), None, EXIT_UNDECIDED, False),
     ("reason only", {**status(reason="Fail"), "verdict": None}, None, EXIT_FAIL, True),
     ("empty", {}, None, EXIT_UNDECIDED, False),
@@ -83,7 +93,7 @@ def test_decide(doc: dict[str, Any], generation: int | None, code: int, decided:
     result = decide(doc, "ml/h200", generation)
     assert result.exit_code == code
     assert result.decided is decided
-    assert result.line().startswith(("Pass", "Fail", "Inconclusive", "Undecided", "No verdict"))
+    assert result.line().startswith(("Pass", "Fail", "Inconclusive", "Undecided", "No verdict", "error: "))
 
 
 def test_reasons_are_reported() -> None:

@@ -187,7 +187,7 @@ def _eager(p: PointResult, extra_host_us: float) -> PointResult:
 def test_a_step_measurement_decides_when_the_regimes_disagree() -> None:
     """GPU-bound the split wins from 2048 on (Pass); host-bound it issues 30 µs later everywhere (Fail): without
     a step A/B the verdict is Inconclusive and names it; with one, its effect at the gate threshold decides."""
-    from spx.api.step import StepEffect, StepStatus
+    from spx.api.step import StepExpectation, StepStatus
 
     eager = result([_eager(p, 30.0) for p in FULL])
     j = judge(eager, SPEC)
@@ -197,13 +197,16 @@ def test_a_step_measurement_decides_when_the_regimes_disagree() -> None:
     p2048 = next(p for p in j.kernel.points if p.tokens == 2048)
     assert p2048.host_delta_us == 30.0 and p2048.gpu_delta_us == -50.0
 
-    def effect(low: float, high: float, role: str) -> StepEffect:
-        return StepEffect(threshold_tokens=2048, role=role, length=2048 + (role == "pad"), base_length=2040,  # type: ignore[arg-type]
-                          rounds=40, effect_ms=(low + high) / 2, effect_low_ms=low, effect_high_ms=high, layers=40,
-                          per_layer_us=(low + high) * 12.5, per_layer_low_us=low * 25, per_layer_high_us=high * 25)
+    def step(low: float, high: float) -> StepStatus:
+        mid = (low + high) / 2
+        exp = StepExpectation(threshold_tokens=2048, arm="split", pad_path_share=0.875, effect_ms=mid, effect_low_ms=low,
+                              effect_high_ms=high, per_layer_us=mid * 25, per_layer_low_us=low * 25,
+                              per_layer_high_us=high * 25)
+        return StepStatus(expectations=[exp], usable=True, complete=True, rounds=40, recommended_threshold_tokens=None)
 
-    loss = StepStatus(effects=[effect(0.4, 1.6, "split"), effect(0.5, 1.9, "pad")], complete=True)
+    loss = step(0.4, 1.6)
     j = judge(eager, SPEC, step=loss)
     assert (j.verdict, j.kernel.decided_by if j.kernel else None) == ("Fail", "step")
     assert local_status(j, now="2026-01-01T00:00:00Z").step == loss  # status.json carries what decided
-    assert j.reasons[0].startswith("decided by the step A/B: the split lengthens the step beyond its interval")
+    assert j.reasons[0].startswith("decided by the step A/B: the split lengthens the step")
+

@@ -106,7 +106,7 @@ PLUGIN_LOG = """\
 # spx: 2026-12-01T22:00:00Z starting: vllm serve /m --host 127.0.0.1 --port 8000
 INFO 12-01 22:00:05 [__init__.py:43] Available plugins for group vllm.general_plugins:
 Traceback (most recent call last):
-  File "/venv/lib/python3.11/site-packages/spx/bench/vllm_plugin.py", line 110, in apply
+  File "/venv/lib/python3.11/site-packages/spx/vllm_ext/plugin.py", line 110, in apply
     module = importlib.import_module(target)
 ModuleNotFoundError: No module named 'vllm.models.deepseek_v41'
 

@@ -13,7 +13,7 @@ from spx.analysis import combine_verdict, points_from_result
 from spx.api import SUMMARY_MAX_BYTES, Environment, ExperimentSpec, KernelResult, ResultSummary
 from spx.api.accuracy import AccuracyStatus
 from spx.api.crd import CEL_RULES, build_crd
-from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatus, ServingStatus
+from spx.api.serving import ServingArmStatus, ServingArmValue, ServingPointStatus, ServingSpec, ServingStatus
 from spx.api.spec import min_timeout_seconds
 from spx.api.wire import build_summary
 from spx.controller import metrics
@@ -187,10 +187,9 @@ def test_local_status_gets_the_vllm_sections_and_the_combined_verdict() -> None:
 
 
 def _serving_doc(value: float) -> dict[str, Any]:
-    spec = ExperimentSpec.model_validate({"serving": {**SERVING, "points": [], "arms": [
-        {"name": "B1", "variant": "split"}, {"name": "A1", "variant": "main"}]}, "timeoutSeconds": 4800})
-    assert spec.serving is not None
-    return {"schemaVersion": "spx.dev/serving-result/v1", "experiment": "x", "serving": spec.serving.to_wire(),
+    serving = ServingSpec.model_validate({**SERVING, "points": [], "arms": [
+        {"name": "B1", "variant": "split"}, {"name": "A1", "variant": "main"}]})
+    return {"schemaVersion": "spx.dev/serving-result/v1", "experiment": "x", "serving": serving.to_wire(),
             "gateThresholdTokens": 2048, "arms": [{"name": "B1", "variant": "split", "threshold": "2048",
                                                    "points": [{"point": "p", "metric": "ttft", "value": value}]}]}
 

@@ -1,49 +1,55 @@
-"""The kernel verdict over both regimes, the step A/B and the deployment: which measurement decides.
+"""The speed verdict: which measurement decides — correctness, the step A/B, the kernel regimes, the deployment.
 
-Pure; table-tested in ``tests/unit/test_analysis_decide.py``. Inputs are the two regimes' gate outcomes
-(:func:`spx.analysis.verdict.gate_verdict` on the GPU spans and on the host issue times,
-:mod:`spx.analysis.regimes`), the step A/B's status (:class:`spx.api.step.StepStatus`) and the largest
-batch the deployment forms. Rules, in order:
+Pure; table-tested in ``tests/unit/test_analysis_decide.py`` (one row per case of issue #35). Inputs are the
+two regimes' gate outcomes (:func:`spx.analysis.verdict.gate_verdict` on the GPU spans and on the host issue
+times, :mod:`spx.analysis.regimes`), the step A/B's status (:class:`spx.api.step.StepStatus`, summarised by
+:func:`spx.analysis.step.summarize`) and the largest batch the deployment forms. Rules, in order:
 
 1. **correctness**: an output that differs is a Fail, whatever the speed (``decidedBy: correctness``).
-2. **one regime** (no eager host times: an all-graph sweep or an old result): the GPU-bound verdict
-   (``kernel``; ``none`` when it is Inconclusive).
-3. **the regimes agree** on the speed verdict at and above ``gate.thresholdTokens`` (verdicts are
-   compared, before the modelled-gather and CPU caps; never rounded thresholds): that verdict, capped as
-   the kernel's (``kernel``; ``none`` when Inconclusive). A step A/B that contradicts it is noted in the
-   reasons, not obeyed.
-4. **the regimes disagree**: the step A/B at the gate threshold decides (``step``): **Pass** when every
-   effect at ``T`` (and ``T + 1``, the pad path) is a gain beyond its interval (high end < 0), **Fail**
-   when one is a loss beyond its interval (low end > 0), **Inconclusive** when an interval straddles 0.
-   The step ran on the deployment with the real gather, so the modelled-gather cap does not apply; a
-   step run on CPU never decides unless ``gate.allowCpuTimings``. Without a usable step measurement:
-   **Inconclusive** (``none``), naming the next step (``spec.serving.step``, the command).
+2. **a usable step A/B decides** (``step``), whatever the kernel regimes say (agree, disagree, both
+   Inconclusive, capped by a modelled gather: the step ran with the real gather): its expected effect of
+   splitting from ``gate.thresholdTokens`` over the batch sizes the deployment forms at and above it
+   (:class:`~spx.api.step.StepExpectation`, arm ``split``: aligned and pad path weighted by the batch mix) is
+   **Pass** when a gain beyond its interval (high end < 0), **Fail** when a loss beyond it (low end > 0),
+   **Inconclusive** otherwise. A kernel regime that reaches the other verdict is noted in one line.
+3. **nothing unusable decides**: a step that is not ``usable`` (a server that died or stopped early, an
+   unconfirmed switch, a token count that differs, a calibration that failed or never ran, CPU without
+   ``gate.allowCpuTimings``, another experiment's) decides nothing; its ``unusableReasons`` come first in
+   the reasons, then the kernel decides as without a step.
+4. **the kernel regimes**: one regime (no eager host times) → its verdict; both agree on the speed
+   verdict → that verdict (capped as the kernel's: modelled gather, CPU); they disagree → **Inconclusive**,
+   naming the step A/B as the next step.
 5. **deployment**: a Pass for a threshold above the largest batch the deployment forms
    (``max_num_batched_tokens``) is refused: the split never engages, the Pass is vacuous → **Fail**
-   (``deployment``), saying so.
+   (``deployment``). (Such a spec is refused up front; this catches a status of an older spec.)
+
+The recommended threshold is the deciding measurement's (:attr:`Decision.recommended_threshold_tokens`): the
+step curve's where the step decided, the larger of both regimes' where they agree (the split wins in both
+from there), the GPU-bound regime's with one regime; none where nothing decided.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spx.analysis.verdict import GateOutcome
 from spx.api.gate import VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS, GateSpec
+from spx.api.serving_args import MAX_NUM_BATCHED_TOKENS_FLAG, extra_arg_value
 from spx.api.spec import ExperimentSpec
-from spx.api.status import DecidedBy, Verdict
-from spx.api.step import StepPoint as StepEffect  # CONTRACT STUB (session 9): h3 rewrites the step decision
-from spx.api.step import StepStatus
+from spx.api.status import DecidedBy, RegimeSummary, Verdict
+from spx.api.step import StepExpectation, StepPoint, StepStatus
 
-MAX_BATCHED_FLAG = "--max-num-batched-tokens"
+#: The flag as ``spec.serving.extraArgs`` usually spells it (both spellings are read: :mod:`spx.api.serving_args`).
+MAX_BATCHED_FLAG = MAX_NUM_BATCHED_TOKENS_FLAG
 
 
 def max_num_batched_tokens(spec: ExperimentSpec) -> int:
     """The largest batch (tokens) the deployment forms.
 
-    ``gate.maxNumBatchedTokens`` when set; else ``--max-num-batched-tokens N`` (or ``=N``) in
-    ``spec.serving.extraArgs``; else vLLM's default for its OpenAI server on a GPU of >= 70 GiB
-    (:data:`spx.api.gate.VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS`, 8192: ``vllm/engine/arg_utils.py``,
+    ``gate.maxNumBatchedTokens`` when set; else ``--max-num-batched-tokens`` in ``spec.serving.extraArgs``
+    however vLLM's argument parser accepts it (``--max-num-batched-tokens N``, ``--max_num_batched_tokens N``,
+    ``=N``: :func:`spx.api.serving_args.extra_arg_value`); else vLLM's default for its OpenAI server on a GPU of
+    >= 70 GiB (:data:`spx.api.gate.VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS`, 8192: ``vllm/engine/arg_utils.py``,
     ``EngineArgs.get_batch_defaults``).
 
     Raises:
@@ -51,82 +57,119 @@ def max_num_batched_tokens(spec: ExperimentSpec) -> int:
     """
     if spec.gate.max_num_batched_tokens is not None:
         return spec.gate.max_num_batched_tokens
-    args = list(spec.serving.extra_args) if spec.serving is not None else []
-    for i, arg in enumerate(args):
-        value: str | None = None
-        if arg == MAX_BATCHED_FLAG:
-            value = args[i + 1] if i + 1 < len(args) else ""
-        elif arg.startswith(MAX_BATCHED_FLAG + "="):
-            value = arg.split("=", 1)[1]
-        if value is not None:
-            if not value.isdigit() or int(value) < 1:
-                raise ValueError(f"spec.serving.extraArgs: {MAX_BATCHED_FLAG} needs a positive integer, got "
-                                 f"{value[:40]!r}; e.g. [{MAX_BATCHED_FLAG}, '8192']")
-            return int(value)
-    return VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    value = extra_arg_value(spec.serving.extra_args if spec.serving is not None else [], MAX_NUM_BATCHED_TOKENS_FLAG)
+    if value is None:
+        return VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"spec.serving.extraArgs: {MAX_BATCHED_FLAG} needs a positive integer, got "
+                         f"{value[:40]!r}; e.g. [{MAX_BATCHED_FLAG}, '8192']")
+    return int(value)
 
 
-def next_step(threshold_tokens: int) -> str:
-    """The exact next step when the regimes disagree and no step A/B decided (spec field and commands)."""
+def next_step(threshold_tokens: int, max_batched_tokens: int | None = None) -> str:
+    """The exact next step when no measurement decided (spec field and commands); never a threshold the
+    deployment cannot reach (above ``max_batched_tokens``: then choosing one it reaches is the next step)."""
+    if max_batched_tokens is not None and threshold_tokens > max_batched_tokens:
+        return (f"choose gate.thresholdTokens at or below the deployment's largest batch ({max_batched_tokens:,} "
+                "tokens, --max-num-batched-tokens) or raise --max-num-batched-tokens in spec.serving.extraArgs; "
+                "then run again")
     return (f"measure the split's effect on the whole step at thresholdTokens {threshold_tokens}: set spec.serving.step "
             "(e.g. `step: {}`; it measures the gate threshold and any step.thresholds) and run "
-            "`spx serving EXPERIMENT.yaml --out DIR` on the deployment's GPUs, or `kubectl apply -f EXPERIMENT.yaml` "
-            "with it set for the operator's bench pod; then judge the folder again (`spx gate DIR`)")
+            "`spx serving EXPERIMENT.yaml --out DIR` on the deployment's GPUs (into the kernel run's DIR to judge "
+            "both together), or `kubectl apply -f EXPERIMENT.yaml` with it set for the operator's bench pod; then "
+            "judge the folder again (`spx gate DIR`)")
 
 
 @dataclass(frozen=True)
 class Decision:
-    """:func:`decide`'s outcome: the kernel verdict, which measurement decided it, reasons (deciding first)."""
+    """:func:`decide`'s outcome: the speed verdict, which measurement decided it, reasons (deciding first).
+
+    Attributes:
+        recommended_threshold_tokens: the deciding measurement's recommendation (tokens; module docstring).
+        expectation: the step's expected effect at the gate threshold (arm ``split``) when the step decided.
+        notes: one line per contradiction (a kernel regime against the deciding step).
+    """
 
     verdict: Verdict
     decided_by: DecidedBy
     reasons: tuple[str, ...]
     regimes_agree: bool | None = None
     next_step: str | None = None
+    recommended_threshold_tokens: int | None = None
+    expectation: StepExpectation | None = None
+    notes: tuple[str, ...] = ()
 
 
-def _ms(e: StepEffect) -> str:
-    return (f"{e.effect_ms:+.3f} ms [{e.effect_low_ms:+.3f}, {e.effect_high_ms:+.3f}] per step "
-            f"({e.per_layer_us:+.1f} µs per layer over {e.layers} layers) at {e.length} tokens ({e.role})")
+@dataclass(frozen=True)
+class StepVerdict:
+    """What the step A/B says at the gate threshold (:func:`step_decision`): ``verdict`` ``None`` when it
+    decides nothing (``reasons`` say why, first), else its verdict, reasons and expectation."""
+
+    verdict: Verdict | None
+    reasons: tuple[str, ...]
+    next_step: str | None = None
+    expectation: StepExpectation | None = None
 
 
-def step_decision(step: StepStatus | None, gate: GateSpec) -> tuple[Verdict | None, str, str | None]:
-    """``(verdict, reason, next step)`` of the step A/B at ``gate.thresholdTokens`` (module rule 4).
+def expectation_at(step: StepStatus, threshold_tokens: int, arm: str = "split") -> StepExpectation | None:
+    """The step's expected effect of splitting from ``threshold_tokens`` (arm ``split``: vLLM's ``sp_shard``)."""
+    return next((e for e in step.expectations if e.threshold_tokens == threshold_tokens and e.arm == arm), None)
 
-    ``verdict`` ``None``: no usable step measurement (none, none at the gate threshold, a CPU run
-    without ``allowCpuTimings``, or a positive control that ran and was not detected: the design could
-    not see an effect it must see); the reason says why.
-    """
+
+def step_point(step: StepStatus, length: int, arm: str = "split") -> StepPoint | None:
+    """The step's measured effect of ``arm`` at one length (``None``: not measured)."""
+    return next((p for p in step.points if p.length == length and p.arm == arm), None)
+
+
+def effect_text(low: float, mid: float, high: float) -> str:
+    """``-1.20 ms [-1.52, -0.91]`` (ms per step; negative: the split shortens it)."""
+    return f"{mid:+.2f} ms [{low:+.2f}, {high:+.2f}]"
+
+
+def _expectation_text(e: StepExpectation) -> str:
+    pad = f"; {e.pad_path_share:.0%} of them on the pad path" if e.pad_path_share else ""
+    return (f"expected effect of splitting from {e.threshold_tokens:,} tokens over the {e.mix} batch mix "
+            f"{effect_text(e.effect_low_ms, e.effect_ms, e.effect_high_ms)} per step "
+            f"({e.per_layer_us:+.1f} µs per layer{pad})")
+
+
+def _at_t_and_t1(step: StepStatus, thr: int) -> str:
+    parts = [f"at {length:,}: {effect_text(p.effect_low_ms, p.effect_ms, p.effect_high_ms)}"
+             for length in (thr, thr + 1) if (p := step_point(step, length)) is not None]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def step_decision(step: StepStatus | None, gate: GateSpec, max_batched_tokens: int | None = None) -> StepVerdict:
+    """What the step A/B says at ``gate.thresholdTokens`` (module rules 2 and 3)."""
     thr = gate.threshold_tokens
     if step is None:
-        return None, "no step A/B measured", next_step(thr)
-    if step.cpu_timings and not gate.allow_cpu_timings:
-        return None, ("the step A/B ran on CPU: its effects prove the machinery, never the GPU's regime "
-                      "(allowCpuTimings false)"), next_step(thr)
-    effects = [e for e in step.effects if e.threshold_tokens == thr]
-    if step.positive_controls and not any(e.effect_low_ms > 0 for e in step.positive_controls
-                                          if e.threshold_tokens == thr):
-        return None, ("the step A/B's positive control (one extra prefill step at thresholdTokens + 1) was not "
-                      "detected: on this deployment the design cannot see an effect of that size, so its effects "
-                      "decide nothing"), (
-            "more rounds of the step A/B (spec.serving.step.rounds), or a quieter node; then judge again")
-    if not effects:
-        measured = sorted({e.threshold_tokens for e in step.effects})
-        return None, (f"the step A/B measured no effect at thresholdTokens {thr} (measured: "
-                      f"{', '.join(map(str, measured)) or 'none'})"), next_step(thr)
-    losses = [e for e in effects if e.effect_low_ms > 0]
-    straddle = [e for e in effects if e.effect_low_ms <= 0 <= e.effect_high_ms]
-    if losses:
-        return "Fail", "the split lengthens the step beyond its interval: " + "; ".join(map(_ms, losses)), None
-    if straddle:
-        rounds = max(e.rounds for e in effects)
-        return "Inconclusive", ("the step effect's interval straddles 0: " + "; ".join(map(_ms, straddle))), (
-            f"more rounds of the step A/B (spec.serving.step.rounds, {rounds} used) narrow the interval; if it still "
-            "straddles 0, the split's effect on the step at this threshold is within the deployment's noise")
-    return "Pass", "the split shortens the step beyond its interval: " + "; ".join(map(_ms, effects)), None
+        return StepVerdict(None, ("no step A/B measured",), next_step(thr, max_batched_tokens))
+    if not step.usable or (step.cpu_timings and not gate.allow_cpu_timings):
+        why = list(step.unusable_reasons) or ["it is not usable (no reason recorded)"]
+        if step.cpu_timings and not gate.allow_cpu_timings and not any("CPU" in r for r in why):
+            why.insert(0, "it ran on CPU: its effects prove the machinery, never a GPU's (gate.allowCpuTimings false)")
+        return StepVerdict(None, tuple(f"the step A/B decides nothing: {r}" for r in why),
+                           "fix what the first reason names and run the step A/B again (spec.serving.step); then "
+                           "judge the folder again (`spx gate DIR`)")
+    exp = expectation_at(step, thr)
+    if exp is None:
+        have = sorted({e.threshold_tokens for e in step.expectations if e.arm == "split"})
+        return StepVerdict(None, (f"the step A/B decides nothing: it has no expected effect at thresholdTokens {thr} "
+                                  f"(it has: {', '.join(map(str, have)) or 'none'})",), next_step(thr, max_batched_tokens))
+    said = _expectation_text(exp) + _at_t_and_t1(step, thr)
+    if exp.effect_high_ms < 0:
+        return StepVerdict("Pass", (f"decided by the step A/B: the split shortens the step: {said}",), None, exp)
+    if exp.effect_low_ms > 0:
+        return StepVerdict("Fail", (f"decided by the step A/B: the split lengthens the step: {said}",), None, exp)
+    return StepVerdict("Inconclusive", (f"decided by the step A/B: within the noise, neither a gain nor a loss: {said}",),
+                       (f"more rounds of the step A/B (spec.serving.step.rounds; {step.rounds} used) narrow the "
+                        "interval; if it still covers 0, the split's effect at this threshold is within the "
+                        "deployment's noise"), exp)
 
 
-def _regime_line(gpu: GateOutcome, host: GateOutcome) -> str:
+def _regime_line(gpu: GateOutcome, host: GateOutcome | None) -> str:
+    if host is None:
+        return f"GPU-bound (Δg): {gpu.speed_verdict}"
     return f"GPU-bound (Δg): {gpu.speed_verdict}; host-bound (Δh): {host.speed_verdict}"
 
 
@@ -137,8 +180,9 @@ def decide(
     *,
     step: StepStatus | None = None,
     max_batched_tokens: int | None = None,
+    regimes: tuple[RegimeSummary | None, RegimeSummary | None] = (None, None),
 ) -> Decision:
-    """The kernel verdict over both regimes, the step A/B and the deployment (rules: module docstring).
+    """The speed verdict over correctness, the step A/B, both kernel regimes and the deployment (module docstring).
 
     Args:
         gpu, host: the regimes' gate outcomes (``host`` ``None``: one regime).
@@ -146,39 +190,58 @@ def decide(
         step: ``status.step``, when the step A/B ran.
         max_batched_tokens: the largest batch the deployment forms (:func:`max_num_batched_tokens`);
             ``None``: not checked.
+        regimes: the regimes' summaries (GPU-bound, host-bound) for the recommended threshold.
     """
-    d = _decide_speed(gpu, host, gate, step)
+    d = _decide_speed(gpu, host, gate, step, max_batched_tokens, regimes)
     thr = gate.threshold_tokens
     if d.verdict == "Pass" and max_batched_tokens is not None and thr > max_batched_tokens:
         why = (f"thresholdTokens {thr} is above the largest batch the deployment forms (max_num_batched_tokens "
                f"{max_batched_tokens}): the split never engages, so the Pass is vacuous; choose a threshold at or "
                f"below {max_batched_tokens} or raise --max-num-batched-tokens (gate.maxNumBatchedTokens, "
                "spec.serving.extraArgs)")
-        return Decision("Fail", "deployment", (why, *d.reasons), d.regimes_agree, d.next_step)
+        return Decision("Fail", "deployment", (why, *d.reasons), d.regimes_agree, next_step(thr, max_batched_tokens),
+                        None, d.expectation, d.notes)
     return d
 
 
-def _decide_speed(gpu: GateOutcome, host: GateOutcome | None, gate: GateSpec, step: StepStatus | None) -> Decision:
+def _decide_speed(gpu: GateOutcome, host: GateOutcome | None, gate: GateSpec, step: StepStatus | None,
+                  max_batched: int | None, regimes: tuple[RegimeSummary | None, RegimeSummary | None]) -> Decision:
+    agree = None if host is None else gpu.speed_verdict == host.speed_verdict
     if gpu.correctness_failed or (host is not None and host.correctness_failed):
-        return Decision("Fail", "correctness", gpu.reasons)
+        return Decision("Fail", "correctness", gpu.reasons, agree)
+    sv = step_decision(step, gate, max_batched)
+    if sv.verdict is not None:
+        assert step is not None
+        against = [f"{name} {o.speed_verdict}" for name, o in (("GPU-bound (Δg)", gpu), ("host-bound (Δh)", host))
+                   if o is not None and o.speed_verdict in ("Pass", "Fail") and o.speed_verdict != sv.verdict]
+        notes = (f"note: the kernel sweep says otherwise ({'; '.join(against)}) where the step A/B says "
+                 f"{sv.verdict}: the step decides (it measures the whole step with the real gather)",) if against else ()
+        kernel = tuple(f"kernel: {r}" for r in (*gpu.reasons[:3], *(host.reasons[:3] if host else ())))
+        return Decision(sv.verdict, "step", (*sv.reasons, *notes, f"kernel regimes: {_regime_line(gpu, host)}", *kernel),
+                        agree, sv.next_step, step.recommended_threshold_tokens, sv.expectation, notes)
+    unusable = sv.reasons if step is not None else ()
+    d = _kernel(gpu, host, gate, max_batched, regimes)
+    return Decision(d.verdict, d.decided_by, (*unusable, *d.reasons), d.regimes_agree,
+                    sv.next_step if step is not None and d.decided_by == "none" else d.next_step,
+                    d.recommended_threshold_tokens)
+
+
+def _kernel(gpu: GateOutcome, host: GateOutcome | None, gate: GateSpec, max_batched: int | None,
+            regimes: tuple[RegimeSummary | None, RegimeSummary | None]) -> Decision:
+    """Module rule 4: the kernel regimes decide (one, or both agreeing), else nothing does."""
+    g, h = regimes
     if host is None:
-        return Decision(gpu.verdict, "kernel" if gpu.verdict != "Inconclusive" else "none", gpu.reasons)
-    if gpu.speed_verdict == host.speed_verdict:
-        return _agreeing(gpu, host, gate, step)
-    head = (f"the kernel regimes disagree at and above thresholdTokens {gate.threshold_tokens} "
-            f"({_regime_line(gpu, host)}): the split's effect depends on whether the step is GPU- or host-bound")
-    detail = (*(f"GPU-bound: {r}" for r in gpu.reasons[:4]), *(f"host-bound: {r}" for r in host.reasons[:4]))
-    verdict, why, then = step_decision(step, gate)
-    if verdict is None:
-        return Decision("Inconclusive", "none", (head, f"{why}: the step A/B decides; next: {then}", *detail),
-                        False, then)
-    return Decision(verdict, "step", (f"decided by the step A/B: {why}", head, *detail), False, then)
-
-
-def _agreeing(gpu: GateOutcome, host: GateOutcome, gate: GateSpec, step: StepStatus | None) -> Decision:
-    """Module rule 3: the regimes reach the same speed verdict; the head says what that decided."""
+        by: DecidedBy = "kernel" if gpu.verdict != "Inconclusive" else "none"
+        return Decision(gpu.verdict, by, gpu.reasons, None, None,
+                        g.recommended_threshold_tokens if g is not None and by == "kernel" else None)
+    if gpu.speed_verdict != host.speed_verdict:
+        head = (f"the kernel regimes disagree at and above thresholdTokens {gate.threshold_tokens} "
+                f"({_regime_line(gpu, host)}): the split's effect depends on whether the step is GPU- or host-bound; "
+                "the step A/B decides")
+        detail = (*(f"GPU-bound: {r}" for r in gpu.reasons[:4]), *(f"host-bound: {r}" for r in host.reasons[:4]))
+        return Decision("Inconclusive", "none", (head, *detail), False, next_step(gate.threshold_tokens, max_batched))
     line = _regime_line(gpu, host)
-    body: Sequence[str] = gpu.reasons
+    body: tuple[str, ...] = gpu.reasons
     if gpu.verdict != "Inconclusive":
         head = f"decided by the kernel sweep: both regimes agree: {gpu.verdict} ({line})"
     elif gpu.speed_verdict != "Inconclusive":  # capped: gate_verdict put the cap's reason first
@@ -187,16 +250,7 @@ def _agreeing(gpu: GateOutcome, host: GateOutcome, gate: GateSpec, step: StepSta
     else:
         head = f"neither regime decides the speed ({line})"
     own = [f"host-bound: {r}" for r in host.reasons if r not in gpu.reasons][:3]  # (the same line said once)
-    by: DecidedBy = "kernel" if gpu.verdict != "Inconclusive" else "none"
-    return Decision(gpu.verdict, by, (head, *_step_note(step, gate, gpu.speed_verdict), *body, *own), True)
-
-
-def _step_note(step: StepStatus | None, gate: GateSpec, kernel_speed: Verdict) -> tuple[str, ...]:
-    """A note when a usable step A/B contradicts agreeing kernel regimes (it does not change the verdict: rule 3)."""
-    verdict, why, _ = step_decision(step, gate)
-    if verdict in (None, "Inconclusive") or verdict == kernel_speed:
-        return ()
-    return (f"note: the step A/B on the deployment says {verdict} ({why}) where both kernel regimes say "
-            f"{kernel_speed}: the kernel verdict stands; check what the step adds (the real gather, pad, overlap)",)
-
-
+    by = "kernel" if gpu.verdict != "Inconclusive" else "none"
+    recs = [r.recommended_threshold_tokens for r in (g, h) if r is not None]
+    rec = max(recs) if by == "kernel" and len(recs) == 2 and None not in recs else None  # type: ignore[type-var]
+    return Decision(gpu.verdict, by, (head, *body, *own), True, None, rec)

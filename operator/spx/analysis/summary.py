@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from spx.analysis.band import V41_NUM_LAYERS, recommended_threshold, uncertainty, with_intervals
 from spx.analysis.crossover import Crossover, decided_from_quartiles, find_crossover, sorted_points, speedup
-from spx.analysis.decide import decide
+from spx.analysis.decide import Decision, decide
 from spx.analysis.interval import point_interval
 from spx.analysis.kernel_mix import kernel_mix_expectations
 from spx.analysis.regimes import GPU_BOUND, HOST_BOUND, has_host_regime, host_medians, point_deltas, regime_points
@@ -32,6 +32,8 @@ class Evaluation:
     kernel: KernelStatus
     verdict: Verdict
     reasons: list[str]
+    decision: Decision | None = None
+    """What decided the speed verdict (:func:`spx.analysis.decide.decide`): recommendation, expectation, notes."""
 
 
 def point_from_result(point: PointResult, spec: ExperimentSpec | None = None) -> KernelPoint:
@@ -174,14 +176,19 @@ def evaluate(
     if tensor_parallel_size < 1:
         raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
     ordered, tp, cpu = sorted_points(points), tensor_parallel_size, device == "cpu"
-    gpu = judge_regime(GPU_BOUND, ordered, gate, gather_source, tp, cpu)
-    two = has_host_regime(ordered)
-    host = judge_regime(HOST_BOUND, regime_points(ordered, HOST_BOUND), gate, gather_source, tp, cpu) if two else None
+    # batch sizes the deployment never forms decide nothing (issue #35): the gate sees counts up to its largest
+    # (a threshold above the largest batch is the deployment rule's: spx.analysis.decide)
+    m = max_batched_tokens if max_batched_tokens is not None and gate.threshold_tokens <= max_batched_tokens else None
+    formed = [p for p in ordered if m is None or p.tokens <= m] or ordered
+    gpu = judge_regime(GPU_BOUND, formed, gate, gather_source, tp, cpu)
+    two = has_host_regime(formed)
+    host = judge_regime(HOST_BOUND, regime_points(formed, HOST_BOUND), gate, gather_source, tp, cpu) if two else None
     if host is not None and host.outcome.speed_verdict != gpu.outcome.speed_verdict:  # no advice to move
-        gpu = judge_regime(GPU_BOUND, ordered, gate, gather_source, tp, cpu, advise_move=False)
+        gpu = judge_regime(GPU_BOUND, formed, gate, gather_source, tp, cpu, advise_move=False)
         host = judge_regime(HOST_BOUND, host.points, gate, gather_source, tp, cpu, advise_move=False)
     decision = decide(gpu.outcome, host.outcome if host else None, gate, step=step,
-                      max_batched_tokens=max_batched_tokens)
+                      max_batched_tokens=max_batched_tokens,
+                      regimes=(gpu.summary(), host.summary() if host is not None else None))
     _, unc = uncertainty(ordered, recommended_threshold_tokens=gpu.recommended,
                          gate_threshold_tokens=gate.threshold_tokens, layers=layers, floor_tokens=tp, host=two)
     kernel = gpu.kernel_status(ordered, gate, gather_source, gemm_backend, timer).model_copy(update={
@@ -189,4 +196,6 @@ def evaluate(
         "decided_by": decision.decided_by, "next_step": decision.next_step,
         "max_num_batched_tokens": max_batched_tokens, "uncertainty": unc,
         "mix_expectations": kernel_mix_expectations(ordered, tp, gate.threshold_tokens, max_batched_tokens, host=two)})
-    return Evaluation(kernel=kernel, verdict=decision.verdict, reasons=list(decision.reasons))
+    if decision.recommended_threshold_tokens is not None:  # the deciding measurement's (the step's, both regimes')
+        kernel = kernel.model_copy(update={"recommended_threshold_tokens": decision.recommended_threshold_tokens})
+    return Evaluation(kernel=kernel, verdict=decision.verdict, reasons=list(decision.reasons), decision=decision)

@@ -117,6 +117,11 @@ class AccuracyResult(CamelModel):
 
     schema_version: Literal["spx.dev/accuracy-result/v1"] = ACCURACY_RESULT_SCHEMA_VERSION
     experiment: str = "local"
+    """metadata.name of the experiment it belongs to."""
+    spec_hash: str | None = None
+    """Hash of the experiment's spec (``spx.api.spec.spec_hash``): a bench document of another spec is refused."""
+    run_id: str | None = None
+    """The run it belongs to (a run folder's or a Job's id)."""
     accuracy: AccuracySpec
     dataset_sha256: str | None = None
     runs: list[AccuracyRun] = Field(default_factory=list)

@@ -166,8 +166,10 @@ def flag_int(args: Sequence[str], flag: str) -> int | None:
 def server_tp(extra_args: Sequence[str], tensor_parallel_size: int) -> int:
     """The servers' TP size: ``--tensor-parallel-size``/``-tp`` of ``serving.extraArgs`` when given (it wins on the
     ``vllm serve`` command line), else ``tensor_parallel_size`` (``spec.parallelism.tensorParallelSize``)."""
-    given = flag_int(extra_args, "--tensor-parallel-size") or flag_int(extra_args, "-tp")
-    return given or tensor_parallel_size
+    from spx.api.serving_args import TENSOR_PARALLEL_FLAGS, extra_arg_value
+
+    raw = extra_arg_value(extra_args, *TENSOR_PARALLEL_FLAGS)  # (every spelling vLLM accepts: issue #35)
+    return int(raw) if raw is not None and raw.isdigit() and int(raw) >= 1 else tensor_parallel_size
 
 
 class ServingSpec(CamelModel):
@@ -343,6 +345,11 @@ class ServingResult(CamelModel):
 
     schema_version: Literal["spx.dev/serving-result/v1"] = SERVING_RESULT_SCHEMA_VERSION
     experiment: str = "local"
+    """metadata.name of the experiment it belongs to."""
+    spec_hash: str | None = None
+    """Hash of the experiment's spec (``spx.api.spec.spec_hash``): a bench document of another spec is refused."""
+    run_id: str | None = None
+    """The run it belongs to (a run folder's or a Job's id)."""
     serving: ServingSpec
     gate_threshold_tokens: int = Field(gt=0)
     arms: list[ServingArmRun] = Field(default_factory=list)

@@ -99,6 +99,10 @@ class ExperimentSpec(CamelModel):
                     f"pod.volumes {clash[:4]} overlap serving.modelMountPath {self.serving.model_mount_path}, where "
                     "serving.modelPvc is mounted; mount them elsewhere"
                 )
+        from spx.api.deployment import deployment_problems
+
+        if problems := deployment_problems(self):  # (issue #35: what the deployment's servers cannot measure)
+            raise ValueError("; ".join(problems))
         if self.serving is not None and self.serving.step is not None:
             self._step_thresholds_above_tp(self.serving, self.serving.step)
         if self.serving is not None:

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
-from spx.api.step import StepStatus
+from spx.api.step import StepExpectation, StepStatus
 from spx.vocabulary import DECIDED_BY, DECIDED_BY_MEANINGS, DECIDED_REASONS, PHASES, VERDICTS, ExecutionMode, one_of
 from spx.vocabulary import DecidedBy as DecidedBy
 from spx.vocabulary import DecidedReason as DecidedReason  # re-exported: the status's types
@@ -331,7 +331,7 @@ class KernelStatus(CamelModel):
     crossover_confidence: CrossoverConfidence = "none"
     """resolved, within-spread (the crossover lies inside the measurement spread), unbracketed (an unmeasured gap wider than ±10 % of the break-even), priors-disagree (the gather priors put a bracketing point on both sides of 1.0) or none; uncertainty.confidenceReasons says why."""
     recommended_threshold_tokens: int | None = None
-    """The _SHARD_FUSED_WQA_WKV_MIN_TOKENS these measurements support, rounded by gate.thresholdRounding."""
+    """The _SHARD_FUSED_WQA_WKV_MIN_TOKENS these measurements support, rounded by gate.thresholdRounding: the deciding measurement's (status.judgement.recommendedThresholdTokens) where one decided, else the GPU-bound regime's."""
     threshold_rounding: str | None = None
     """Rounding used for the recommended threshold."""
     gather_source: GatherSource | None = None
@@ -371,6 +371,35 @@ class KernelStatus(CamelModel):
         return self
 
 
+class JudgementStatus(CamelModel):
+    """``status.judgement``: what the one judgement decided (:func:`spx.analysis.judge.judge`) and the words every
+    reader prints — ``spx report``, ``spx gate``, the CR's printer columns and the metrics read these, never judge
+    again. Set on every terminal status with a judgement (a verdict, or a run that stopped early)."""
+
+    decided_by: DecidedBy | None = Field(
+        default=None, description=f"Which measurement decided status.verdict: {one_of(DECIDED_BY, DECIDED_BY_MEANINGS)}.")
+    recommended_threshold_tokens: int | None = Field(default=None, gt=0)
+    """The deciding measurement's recommended threshold (tokens): the step curve's where the step decided, the
+    larger of both kernel regimes' where they agree, the GPU-bound regime's with one regime; unset where nothing decided."""
+    expected_effect: StepExpectation | None = None
+    """The step A/B's expected effect of splitting from gate.thresholdTokens over the batch mix, where the step decided."""
+    bottom_line: str | None = Field(default=None, max_length=2048)
+    """The report's bottom line: from the deciding measurement, stating T and T + 1 and the expected effect."""
+    next_step: str | None = Field(default=None, max_length=1024)
+    """What to run next when no measurement decided (never a threshold the deployment cannot reach)."""
+    notes: list[str] = Field(default_factory=list, max_length=8)
+    """One line per contradiction the verdict overrides (a kernel regime against the deciding step A/B)."""
+    stopped: list[str] = Field(default_factory=list, max_length=8)
+    """Stages that stopped early (a signal, a crash, vLLM missing) in a run whose spec asked for them: then there
+    is no verdict (phase Failed), whatever the stages that finished say."""
+    refused: list[str] = Field(default_factory=list, max_length=8)
+    """Bench documents not judged with this run: of another experiment, spec (hash) or run."""
+    cpu: bool = False
+    """A CPU smoke run: its timings say nothing about GPUs (a Pass or Fail on them needs gate.allowCpuTimings)."""
+    cpu_timings_allowed: bool = False
+    """The run's gate.allowCpuTimings: spx gate trusts a CPU smoke run's Pass only when true."""
+
+
 class ExperimentStatus(CamelModel):
     """``status`` of a ``ShardedProjectionExperiment``.
 
@@ -404,6 +433,8 @@ class ExperimentStatus(CamelModel):
     """Outcome of the GSM8K check and its gate."""
     step: StepStatus | None = None
     """Outcome of the step A/B: the split's measured effect on a whole prefill step per threshold."""
+    judgement: JudgementStatus | None = None
+    """What decided the verdict, the recommended threshold, the expected effect, the bottom line and the next step."""
     verdict: Verdict | None = Field(
         default=None, description=f"{one_of(VERDICTS)}; set only when Decided is True with one of those reasons.")
     verdict_reasons: list[str] = Field(default_factory=list)

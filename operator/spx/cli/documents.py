@@ -30,7 +30,7 @@ from spx.api.accuracy import AccuracyStatus
 from spx.api.base import CamelModel
 from spx.api.serving import ServingStatus
 from spx.api.spec import Experiment
-from spx.api.status import DecidedReason, Environment, KernelStatus, Verdict
+from spx.api.status import DecidedReason, Environment, JudgementStatus, KernelStatus, Verdict
 from spx.api.step import StepStatus
 from spx.files import write_atomic
 from spx.vocabulary import CPU_NOTE
@@ -69,6 +69,9 @@ class ReportDocument(CamelModel):
     serving: ServingStatus | None = None
     accuracy: AccuracyStatus | None = None
     step: StepStatus | None = Field(default=None, description="the step A/B judged with the sweep (status.json's step)")
+    judgement: JudgementStatus | None = Field(
+        default=None, description="what decided, the recommended threshold, expected effect, bottom line and next step "
+        "(as status.json's judgement)")
     judged_with: list[str] = Field(
         default_factory=list, description="the vLLM results judged with the kernel sweep, each with where it was read "
                                           "(so the verdict is the one spx gate reads from the same folder)")

@@ -27,25 +27,26 @@ import math
 import os
 import sys
 import time
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
 from pydantic import ValidationError
 
-from spx.api.exit_codes import EXIT_FAIL, EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
-from spx.api.exit_codes import EXIT_OK as EXIT_PASS
+from spx.analysis.gate_decision import DECISION_FIELDS as DECISION_FIELDS  # (re-exported: the pure decision)
+from spx.analysis.gate_decision import EXIT_BY_VERDICT as EXIT_BY_VERDICT
+from spx.analysis.gate_decision import UNREAD_REASONS as UNREAD_REASONS
+from spx.analysis.gate_decision import GateResult as GateResult
+from spx.analysis.gate_decision import decision_status as decision_status
+from spx.analysis.gate_decision import gate_decision as gate_decision
+from spx.api.exit_codes import EXIT_FAIL as EXIT_FAIL
+from spx.api.exit_codes import EXIT_OK as EXIT_PASS  # noqa: F401  (re-exported)
+from spx.api.exit_codes import EXIT_UNDECIDED, EXIT_UNREACHABLE, EXIT_USAGE
 from spx.api.spec import GROUP, PLURAL, VERSION
-from spx.api.status import ExperimentStatus
-from spx.vocabulary import OUTPUT_FORMATS, STATUS_FILE, TERMINAL_PHASES, Verdict, one_of
+from spx.vocabulary import OUTPUT_FORMATS, RESULT_FILE, STATUS_FILE
 
-#: The exit code of each verdict (every verdict of :data:`spx.vocabulary.VERDICTS`; a test checks).
-EXIT_BY_VERDICT: dict[Verdict, int] = {"Pass": EXIT_PASS, "Fail": EXIT_FAIL, "Inconclusive": EXIT_UNDECIDED}
-
-
-#: ``GateResult.reason`` when there was no status to decide on (:meth:`GateResult.unread`).
-UNREAD_REASONS: tuple[str, ...] = ("Unreadable", "Unreachable")
+#: The gate's decision (:func:`spx.analysis.gate_decision.gate_decision`), by its older name.
+decide = gate_decision
 
 
 class GateError(Exception):
@@ -56,120 +57,6 @@ class GateError(Exception):
         super().__init__(message)
         self.exit_code = exit_code
         self.retry = retry
-
-
-@dataclass
-class GateResult:
-    """What the gate decided and why."""
-
-    exit_code: int
-    source: str
-    decided: bool
-    verdict: str | None = None
-    phase: str | None = None
-    reason: str | None = None
-    message: str = ""
-    verdict_reasons: list[str] = field(default_factory=list)
-    #: ``--wait`` polls again (a cluster that may come back); false for a kubeconfig that cannot be used.
-    retry: bool = True
-
-    @property
-    def unread(self) -> bool:
-        """The status could not be read (reason ``Unreadable``: a usage error; ``Unreachable``: no cluster): not a
-        decision at all, so the line goes to stderr."""
-        return self.reason in UNREAD_REASONS
-
-    def line(self) -> str:
-        """One human-readable line, e.g. ``Pass: ml/h200-tp8 (phase Succeeded)``."""
-        if self.unread:
-            return f"error: {self.message or self.source}"
-        head = self.verdict if self.verdict else ("Undecided" if not self.decided else f"No verdict ({self.reason})")
-        text = f"{head}: {self.source}"
-        if self.phase:
-            text += f" (phase {self.phase})"
-        if self.message:
-            text += f" — {self.message}"
-        return text
-
-
-#: The fields of :class:`~spx.api.status.ExperimentStatus` a decision rests on. Only these are validated, so
-#: a kernel, serving or accuracy section written by another spx version does not keep a release from its gate.
-DECISION_FIELDS = ("phase", "observed_generation", "conditions", "verdict", "verdict_reasons", "message")
-
-
-def decision_status(status: Mapping[str, Any] | None) -> ExperimentStatus:
-    """The decision fields (:data:`DECISION_FIELDS`) of a camelCase ``.status`` mapping, parsed by the status model.
-
-    Raises:
-        pydantic.ValidationError: a decision field the model refuses (a verdict that is not one, a condition
-            without its type, status, reason or lastTransitionTime, a phase spx does not have).
-    """
-    aliases = {ExperimentStatus.model_fields[name].alias or name for name in DECISION_FIELDS}
-    return ExperimentStatus.model_validate({k: v for k, v in (status or {}).items() if k in aliases})
-
-
-def decide(status: ExperimentStatus | Mapping[str, Any] | None, source: str, generation: int | None = None) -> GateResult:
-    """The gate decision for one experiment status: the model, or the camelCase ``.status`` mapping read through
-    :func:`decision_status` (a mapping the model refuses is not a decision: exit 2, the message names the field).
-
-    ``generation`` is the object's ``metadata.generation`` when read from a cluster: a status
-    observed for an older generation describes an older spec and is not a decision for this one.
-    """
-    if not isinstance(status, ExperimentStatus):
-        try:
-            status = decision_status(status)
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            return GateResult(EXIT_UNDECIDED, source, False, message=(
-                f"the status is not an ExperimentStatus spx can decide on ({where}: {first['msg']}; got "
-                f"{str(first.get('input'))[:80]!r}): not a decision"))
-    phase = status.phase
-    decided_cond = next((c for c in status.conditions if c.type == "Decided"), None)
-    verdict = status.verdict
-    reasons = list(status.verdict_reasons)
-
-    observed = status.observed_generation
-    if decided_cond is not None and decided_cond.observed_generation is not None:
-        observed = decided_cond.observed_generation
-    if generation is not None and observed is not None and observed < generation:
-        return GateResult(
-            EXIT_UNDECIDED,
-            source,
-            False,
-            None,
-            phase,
-            message=f"status is for generation {observed}, the spec is at generation {generation}: not decided yet",
-        )
-
-    if decided_cond is None:
-        msg = "no Decided condition yet"
-        if verdict is not None:
-            msg += f": a bare verdict field ({verdict!r}) is not a decision"
-        return GateResult(EXIT_UNDECIDED, source, False, None, phase, message=msg)
-
-    if decided_cond.status != "True":
-        msg = decided_cond.message or "the Decided condition is not True yet"
-        return GateResult(EXIT_UNDECIDED, source, False, None, phase, decided_cond.reason, msg)
-
-    reason = decided_cond.reason
-    if phase not in TERMINAL_PHASES:
-        return GateResult(EXIT_UNDECIDED, source, False, None, phase, reason,
-                          f"Decided is True but the phase is {phase!r}, not {one_of(TERMINAL_PHASES)}: not decided yet")
-    if reason in EXIT_BY_VERDICT:
-        msg = "; ".join(reasons) or decided_cond.message or ""
-        if verdict is not None and verdict != reason:
-            if reason == "Pass":  # fail closed: a Pass needs the verdict field to say Pass too
-                code = EXIT_BY_VERDICT[verdict]
-                return GateResult(code, source, code != EXIT_UNDECIDED, verdict if code != EXIT_UNDECIDED else None,
-                                  phase, reason, f"the Decided reason is 'Pass' but the verdict field says {verdict!r}: "
-                                  "a Pass needs both, so the status is not a Pass; " + msg, reasons)
-            msg = f"the verdict field says {verdict!r} but the Decided reason is {reason!r}: the reason decides; " + msg
-        return GateResult(EXIT_BY_VERDICT[reason], source, True, reason, phase, reason, msg, reasons)
-    msg = decided_cond.message or status.message or ""
-    if verdict is not None:
-        msg = f"decided {reason} without a verdict (a verdict field {verdict!r} is not trusted): " + msg
-    return GateResult(EXIT_UNDECIDED, source, True, None, phase, reason, msg, reasons)
 
 
 # --------------------------------------------------------------------------- readers
@@ -286,7 +173,6 @@ def check_names(name: str, namespace: str | None) -> None:
     """Refuse, before any cluster is contacted, a NAME that is not a Kubernetes object name (DNS-1123
     subdomain) or a ``-n`` that is not a namespace name (DNS-1123 label): a :class:`GateError`, exit 3.
     The rule is the experiment's own ``metadata`` (:class:`spx.api.spec.ObjectMeta`)."""
-    from pydantic import ValidationError
 
     from spx.api.spec import ObjectMeta
 
@@ -307,6 +193,35 @@ def _is_local(target: str) -> bool:
     return target.endswith(".json") or "/" in target or Path(target).exists()
 
 
+def judged_result(run_dir: Path, target: str) -> GateResult | None:
+    """The decision on a run folder whose ``status.json`` cannot be read (empty, not JSON, not a JSON object) but
+    whose ``result.json`` can: that result judged (:func:`spx.analysis.judge.judge`, the one judgement ``spx report``
+    falls back to as well), the message saying so; ``None`` when the status is readable or there is no result."""
+    status_path, result_path = run_dir / STATUS_FILE, run_dir / RESULT_FILE
+    if not status_path.is_file() or not result_path.is_file():
+        return None
+    try:
+        data = json.loads(status_path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data:
+            return None
+        why = "empty, or not a JSON object"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        why = str(err)[:200]
+    from spx.analysis.judge import judge, local_status
+    from spx.api import KernelResult
+    from spx.api.base import utc_now
+
+    try:
+        result = KernelResult.model_validate_json(result_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValidationError, ValueError):
+        return None
+    status = local_status(judge(result, result.spec), now=utc_now(), environment=result.environment)
+    decision = decide(status, target)
+    decision.message = f"{status_path} cannot be read ({why}): judged {result_path}, as spx report does; " + \
+        decision.message
+    return decision
+
+
 def read_and_decide(
     target: str, namespace: str | None = None, kubeconfig: str | None = None, context: str | None = None
 ) -> GateResult:
@@ -321,6 +236,8 @@ def read_and_decide(
                                   message=f"a run is in progress ({holder}); its status.json is written when it ends")
             if not run_dir.status_path.exists() and (killed := run_dir.killed()):
                 return GateResult(EXIT_UNDECIDED, target, False, message=killed)
+            if fallback := judged_result(Path(target) if os.path.isdir(target) else Path(target).parent, target):
+                return fallback
             local, local_generation = read_local(target)
             return decide(local, target, local_generation)
         check_names(target, namespace)

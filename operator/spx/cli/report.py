@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from spx.analysis.bench_docs import RunIdentity
 from spx.analysis.judge import judge
 from spx.api import (
     Environment,
@@ -22,6 +23,7 @@ from spx.api import (
     validate_spec,
 )
 from spx.api.exit_codes import EXIT_OK
+from spx.api.spec import spec_hash
 from spx.cli.common import (
     UsageError,
     add_output_option,
@@ -189,6 +191,14 @@ def benches_only(target: Path) -> tuple[ExperimentStatus, Path] | None:
     return validated(ExperimentStatus, path, data), path
 
 
+def run_identity(result: KernelResult | Any) -> RunIdentity | None:
+    """Whose bench documents a run's folder may hold: the kernel result's experiment and spec hash
+    (:class:`spx.analysis.bench_docs.RunIdentity`); ``None`` for a result without its spec (a rebuilt one)."""
+    if not isinstance(result, KernelResult):
+        return None
+    return RunIdentity(experiment=result.experiment, spec_hash=spec_hash(result.spec))
+
+
 def _report(args: argparse.Namespace) -> int:
     """``spx report``: load, re-judge with the folder's vLLM results (:mod:`spx.cli.report_vllm`), print or emit."""
     from spx.cli.decision import print_report
@@ -204,13 +214,13 @@ def _report(args: argparse.Namespace) -> int:
     override = read_experiment(args.experiment).spec if args.experiment else None
     run = load_run(Path(args.dir), override)
     apply_overrides(run, args.experiment, args.threshold_tokens)
-    vllm = read_vllm_sections(run.directory, run.status, allow_cpu_timings=run.spec.gate.allow_cpu_timings,
-                              kernel=lambda: judge(run.result, run.spec).kernel)
-    run.warnings += vllm.warnings
+    vllm = read_vllm_sections(run.directory, run.status)
+    result, spec, env = run.result, run.spec, run.env
+    j = judge(result, spec, serving=vllm.serving, accuracy=vllm.accuracy, step=vllm.step, identity=run_identity(result),
+              stopped=run.status.judgement.stopped if run.status is not None and run.status.judgement else ())
+    run.warnings += [*vllm.warnings, *j.warnings]
     for w in run.warnings:
         warn(w)
-    result, spec, env = run.result, run.spec, run.env
-    j = judge(result, spec, serving=vllm.serving, accuracy=vllm.accuracy, step=vllm.step)
     cpu = (result.device if isinstance(result, KernelResult) else None) == "cpu" or env.device == "cpu"
     tp = spec.parallelism.tensor_parallel_size
     kernel = j.kernel or KernelStatus()
@@ -218,21 +228,21 @@ def _report(args: argparse.Namespace) -> int:
     partial = partial_extent(len(listed & {p.tokens for p in result.points}), len(listed)) if j.partial else None
     plot_args = dict(name=run.name, gpu=gpu_label(env, cpu), gemm_backend=result.gemm_backend,
                      gather_source=result.gather_source, cpu=cpu, gate_threshold=spec.gate.threshold_tokens, tp=tp,
-                     partial=partial, step=vllm.step)
+                     partial=partial, step=j.step)
     if args.output != "text":  # the plot first (on stderr), so that a --plot that cannot be written is a problem
         _plot(args, err_console(), kernel, run.directory, plot_args)
         emit(ReportDocument(
             experiment=run.name, source=str(run.source), partial=j.partial, verdict=j.verdict,
             measured_verdict=j.measured_verdict, decided_reason=j.reason, reasons=j.reasons, kernel=j.kernel,
-            serving=j.serving, accuracy=j.accuracy, step=vllm.step, judged_with=vllm.sources, environment=env,
-            cpu=cpu, warnings=run.warnings,
+            serving=j.serving, accuracy=j.accuracy, step=j.step, judged_with=vllm.sources, environment=env,
+            cpu=cpu, warnings=run.warnings, judgement=j.summary,
         ), args.output)
         return EXIT_OK
     console = make_console()
     print_report(
         console, kernel, verdict=j.verdict, reasons=j.reasons,
         title=table_title(run.name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
-        gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial, step=vllm.step,
+        gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial, judgement=j.summary,
         notes=[f"judged with {', '.join(vllm.sources)}"] if vllm.sources else (),
     )
     _plot(args, console, kernel, run.directory, plot_args)

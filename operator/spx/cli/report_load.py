@@ -137,8 +137,11 @@ def load_run(target: Path, override: ExperimentSpec | None = None) -> LoadedRun:
     status_path = target if is_status else directory / STATUS_FILE
     result, unreadable = _result_or_why(result_path, fall_back=target.is_dir() and status_path.is_file())
     if result is not None:
-        status = _vllm_part(status_path) if status_path.is_file() else None
+        status, why = _status_or_why(status_path) if status_path.is_file() else (None, None)
         run = LoadedRun(result, result_path, result.spec, result.environment, result.experiment, directory, status)
+        if why is not None:  # as spx gate reads the folder: its result.json, judged (issue #35)
+            run.warnings.insert(0, f"{status_path} cannot be read ({why}): judging {result_path} alone, as spx gate "
+                                   "does")
     elif unreadable is not None:  # as spx gate reads the folder: its status.json, and say why
         run = _run_of_status(validated(ExperimentStatus, status_path), status_path, directory)
         run.warnings.insert(0, f"{result_path} cannot be read ({unreadable}): reporting {status_path}'s points "
@@ -178,6 +181,30 @@ def _result_or_why(result_path: Path, *, fall_back: bool) -> tuple[KernelResult 
 VLLM_SECTIONS = ("serving", "accuracy", "step")
 
 
+def _status_or_why(status_path: Path) -> tuple[ExperimentStatus | None, str | None]:
+    """``(the vLLM part of status.json, None)``, or ``(None, why)`` when it cannot be read (empty, not JSON, not a
+    mapping): then the result.json is judged alone, as ``spx gate`` does.
+
+    Raises:
+        UsageError: a status whose verdict is not exactly Pass, Fail or Inconclusive (a wrong type or case): a
+            corrupted decision, refused as ``spx gate`` refuses it (exit 3).
+        SpecError: a vLLM section that does not validate.
+    """
+    from spx.vocabulary import VERDICTS
+
+    try:
+        data = read_json(status_path, "a run's status.json")
+    except RunDirectoryError as err:
+        return None, str(err)[:200]
+    if not isinstance(data, dict) or not data:
+        return None, "not an experiment status: empty or not a JSON object"
+    verdict = data.get("verdict")
+    if verdict is not None and verdict not in VERDICTS:
+        raise UsageError(f"{status_path}: verdict {str(verdict)[:40]!r} is not a verdict: the status is unreadable; "
+                         "a verdict is exactly one of Pass, Fail, Inconclusive")
+    return _vllm_part(status_path), None
+
+
 def _vllm_part(status_path: Path) -> ExperimentStatus:
     """Only the vLLM sections of ``status_path`` (:data:`VLLM_SECTIONS`): its kernel section is re-derived from
     result.json, so one written by an older spx (another schema) does not stop the report.
@@ -190,7 +217,7 @@ def _vllm_part(status_path: Path) -> ExperimentStatus:
     from spx.api import describe_validation_error
 
     data = read_json(status_path, "a run's status.json")
-    part = {k: data[k] for k in VLLM_SECTIONS if isinstance(data, dict) and data.get(k) is not None}
+    part = {k: data[k] for k in (*VLLM_SECTIONS, "judgement") if isinstance(data, dict) and data.get(k) is not None}
     try:
         return ExperimentStatus.model_validate(part)
     except ValidationError as err:

@@ -5,22 +5,20 @@ A run with ``--serving`` (``spx run``, the operator's bench pod) judges its kern
 serving A/B, GSM8K and the step A/B (:func:`spx.analysis.judge.judge`) and writes that verdict to
 ``status.json``; ``spx gate`` reads it. ``spx report`` re-judges the folder, so it must see the same
 sections. Each is read from its result document when the folder holds one (``serving-result.json``,
-``accuracy-result.json``, ``step-result.json``, in the folder or its ``serving/`` subfolder: re-summarised by
-today's rules, as the run summarised them: the serving A/B with ``gate.allowCpuTimings``, the step A/B against
-the kernel sweep's Δg and Δh), else from ``status.json``'s section (what the run judged: e.g. why the benches
-did not start).
+``accuracy-result.json``, ``step-result.json``, in the folder or its ``serving/`` subfolder: summarised once by
+:func:`spx.analysis.judge.judge` by today's rules, as the run summarised them), else from ``status.json``'s
+section (what the run judged: e.g. why the benches did not start).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 from spx.api.accuracy import AccuracyResult, AccuracyStatus
 from spx.api.serving import ServingResult, ServingStatus
-from spx.api.status import ExperimentStatus, KernelStatus
+from spx.api.status import ExperimentStatus
 from spx.api.step import StepResult, StepStatus
 from spx.vocabulary import ACCURACY_RESULT_FILE, SERVING_RESULT_FILE, STEP_RESULT_FILE
 
@@ -29,40 +27,33 @@ D = TypeVar("D", ServingResult, AccuracyResult, StepResult)
 
 @dataclass
 class VllmSections:
-    """The serving, accuracy and step sections judged with the kernel sweep (``None``: not in the folder),
-    where each came from (``sources``, e.g. ``serving (serving/serving-result.json)``) and what could not be
-    read (``warnings``: that section is then taken from ``status.json``, or left out)."""
+    """The serving, accuracy and step benches the run is judged with (``None``: not in the folder), each as its
+    result document (judged by :func:`spx.analysis.judge.judge`, which summarises it once) or, without one,
+    ``status.json``'s section; where each came from (``sources``, e.g. ``serving (serving/serving-result.json)``)
+    and what could not be read (``warnings``: that section is then taken from ``status.json``, or left out)."""
 
-    serving: ServingStatus | None = None
-    accuracy: AccuracyStatus | None = None
-    step: StepStatus | None = None
+    serving: ServingResult | ServingStatus | None = None
+    accuracy: AccuracyResult | AccuracyStatus | None = None
+    step: StepResult | StepStatus | None = None
     sources: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
-def read_vllm_sections(directory: Path, status: ExperimentStatus | None, *, allow_cpu_timings: bool = False,
-                       kernel: Callable[[], KernelStatus | None] = lambda: None) -> VllmSections:
-    """The vLLM sections of the run in ``directory`` (module docstring); ``status``: its parsed status.json;
-    ``allow_cpu_timings``: the gate's, as the run summarised its serving A/B with it; ``kernel``: the kernel
-    sweep judged alone (called only for a step-result.json: its Δg and Δh place the step's regime).
+def read_vllm_sections(directory: Path, status: ExperimentStatus | None) -> VllmSections:
+    """The vLLM benches of the run in ``directory`` (module docstring); ``status``: its parsed status.json.
 
     Never raises for a result document that cannot be read: the warning names it, and the status's section
-    (if any) is used instead.
+    (if any) is used instead. Nothing is summarised or judged here (:func:`spx.analysis.judge.judge` does, once).
     """
-    from spx.analysis.accuracy import summarize as summarize_accuracy
-    from spx.analysis.serving import summarize as summarize_serving
-    from spx.analysis.step import kernel_deltas
-    from spx.analysis.step import summarize as summarize_step
-
     out = VllmSections()
     if serving := _read(directory, SERVING_RESULT_FILE, ServingResult, out):
-        out.serving = summarize_serving(serving[0], allow_cpu_timings=allow_cpu_timings)
+        out.serving = serving[0]
         out.sources.append(f"serving ({serving[1]})")
     if accuracy := _read(directory, ACCURACY_RESULT_FILE, AccuracyResult, out):
-        out.accuracy = summarize_accuracy(accuracy[0])
+        out.accuracy = accuracy[0]
         out.sources.append(f"accuracy ({accuracy[1]})")
     if step := _read(directory, STEP_RESULT_FILE, StepResult, out):
-        out.step = summarize_step(step[0], kernel_deltas(kernel()))
+        out.step = step[0]
         out.sources.append(f"step A/B ({step[1]})")
     if status is not None:
         for name in ("serving", "accuracy", "step"):

@@ -49,6 +49,11 @@ def step_lines(step: StepStatus) -> list[str]:
 def bench_lines(status: ExperimentStatus) -> list[str]:
     """Everything ``spx serving`` prints: the verdict and its deciding reason first, then each section."""
     lines = [f"verdict: {status.verdict}: {status.verdict_reasons[0] if status.verdict_reasons else ''}"]
+    j = status.judgement  # (the one judgement's words: spx.analysis.judge)
+    if j is not None:
+        lines += [*([f"decided by: {j.decided_by}"] if j.decided_by else []), *([j.bottom_line] if j.bottom_line else []),
+                  *j.notes, *(f"stopped early: {s}" for s in j.stopped), *(f"not judged: {r}" for r in j.refused),
+                  *([f"next step: {j.next_step}"] if j.next_step else [])]
     if status.serving is not None:
         lines += serving_lines(status.serving)
     if status.accuracy is not None:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spx.analysis.judge import Judgement, judge, local_status
+from spx.analysis.bench_docs import RunIdentity
+from spx.analysis.judge import BENCHES_PENDING, Judgement, judge, local_status, stop
 from spx.api import ExperimentSpec, ExperimentStatus, KernelResult, PointResult, wire
 from spx.api.base import utc_now
 from spx.api.spec import spec_hash
@@ -185,7 +186,10 @@ def run_experiment(
                     device_asked=spec.kernel.device == "cpu")
     judgement = judge(run.result, spec)
     outcome = ExperimentOutcome(run=run, status=build_status(run.result, judgement), judgement=judgement)
-    write_status(out, outcome.status)
+    if options.serving and judgement.verdict is not None:  # no kernel-only verdict while the benches run (#35)
+        write_status(out, build_status(run.result, stop(judgement, [BENCHES_PENDING])))
+    else:
+        write_status(out, outcome.status)
     _summary(options.summary_file, outcome, hooks.on_summary_error)
     if hooks.on_kernel is not None:
         hooks.on_kernel(outcome)
@@ -215,11 +219,6 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
     Failed arms or points are in the results and make the gate Fail or Inconclusive; benches that could
     not start (an accuracy arm that is not a serving arm, a missing GSM8K dataset) set ``vllm_error``.
     """
-    from spx.analysis.accuracy import summarize as summarize_accuracy
-    from spx.analysis.serving import summarize as summarize_serving
-    from spx.analysis.step import summarize as summarize_step
-    from spx.api.accuracy import AccuracyStatus
-    from spx.api.serving import ServingStatus
     from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
 
     assert spec.serving is not None
@@ -231,6 +230,8 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
 
     outcome.vllm_ran = True
     opts = RunnerOptions(vllm_command=list(vllm_command), experiment=name, on_arm=emit, on_step=hooks.on_step_document)
+    stopped: list[str] = []
+    docs: tuple[ServingResult | None, AccuracyResult | None, StepResult | None] = (None, None, None)
     try:
         benches = run_vllm_benchmarks(spec, out / SERVING_DIR, opts)
     except (ValueError, OSError, KeyboardInterrupt) as exc:
@@ -241,26 +242,24 @@ def _vllm_step(spec: ExperimentSpec, out: Path, name: str, vllm_command: Sequenc
         else:
             why = f"the vLLM benches did not start: {exc}"
         outcome.vllm_error = why
-        if has_points:
-            outcome.serving = ServingStatus(failures=[why], reasons=[why])
-        if spec.accuracy is not None:
-            outcome.accuracy = AccuracyStatus(reasons=[f"GSM8K: {why}"], max_drop_points=spec.accuracy.max_drop_points)
+        stopped = [why]  # (issue #35: no kernel-only verdict; the status says which stage stopped)
     else:
         emit(benches.serving, benches.accuracy)
-        allow_cpu = spec.gate.allow_cpu_timings
-        outcome.serving = (summarize_serving(benches.serving, allow_cpu_timings=allow_cpu)
-                           if benches.serving is not None else None)
-        outcome.accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
-        outcome.step = (summarize_step(benches.step, outcome.judgement.kernel, allow_cpu_timings=allow_cpu,
-                                       experiment=name, spec_hash=spec_hash(spec))
-                        if benches.step is not None else None)
-    # the step A/B decides where the kernel regimes disagree: judged with it, so that status.verdict (what
-    # spx gate reads) is the verdict spx report reaches on this folder
-    outcome.status = build_status(outcome.result, judge(outcome.result, spec, serving=outcome.serving,
-                                                        accuracy=outcome.accuracy, step=outcome.step,
-                                                        require_vllm=True))
-    if outcome.step is not None:
-        outcome.status = outcome.status.model_copy(update={"step": outcome.step})
+        docs = (benches.serving, benches.accuracy, benches.step)
+    _judge_benches(spec, out, outcome, docs, stopped)
+
+
+def _judge_benches(spec: ExperimentSpec, out: Path, outcome: ExperimentOutcome,
+                   docs: tuple[ServingResult | None, AccuracyResult | None, StepResult | None],
+                   stopped: Sequence[str]) -> None:
+    """The one judgement of a ``--serving`` run (kernel result + the benches' documents, :func:`spx.analysis.judge.
+    judge`), into ``outcome`` and ``OUT/status.json``; ``stopped``: the stages that stopped early (then no verdict)."""
+    judged = judge(outcome.result, spec, serving=docs[0], accuracy=docs[1], step=docs[2], require_vllm=True,
+                   identity=RunIdentity(experiment=outcome.result.experiment, spec_hash=spec_hash(spec)),
+                   stopped=stopped)
+    outcome.serving, outcome.accuracy, outcome.step = judged.serving, judged.accuracy, judged.step
+    outcome.status = build_status(outcome.result, judged)
+    write_status(out, outcome.status)
 
 
 @dataclass
@@ -279,17 +278,13 @@ class BenchesOutcome:
 
 def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command: Sequence[str] = ("vllm",)) -> BenchesOutcome:
     """Only the vLLM serving A/B, GSM8K and step A/B of ``spec`` into ``out`` (``spx serving``), then their
-    verdict (:func:`spx.analysis.benches.benches_verdict`) into ``OUT/status.json``, which ``spx report`` and
-    ``spx gate`` read.
+    verdict (:func:`spx.analysis.judge.judge`, once: a usable step decides; with a kernel sweep already in ``out``,
+    judged together with it) into ``OUT/status.json``, which ``spx report`` and ``spx gate`` read.
 
     Raises:
         ValueError: the benches cannot start (no ``spec.serving``, an accuracy arm that is not a serving arm).
         OSError: a missing GSM8K dataset, ``out`` not writable.
     """
-    from spx.analysis.accuracy import summarize as summarize_accuracy
-    from spx.analysis.benches import benches_verdict
-    from spx.analysis.serving import summarize as summarize_serving
-    from spx.analysis.step import summarize as summarize_step
     from spx.serving.ab import RunnerOptions, run_vllm_benchmarks
 
     if spec.serving is None:
@@ -304,52 +299,32 @@ def run_vllm_benches(spec: ExperimentSpec, out: Path, *, name: str, vllm_command
         with contextlib.suppress(OSError):  # (a full disk: the error itself is what the caller reports)
             write_status(out, _failed_benches_status(spec, out, why, started))
         raise
-    allow_cpu = spec.gate.allow_cpu_timings
-    serving = summarize_serving(benches.serving, allow_cpu_timings=allow_cpu) if benches.serving is not None else None
-    accuracy = summarize_accuracy(benches.accuracy) if benches.accuracy is not None else None
     kernel_run = _kernel_result_in(out)
+    # a kernel sweep already in --out (`spx run`, then `spx serving` into the same folder, as the step A/B's next
+    # step says) is judged together with the benches, as `spx report` judges the folder, so both commands agree;
+    # documents of another experiment or spec are refused there (the kernel run's identity)
+    identity = RunIdentity(experiment=kernel_run.experiment if kernel_run else name,
+                           spec_hash=spec_hash(kernel_run.spec if kernel_run else spec))
+    judged = judge(kernel_run, kernel_run.spec if kernel_run is not None else spec, serving=benches.serving,
+                   accuracy=benches.accuracy, step=benches.step, identity=identity, benches_only=kernel_run is None)
     if kernel_run is not None:
-        # a kernel sweep already in --out (`spx run`, then `spx serving` into the same folder, as the step A/B's
-        # next step says): judged together, as `spx report` re-judges the folder, so that the verdict spx gate
-        # reads keeps the kernel's (a kernel Fail stays Fail) and both commands agree
-        step = (summarize_step(benches.step, judge(kernel_run, kernel_run.spec).kernel, allow_cpu_timings=allow_cpu,
-                               experiment=name, spec_hash=spec_hash(spec))
-                if benches.step is not None else None)
-        status = build_status(kernel_run, judge(kernel_run, kernel_run.spec, serving=serving, accuracy=accuracy,
-                                                step=step))
-        if step is not None:
-            status = status.model_copy(update={"step": step})
+        status = build_status(kernel_run, judged)
     else:
-        step = (summarize_step(benches.step, None, allow_cpu_timings=allow_cpu, experiment=name,
-                               spec_hash=spec_hash(spec)) if benches.step is not None else None)
-        verdict, reasons = benches_verdict(serving, accuracy, step, allow_cpu_timings=allow_cpu)
-        judgement = Judgement(kernel=None, verdict=verdict, reason=verdict, reasons=reasons,
-                              message=f"{verdict}: {reasons[0] if reasons else verdict}", serving=serving,
-                              accuracy=accuracy, step=step)
-        status = local_status(judgement, now=utc_now(), started_at=started, completed_summary="vLLM benches completed")
+        status = local_status(judged, now=utc_now(), started_at=started, completed_summary="vLLM benches completed")
     write_status(out, status)
     complete = all(r is None or r.complete for r in (benches.serving, benches.accuracy, benches.step))
-    return BenchesOutcome(status=status, serving=serving, accuracy=accuracy, step=step, complete=complete)
+    return BenchesOutcome(status=status, serving=judged.serving, accuracy=judged.accuracy, step=judged.step,
+                          complete=complete)
 
 
 def _failed_benches_status(spec: ExperimentSpec, out: Path, why: str, started: str) -> ExperimentStatus:
     """``status.json`` of ``spx serving`` whose benches did not start or were stopped: the vLLM sections that were
     asked for fail with ``why``; judged with the kernel sweep already in ``out`` when there is one (as
     :func:`run_vllm_benches` judges a completed run), else ``BenchmarkFailed`` with ``why``."""
-    from spx.api.accuracy import AccuracyStatus
-    from spx.api.serving import ServingStatus
-
-    assert spec.serving is not None
-    serving = ServingStatus(failures=[why], reasons=[why]) if spec.serving.points else None
-    accuracy = (AccuracyStatus(reasons=[f"GSM8K: {why}"], max_drop_points=spec.accuracy.max_drop_points)
-                if spec.accuracy is not None else None)
-    kernel_run = _kernel_result_in(out)
+    kernel_run = _kernel_result_in(out)  # (the one judgement, the stage recorded as stopped: issue #35)
     if kernel_run is not None:
-        return build_status(kernel_run, judge(kernel_run, kernel_run.spec, serving=serving, accuracy=accuracy,
-                                              require_vllm=True))
-    judgement = Judgement(kernel=None, verdict=None, reason="BenchmarkFailed", reasons=[why], message=why,
-                          serving=serving, accuracy=accuracy)
-    return local_status(judgement, now=utc_now(), started_at=started)
+        return build_status(kernel_run, judge(kernel_run, kernel_run.spec, require_vllm=True, stopped=[why]))
+    return local_status(judge(None, spec, benches_only=True, stopped=[why]), now=utc_now(), started_at=started)
 
 
 def _kernel_result_in(out: Path) -> KernelResult | None:

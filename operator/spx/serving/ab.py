@@ -37,7 +37,7 @@ from spx.analysis.serving import arm_threshold, protocol_deviations
 from spx.api.accuracy import AccuracyResult, AccuracyRun
 from spx.api.base import utc_now
 from spx.api.serving import ServingArmRun, ServingArmSpec, ServingPointRun, ServingResult, ServingSpec
-from spx.api.spec import ExperimentSpec
+from spx.api.spec import ExperimentSpec, spec_hash
 from spx.api.step import StepResult
 from spx.files import write_atomic
 from spx.serving.commands import ENV_THRESHOLD, PLUGIN_NAME, server_command, server_env, serving_of
@@ -259,7 +259,8 @@ def _accuracy_setup(spec: ExperimentSpec, experiment: str) -> tuple[list[str], G
     if too_long is not None:
         raise ValueError(too_long)
     data = load_gsm8k(spec.accuracy)
-    return arms, data, AccuracyResult(experiment=experiment, accuracy=spec.accuracy, dataset_sha256=data.sha256)
+    return arms, data, AccuracyResult(experiment=experiment, spec_hash=spec_hash(spec), accuracy=spec.accuracy,
+                                      dataset_sha256=data.sha256)
 
 
 def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions | None = None) -> VllmRunOutcome:
@@ -276,7 +277,8 @@ def run_vllm_benchmarks(spec: ExperimentSpec, out_dir: Path, opts: RunnerOptions
     base_env = dict(opts.env if opts.env is not None else os.environ)
     acc_arms, dataset, acc_result = _accuracy_setup(spec, opts.experiment)
     result = ServingResult(
-        experiment=opts.experiment, serving=s, gate_threshold_tokens=spec.gate.threshold_tokens, started_at=utc_now(),
+        experiment=opts.experiment, spec_hash=spec_hash(spec), serving=s, gate_threshold_tokens=spec.gate.threshold_tokens,
+        started_at=utc_now(),
         protocol_deviations=protocol_deviations(s),
         device="cuda" if nvidia_smi_argv(opts.nvidia_smi, opts.env) is not None else "cpu",
     )

@@ -46,17 +46,28 @@ def chart_yaml(commit: str | None = None) -> dict[str, Any]:
     return dict(yaml.safe_load(git("show", f"{commit}:{CHART_DIR}/Chart.yaml")))
 
 
-def previous_release() -> str | None:
-    """The chart a user of the previous chart version has installed: the parent of the commit that set the
-    working tree's version (HEAD itself while the bump is not committed yet); None without one."""
-    current = chart_yaml()["version"]
-    if chart_yaml("HEAD")["version"] != current:
-        return str(git("rev-parse", "HEAD")).strip()
+def _introduced(version: str) -> str | None:
+    """The newest commit that set Chart.yaml's version to ``version`` (its parent had another): where the
+    release of that version was cut (scripts/release.sh VERSION --bump, then the tag)."""
     for commit in commits_touching(f"{CHART_DIR}/Chart.yaml"):
         parent = (git("rev-parse", f"{commit}^") or "").strip()
-        if parent and chart_yaml(commit)["version"] == current and chart_yaml(parent)["version"] != current:
-            return parent
+        if parent and chart_yaml(commit)["version"] == version and chart_yaml(parent)["version"] != version:
+            return commit
     return None
+
+
+def previous_release() -> str | None:
+    """The chart a user of the previous chart version has installed: the commit that introduced the version
+    before the working tree's (later commits that changed the chart without a bump were no release); None
+    without one."""
+    current = chart_yaml()["version"]
+    if chart_yaml("HEAD")["version"] != current:
+        return _introduced(chart_yaml("HEAD")["version"]) or str(git("rev-parse", "HEAD")).strip()
+    intro = _introduced(current)
+    if intro is None:
+        return None
+    previous = chart_yaml(f"{intro}^")["version"]
+    return _introduced(previous) or (git("rev-parse", f"{intro}^") or "").strip() or None
 
 
 def extract(commit: str, paths: list[str], dest: Path) -> Path:

@@ -1,7 +1,8 @@
 """The terminal decision of a run whose Job ended and whose outputs were read (pure).
 
-The judgement (result → the status' kernel section + verdict) is called in ONE place, :func:`judge_collected`,
-so switching to the unified ``spx.analysis`` judgement is one line.
+The judgement (result and bench documents → the status' sections, verdict and words) is called ONCE per run, in
+:func:`judge_collected` (:func:`spx.analysis.judge.judge`, as ``spx run`` and ``spx report`` call it): its kernel
+section serves a run without a verdict too (capped as a partial run).
 """
 
 from __future__ import annotations
@@ -9,11 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from spx.analysis.accuracy import summarize as summarize_accuracy
 from spx.analysis.judge import Judgement, judge
-from spx.analysis.serving import summarize as summarize_serving
-from spx.analysis.step import kernel_deltas
-from spx.analysis.step import summarize as summarize_step
 from spx.analysis.summary import point_from_result, points_with_reasons
 from spx.api import wire
 from spx.api.accuracy import AccuracyStatus
@@ -26,23 +23,27 @@ from spx.controller.decide.decision import Action, DeleteJobs, Event, Observed, 
 from spx.controller.decide.objects import meta as _meta
 from spx.controller.decide.observation import Observation
 from spx.controller.decide.pod_exit import termination_message
-from spx.controller.decide.results import Collected, Measurement, collect, measurement, step_status, vllm_statuses
+from spx.controller.decide.results import Collected, Measurement, collect, measurement
 from spx.controller.manifests.naming import result_configmap_name
 from spx.controller.manifests.result_configmap import build_result_configmap
 from spx.vocabulary import CompletedReason, FailureReason
 
 
-def judge_collected(spec: ExperimentSpec, meas: Any, serving: ServingStatus | None, accuracy: AccuracyStatus | None,
-                    step: StepStatus | None = None) -> Judgement:
-    """Result → status kernel section + verdict: :func:`spx.analysis.judge.judge`, the one judgement
-    ``spx run`` and ``spx report`` use too (partial runs capped the same way everywhere).
-
-    ``meas`` is the :class:`~spx.controller.decide.results.Measurement` read from the pod (it carries what a
-    ``ResultSummary`` does). The operator always asked for the vLLM sections its spec names, so a missing
-    one is undecided (``require_vllm``), never a silent pass. ``step`` (``status.step``) decides where the
-    kernel's GPU-bound and host-bound regimes disagree (:func:`spx.analysis.decide.step_decision`). Never
-    raises: an unusable result is a ``Judgement`` with ``verdict None`` and reason ``BenchmarkFailed``.
-    """
+def judge_collected(spec: ExperimentSpec, meas: Any, collected: Collected) -> Judgement:
+    """The one judgement of a run (:func:`spx.analysis.judge.judge`, which ``spx run`` and ``spx report`` call too):
+    the kernel measurement read from the pod (``meas``, what a ``ResultSummary`` carries; ``None``: none) with the
+    log's bench documents (the serving, GSM8K and step results, summarised there once: the step against the
+    kernel points' Δg and Δh), else the pod's bounded statuses. The operator always asked for the vLLM sections
+    its spec names, so a missing one is undecided (``require_vllm``), never a silent pass. Never raises: an
+    unusable result is a ``Judgement`` with ``verdict None`` and reason ``BenchmarkFailed``."""
+    summary = collected.summary
+    serving = collected.serving_result or (summary.serving if summary is not None else None)
+    accuracy = collected.accuracy_result or (summary.accuracy if summary is not None else None)
+    step = collected.step_result or (summary.step if summary is not None else None)
+    if spec.serving is None:
+        serving = accuracy = step = None
+    elif spec.serving.step is None:
+        step = None
     return judge(meas, spec, serving=serving, accuracy=accuracy, step=step, require_vllm=True)
 
 
@@ -65,9 +66,10 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
     gen = o.generation
     collected, message, log = _collected(o, obs)
     pod_name = str(_meta(obs.pod).get("name")) if obs.pod is not None else None
-    meas, serving, accuracy = _measure(spec, obs, collected)
-    step = _step(spec, obs, collected, meas, serving, accuracy)
-    judgement = _judgement(spec, obs, collected, meas, serving, accuracy, step)
+    meas = _measure(spec, obs, collected)
+    judged = _judge_once(spec, collected, meas)
+    serving, accuracy, step = judged.serving, judged.accuracy, judged.step
+    judgement = _judgement(obs, collected, meas, judged)
     configmap = build_result_configmap(
         o.name, o.namespace, o.uid, gen,
         result=collected.result.to_wire() if collected.result is not None else None,
@@ -92,69 +94,46 @@ def finish(o: Observed, spec: ExperimentSpec, status: ExperimentStatus, job: Map
     reason, completed_reason, msg = _failure(obs, collected, meas, (serving, accuracy, step),
                                              obs.completed_reason, pod_name)
     msg += f"; {refused}" if refused else ""
-    new = cond.with_kernel(status, _partial_kernel(spec, collected, meas, serving, accuracy, step), None, [])
+    new = cond.with_kernel(status, _partial_kernel(collected, meas, judged), None, [])
     new = cond.apply_transition(new, cond.failed(reason, msg, completed_reason, obs.message,
                                                  scheduled=cond.ran_on(obs.node)), nows, gen)
     return Plan(reason, new.model_copy(update=update), (("Warning", reason, msg),),
                     before=store, after=after, slot_freed=True, observed_duration=True)
 
 
-def _measure(spec: ExperimentSpec, obs: Observation, collected: Collected,
-             ) -> tuple[Measurement | None, ServingStatus | None, AccuracyStatus | None]:
-    """(the kernel measurement or None, the serving and accuracy statuses) read from ``collected``; what
-    cannot be read goes into ``collected.problems``."""
+def _measure(spec: ExperimentSpec, obs: Observation, collected: Collected) -> Measurement | None:
+    """The kernel measurement or None; what cannot be read, and a bench a succeeded run left no result of, goes
+    into ``collected.problems``."""
     try:
         meas: Measurement | None = measurement(collected, points_with_reasons)  # (why refinement added a count)
     except Exception as err:  # any result the analysis cannot use ends BenchmarkFailed, never a retry loop
         collected.problems.append(f"could not convert the result's points: {type(err).__name__}: {err}")
         meas = None
-    allow_cpu = spec.gate.allow_cpu_timings  # as spx run and spx serving summarise it: one rule for a CPU A/B
-    serving, accuracy = (vllm_statuses(collected, lambda r: summarize_serving(r, allow_cpu_timings=allow_cpu),
-                                       summarize_accuracy) if spec.serving is not None else (None, None))
+    summary = collected.summary
     if spec.serving is not None and obs.state == "succeeded":
-        if serving is None and spec.serving.points:
+        if collected.serving_result is None and (summary is None or summary.serving is None) and spec.serving.points:
             collected.problems.append("the serving A/B left no result (no serving line in the log, none in the summary)")
-        if accuracy is None and spec.accuracy is not None:
+        if collected.accuracy_result is None and (summary is None or summary.accuracy is None) and spec.accuracy:
             collected.problems.append("GSM8K left no result (no accuracy line in the log, none in the summary)")
-    return meas, serving, accuracy
+        if spec.serving.step is not None and collected.step_result is None and (summary is None or summary.step is None):
+            collected.problems.append("the step A/B left no result (no step line in the log, none in the summary)")
+    return meas
 
 
-def _step(spec: ExperimentSpec, obs: Observation, collected: Collected, meas: Measurement | None,
-          serving: ServingStatus | None, accuracy: AccuracyStatus | None) -> StepStatus | None:
-    """``status.step`` (:func:`~spx.controller.decide.results.step_status`): the log's step document summarised
-    with the kernel's Δg and Δh (the kernel section judged without the step: the step does not change the
-    points), else the pod's bounded status; a succeeded run of a spec with ``serving.step`` that left neither
-    is a problem."""
-    if spec.serving is None or spec.serving.step is None:
-        return None
-    kernel = None
-    if collected.step_result is not None and meas is not None and meas.points:
-        try:
-            kernel = judge_collected(spec, meas, serving, accuracy).kernel
-        except Exception as err:  # the step is still summarised, its regimes undetermined
-            collected.problems.append(f"the step A/B's regimes: the kernel's Δg/Δh could not be read: "
-                                      f"{type(err).__name__}: {err}")
+def _judge_once(spec: ExperimentSpec, collected: Collected, meas: Measurement | None) -> Judgement:
+    """:func:`judge_collected`, a failure of the analysis named in ``collected.problems`` (never a retry loop)."""
     try:
-        step = step_status(collected, kernel, summarize_step, kernel_deltas)
-    except Exception as err:  # a document the analysis cannot use: named, never a retry loop
-        collected.problems.append(f"the step A/B's result could not be summarised: {type(err).__name__}: {err}")
-        step = collected.summary.step if collected.summary is not None else None
-    if step is None and obs.state == "succeeded":
-        collected.problems.append("the step A/B left no result (no step line in the log, none in the summary)")
-    return step
-
-
-def _judgement(spec: ExperimentSpec, obs: Observation, collected: Collected, meas: Measurement | None,
-               serving: ServingStatus | None, accuracy: AccuracyStatus | None,
-               step: StepStatus | None) -> Judgement | None:
-    """The analysis' judgement of a run that succeeded with every point, None when there is no verdict
-    (the reason in ``collected.problems``)."""
-    if not (obs.state == "succeeded" and meas is not None and meas.complete and meas.points):
-        return None
-    try:
-        judged = judge_collected(spec, meas, serving, accuracy, step)
-    except Exception as err:  # a result the analysis cannot use: decided, not retried forever
+        return judge_collected(spec, meas, collected)
+    except Exception as err:  # a result or document the analysis cannot use: decided, not retried forever
         collected.problems.append(f"the analysis could not use the result: {type(err).__name__}: {err}")
+        return Judgement(kernel=None, verdict=None, reason="BenchmarkFailed", reasons=[str(err)[:500]],
+                         message=f"benchmark failed: {str(err)[:500]}")
+
+
+def _judgement(obs: Observation, collected: Collected, meas: Measurement | None, judged: Judgement) -> Judgement | None:
+    """The judgement of a run that succeeded with every point, None when there is no verdict (the reason in
+    ``collected.problems``)."""
+    if not (obs.state == "succeeded" and meas is not None and meas.complete and meas.points):
         return None
     if judged.verdict is None:
         collected.problems.append(f"the analysis could not use the result: {judged.message}")
@@ -169,26 +148,21 @@ def _verdict(status: ExperimentStatus, judgement: Judgement, obs: Observation, u
     new = cond.with_kernel(status, judgement.kernel, judgement.verdict, judgement.reasons)
     new = cond.apply_transition(new, cond.decided(judgement.verdict, judgement.reasons, "JobSucceeded", obs.message,
                                             cond.ran_on(obs.node)), nows, gen)
-    update.update(serving=judgement.serving, accuracy=judgement.accuracy)  # (status.step: as given, bounded)
+    update.update(serving=judgement.serving, accuracy=judgement.accuracy, judgement=judgement.summary)
     event: Event = ("Normal" if judgement.verdict == "Pass" else "Warning", f"Verdict{judgement.verdict}",
                     new.message or "")
     events = (event, ("Warning", "ResultNotStored", refused)) if refused else (event,)
     return new.model_copy(update=update), events
 
 
-def _partial_kernel(spec: ExperimentSpec, collected: Collected, meas: Measurement | None, serving: ServingStatus | None,
-                    accuracy: AccuracyStatus | None, step: StepStatus | None) -> KernelStatus | None:
-    """What the points of a run without a verdict support, capped as ``spx run`` caps it; the points the
-    bench printed before it died; else None."""
+def _partial_kernel(collected: Collected, meas: Measurement | None, judged: Judgement) -> KernelStatus | None:
+    """What the points of a run without a verdict support, capped as ``spx run`` caps it (the one judgement's
+    kernel section); the points the bench printed before it died; else None."""
     if meas is not None and meas.points:
-        try:
-            kernel = judge_collected(spec, meas, serving, accuracy, step).kernel
-        except Exception:
-            kernel = None
-        if kernel is None:
-            kernel = KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
-                                  gemm_backend=meas.gemm_backend, timer=meas.timer)
-        return kernel
+        if judged.kernel is not None:
+            return judged.kernel
+        return KernelStatus(points=meas.points, gather_source=meas.gather_source,  # type: ignore[arg-type]
+                            gemm_backend=meas.gemm_backend, timer=meas.timer)
     if collected.partial_points:  # the points the bench printed before it died: kept
         return printed_points(collected)
     return None
