@@ -99,6 +99,29 @@ def test_kill_9_of_spx_run_ends_its_ranks(tmp_path: Path) -> None:
         for pid in [proc.pid, *ranks]:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+    _after_a_kill(spec, out)
+
+
+def _after_a_kill(spec: Path, out: Path) -> None:
+    """What the killed run left (issue 37): ``spx report`` counts its points of the 8 it planned (it said "4 of
+    4"), ``spx gate`` the same number; a ``logs/dmesg.txt`` saved afterwards is refused by ``--overwrite`` by name
+    (the killed run's manifest claimed ``logs/`` whole and it was deleted, exit 0), and is still there."""
+    manifest = json.loads((out / ".spx-manifest.json").read_text())
+    assert manifest["complete"] is False and manifest["plannedTokens"] == [8, 32, 64, 128, 256, 512, 1024, 2048]
+    assert "dirs" not in manifest and "logs/rank0.stderr.log" in manifest["files"], manifest
+    from spx.rundir import parse_points
+
+    n = len(parse_points((out / "points.partial.jsonl").read_bytes())[0])  # (a line cut by the kill is no point)
+    report = subprocess.run([SPX, "report", str(out), "--no-plot"], capture_output=True, text=True, env=_env(),
+                            timeout=120)
+    assert report.returncode == EXIT_OK and f"{n} of 8 token counts" in report.stdout, report.stdout + report.stderr
+    gate = subprocess.run([SPX, "gate", str(out)], capture_output=True, text=True, env=_env(), timeout=60)
+    assert gate.returncode == EXIT_UNDECIDED and f"{n} measured point(s)" in gate.stdout and "of the 8" in gate.stdout
+    (out / "logs" / "dmesg.txt").write_text("saved while investigating\n")
+    again = subprocess.run([SPX, "run", str(spec), "--out", str(out), "--overwrite"], capture_output=True, text=True,
+                           env=_env(), timeout=120)
+    assert again.returncode == EXIT_USAGE and "logs/dmesg.txt" in again.stderr, again.stderr
+    assert (out / "logs" / "dmesg.txt").read_text() == "saved while investigating\n"
 
 
 def _fsize_limit(limit: int) -> Callable[[], None]:

@@ -203,9 +203,9 @@ def test_metadata_is_validated_like_the_api_server(meta: str, field: str) -> Non
     ("{gate: {thresholdTokens: !!str 2048}}",  # a tag, not quotes (issue 37: "unquoted" was the wrong advice)
      "spec.gate.thresholdTokens: must be a whole number (an integer count, e.g. 2048) (a string here: write it "
      "without quotes or a !!str tag) (got '2048')"),
-    ("{serving: {model: m, points: [], step: {quantile: .nan}}}",  # NaN fails every bound: "lower it to 0.5" was wrong
-     "spec.serving.step.quantile: must be a number of at most 0.5, not .nan (not a number): give one, or leave the "
-     "field out (got nan)"),
+    ("{serving: {model: m, points: [], step: {indifferenceMs: .nan}}}",  # NaN fails every bound: "lower it to …" was wrong
+     "spec.serving.step.indifferenceMs: must be a number of at most 1000.0, not .nan (not a number): give one, or "
+     "leave the field out (got nan)"),
     ("{serving: {}}",  # missing
      "spec.serving.model: required: add it (got {})"),
     ("{image: ''}",  # string_too_short

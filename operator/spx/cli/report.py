@@ -42,8 +42,8 @@ from spx.cli.report_load import (
     load_run,
     relabel_warnings,
 )
-from spx.rundir import kind_of, read_json, validated
-from spx.vocabulary import PLOT_FILE, RESULT_FILE, STATUS_FILE
+from spx.rundir import RunDirectory, kind_of, read_json, validated
+from spx.vocabulary import PLOT_FILE
 
 
 def draw_plot(
@@ -179,9 +179,9 @@ def _report_benches(status: ExperimentStatus, path: Path, output: str) -> int:
 def benches_only(target: Path) -> tuple[ExperimentStatus, Path] | None:
     """``(status, its path)`` when ``target`` is a run of the vLLM benches alone (``spx serving OUT``): a status.json
     without kernel points but with a serving, accuracy or step section, and no result.json beside it."""
-    directory = target if target.is_dir() else target.parent
-    path = target if target.is_file() else directory / STATUS_FILE
-    if not path.is_file() or (directory / RESULT_FILE).is_file() or path.name == RESULT_FILE:
+    run_dir = RunDirectory(target if target.is_dir() else target.parent)
+    path = target if target.is_file() else run_dir.status_path
+    if not path.is_file() or run_dir.result_path.is_file() or path.name == run_dir.result_path.name:
         return None
     data = read_json(path, "a run's status.json")
     if kind_of(data) != "status" or (data.get("kernel") or {}).get("points"):

@@ -24,7 +24,6 @@ from spx.cli.common import UsageError
 from spx.rundir import RunDirectory, RunDirectoryError, kind_of, parse_points, read_json, validated
 from spx.vocabulary import (
     GEMM_BACKENDS,
-    POINTS_FILE,
     RESULT_FILE,
     STATUS_FILE,
     TIMERS,
@@ -131,10 +130,11 @@ def load_run(target: Path, override: ExperimentSpec | None = None) -> LoadedRun:
     """
     if not target.exists():
         raise UsageError(f"{target} does not exist: give a run's --out directory, its result.json or status.json")
-    directory = target if target.is_dir() else target.parent
+    run_dir = RunDirectory(target if target.is_dir() else target.parent)
+    directory = run_dir.path
     is_status = target.is_file() and (target.name == STATUS_FILE or kind_of(read_json(target)) == "status")
-    result_path = target if target.is_file() and not is_status else directory / RESULT_FILE
-    status_path = target if is_status else directory / STATUS_FILE
+    result_path = target if target.is_file() and not is_status else run_dir.result_path
+    status_path = target if is_status else run_dir.status_path
     result, unreadable = _result_or_why(result_path, fall_back=target.is_dir() and status_path.is_file())
     if result is not None:
         status, why = _status_or_why(status_path) if status_path.is_file() else (None, None)
@@ -150,7 +150,7 @@ def load_run(target: Path, override: ExperimentSpec | None = None) -> LoadedRun:
         run = _run_of_status(validated(ExperimentStatus, status_path), status_path, directory)
     else:
         _refuse_empty(directory)
-        source = directory / POINTS_FILE
+        source = run_dir.points_path
         result, why = result_from_partial_points(source, override)
         run = LoadedRun(result, source, result.spec, result.environment, directory.name, directory, None, [why])
     if not run.result.points:

@@ -25,7 +25,8 @@ from typing import Any
 
 from spx.api import ExperimentSpec, KernelResult, PointResult
 from spx.files import claim
-from spx.vocabulary import LAUNCHER_LOG, LOGS_DIR, POINTS_FILE
+from spx.rundir import RunDirectory
+from spx.vocabulary import LAUNCHER_LOG, LOGS_DIR
 
 #: Loggers of the launcher whose records go to ``logs/launcher.log`` during a run.
 LAUNCHER_LOGGERS = ("torch.distributed", "torch.multiprocessing")
@@ -61,7 +62,7 @@ def _rank_main(spec_json: str, out_dir: str, experiment: str, bench: str) -> str
     die_with_parent(_parent_pid())
     run_bench = _load_bench(bench)
     spec = ExperimentSpec.model_validate_json(spec_json)
-    on_point = partial(_append_point, os.path.join(out_dir, POINTS_FILE))
+    on_point = partial(_append_point, str(RunDirectory(out_dir).points_path))
     result = run_bench(spec, experiment=experiment, on_point=on_point)
     return None if result is None else result.model_dump_json(by_alias=True)
 
