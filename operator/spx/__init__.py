@@ -1,3 +1,3 @@
 """spx — measures when splitting a tensor-parallel projection by token beats replicating it."""
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"

@@ -23,9 +23,9 @@ from typing import Any, Final
 #: Label on the CustomResourceDefinition holding :data:`SCHEMA_VERSION` (a decimal integer).
 SCHEMA_VERSION_LABEL: Final = "bench.spx.dev/schema-version"
 #: Version of the schema this operator was built for; bump with every change of the generated CRD.
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 #: :func:`fingerprint` of the CRD ``spec`` that :data:`SCHEMA_VERSION` names.
-SCHEMA_FINGERPRINT: Final = "1586090031e8b3f6"
+SCHEMA_FINGERPRINT: Final = "f0a0d77334a869da"
 
 
 def fingerprint(crd_spec: Mapping[str, Any]) -> str:

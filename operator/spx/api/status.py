@@ -289,9 +289,11 @@ class KernelMixExpectation(CamelModel):
     (``spx.analysis.kernel_mix``). Negative: the split saves."""
 
     threshold_tokens: int = Field(gt=0)
+    """The threshold T the expectation splits from (tokens)."""
     regime: KernelRegime
     """gpu-bound (Δg) or host-bound (Δh)."""
     mix: Literal["uniform", "given"] = "uniform"
+    """``uniform`` (every size up to maxNumBatchedTokens equally likely) or ``given`` (a batch mix)."""
     pad_path_share: float = Field(ge=0, le=1)
     """Share of the weighted sizes that take the pad path (M % TP != 0): 7 in 8 at TP 8, uniform."""
     delta_us: float

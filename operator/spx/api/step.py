@@ -247,20 +247,33 @@ class StepPoint(CamelModel):
     """
 
     arm: StepArm
+    """The arm measured against ``replicated``."""
     length: int = Field(gt=0)
+    """Prompt length (tokens): the step's batch size M."""
     aligned: bool
     """length % TP == 0 (off-aligned lengths take sp_shard's pad path)."""
     rounds: int = Field(ge=0)
+    """Usable rounds behind the figure."""
     effect_ms: float
+    """The statistic of the per-round paired differences, ms per step (negative: a gain)."""
     effect_low_ms: float
+    """Lower end of its interval, ms per step."""
     effect_high_ms: float
+    """Upper end of its interval, ms per step."""
     per_layer_us: float
+    """``effect_ms`` × 1000 / layers, µs per layer."""
     per_layer_low_us: float
+    """Lower end of the per-layer interval, µs."""
     per_layer_high_us: float
+    """Upper end of the per-layer interval, µs."""
     kernel_gpu_us: float | None = None
+    """The kernel sweep's Δg at this length, µs per layer (interpolated; None without a sweep)."""
     kernel_host_us: float | None = None
+    """The kernel sweep's Δh at this length, µs per layer (interpolated; None without a sweep)."""
     regime: StepRegime = "undetermined"
+    """Which kernel regime the per-layer interval matches."""
     outcome: StepOutcome = "indifferent"
+    """gain, loss or indifferent: where the interval lies against 0."""
 
 
 class StepExpectation(CamelModel):
@@ -269,18 +282,27 @@ class StepExpectation(CamelModel):
     they occur), ms per step and µs per layer, with its interval."""
 
     threshold_tokens: int = Field(gt=0)
+    """The threshold T the expectation splits from (tokens)."""
     arm: StepArm
     """split (vLLM's sp_shard) or pad-free (the proposal)."""
     mix: Literal["uniform", "given"] = "uniform"
+    """``uniform`` (every size up to max_num_batched_tokens equally likely) or ``given`` (step.batchMix)."""
     pad_path_share: float = Field(ge=0, le=1)
     """Share of the weighted batch sizes that take the pad path (M % TP != 0)."""
     effect_ms: float
+    """The expected effect, ms per step (negative: a gain)."""
     effect_low_ms: float
+    """Lower end of its interval, ms per step."""
     effect_high_ms: float
+    """Upper end of its interval, ms per step."""
     per_layer_us: float
+    """``effect_ms`` × 1000 / layers, µs per layer."""
     per_layer_low_us: float
+    """Lower end of the per-layer interval, µs."""
     per_layer_high_us: float
+    """Upper end of the per-layer interval, µs."""
     outcome: StepOutcome = "indifferent"
+    """gain, loss or indifferent: where the interval lies against 0."""
 
 
 class StepCalibration(CamelModel):
@@ -289,13 +311,19 @@ class StepCalibration(CamelModel):
     rounds), ms per step. ``passed``: the interval reaches the expected value within ±indifferenceMs."""
 
     arm: StepArm
+    """``aa`` or ``positive-control``."""
     expected_ms: float
+    """What the check must find, ms per step: 0 for the A/A, positiveControlMs for the positive control."""
     lengths: int = Field(ge=0)
     """Lengths pooled."""
     effect_ms: float
+    """The pooled effect, ms per step."""
     effect_low_ms: float
+    """Lower end of its interval, ms per step."""
     effect_high_ms: float
+    """Upper end of its interval, ms per step."""
     passed: bool
+    """The interval reaches expectedMs within ±indifferenceMs."""
 
 
 class StepStatus(CamelModel):
@@ -308,6 +336,7 @@ class StepStatus(CamelModel):
     positive_control: list[StepPoint] = Field(default_factory=list)
     """The injected effect as measured (must cover positiveControlMs)."""
     positive_control_ms: float | None = None
+    """The injected delay the positive control must recover (step.positiveControlMs), ms."""
     calibration: list[StepCalibration] = Field(default_factory=list)
     """The A/A's and the positive control's pooled checks (both must pass for the step to be usable)."""
     expectations: list[StepExpectation] = Field(default_factory=list)
@@ -323,9 +352,13 @@ class StepStatus(CamelModel):
     unusable_reasons: list[str] = Field(default_factory=list)
     """Why it may not decide, most important first."""
     complete: bool = False
+    """The rounds ended by the stopping rule or the budget, with no failure (step-result.json's complete)."""
     rounds: int = Field(default=0, ge=0)
+    """Rounds measured."""
     stopped_because: str | None = None
+    """Why the rounds stopped (the stopping rule's reason, or a failure)."""
     statistic: StepStatistic = "median"
+    """The statistic of the per-round paired differences (step.statistic)."""
     confidence: float = Field(default=0.95, gt=0, lt=1)
     """Coverage of the gated interval (the split's expectation from the gate threshold) over every look of the
     stopping rule: 1 − α."""
@@ -336,5 +369,6 @@ class StepStatus(CamelModel):
     cpu_timings: bool = False
     """The server ran on CPU: the effects prove the machinery, they say nothing about GPUs."""
     failures: list[str] = Field(default_factory=list)
+    """What failed while measuring (server, requests), named."""
     reasons: list[str] = Field(default_factory=list)
     """What the effects say, most important first."""
