@@ -95,19 +95,10 @@ def gate_decision(status: ExperimentStatus | Mapping[str, Any] | None, source: s
     observed for an older generation describes an older spec and is not a decision for this one.
     """
     cpu = _cpu_run(status)
-    if not isinstance(status, ExperimentStatus):
-        try:
-            status = decision_status(status)
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            if first["loc"][:1] == ("verdict",):  # a verdict of a wrong type or case is no verdict: unreadable
-                return GateResult(EXIT_USAGE, source, False, reason="Unreadable", message=(
-                    f"{source}: verdict {str(first.get('input'))[:80]!r} is not a verdict ({first['msg']}): the status "
-                    "is unreadable; a verdict is exactly one of Pass, Fail, Inconclusive"))
-            return GateResult(EXIT_UNDECIDED, source, False, message=(
-                f"the status is not an ExperimentStatus spx can decide on ({where}: {first['msg']}; got "
-                f"{str(first.get('input'))[:80]!r}): not a decision"))
+    parsed = _parsed(status, source)
+    if isinstance(parsed, GateResult):
+        return parsed
+    status = parsed
     phase = status.phase
     decided_cond = next((c for c in status.conditions if c.type == "Decided"), None)
     verdict = status.verdict
@@ -141,23 +132,51 @@ def gate_decision(status: ExperimentStatus | Mapping[str, Any] | None, source: s
         return GateResult(EXIT_UNDECIDED, source, False, None, phase, reason,
                           f"Decided is True but the phase is {phase!r}, not {one_of(TERMINAL_PHASES)}: not decided yet")
     if reason in EXIT_BY_VERDICT:
-        msg = "; ".join(reasons) or decided_cond.message or ""
-        if verdict is not None and verdict != reason:
-            if reason == "Pass":  # fail closed: a Pass needs the verdict field to say Pass too
-                code = EXIT_BY_VERDICT[verdict]
-                return GateResult(code, source, code != EXIT_UNDECIDED, verdict if code != EXIT_UNDECIDED else None,
-                                  phase, reason, f"the Decided reason is 'Pass' but the verdict field says {verdict!r}: "
-                                  "a Pass needs both, so the status is not a Pass; " + msg, reasons)
-            msg = f"the verdict field says {verdict!r} but the Decided reason is {reason!r}: the reason decides; " + msg
-        if reason == "Pass" and cpu[0] and not cpu[1]:
-            return GateResult(EXIT_UNDECIDED, source, False, None, phase, reason, (
-                "a CPU smoke run's Pass is not trusted without gate.allowCpuTimings (status.judgement.cpuTimingsAllowed "
-                "is not true): CPU timings say nothing about GPUs; " + msg), reasons)
-        return GateResult(EXIT_BY_VERDICT[reason], source, True, reason, phase, reason, msg, reasons)
+        return _verdict_decision(status, reason, decided_cond.message, source, cpu)
     msg = decided_cond.message or status.message or ""
     if verdict is not None:
         msg = f"decided {reason} without a verdict (a verdict field {verdict!r} is not trusted): " + msg
     return GateResult(EXIT_UNDECIDED, source, True, None, phase, reason, msg, reasons)
+
+
+def _parsed(status: ExperimentStatus | Mapping[str, Any] | None, source: str) -> ExperimentStatus | GateResult:
+    """``status`` as the model (a mapping through :func:`decision_status`), or the :class:`GateResult` of a mapping the
+    model refuses: unreadable (exit 3) for a verdict of a wrong type or case, else not a decision (exit 2)."""
+    if isinstance(status, ExperimentStatus):
+        return status
+    try:
+        return decision_status(status)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        if first["loc"][:1] == ("verdict",):  # a verdict of a wrong type or case is no verdict: unreadable
+            return GateResult(EXIT_USAGE, source, False, reason="Unreadable", message=(
+                f"{source}: verdict {str(first.get('input'))[:80]!r} is not a verdict ({first['msg']}): the status "
+                "is unreadable; a verdict is exactly one of Pass, Fail, Inconclusive"))
+        return GateResult(EXIT_UNDECIDED, source, False, message=(
+            f"the status is not an ExperimentStatus spx can decide on ({where}: {first['msg']}; got "
+            f"{str(first.get('input'))[:80]!r}): not a decision"))
+
+
+def _verdict_decision(status: ExperimentStatus, reason: Verdict, cond_message: str | None, source: str,
+                      cpu: tuple[bool, bool]) -> GateResult:
+    """The decision of a terminal status whose ``Decided`` reason is a verdict (``reason``): the reason decides; a
+    Pass needs the verdict field to say Pass too (fail closed), and a CPU smoke run's Pass needs its CPU timings
+    allowed (``cpu``: :func:`_cpu_run`), else exit 2."""
+    phase, verdict, reasons = status.phase, status.verdict, list(status.verdict_reasons)
+    msg = "; ".join(reasons) or cond_message or ""
+    if verdict is not None and verdict != reason:
+        if reason == "Pass":  # fail closed: a Pass needs the verdict field to say Pass too
+            code = EXIT_BY_VERDICT[verdict]
+            return GateResult(code, source, code != EXIT_UNDECIDED, verdict if code != EXIT_UNDECIDED else None,
+                              phase, reason, f"the Decided reason is 'Pass' but the verdict field says {verdict!r}: "
+                              "a Pass needs both, so the status is not a Pass; " + msg, reasons)
+        msg = f"the verdict field says {verdict!r} but the Decided reason is {reason!r}: the reason decides; " + msg
+    if reason == "Pass" and cpu[0] and not cpu[1]:
+        return GateResult(EXIT_UNDECIDED, source, False, None, phase, reason, (
+            "a CPU smoke run's Pass is not trusted without gate.allowCpuTimings (status.judgement.cpuTimingsAllowed "
+            "is not true): CPU timings say nothing about GPUs; " + msg), reasons)
+    return GateResult(EXIT_BY_VERDICT[reason], source, True, reason, phase, reason, msg, reasons)
 
 
 def _cpu_run(status: ExperimentStatus | Mapping[str, Any] | None) -> tuple[bool, bool]:

@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from spx.api.accuracy import AccuracySpec
 from spx.api.base import CamelModel
+from spx.api.deployment import deployment_problems
 from spx.api.gate import GateSpec
 from spx.api.k8s_patterns import DNS_LABEL, DNS_SUBDOMAIN, LABEL_VALUE, LabelKey
 from spx.api.kernel import KernelSpec
@@ -99,9 +100,7 @@ class ExperimentSpec(CamelModel):
                     f"pod.volumes {clash[:4]} overlap serving.modelMountPath {self.serving.model_mount_path}, where "
                     "serving.modelPvc is mounted; mount them elsewhere"
                 )
-        from spx.api.deployment import deployment_problems
-
-        if problems := deployment_problems(self):  # (issue #35: what the deployment's servers cannot measure)
+        if problems := deployment_problems(self.gate, self.serving, self.accuracy is not None):  # (issue #35: what the deployment's servers cannot measure)
             raise ValueError("; ".join(problems))
         if self.serving is not None and self.serving.step is not None:
             self._step_thresholds_above_tp(self.serving, self.serving.step)
