@@ -72,12 +72,15 @@ InfraReason = Literal[
 ]
 #: Reasons of ``Completed`` True when the bench itself failed: ``Decided`` is ``BenchmarkFailed``.
 BenchReason = Literal["BenchmarkCrashed", "OOMKilled", "InvalidInput"]
-#: Every reason of ``Completed`` True: the bench pod succeeded, never ran, or why it ended (the producers,
-#: ``spx.controller.decide``, are typed with it, so ``mypy`` refuses a reason spelt otherwise).
-CompletedReason = Literal[InfraReason, BenchReason, "JobSucceeded", "NotRun"]
+#: Every reason of ``Completed`` True: the bench pod succeeded, never ran, or why it ended; ``BenchmarkCompleted``
+#: is a run's outside Kubernetes (``spx run``'s status.json) whose bench finished with a verdict. The producers
+#: (``spx.controller.decide``, ``spx.analysis.judge.local_status``) are typed with it, so ``mypy`` refuses a
+#: reason spelt otherwise.
+CompletedReason = Literal[InfraReason, BenchReason, "JobSucceeded", "BenchmarkCompleted", "NotRun"]
 INFRA_REASONS: Final[tuple[InfraReason, ...]] = get_args(InfraReason)
 BENCH_REASONS: Final[tuple[BenchReason, ...]] = get_args(BenchReason)
-COMPLETED_REASONS: Final[tuple[CompletedReason, ...]] = INFRA_REASONS + BENCH_REASONS + ("JobSucceeded", "NotRun")
+COMPLETED_REASONS: Final[tuple[CompletedReason, ...]] = INFRA_REASONS + BENCH_REASONS + ("JobSucceeded",
+                                                                                         "BenchmarkCompleted", "NotRun")
 #: What each ``Completed`` reason means (``docs/operator.md`` lists them).
 COMPLETED_REASON_MEANINGS: Final[Mapping[CompletedReason, str]] = {
     "NotAdmitted": "Kueue never admitted the Job within spec.scheduling.admissionTimeoutSeconds",
@@ -104,6 +107,7 @@ COMPLETED_REASON_MEANINGS: Final[Mapping[CompletedReason, str]] = {
     "OOMKilled": "the bench container ran out of memory",
     "InvalidInput": "the bench refused its input (exit 3, or 2 of older images)",
     "JobSucceeded": "the bench pod succeeded",
+    "BenchmarkCompleted": "spx run (outside Kubernetes): the bench finished and its result was judged",
     "NotRun": "the run was not started (an invalid spec, or the operator's policy refused it)",
 }
 
@@ -162,6 +166,29 @@ MEASURED_CANDIDATES: Final[tuple[MeasuredCandidate, ...]] = get_args(MeasuredCan
 #: The stage bench's candidates (``spx.api.stage``): also ``split-all``, the two light GEMMs split as well.
 StageCandidate = Literal[Candidate, "split-all"]
 STAGE_CANDIDATES: Final[tuple[StageCandidate, ...]] = get_args(StageCandidate)
+
+# --- the step A/B (spx.api.step's StepSpec / StepResult / StepStatus; docs/serving.md) ---------------------
+
+#: What one request measures, switched per request inside the server: ``replicated`` (never split: the
+#: reference), ``split`` (vLLM's ``sp_shard`` + all-gather), ``pad-free`` (the pad-free shard spx proposes:
+#: each rank a view of its rows, only the last rank pads its own short shard), ``aa`` (a second no-split
+#: switch value: its effect against ``replicated`` must cover 0), ``positive-control`` (no split + an
+#: injected delay of known size: its effect must cover that size).
+StepArm = Literal[MeasuredCandidate, "aa", "positive-control"]
+STEP_ARMS: Final[tuple[StepArm, ...]] = get_args(StepArm)
+#: Which kernel regime the measured step effect matches (``spx.analysis.regimes``): ``gpu-bound`` (near Δg),
+#: ``host-bound`` (near Δh), ``between`` (at the pivot: neither), ``undetermined`` (the interval covers both,
+#: or no kernel Δ to compare with).
+StepRegime = Literal[KernelRegime, "between", "undetermined"]
+STEP_REGIMES: Final[tuple[StepRegime, ...]] = get_args(StepRegime)
+#: What the effect's interval says: ``gain`` (entirely below 0: the split shortens the step), ``loss``
+#: (entirely above 0), ``indifferent`` (it straddles 0: within the noise).
+StepOutcome = Literal["gain", "loss", "indifferent"]
+STEP_OUTCOMES: Final[tuple[StepOutcome, ...]] = get_args(StepOutcome)
+#: The statistic of a length's per-round paired differences: ``median`` (robust to a shared host's
+#: interference, which slows one request of a pair) or ``mean``.
+StepStatistic = Literal["median", "mean"]
+STEP_STATISTICS: Final[tuple[StepStatistic, ...]] = get_args(StepStatistic)
 
 # --- kernel microbenchmark backends ----------------------------------------------------------------
 

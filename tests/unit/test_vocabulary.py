@@ -14,6 +14,7 @@ import pytest
 
 from spx import vocabulary
 from spx.api import conditions
+from spx.api import step as api_step
 from spx.api.crd import build_crd
 from spx.api.kernel import KernelSpec
 from spx.api.projection import ProjectionSpec
@@ -45,7 +46,8 @@ def test_the_tuples_are_the_literal_types_values() -> None:
     assert VERDICTS == ("Pass", "Fail", "Inconclusive")
     # reasons may be added (the GitOps checks fail closed on a new one), never removed: pipelines wait on these
     assert DECIDED_REASONS[:3] == VERDICTS and {"InvalidSpec", "BenchmarkFailed", "InfraFailed"} <= set(DECIDED_REASONS)
-    assert vocabulary.COMPLETED_REASONS == vocabulary.INFRA_REASONS + vocabulary.BENCH_REASONS + ("JobSucceeded", "NotRun")
+    assert vocabulary.COMPLETED_REASONS == vocabulary.INFRA_REASONS + vocabulary.BENCH_REASONS + (
+        "JobSucceeded", "BenchmarkCompleted", "NotRun")
     assert set(vocabulary.COMPLETED_REASON_MEANINGS) == set(vocabulary.COMPLETED_REASONS)
     assert get_args(vocabulary.ConditionType) == vocabulary.CONDITION_TYPES
     assert PHASES == ("Pending", "Queued", "Running", "Analyzing", "Succeeded", "Failed")
@@ -55,6 +57,12 @@ def test_the_tuples_are_the_literal_types_values() -> None:
     assert GATHER_BACKENDS == ("auto", "nccl", "gloo", "vllm", "modelled")
     assert get_args(vocabulary.DecidedReason) == DECIDED_REASONS and get_args(vocabulary.Phase) == PHASES
     assert set(GEMM_BACKEND_MEANINGS) == set(GEMM_BACKENDS) and set(GATHER_BACKEND_MEANINGS) == set(GATHER_BACKENDS)
+    # the step A/B's vocabularies (spx.api.step re-exports them; its models' fields are typed with them)
+    assert vocabulary.STEP_ARMS == vocabulary.MEASURED_CANDIDATES + ("aa", "positive-control")
+    assert vocabulary.STEP_REGIMES == vocabulary.KERNEL_REGIMES + ("between", "undetermined")
+    assert vocabulary.STEP_OUTCOMES == ("gain", "loss", "indifferent") and vocabulary.STEP_STATISTICS == ("median", "mean")
+    for name in ("StepArm", "StepRegime", "StepOutcome", "StepStatistic"):
+        assert getattr(api_step, name) is getattr(vocabulary, name), name
 
 
 def test_the_models_accept_exactly_the_vocabulary() -> None:

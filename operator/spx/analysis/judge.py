@@ -58,6 +58,7 @@ from spx.api.status import (
     Verdict,
 )
 from spx.api.step import StepResult, StepStatus
+from spx.vocabulary import CompletedReason
 
 #: ``judgement.stopped`` of the status ``spx run --serving`` writes while its vLLM benches run: a run killed then
 #: (SIGTERM, SIGKILL) leaves no kernel-only verdict behind (issue #35).
@@ -376,8 +377,9 @@ def local_status(
     """
     ok = judgement.verdict is not None
     prefix = f"{note}. " if note else ""
+    done: CompletedReason = "BenchmarkCompleted"
     completed = (
-        _condition("Completed", "True", "BenchmarkCompleted", completed_summary or "benchmark completed", now)
+        _condition("Completed", "True", done, completed_summary or "benchmark completed", now)
         if ok else _condition("Completed", "False", "BenchmarkFailed", judgement.reasons[0], now)
     )
     decided = _condition("Decided", "True", judgement.reason, judgement.reasons[0] if judgement.reasons

@@ -35,24 +35,13 @@ from pydantic import Field, field_validator
 
 from spx.api.base import CamelModel
 
-STEP_RESULT_SCHEMA_VERSION: Final = "spx.dev/step-result/v2"
+# The step A/B's vocabularies are spx.vocabulary's (guarded by tests/unit/test_vocabulary.py), re-exported here.
+from spx.vocabulary import StepArm as StepArm
+from spx.vocabulary import StepOutcome as StepOutcome
+from spx.vocabulary import StepRegime as StepRegime
+from spx.vocabulary import StepStatistic as StepStatistic
 
-#: What one request measures, switched per request inside the server: ``replicated`` (never split: the
-#: reference), ``split`` (vLLM's ``sp_shard`` + all-gather), ``pad-free`` (the pad-free shard spx proposes:
-#: each rank a view of its rows, only the last rank pads its own short shard), ``aa`` (a second no-split
-#: switch value: its effect against ``replicated`` must cover 0), ``positive-control`` (no split + an
-#: injected delay of known size: its effect must cover that size).
-StepArm = Literal["replicated", "split", "pad-free", "aa", "positive-control"]
-#: Which kernel regime the measured step effect matches (``spx.analysis.step``): ``gpu-bound`` (near Δg),
-#: ``host-bound`` (near Δh), ``between`` (at the pivot: neither), ``undetermined`` (the interval covers both,
-#: or no kernel Δ to compare with).
-StepRegime = Literal["gpu-bound", "host-bound", "between", "undetermined"]
-#: What the effect's interval says: ``gain`` (entirely below 0: the split shortens the step), ``loss``
-#: (entirely above 0), ``indifferent`` (it straddles 0: within the noise).
-StepOutcome = Literal["gain", "loss", "indifferent"]
-#: The statistic of a length's per-round paired differences: ``median`` (robust to a shared host's
-#: interference, which slows one request of a pair) or ``mean``.
-StepStatistic = Literal["median", "mean"]
+STEP_RESULT_SCHEMA_VERSION: Final = "spx.dev/step-result/v2"
 
 
 class BatchMixBucket(CamelModel):
