@@ -113,13 +113,13 @@ def _after_a_kill(spec: Path, out: Path) -> None:
 
     n = len(parse_points((out / "points.partial.jsonl").read_bytes())[0])  # (a line cut by the kill is no point)
     report = subprocess.run([SPX, "report", str(out), "--no-plot"], capture_output=True, text=True, env=_env(),
-                            timeout=120)
+                            timeout=600)
     assert report.returncode == EXIT_OK and f"{n} of 8 token counts" in report.stdout, report.stdout + report.stderr
-    gate = subprocess.run([SPX, "gate", str(out)], capture_output=True, text=True, env=_env(), timeout=60)
+    gate = subprocess.run([SPX, "gate", str(out)], capture_output=True, text=True, env=_env(), timeout=600)
     assert gate.returncode == EXIT_UNDECIDED and f"{n} measured point(s)" in gate.stdout and "of the 8" in gate.stdout
     (out / "logs" / "dmesg.txt").write_text("saved while investigating\n")
     again = subprocess.run([SPX, "run", str(spec), "--out", str(out), "--overwrite"], capture_output=True, text=True,
-                           env=_env(), timeout=120)
+                           env=_env(), timeout=600)
     assert again.returncode == EXIT_USAGE and "logs/dmesg.txt" in again.stderr, again.stderr
     assert (out / "logs" / "dmesg.txt").read_text() == "saved while investigating\n"
 

@@ -149,7 +149,7 @@ def test_crd_schema_is_structural():
     assert status["kernel"]["properties"]["points"]["items"]["properties"]["speedup"]["type"] == "number"
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Phase", "GPU", "Crossover", "Threshold", "Verdict", "Reason", "Age"
+        "Phase", "GPU", "Crossover", "Threshold", "Verdict", "Decided-By", "Reason", "Age"
     ]
     tokens = schema["properties"]["spec"]["properties"]["sweep"]["properties"]["tokens"]
     assert tokens["items"]["minimum"] == 0 and tokens["items"]["exclusiveMinimum"] is True

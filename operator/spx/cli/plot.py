@@ -71,10 +71,10 @@ def plot_crossover(
     (:func:`plot_format`: ``.png``, ``.svg``, ``.pdf``…), written whole or not at all (:func:`spx.files.write_atomic`).
 
     Replicated and split latency (median GPU span, µs; a CPU smoke run's, ``cpu``, are host wall times and the
-    legend says so) vs tokens on log-log axes; the split's all-gather
-    alone as a dotted line when known; vertical lines at the interpolated break-even, the recommended
-    threshold, the gate's threshold, vLLM's CUDA-graph capture limit (points above it ran eagerly) and, where
-    the host issue times differ, the host-bound regime's break-even. When the points carry their differences
+    legend says so) vs tokens on log-log axes; the split's all-gather alone as a dotted line when known;
+    vertical lines at the interpolated break-even, the recommended threshold, the gate's threshold, vLLM's
+    CUDA-graph capture limit (points above it ran eagerly) and, where the host issue times differ, the
+    host-bound regime's break-even. When the points carry their differences
     (``gpuDeltaUs``, ``hostDeltaUs``), a panel shows Δg and Δh (split − replicated, µs per layer, with their
     95 % intervals) around 0: what the step moves by when the GPU, or the host, is the bottleneck
     (docs/kernel-benchmark.md, "Regimes"). When the points carry speed-up intervals (``speedupLow/High``), a
@@ -97,16 +97,9 @@ def plot_crossover(
 
     pts = sorted(kernel.points, key=lambda p: p.tokens)
     tokens = [p.tokens for p in pts]
-    intervals = any(p.speedup_low is not None for p in pts)
-    deltas = any(p.gpu_delta_us is not None for p in pts)
     curves = step_curves(step)
-    panels = 1 + intervals + deltas + bool(curves)
-    fig, axes = plt.subplots(panels, 1, figsize=(10, 4 + 2.5 * (panels - 1)), dpi=120, sharex=True,
-                             height_ratios=[3, *([2] * (panels - 1))], squeeze=False)
-    ax = axes[0][0]
-    ax_delta = axes[1][0] if deltas else None
-    ax_step = axes[1 + deltas][0] if curves else None
-    ax2 = axes[-1][0] if intervals else None
+    fig, axes = _figure(plt, pts, curves)
+    ax, ax_delta, ax_step, ax2 = axes
     try:
         _times_panel(ax, kernel, pts, "CPU wall time" if cpu else "GPU span")
         _marks(ax, [a for a in (ax_delta, ax_step, ax2) if a is not None], kernel, pts, gate_threshold_tokens)
@@ -116,16 +109,27 @@ def plot_crossover(
             _step_panel(ax_step, curves)
         if ax2 is not None:
             _speedup_panel(ax2, pts)
-        _label(ax, axes[-1][0], tokens, title)
+        _label(ax, next(a for a in (ax2, ax_step, ax_delta, ax) if a is not None), tokens, title)  # the bottom panel
         fig.tight_layout()
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        (out := Path(path)).parent.mkdir(parents=True, exist_ok=True)
         image = io.BytesIO()
         fig.savefig(image, format=plot_format(out))
         write_atomic(out, image.getvalue())
     finally:
         plt.close(fig)
     return out
+
+
+def _figure(plt: Any, pts: list[KernelPoint], curves: Any) -> tuple[Any, tuple[Any, Any | None, Any | None, Any | None]]:
+    """The figure and its panels, top to bottom: times, then Δg/Δh (points with deltas), the step curve (with
+    ``curves``), the speedup (points with intervals); a panel not drawn is None."""
+    intervals = any(p.speedup_low is not None for p in pts)
+    deltas = any(p.gpu_delta_us is not None for p in pts)
+    panels = 1 + intervals + deltas + bool(curves)
+    fig, axes = plt.subplots(panels, 1, figsize=(10, 4 + 2.5 * (panels - 1)), dpi=120, sharex=True,
+                             height_ratios=[3, *([2] * (panels - 1))], squeeze=False)
+    return fig, (axes[0][0], axes[1][0] if deltas else None, axes[1 + deltas][0] if curves else None,
+                 axes[-1][0] if intervals else None)
 
 
 def _label(ax: Any, bottom: Any, tokens: list[int], title: str) -> None:

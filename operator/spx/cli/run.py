@@ -170,21 +170,7 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
     if args.nproc is not None and args.nproc > tp:
         err_console().print(f"note: --nproc {args.nproc} capped at tensorParallelSize {tp}", highlight=False, markup=False)
 
-    on_point: Callable[[PointResult], None] | None = None
-    on_documents: Callable[[ServingResult | None, AccuracyResult | None], None] | None = None
-    on_step: Callable[[StepResult], None] | None = None
-    if args.jsonl:
-        def on_point(p: PointResult) -> None:
-            wire.write_line(stdout, "point", dump_model(p))
-
-        def on_documents(serving: ServingResult | None, accuracy: AccuracyResult | None) -> None:
-            if serving is not None:
-                wire.write_line(stdout, "serving", dump_model(serving))
-            if accuracy is not None:
-                wire.write_line(stdout, "accuracy", dump_model(accuracy))
-
-        def on_step(step: StepResult) -> None:
-            wire.write_line(stdout, "step", dump_model(step))
+    on_point, on_documents, on_step = _jsonl_hooks(stdout) if args.jsonl else (None, None, None)
 
     def summary_error(path: str, exc: OSError) -> None:
         err_console().print(f"[yellow]summary not written to {escape(path)}:[/] {escape(str(exc))}")
@@ -215,8 +201,32 @@ def _run_locked(args: argparse.Namespace, spec: ExperimentSpec, name: str, out: 
                           markup=False)
         _report_failure(outcome, spec)
         return EXIT_INTERRUPTED if outcome.interrupted else EXIT_FAIL
-    if not outcome.vllm_ran:
-        return EXIT_OK
+    return _vllm_report(outcome, out, console) if outcome.vllm_ran else EXIT_OK
+
+
+def _jsonl_hooks(stdout: TextIO) -> tuple[Callable[[PointResult], None],
+                                          Callable[[ServingResult | None, AccuracyResult | None], None],
+                                          Callable[[StepResult], None]]:
+    """``--jsonl``'s hooks: each point, serving/accuracy document and step document as one line on ``stdout``."""
+
+    def on_point(p: PointResult) -> None:
+        wire.write_line(stdout, "point", dump_model(p))
+
+    def on_documents(serving: ServingResult | None, accuracy: AccuracyResult | None) -> None:
+        if serving is not None:
+            wire.write_line(stdout, "serving", dump_model(serving))
+        if accuracy is not None:
+            wire.write_line(stdout, "accuracy", dump_model(accuracy))
+
+    def on_step(step: StepResult) -> None:
+        wire.write_line(stdout, "step", dump_model(step))
+
+    return on_point, on_documents, on_step
+
+
+def _vllm_report(outcome: ExperimentOutcome, out: Path, console: Console) -> int:
+    """What the vLLM benches of a completed kernel run said (serving, accuracy, step, the verdict over every
+    gate) and the exit code: interrupted, failed (a vLLM bench error) or ok."""
     if outcome.vllm_error:
         err_console().print(f"[bold red]{escape(outcome.vllm_error)}[/]", highlight=False)
     for line in vllm_report_lines(outcome.serving, outcome.accuracy):

@@ -44,6 +44,7 @@ from spx.vocabulary import PLUGIN_ENTRY_POINT_NAME as ENTRY_POINT_NAME  # noqa: 
 from spx.vocabulary import PLUGIN_ENV_TARGET as ENV_TARGET
 from spx.vocabulary import PLUGIN_ENV_THRESHOLD as ENV_THRESHOLD
 from spx.vocabulary import PLUGIN_LOG_MARKER as LOG_MARKER
+from spx.vocabulary import PLUGIN_THRESHOLD_OFF
 
 DEFAULT_TARGET = "vllm.models.deepseek_v41.attention"
 SYMBOL = "_SHARD_FUSED_WQA_WKV_MIN_TOKENS"
@@ -66,7 +67,7 @@ def parse_threshold(raw: str) -> int:
         ThresholdPluginError: anything else.
     """
     value = raw.strip()
-    if value.lower() == "off":
+    if value.lower() == PLUGIN_THRESHOLD_OFF:
         return OFF_TOKENS
     digits = value.replace("_", "")
     tokens = int(digits) if digits.isascii() and digits.isdigit() else 0

@@ -170,7 +170,7 @@ def resolve_gemm_backend(spec: ExperimentSpec, device: torch.device) -> tuple[Re
     @cache
     def probe(name: str) -> Availability:
         available = kernel(name).available
-        return available() if available is not None else Availability(True, "")
+        return Availability(*available()) if available is not None else Availability(True, "")
 
     device_type: ResolvedDevice = "cuda" if cuda else "cpu"
     return choose_gemm_backend(spec.kernel.gemm_backend, spec.projection.weight_format, device_type, cap, probe)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from spx.api.spec import ExperimentSpec
-from spx.bench.gemm.record import Availability, GemmKernel
+from spx.bench.gemm.record import GemmKernel
 from spx.vocabulary import MXFP8
 
 if TYPE_CHECKING:
@@ -272,10 +272,6 @@ def build_humming_projection(weight: BlockFp8Weight, spec: ExperimentSpec, devic
     return prepare_humming_linear(weight, list(spec.projection.output_sizes), dtype, device)
 
 
-def _available() -> Availability:
-    ok, why = humming_available()
-    return Availability(ok, why)
-
 
 #: The ``humming`` backend's record (:mod:`spx.bench.gemm.registry`). Minimum capability: vLLM 0.33's
 #: ``HummingMxfp8LinearKernel.is_supported`` (``has_device_capability(75)``, ``kernels/linear/mxfp8/humming.py``).
@@ -283,5 +279,5 @@ KERNEL = GemmKernel(
     name="humming", runs="vLLM 0.33 HummingMxfp8LinearKernel, W8A16",
     formats=frozenset({MXFP8}), format_note="vLLM's MXFP8 path: 32×32 blocks, e8m0 scales",
     cuda=True, min_capability=75, w8a8_formats=frozenset(), ceiling=False, build=build_humming_projection,
-    vllm_kernel="HummingMxfp8LinearKernel", install="`pip install 'spx-operator[gpu]'`", available=_available,
+    vllm_kernel="HummingMxfp8LinearKernel", install="`pip install 'spx-operator[gpu]'`", available=humming_available,
 )

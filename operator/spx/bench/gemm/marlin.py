@@ -29,7 +29,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spx.bench.gemm.record import Availability, GemmKernel
+from spx.bench.gemm.record import GemmKernel
 from spx.vocabulary import MXFP8
 
 if TYPE_CHECKING:
@@ -255,10 +255,6 @@ def build_marlin_projection(weight: BlockFp8Weight, spec: ExperimentSpec, device
     return _spx_port(weight, device, dtype)
 
 
-def _available() -> Availability:
-    ok, why = marlin_available()
-    return Availability(ok, why)
-
 
 #: The ``marlin`` backend's record (:mod:`spx.bench.gemm.registry`). Minimum capability: what
 #: :func:`marlin_available` accepts (8.0).
@@ -267,5 +263,5 @@ KERNEL = GemmKernel(
     formats=frozenset({MXFP8}), format_note="vLLM's MXFP8 path: 32×32 blocks, e8m0 scales",
     cuda=True, min_capability=80, w8a8_formats=frozenset(), ceiling=False, build=build_marlin_projection,
     vllm_kernel="MarlinMxfp8LinearKernel", install=f"an importable vLLM, or {MARLIN_LIB_ENV} from python -m spx.bench.gemm.marlin_build",
-    available=_available,
+    available=marlin_available,
 )

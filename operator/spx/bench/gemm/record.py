@@ -54,7 +54,7 @@ class GemmKernel:
     - ``vllm_kernel``: the vLLM 0.33 MXFP8 linear-kernel class it is (its place in ``auto``'s order,
       :data:`spx.bench.gemm.registry.VLLM_MXFP8_CUDA_ORDER`); ``None`` for others.
     - ``install``: how to get its kernels where ``available`` says no.
-    - ``available``: ``() -> Availability``, never raises (``None``: nothing to check before the build).
+    - ``available``: ``() -> (ok, why)``, never raises (``None``: nothing to check before the build).
     - ``build``: the projection builder; raises ``RuntimeError`` (kernels missing) or ``ValueError`` (a
       weight block or activation dtype it cannot take).
     """
@@ -70,7 +70,7 @@ class GemmKernel:
     build: Build
     vllm_kernel: str | None = None
     install: str = ""
-    available: Callable[[], Availability] | None = None
+    available: Callable[[], tuple[bool, str]] | None = None
 
     @property
     def title(self) -> str:
