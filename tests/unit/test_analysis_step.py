@@ -352,3 +352,13 @@ def test_nothing_above_max_num_batched_tokens_is_used() -> None:
     st = summarize(r)
     assert {p.length for p in st.points} == {2048, 2049, 4096}
     assert any("lengths [4097] lie above max_num_batched_tokens 4096" in f for f in st.failures)
+
+
+def test_a_step_measured_only_below_the_gate_threshold_is_unusable_there() -> None:
+    """Lengths ≤ 1025 against a gate at 2048 and a batch limit of 8192: the curve used to be held flat beyond 1025 and
+    the step called usable; now there is no gated interval, named."""
+    r = _result(-0.8, rounds=40, lengths=[512, 513, 1024, 1025]).model_copy(update={"max_num_batched_tokens": 8192})
+    st = summarize(r)
+    assert not st.usable and not any(e.threshold_tokens == 2048 for e in st.expectations)
+    assert any(w.startswith("no gated interval") and "do not cover the batch sizes 2048…8192" in w
+               for w in st.unusable_reasons), st.unusable_reasons
