@@ -220,6 +220,7 @@ def _report(args: argparse.Namespace) -> int:
     j = judge(result, spec, serving=vllm.serving, accuracy=vllm.accuracy, step=vllm.step, identity=run_identity(result),
               stopped=run.status.judgement.stopped if run.status is not None and run.status.judgement else ())
     run.warnings += [*vllm.warnings, *j.warnings]
+    used = vllm.judged_with(j.warnings)  # (a refused document is warned about, never listed as judged with)
     for w in run.warnings:
         warn(w)
     cpu = (result.device if isinstance(result, KernelResult) else None) == "cpu" or env.device == "cpu"
@@ -235,7 +236,7 @@ def _report(args: argparse.Namespace) -> int:
         emit(ReportDocument(
             experiment=run.name, source=str(run.source), partial=j.partial, verdict=j.verdict,
             measured_verdict=j.measured_verdict, decided_reason=j.reason, reasons=j.reasons, kernel=j.kernel,
-            serving=j.serving, accuracy=j.accuracy, step=j.step, judged_with=vllm.sources, environment=env,
+            serving=j.serving, accuracy=j.accuracy, step=j.step, judged_with=used, environment=env,
             cpu=cpu, warnings=run.warnings, judgement=j.summary,
         ), args.output)
         return EXIT_OK
@@ -244,7 +245,7 @@ def _report(args: argparse.Namespace) -> int:
         console, kernel, verdict=j.verdict, reasons=j.reasons,
         title=table_title(run.name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
         gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial, judgement=j.summary,
-        notes=[f"judged with {', '.join(vllm.sources)}"] if vllm.sources else (),
+        notes=[f"judged with {', '.join(used)}"] if used else (),
     )
     _plot(args, console, kernel, run.directory, plot_args)
     return EXIT_OK
