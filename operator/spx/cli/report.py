@@ -178,7 +178,8 @@ def _report_benches(status: ExperimentStatus, path: Path, output: str) -> int:
 
 def benches_only(target: Path) -> tuple[ExperimentStatus, Path] | None:
     """``(status, its path)`` when ``target`` is a run of the vLLM benches alone (``spx serving OUT``): a status.json
-    without kernel points but with a serving, accuracy or step section, and no result.json beside it."""
+    without kernel points but with a serving, accuracy or step section, a judgement or a message (benches that did
+    not start), and no result.json beside it."""
     run_dir = RunDirectory(target if target.is_dir() else target.parent)
     path = target if target.is_file() else run_dir.status_path
     if not path.is_file() or run_dir.result_path.is_file() or path.name == run_dir.result_path.name:
@@ -186,8 +187,8 @@ def benches_only(target: Path) -> tuple[ExperimentStatus, Path] | None:
     data = read_json(path, "a run's status.json")
     if kind_of(data) != "status" or (data.get("kernel") or {}).get("points"):
         return None
-    if not any(data.get(k) for k in VLLM_SECTIONS):
-        return None
+    if not any(data.get(k) for k in (*VLLM_SECTIONS, "judgement", "message")):
+        return None  # (a benches run that failed before any bench still has its message: spx gate reads it too)
     return validated(ExperimentStatus, path, data), path
 
 
