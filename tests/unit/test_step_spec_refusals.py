@@ -148,3 +148,15 @@ def test_accuracy_without_serving_is_listed_with_the_other_problems() -> None:
     got = problems(raw)
     assert any(p.startswith("spec.accuracy: runs GSM8K on the servers of spec.serving's arms") for p in got), got
     assert any(p.startswith("spec.kernel.timer: ") for p in got), got  # (a combination no machine runs, listed too)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize(("t", "most", "extra"), [(2048, 8192, ()), (2049, 8191, (1024,)), (96, 128, ()),
+                                                  (4096, 16384, (2048, 8192)), (100, 101, ())])
+def test_the_default_curve_always_covers_what_it_must(tp: int, t: int, most: int, extra: tuple[int, ...]) -> None:
+    """The default lengths (step.lengths empty) never give the analysis a threshold it cannot reach."""
+    from spx.analysis.step import default_lengths
+
+    lengths = default_lengths(t, tp, most, extra)
+    for threshold in (t, *extra):
+        assert coverage_problems(lengths, tp, threshold, most) == [], (threshold, lengths)
