@@ -65,7 +65,7 @@ def spec(allow_cpu: bool) -> dict[str, Any]:
         "sweep": {"tokens": [8, T]},
         "kernel": {"device": "cpu", "timer": "host", "gather": "modelled", "samples": 15, "warmup": 1,
                    "cudaGraphs": False, "l2Flush": False, "gatherModel": {"latencyUs": 0, "busBandwidthGbps": 10000}},
-        "gate": {"thresholdTokens": T, "allowCpuTimings": allow_cpu},
+        "gate": {"thresholdTokens": T, "allowCpuTimings": allow_cpu, "maxNumBatchedTokens": T + 1},  # (T − 2, T, T + 1 cover it)
         "serving": {
             "model": "deepseek-ai/DeepSeek-V4.1", "port": free_port(), "points": [],
             "env": {"STANDIN_SPLIT_DELAY_MS": "10"},

@@ -319,7 +319,7 @@ def test_spx_serving_prints_the_outcome_and_writes_what_report_and_gate_read(
 
 def _step_spec(h: Harness, **step: Any) -> ExperimentSpec:
     return ExperimentSpec.model_validate({
-        "gate": {"thresholdTokens": 64},
+        "gate": {"thresholdTokens": 64, "maxNumBatchedTokens": 65},  # (the curve 56, 64, 65 covers 64…65)
         "serving": {"model": "m", "port": h.port, "points": [], "startupTimeoutSeconds": 10, "shutdownTimeoutSeconds": 5,
                     "gpuReleaseTimeoutSeconds": 5,
                     "step": {"lengths": [56, 64, 65], "rounds": 30, "minRounds": 30, "lookEvery": 30, "warmupRounds": 1,

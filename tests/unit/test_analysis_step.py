@@ -37,7 +37,9 @@ def _result(effect: float = -0.8, *, rounds: int = 40, noise: float = 0.3, lengt
     sc = power.Scenario("t", effect, noise_ms=noise)
     st = StepSpec(**{"rounds": max(rounds, 8), "min_rounds": min(40, max(rounds, 8)), "look_every": 40, "seed": seed,
                      **(spec or {})})
-    return power.synthetic_result(sc, seed, rounds=rounds, spec=st, lengths=lengths or SHORT, arm_effects=arm_effects)
+    r = power.synthetic_result(sc, seed, rounds=rounds, spec=st, lengths=lengths or SHORT, arm_effects=arm_effects)
+    # the deployment's largest batch is the curve's top: the expectation never extrapolates beyond it
+    return r.model_copy(update={"max_num_batched_tokens": max(lengths or SHORT)})
 
 
 # --------------------------------------------------------------------------- lengths and arms
@@ -146,8 +148,8 @@ def test_seven_in_eight_sizes_take_the_pad_path_at_tp8() -> None:
 @pytest.mark.parametrize(("lengths", "tp", "t", "maxb"), [
     ([1024, 1025, 2048, 2049, 4096, 4097, 8191, 8192], 8, 2048, 8192),
     ([2048, 2049, 3000, 3001], 8, 2100, 3001),      # T between measured lengths, max not aligned
-    ([512, 2048, 4096], 1, 1000, 5000),              # TP 1: one class, constant beyond the last length
-    ([1024, 1027, 2048, 2051], 4, 1500, 2600),
+    ([512, 2048, 4096], 1, 1000, 4096),              # TP 1: one class
+    ([1024, 1027, 2048, 2051], 4, 1500, 2051),
 ])
 def test_the_closed_form_matches_a_loop_over_every_size(lengths: list[int], tp: int, t: int, maxb: int) -> None:
     effects = {x: math.sin(x / 700.0) for x in lengths}
@@ -171,7 +173,8 @@ def test_a_given_batch_mix_weighs_its_buckets() -> None:
 
 
 @pytest.mark.parametrize(("lengths", "t", "maxb", "buckets", "match"), [
-    ([2048, 4096], 2048, 8192, [], "no off-aligned length measured"),
+    ([2048, 4096, 8192], 2048, 8192, [], r"off-aligned .* lengths \[\] do not cover the batch sizes 2049…8191"),
+    ([2048, 2049, 4096, 4097], 2048, 8192, [], r"aligned .* lengths \[2048, 4096\] do not cover .* 2048…8192"),
     ([2048, 2049], 9000, 8192, [], "nothing at or above this threshold"),
     ([2048, 2049], 2048, 8192, [BatchMixBucket(le=1024, weight=1)], "carries weight"),
 ])
@@ -218,7 +221,7 @@ def test_the_summary_recovers_the_curve_per_layer_with_its_regime() -> None:
     gated = st.expectations[0]
     assert (gated.threshold_tokens, gated.arm, gated.outcome) == (2048, "split", "gain")
     assert gated.effect_low_ms <= -0.8 <= gated.effect_high_ms
-    assert gated.pad_path_share == pytest.approx(5376 / 6145)
+    assert gated.pad_path_share == pytest.approx(1793 / 2050)  # sizes 2048…4097 (max_num_batched_tokens 4097 here)
     assert [(e.threshold_tokens, e.arm) for e in st.expectations] == [(2048, "split"), (2048, "pad-free")]
     assert st.usable and st.unusable_reasons == [] and st.interval_level == pytest.approx(0.95) and st.looks == 1
     assert st.recommended_threshold_tokens == 2048
@@ -349,3 +352,13 @@ def test_nothing_above_max_num_batched_tokens_is_used() -> None:
     st = summarize(r)
     assert {p.length for p in st.points} == {2048, 2049, 4096}
     assert any("lengths [4097] lie above max_num_batched_tokens 4096" in f for f in st.failures)
+
+
+def test_a_step_measured_only_below_the_gate_threshold_is_unusable_there() -> None:
+    """Lengths ≤ 1025 against a gate at 2048 and a batch limit of 8192: the curve used to be held flat beyond 1025 and
+    the step called usable; now there is no gated interval, named."""
+    r = _result(-0.8, rounds=40, lengths=[512, 513, 1024, 1025]).model_copy(update={"max_num_batched_tokens": 8192})
+    st = summarize(r)
+    assert not st.usable and not any(e.threshold_tokens == 2048 for e in st.expectations)
+    assert any(w.startswith("no gated interval") and "do not cover the batch sizes 2048…8192" in w
+               for w in st.unusable_reasons), st.unusable_reasons

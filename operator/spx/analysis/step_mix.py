@@ -27,9 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from spx.api.step import BatchMixBucket
-
-#: A piece of the batch-size distribution: integer sizes ``lo ≤ M ≤ hi``, each of weight ``density``.
-Segment = tuple[int, int, float]
+from spx.api.step_checks import Segment, coverage_problems, segments
 
 
 @dataclass(frozen=True)
@@ -47,24 +45,6 @@ class MixWeights:
     def combine(self, effects: Mapping[int, float]) -> float:
         """``Σ coefficients[L] × effects[L]`` (every length with a coefficient must be in ``effects``)."""
         return sum(c * effects[length] for length, c in self.coefficients.items())
-
-
-def segments(threshold: int, max_batched: int, buckets: Sequence[BatchMixBucket] = ()) -> list[Segment]:
-    """The batch-size distribution clipped to ``[threshold, max_batched]`` (module docstring).
-
-    No buckets: one segment of density 1 (uniform). Buckets: sorted by ``le``; bucket ``i`` covers
-    ``(le[i-1], le[i]]`` (the first from 1) with ``weight / width`` per size. Empty when nothing falls in range.
-    """
-    if not buckets:
-        return [(threshold, max_batched, 1.0)] if threshold <= max_batched else []
-    out: list[Segment] = []
-    prev = 0
-    for b in sorted(buckets, key=lambda b: b.le):
-        lo, hi = max(prev + 1, threshold), min(b.le, max_batched)
-        if b.weight > 0 and lo <= hi and b.le > prev:
-            out.append((lo, hi, b.weight / (b.le - prev)))
-        prev = max(prev, b.le)
-    return out
 
 
 def _count_sum(lo: int, hi: int, tp: int, aligned: bool) -> tuple[int, int]:
@@ -117,8 +97,9 @@ def expectation_weights(lengths: Sequence[int], tp: int, threshold: int, max_bat
         :class:`MixWeights` (coefficients normalised to sum 1).
 
     Raises:
-        ValueError: no batch size in ``[threshold, max_batched]`` carries weight, or a class that carries
-            weight has no measured length (e.g. the pad path with no off-aligned length measured).
+        ValueError: no batch size in ``[threshold, max_batched]`` carries weight, or the measured lengths of a class
+            that carries weight do not bracket its sizes (:func:`spx.api.step_checks.coverage_problems`: the pad path
+            with no off-aligned length measured, or nothing measured up to max_num_batched_tokens).
     """
     segs = segments(threshold, max_batched, buckets)
     pts = sorted(set(lengths))
@@ -131,11 +112,8 @@ def expectation_weights(lengths: Sequence[int], tp: int, threshold: int, max_bat
     if total <= 0:
         raise ValueError(f"no batch size from T={threshold} to max_num_batched_tokens={max_batched} carries weight "
                          "in the batch mix: nothing at or above this threshold is ever formed")
-    for name, what, w, cls in (("aligned", "M % TP == 0", w_al, al), ("off-aligned", "the pad path", w_off, off)):
-        if w > 0 and not cls:
-            raise ValueError(f"no {name} length measured ({what}), but {w / total:.0%} of the batch mix from "
-                             f"T={threshold} takes it: measure one (step.lengths) or leave step.lengths empty for the "
-                             "default curve")
+    if gaps := coverage_problems(pts, tp, threshold, max_batched, buckets):
+        raise ValueError("; ".join(gaps))
     coeffs = {x: c / total for x, c in sorted(raw.items()) if c != 0.0}
     return MixWeights(coeffs, w_off / total, "given" if buckets else "uniform")
 

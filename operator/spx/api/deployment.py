@@ -73,10 +73,10 @@ def _batch_problems(gate: GateSpec, serving: ServingSpec | None, args: list[str]
     step = serving.step if serving is not None else None
     named = [("gate.thresholdTokens", gate.threshold_tokens),
              *(("serving.step.thresholds", t) for t in (step.thresholds if step is not None else []))]
-    return [f"{field} {t} is at or above the largest batch the deployment forms ({largest}: gate.maxNumBatchedTokens, "
-            f"else {MAX_NUM_BATCHED_TOKENS_FLAG} in spec.serving.extraArgs, else vLLM's default 8192): a batch of "
-            f"T + 1 = {t + 1} tokens never forms, so the split is never measured where it engages; choose a threshold "
-            f"below {largest} or raise {MAX_NUM_BATCHED_TOKENS_FLAG}" for field, t in named if t >= largest]
+    return [f"{field} {t} is at or above the largest batch the deployment forms ({largest}); choose a threshold below "
+            f"{largest}, or raise {MAX_NUM_BATCHED_TOKENS_FLAG} in spec.serving.extraArgs (or gate.maxNumBatchedTokens; "
+            f"vLLM's default is 8192): a batch of T + 1 = {t + 1} tokens never forms, so the split is never measured "
+            "where it engages" for field, t in named if t >= largest]
 
 
 def _model_len_problems(gate: GateSpec, serving: ServingSpec | None, args: list[str]) -> list[str]:

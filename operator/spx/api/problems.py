@@ -307,6 +307,19 @@ def _required_fields(model: type[BaseModel] | None, loc: tuple[int | str, ...]) 
     return [f.alias or name for name, f in section.model_fields.items() if f.is_required()]
 
 
+#: Fields of an earlier schema, by (section class, field): what became of them (an unknown-field message would
+#: suggest the nearest name, which for these is another field with another meaning).
+REMOVED_FIELDS: dict[tuple[str, str], str] = {
+    ("StepSpec", "pad"): ("removed: the step curve always measures off-aligned lengths (sp_shard's pad path) beside the "
+                          "aligned ones; padFree is a different arm (the pad-free shard spx proposes), not a "
+                          "replacement: remove pad"),
+    ("StepSpec", "quantile"): ("removed: the statistic of the per-round differences is now statistic: median or mean "
+                               "(median by default): remove quantile, or write statistic: median|mean"),
+    ("StepSpec", "positiveControl"): ("removed: the positive control always runs; its size is positiveControlMs (ms "
+                                      "per step, default 1.0): remove positiveControl, or write positiveControlMs: 1.0"),
+}
+
+
 def _unknown_field(model: type[BaseModel] | None, loc: tuple[int | str, ...], listed: set[type[BaseModel]]) -> str:
     """The message for an unknown field: the closest known field of the same section when there is one
     (``sampels`` → ``samples``; :func:`difflib.get_close_matches`), else the section's fields — once per
@@ -316,6 +329,8 @@ def _unknown_field(model: type[BaseModel] | None, loc: tuple[int | str, ...], li
     if holder is None or not isinstance(loc[-1], str):
         return base
     known = [f.alias or name for name, f in holder.model_fields.items()]
+    if (removed := REMOVED_FIELDS.get((holder.__name__, loc[-1]))) is not None:
+        return removed
     if elsewhere := _nested_field(holder, loc[-1]):  # ``spec.step``: a field of a section inside this one
         return (f"unknown field here; {loc[-1]} belongs under {elsewhere.rsplit('.', 1)[0]} ({elsewhere}): move it "
                 "there")

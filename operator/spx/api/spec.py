@@ -14,6 +14,7 @@ that span sections, and :class:`Experiment`; each section's model is in the modu
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, model_validator
@@ -30,7 +31,7 @@ from spx.api.resources import ResourcesSpec
 from spx.api.scheduling import SchedulingSpec
 from spx.api.serving import ServingSpec, server_tp
 from spx.api.stage import StageSpec
-from spx.api.step import StepSpec
+from spx.api.step_checks import batch_limit, step_problems
 from spx.api.sweep import SweepSpec
 
 GROUP = "bench.spx.dev"
@@ -100,32 +101,34 @@ class ExperimentSpec(CamelModel):
                     f"pod.volumes {clash[:4]} overlap serving.modelMountPath {self.serving.model_mount_path}, where "
                     "serving.modelPvc is mounted; mount them elsewhere"
                 )
-        if problems := deployment_problems(self.gate, self.serving, self.accuracy is not None):  # (issue #35: what the deployment's servers cannot measure)
-            raise ValueError("; ".join(problems))
-        if self.serving is not None and self.serving.step is not None:
-            self._step_thresholds_above_tp(self.serving, self.serving.step)
+        problems = deployment_problems(self.gate, self.serving, self.accuracy is not None)  # (issue #35)
         if self.serving is not None:
+            problems += self._step_problems(self.serving)
             floor = min_timeout_seconds(self.serving, self.accuracy is not None)
             if self.timeout_seconds < floor:
-                raise ValueError(
-                    f"timeoutSeconds={self.timeout_seconds} is too short for spec.serving: "
+                problems.append(
+                    f"spec.timeoutSeconds: {self.timeout_seconds} is too short for spec.serving: "
                     f"({arm_servers(self.serving, self.accuracy is not None)} arms + {step_servers(self.serving)} "
-                    f"step A/B server) × "
-                    f"startupTimeoutSeconds {self.serving.startup_timeout_seconds} + step.budgetSeconds "
-                    f"{step_budget_seconds(self.serving)} = {floor} s of model loading and step rounds alone; set timeoutSeconds ≥ {floor} (a DeepSeek-V4.1 A/B "
-                    f"with GSM8K takes 3–4 h: 14400) or lower serving.startupTimeoutSeconds"
+                    f"step A/B server) × startupTimeoutSeconds {self.serving.startup_timeout_seconds} + "
+                    f"step.budgetSeconds {step_budget_seconds(self.serving)} = {floor} s of model loading and step "
+                    f"rounds alone (the kernel sweep's time comes on top); set timeoutSeconds ≥ {floor} (a DeepSeek-V4.1 "
+                    "A/B with GSM8K takes 3–4 h: 14400) or lower serving.startupTimeoutSeconds"
                 )
+        from spx.api.combinations import CombinationError, combination_problems
+
+        if problems := [*map(_at_spec, problems), *combination_problems(self)]:  # every problem at once (docs/cli.md)
+            raise CombinationError(list(dict.fromkeys(problems)))
         return self
 
-    def _step_thresholds_above_tp(self, serving: ServingSpec, step: StepSpec) -> None:
-        """The step A/B measures below every threshold (the default curve starts at ``T/2`` rounded down to a multiple
-        of TP, :func:`spx.analysis.step.default_lengths`; the several-server design's base prompt had ``T − TP``
-        tokens), so every T it measures (``gate.thresholdTokens``, ``serving.step.thresholds``) must exceed the servers' TP
-        (:func:`spx.api.serving.server_tp`); refused here rather than by ``spx serving`` after the kernel bench.
-
-        Raises:
-            ValueError: naming the fields, the thresholds at or below TP and the fix.
-        """
+    def _step_problems(self, serving: ServingSpec) -> list[str]:
+        """The step A/B's problems: every T it measures (``gate.thresholdTokens``, ``serving.step.thresholds``) must
+        exceed the servers' TP (:func:`spx.api.serving.server_tp`; the default curve starts at ``T/2`` rounded down to a
+        multiple of TP, :func:`spx.analysis.step.default_lengths`), and :func:`spx.api.step_checks.step_problems`
+        (lengths, batch mix, looks, compilation flags); refused here rather than by ``spx serving`` after the kernel
+        bench."""
+        step = serving.step
+        if step is None:
+            return []
         tp = server_tp(serving.extra_args, self.parallelism.tensor_parallel_size)
         low = [t for t in step.thresholds if t <= tp]
         fields = []
@@ -133,22 +136,29 @@ class ExperimentSpec(CamelModel):
             fields.append(f"gate.thresholdTokens {self.gate.threshold_tokens}")
         if low:
             fields.append(f"serving.step.thresholds {low[:8]}")
+        out = []
         if fields:
-            raise ValueError(
+            out.append(
                 f"{' and '.join(fields)} must be above the servers' TP {tp} (tensorParallelSize, or "
                 f"--tensor-parallel-size of serving.extraArgs) with serving.step set: the step A/B's base prompt has "
                 f"T − TP tokens; raise each threshold above {tp} or leave it out"
             )
+        most = batch_limit(self.gate.max_num_batched_tokens, serving.extra_args)
+        if most is not None:
+            ts = list(dict.fromkeys([self.gate.threshold_tokens, *step.thresholds]))
+            out += step_problems(step, serving.extra_args, tp, most, ts)
+        return out
 
-    @model_validator(mode="after")
-    def _runs_somewhere(self) -> ExperimentSpec:
-        """Refuse, all at once, field combinations no machine can run (:mod:`spx.api.combinations`)."""
-        from spx.api.combinations import CombinationError, combination_problems
 
-        problems = combination_problems(self)
-        if problems:
-            raise CombinationError(problems)
-        return self
+def _at_spec(problem: str) -> str:
+    """A problem line as ``spec.<field>: <what>`` (a line already starting ``spec.`` keeps its field; one starting
+    with a dotted field name followed by a space, ``gate.thresholdTokens 9 is …``, gets ``spec.`` and a colon)."""
+    if problem.startswith("spec.") or problem.startswith("spec:"):
+        return problem
+    m = re.match(r"([a-z][A-Za-z0-9]*(?:\.[a-z][A-Za-z0-9]*)+)(:? )", problem)
+    if m is None:
+        return f"spec: {problem}"
+    return f"spec.{m.group(1)}: {problem[m.end():]}"
 
 
 def step_servers(serving: ServingSpec) -> int:

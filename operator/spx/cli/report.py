@@ -178,7 +178,8 @@ def _report_benches(status: ExperimentStatus, path: Path, output: str) -> int:
 
 def benches_only(target: Path) -> tuple[ExperimentStatus, Path] | None:
     """``(status, its path)`` when ``target`` is a run of the vLLM benches alone (``spx serving OUT``): a status.json
-    without kernel points but with a serving, accuracy or step section, and no result.json beside it."""
+    without kernel points but with a serving, accuracy or step section, a judgement or a message (benches that did
+    not start), and no result.json beside it."""
     run_dir = RunDirectory(target if target.is_dir() else target.parent)
     path = target if target.is_file() else run_dir.status_path
     if not path.is_file() or run_dir.result_path.is_file() or path.name == run_dir.result_path.name:
@@ -186,8 +187,8 @@ def benches_only(target: Path) -> tuple[ExperimentStatus, Path] | None:
     data = read_json(path, "a run's status.json")
     if kind_of(data) != "status" or (data.get("kernel") or {}).get("points"):
         return None
-    if not any(data.get(k) for k in VLLM_SECTIONS):
-        return None
+    if not any(data.get(k) for k in (*VLLM_SECTIONS, "judgement", "message")):
+        return None  # (a benches run that failed before any bench still has its message: spx gate reads it too)
     return validated(ExperimentStatus, path, data), path
 
 
@@ -219,6 +220,7 @@ def _report(args: argparse.Namespace) -> int:
     j = judge(result, spec, serving=vllm.serving, accuracy=vllm.accuracy, step=vllm.step, identity=run_identity(result),
               stopped=run.status.judgement.stopped if run.status is not None and run.status.judgement else ())
     run.warnings += [*vllm.warnings, *j.warnings]
+    used = vllm.judged_with(j.warnings)  # (a refused document is warned about, never listed as judged with)
     for w in run.warnings:
         warn(w)
     cpu = (result.device if isinstance(result, KernelResult) else None) == "cpu" or env.device == "cpu"
@@ -234,7 +236,7 @@ def _report(args: argparse.Namespace) -> int:
         emit(ReportDocument(
             experiment=run.name, source=str(run.source), partial=j.partial, verdict=j.verdict,
             measured_verdict=j.measured_verdict, decided_reason=j.reason, reasons=j.reasons, kernel=j.kernel,
-            serving=j.serving, accuracy=j.accuracy, step=j.step, judged_with=vllm.sources, environment=env,
+            serving=j.serving, accuracy=j.accuracy, step=j.step, judged_with=used, environment=env,
             cpu=cpu, warnings=run.warnings, judgement=j.summary,
         ), args.output)
         return EXIT_OK
@@ -243,7 +245,7 @@ def _report(args: argparse.Namespace) -> int:
         console, kernel, verdict=j.verdict, reasons=j.reasons,
         title=table_title(run.name, env, result.gemm_backend, result.gather_source, tp, cpu), cpu=cpu,
         gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial, judgement=j.summary,
-        notes=[f"judged with {', '.join(vllm.sources)}"] if vllm.sources else (),
+        notes=[f"judged with {', '.join(used)}"] if used else (),
     )
     _plot(args, console, kernel, run.directory, plot_args)
     return EXIT_OK

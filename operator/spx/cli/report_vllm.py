@@ -38,6 +38,13 @@ class VllmSections:
     sources: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    def judged_with(self, refused: list[str]) -> list[str]:
+        """:attr:`sources` less the documents the judgement refused (``refused``: lines starting with the file name,
+        ``step-result.json: not judged with this run …``, :func:`spx.analysis.bench_docs.refusal`): only what was
+        used."""
+        gone = {r.split(":", 1)[0] for r in refused}
+        return [s for s in self.sources if not any(s.endswith(f"{name})") for name in gone)]
+
 
 def read_vllm_sections(directory: Path, status: ExperimentStatus | None) -> VllmSections:
     """The vLLM benches of the run in ``directory`` (module docstring); ``status``: its parsed status.json.

@@ -48,7 +48,10 @@ def step_lines(step: StepStatus) -> list[str]:
 
 def bench_lines(status: ExperimentStatus) -> list[str]:
     """Everything ``spx serving`` prints: the verdict and its deciding reason first, then each section."""
-    lines = [f"verdict: {status.verdict}: {status.verdict_reasons[0] if status.verdict_reasons else ''}"]
+    if status.verdict is None:  # (no verdict: the benches stopped or never started; the status says why)
+        lines = [f"verdict: none ({status.phase or 'undecided'}): {status.message or 'no bench decided'}"]
+    else:
+        lines = [f"verdict: {status.verdict}: {status.verdict_reasons[0] if status.verdict_reasons else ''}"]
     j = status.judgement  # (the one judgement's words: spx.analysis.judge)
     if j is not None:
         lines += [*([f"decided by: {j.decided_by}"] if j.decided_by else []), *([j.bottom_line] if j.bottom_line else []),

@@ -161,16 +161,18 @@ class RunManifest:
                 f"--out {out} holds an earlier run set aside in {aside} by an --overwrite run that was killed before "
                 f"it finished: to keep that run, move the files in {aside} back into {out} (replacing the killed "
                 f"run's); to let it go, delete {aside}; then run again")
-        earlier = [name for name in names if (out / name).exists()]
-        if earlier and not overwrite:
-            raise RunDirectoryError(f"--out {out} already holds a run ({', '.join(earlier)}); pass --overwrite to "
-                                    "replace it, or choose another --out")
+        # files spx did not write are named first, with or without --overwrite: "pass --overwrite" would only lead to
+        # this refusal (a newcomer's own status.json or crossover.png)
         if foreign := self.not_written_by_spx((*names, LOGS_DIR)):
             shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
             raise RunDirectoryError(
                 f"--out {out} holds files no spx run recorded writing ({MANIFEST_FILE} does not list them), where this "
-                f"run writes: {shown}; they are not {'replaced' if overwrite else 'mixed with a new run'}: move them "
-                "away (or delete them), or choose another --out")
+                f"run writes: {shown}; they are not spx's, so they are not replaced, even with --overwrite: move "
+                "them away (or delete them), or choose another --out")
+        earlier = [name for name in names if (out / name).exists()]
+        if earlier and not overwrite:
+            raise RunDirectoryError(f"--out {out} already holds a run ({', '.join(earlier)}); pass --overwrite to "
+                                    "replace it, or choose another --out")
         if not earlier:
             return None
         shutil.rmtree(aside, ignore_errors=True)  # an empty one, left by a run killed while it set the earlier aside

@@ -39,6 +39,7 @@ from spx.api.base import utc_now
 from spx.api.serving import server_tp as api_server_tp
 from spx.api.spec import ExperimentSpec, spec_hash
 from spx.api.step import StepArm, StepRequest, StepResult, StepServerInfo, StepSpec, StepSwitch
+from spx.api.step_checks import lengths_above
 from spx.files import write_atomic
 from spx.serving.commands import server_command, serving_of
 from spx.serving.gpus import wait_gpus_free
@@ -101,10 +102,8 @@ def planned_result(spec: ExperimentSpec, *, experiment: str, run_id: str, device
     step, tp, most = _step(spec), server_tp(spec), max_num_batched_tokens(spec)
     ts = thresholds_of(spec)
     lengths = sorted(step.lengths) if step.lengths else default_lengths(ts[0], tp, most, ts[1:])
-    above = [n for n in lengths if n > most]
-    if above:
-        raise ValueError(f"spec.serving.step.lengths {above[:8]} exceed max_num_batched_tokens {most}: a longer prompt "
-                         "is chunked over several steps; list lengths ≤ it (or raise --max-num-batched-tokens)")
+    if (above := lengths_above(lengths, most)) is not None:  # (the rule spx validate applies: spx.api.step_checks)
+        raise ValueError(above)
     if not lengths:
         raise ValueError(f"no step A/B length between 1 and max_num_batched_tokens {most}: set spec.serving.step.lengths")
     return StepResult(experiment=experiment, spec_hash=spec_hash(spec), run_id=run_id, step=step,

@@ -70,7 +70,9 @@ def step_result(s: ExperimentSpec, added_ms: float = 2.0, device: str = "cpu") -
     st = StepSpec(rounds=40, min_rounds=40, look_every=40, seed=5, pad_free=False)
     doc = power.synthetic_result(power.Scenario("t", added_ms, noise_ms=0.3), 5, rounds=40, spec=st,
                                  lengths=[1024, 1025, 2048, 2049, 4096, 4097])
-    return doc.model_copy(update={"experiment": NAME, "spec_hash": spec_hash(s), "device": device})
+    # (max_num_batched_tokens 4097: the curve reaches the deployment's largest batch, nothing is extrapolated)
+    return doc.model_copy(update={"experiment": NAME, "spec_hash": spec_hash(s), "device": device,
+                                  "max_num_batched_tokens": 4097})
 
 
 def outputs(s: ExperimentSpec, step: StepResult | None, *, log_step: bool = True) -> tuple[str, str]:
