@@ -72,3 +72,18 @@ def test_an_earlier_spx_run_in_out_still_asks_for_overwrite(quickstart_run: Path
     done = spx("run", str(QUICKSTART), "--tokens", "8", "--out", str(out))
     assert done.returncode == EXIT_USAGE and "already holds a run" in done.stderr, done.stderr
     assert "pass --overwrite" in done.stderr and "not spx's" not in done.stderr, done.stderr
+
+
+def test_spx_validate_refuses_step_lengths_above_the_extra_args_batch_limit(tmp_path: Path) -> None:
+    """The newcomer's spec: ``extraArgs: [--max-num-batched-tokens, 4096]``, ``lengths: [2048, 8192]``: ``spx validate``
+    passed it and ``spx run --serving`` failed after the whole kernel sweep; now exit 3 up front, every problem listed."""
+    text = QUICKSTART.read_text(encoding="utf-8").replace("timeoutSeconds: 300", "timeoutSeconds: 86400")
+    text += ('  serving:\n    model: tiny\n    points: []\n    extraArgs: ["--max-num-batched-tokens", "4096"]\n'
+             "    step: {lengths: [2048, 8192], rounds: 20, minRounds: 40}\n")
+    path = tmp_path / "exp.yaml"
+    path.write_text(text, encoding="utf-8")
+    done = spx("validate", str(path))
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert "spec.serving.step.lengths: [8192] exceed max_num_batched_tokens 4096" in done.stderr, done.stderr
+    assert "spec.serving.step.minRounds: 40 is above rounds 20" in done.stderr, done.stderr
+    assert "spec.spec" not in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -29,7 +29,7 @@ SERVING = {"model": "deepseek-ai/DeepSeek-V4.1"}
 
 
 def test_accuracy_needs_serving() -> None:
-    with pytest.raises(ValidationError, match="accuracy runs GSM8K on the servers of spec.serving"):
+    with pytest.raises(ValidationError, match="spec.accuracy: runs GSM8K on the servers of spec.serving"):
         ExperimentSpec.model_validate({"accuracy": {}})
     assert ExperimentSpec.model_validate({"serving": SERVING, "accuracy": {}, "timeoutSeconds": 9600}).accuracy
 

@@ -141,3 +141,10 @@ def test_the_analysis_never_extrapolates_beyond_the_last_measured_length_of_a_cl
     w = expectation_weights([2048, 2049, 8191, 8192], 2, 2048, 8192)
     assert abs(sum(w.coefficients.values()) - 1.0) < 1e-12
     assert coverage_problems([2048, 2049, 8191, 8192], 2, 2048, 8192) == []
+
+
+def test_accuracy_without_serving_is_listed_with_the_other_problems() -> None:
+    raw = {"accuracy": {}, "timeoutSeconds": 86400, "kernel": {"device": "cpu", "timer": "cuda-events"}}
+    got = problems(raw)
+    assert any(p.startswith("spec.accuracy: runs GSM8K on the servers of spec.serving's arms") for p in got), got
+    assert any(p.startswith("spec.kernel.timer: ") for p in got), got  # (a combination no machine runs, listed too)

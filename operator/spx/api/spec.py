@@ -89,19 +89,16 @@ class ExperimentSpec(CamelModel):
         so that no server that loads within its own startup timeout is killed by the deadline (defaults: 4 × 2400 s = 9600 s; plan 3–4 h,
         ``docs/serving.md``).
         """
+        problems: list[str] = []
         if self.accuracy is not None and self.serving is None:
-            raise ValueError(
-                "accuracy runs GSM8K on the servers of spec.serving's arms: set spec.serving too "
-                "(its points may be empty)"
-            )
+            problems.append("spec.accuracy: runs GSM8K on the servers of spec.serving's arms: set spec.serving too "
+                            "(its points may be empty)")
         if self.serving is not None and self.serving.model_pvc:
             clash = [v.name for v in self.pod.volumes if path_overlaps(v.mount_path, self.serving.model_mount_path)]
             if clash:
-                raise ValueError(
-                    f"pod.volumes {clash[:4]} overlap serving.modelMountPath {self.serving.model_mount_path}, where "
-                    "serving.modelPvc is mounted; mount them elsewhere"
-                )
-        problems = deployment_problems(self.gate, self.serving, self.accuracy is not None)  # (issue #35)
+                problems.append(f"spec.pod.volumes: {clash[:4]} overlap serving.modelMountPath "
+                                f"{self.serving.model_mount_path}, where serving.modelPvc is mounted; mount them elsewhere")
+        problems += deployment_problems(self.gate, self.serving, self.accuracy is not None)  # (issue #35)
         if self.serving is not None:
             problems += self._step_problems(self.serving)
             floor = min_timeout_seconds(self.serving, self.accuracy is not None)
