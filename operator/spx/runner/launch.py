@@ -26,6 +26,7 @@ from typing import Any
 from spx.api import ExperimentSpec, KernelResult, PointResult
 from spx.files import claim
 from spx.rundir import RunDirectory
+from spx.serving.server import signals_handled
 from spx.vocabulary import LAUNCHER_LOG, LOGS_DIR
 
 #: Loggers of the launcher whose records go to ``logs/launcher.log`` during a run.
@@ -199,21 +200,14 @@ def launch_environment(device: str, nproc: int) -> Iterator[None]:
     saved_env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "TORCHELASTIC_SIGNALS_TO_HANDLE", PARENT_PID_ENV)}
     if device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
-    in_main = threading.current_thread() is threading.main_thread()
-    sigs = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT]
-    saved_handlers = {s: signal.getsignal(s) for s in sigs} if in_main else {}
-    if in_main:
-        from torch.distributed.elastic.multiprocessing.api import _terminate_process_handler
+    from torch.distributed.elastic.multiprocessing.api import _terminate_process_handler
 
-        # From here on SIGTERM/SIGINT raise SignalException (as they will once the agent has started),
-        # so an interrupt or the timeout watchdog always goes through the agent's shutdown path.
-        for s in sigs:
-            signal.signal(s, _terminate_process_handler)
+    # From here on SIGTERM/SIGINT raise SignalException (as they will once the agent has started),
+    # so an interrupt or the timeout watchdog always goes through the agent's shutdown path (main thread only).
     try:
-        yield
+        with signals_handled((signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT), _terminate_process_handler):
+            yield
     finally:
-        for s, h in saved_handlers.items():
-            signal.signal(s, h)
         for k, v in saved_env.items():
             if v is None:
                 os.environ.pop(k, None)

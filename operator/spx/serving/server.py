@@ -34,9 +34,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from spx.analysis.serving import error_excerpt
 from spx.api.base import utc_now
@@ -70,21 +70,30 @@ stop()
 """
 
 @contextlib.contextmanager
+def signals_handled(signals: Iterable[int], handler: Callable[[int, Any], Any]) -> Iterator[None]:
+    """For the ``with`` block: ``handler`` for each of ``signals``, the previous handlers restored after. Main thread
+    only (Python sets signal handlers nowhere else, ``signal.signal``); elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in signals}
+    for s in saved:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, previous in saved.items():
+            signal.signal(s, previous)
+
+
+@contextlib.contextmanager
 def _ignored_signals_not_inherited() -> Iterator[None]:
     """For a ``Popen`` in the block: SIGINT and SIGTERM that this process ignores are set to a handler meanwhile
     (``exec`` resets a handler to the default, but keeps an ignore), so the child starts with them at their
     defaults. Main thread only (signal handlers can be set nowhere else); elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     ignored = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) == signal.SIG_IGN]
-    for s in ignored:
-        signal.signal(s, _raise_interrupt)
-    try:
+    with signals_handled(ignored, _raise_interrupt):
         yield
-    finally:
-        for s in ignored:
-            signal.signal(s, signal.SIG_IGN)
 
 
 class _Guard:
@@ -127,17 +136,8 @@ def interrupts_stop_servers() -> Iterator[None]:
     :class:`KeyboardInterrupt` (``"interrupted (SIGTERM)"``), so the servers are stopped by the runners'
     ``finally`` blocks and what they measured is saved with the failure; SIGINT even when it was ignored (a
     ``&`` job of a script). The previous handlers are restored after."""
-    if threading.current_thread() is not threading.main_thread():
+    with signals_handled(STOP_SIGNALS, _raise_interrupt):
         yield
-        return
-    saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
-    for s in STOP_SIGNALS:
-        signal.signal(s, _raise_interrupt)
-    try:
-        yield
-    finally:
-        for s, handler in saved.items():
-            signal.signal(s, handler)
 
 
 class ServerError(RuntimeError):
