@@ -9,12 +9,16 @@ pytest.importorskip("matplotlib")
 
 from rich.console import Console
 
+from spx.analysis.judge import judge
 from spx.analysis.summary import evaluate
 from spx.api import GateSpec
-from spx.api.status import KernelPoint
+from spx.api.result import ResultSummary
+from spx.api.spec import ExperimentSpec
+from spx.api.status import Environment, KernelPoint
 from spx.cli.decision import print_report
 from spx.cli.plot import plot_crossover
 from spx.cli.tables import crossover_lines, uncertainty_lines
+from spx.vocabulary import CPU_NOTE
 
 
 def _point(tokens: int, rep: float, split: float, host_rep: float, host_split: float) -> KernelPoint:
@@ -54,19 +58,27 @@ def test_plot_and_report_show_both_regimes(tmp_path) -> None:
     assert "host-bound -50.0 µs/layer [-52.0, -48.0], -2.000 ms per prefill chunk" in stake[0]
 
 
+def _judged(points: list[KernelPoint], device: str):  # noqa: ANN202  (the one judgement: spx.analysis.judge)
+    spec = ExperimentSpec()
+    spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"tokens": [p.tokens for p in points]})})
+    return judge(ResultSummary(points=points, environment=Environment(device=device), world_size=8,
+                               gemm_backend="humming", gather_source="measured", timer="cupti"), spec)
+
+
 def test_the_decision_comes_first_and_names_the_next_step() -> None:
-    ev = evaluate(H200_LIKE, GateSpec(), "measured", 8, device="cuda", max_batched_tokens=8192)
+    j = _judged(H200_LIKE, "cuda")
     console = Console(record=True, width=400)
-    print_report(console, ev.kernel, verdict=ev.verdict, reasons=ev.reasons, gate_threshold_tokens=2048)
+    print_report(console, j.kernel, verdict=j.verdict, reasons=j.reasons, gate_threshold_tokens=2048,
+                 judgement=j.summary)
     lines = console.export_text().splitlines()
     assert lines[0] == "verdict: Inconclusive"
     assert lines[1].startswith("because: ") and "regimes disagree" in lines[1]
     assert lines[2] == "decided by: none (no measurement decided: Inconclusive, kernel.nextStep names what would)"
     assert lines[3] == (
-        "bottom line: on this node (40 layers) the split at 2,048 tokens gains 0.80 ms per 2,048-token prefill chunk "
-        "and gains 2.60 ms per full 8,192-token chunk if the step is GPU-bound, and costs 2.00 ms and costs 2.00 ms "
-        "if it is host-bound; no threshold is recommended until a step measurement says which regime holds "
-        "(GPU-bound alone: 512, host-bound alone: none)")
+        "bottom line: on this node (40 layers) the split at T = 2,048 tokens gains 0.80 ms per 2,048-token prefill "
+        "chunk and gains 2.60 ms per full 8,192-token chunk if the step is GPU-bound, and costs 2.00 ms and costs "
+        "2.00 ms if it is host-bound; T + 1 = 2,049 (the pad path) not measured; no threshold is recommended until a "
+        "measurement decides (GPU-bound alone: 512, host-bound alone: none)")
     assert lines[4].startswith("next step: ") and "spec.serving.step" in lines[4] and "spx serving" in lines[4]
     assert not any("on the table" in line for line in lines)  # no advice to move the threshold
 
@@ -93,8 +105,12 @@ def test_a_run_whose_host_adds_nothing_prints_one_crossover_and_a_cpu_run_no_sta
     assert not any("GPU-bound" in line or "host-bound" in line for line in lines)
     assert any(line.startswith("stake at") for line in uncertainty_lines(kernel))
     assert not any(line.startswith("stake at") for line in uncertainty_lines(kernel, stakes=False))
+    j = _judged(points, "cpu")
     console = Console(record=True, width=200)
-    print_report(console, kernel, verdict="Inconclusive", reasons=[], cpu=True, gate_threshold_tokens=2048)
+    print_report(console, j.kernel, verdict=j.verdict, reasons=j.reasons, cpu=True, gate_threshold_tokens=2048,
+                 judgement=j.summary)
     text = console.export_text()
-    assert text.count("CPU smoke run: timings say nothing about GPUs") == 1 and "stake at" not in text
-    assert "bottom line: none about GPUs" in text
+    lines = text.splitlines()
+    assert lines[1] == CPU_NOTE  # a CPU result says CPU in its first lines, once
+    assert lines.count(CPU_NOTE) == 1 and "stake at" not in text  # (no second copy as the table's caption)
+    assert not any(line.startswith("bottom line:") and "GPU-bound" in line for line in lines)

@@ -93,7 +93,10 @@ def print_report(
     print_verdict_line(console, verdict, partial is not None)
     for line in decision_lines(verdict, reasons, judgement, cpu):
         console.print(line, highlight=False, markup=False)
-    caption_parts = [*([f"PARTIAL RUN: {partial}"] if partial else []), *([CPU_NOTE] if cpu else []), *notes]
+    printed_cpu = cpu or (judgement is not None and judgement.cpu)  # (decision_lines said it first: once is enough)
+    caption_parts = [*([f"PARTIAL RUN: {partial}"] if partial else []), *notes]
+    if cpu and not printed_cpu:
+        caption_parts.append(CPU_NOTE)
     caption = "\n".join(caption_parts) or None
     if kernel.points:
         console.print(kernel_table(kernel, title=title, caption=caption, width=terminal_width(console)))
