@@ -207,8 +207,10 @@ def test_every_dashboard_query_returns_the_expected_series(stack: dict[str, Any]
     crossover = kernel.get("crossoverTokens")
     step = status.get("step") or {}
     # the deciding measurement's recommendation, as the status holds it (issue #36)
-    threshold = step.get("recommendedThresholdTokens") if kernel.get("decidedBy") == "step" else \
-        kernel.get("recommendedThresholdTokens")
+    judgement = status.get("judgement")
+    threshold = (judgement.get("recommendedThresholdTokens") if judgement is not None else
+                 step.get("recommendedThresholdTokens") if kernel.get("decidedBy") == "step" else
+                 kernel.get("recommendedThresholdTokens"))
     regimes = kernel.get("regimes") or []
     assert points, "the experiment has no measured points"
     assert regimes, "the experiment's kernel has no regimes"

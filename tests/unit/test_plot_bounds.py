@@ -9,7 +9,7 @@ pytest.importorskip("matplotlib")
 
 from rich.console import Console
 
-from spx.analysis.judge import judge
+from spx.analysis.judge import Judgement, judge
 from spx.analysis.summary import evaluate
 from spx.api import GateSpec
 from spx.api.result import ResultSummary
@@ -58,7 +58,7 @@ def test_plot_and_report_show_both_regimes(tmp_path) -> None:
     assert "host-bound -50.0 µs/layer [-52.0, -48.0], -2.000 ms per prefill chunk" in stake[0]
 
 
-def _judged(points: list[KernelPoint], device: str):  # noqa: ANN202  (the one judgement: spx.analysis.judge)
+def _judged(points: list[KernelPoint], device: str) -> Judgement:  # (the one judgement: spx.analysis.judge)
     spec = ExperimentSpec()
     spec = spec.model_copy(update={"sweep": spec.sweep.model_copy(update={"tokens": [p.tokens for p in points]})})
     return judge(ResultSummary(points=points, environment=Environment(device=device), world_size=8,

@@ -248,7 +248,7 @@ def judge(
     if partial:
         return _partial(ev, spec, result, len(points), benches.serving, benches.accuracy, step_section,
                         stopped, benches.refused)
-    serving_s, accuracy_s = _expected(spec, benches, require_vllm)
+    serving_s, accuracy_s = _expected(spec, benches, require_vllm, stopped)
     verdict, reasons, kernel = ev.verdict, [*ev.reasons, *spec_note], ev.kernel
     if serving_s is not None or accuracy_s is not None:
         verdict, reasons, by = _combine(ev, reasons, serving_s, accuracy_s)
@@ -267,15 +267,19 @@ def _with_benches(j: Judgement, benches: Benches, step: StepStatus | None) -> Ju
     return replace(j, serving=benches.serving, accuracy=benches.accuracy, step=step)
 
 
-def _expected(spec: ExperimentSpec, benches: Benches, require_vllm: bool) -> tuple[ServingStatus | None,
-                                                                                    AccuracyStatus | None]:
-    """The serving and accuracy sections, a missing one that the run was asked for filled in as undecided."""
+def _expected(spec: ExperimentSpec, benches: Benches, require_vllm: bool,
+              stopped: Sequence[str] = ()) -> tuple[ServingStatus | None, AccuracyStatus | None]:
+    """The serving and accuracy sections, a missing one that the run was asked for filled in as undecided (with
+    why, when a stage stopped: ``stopped[0]``, e.g. "the vLLM benches did not start: …", so the status and the
+    pod's summary carry it to the operator)."""
     serving, accuracy = benches.serving, benches.accuracy
+    why = stopped[0] if stopped else None
     if require_vllm and spec.serving is not None:
         if serving is None and spec.serving.points:
-            serving = ServingStatus(reasons=["the serving A/B left no result"])
+            serving = (ServingStatus(failures=[why], reasons=[why]) if why else
+                       ServingStatus(reasons=["the serving A/B left no result"]))
         if accuracy is None and spec.accuracy is not None:
-            accuracy = AccuracyStatus(reasons=["GSM8K: the run left no result"],
+            accuracy = AccuracyStatus(reasons=[f"GSM8K: {why or 'the run left no result'}"],
                                       max_drop_points=spec.accuracy.max_drop_points)
     return serving, accuracy
 
