@@ -42,3 +42,18 @@ def test_report_and_gate_agree_on_the_committed_run(tmp_path: Path, capsys: pyte
     point = next(p for p in report["kernel"]["points"] if p["tokens"] == 2048)
     assert point["gpuDeltaUs"] == pytest.approx(-19.8, abs=0.05) and point["hostDeltaUs"] == pytest.approx(28.4, abs=0.05)
     assert point["gpuDeltaLowUs"] < point["gpuDeltaUs"] < point["gpuDeltaHighUs"] < 0 < point["hostDeltaLowUs"]
+
+
+def test_the_committed_h100_pad_free_run_reports_what_the_pad_free_shard_saves(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/results/h100-1gpu-pad-free/sweep-1 (one H100, Humming): the report states the pad-free shard's saving
+    per layer against vLLM's sp_shard after the decision, as a proposal (issue #34 req 3); a run that did not measure
+    it (the H200 eager run) prints no such lines."""
+    run = shutil.copytree(RUN.parents[1] / "h100-1gpu-pad-free" / "sweep-1", tmp_path / "run")
+    assert main(["report", str(run), "--no-plot"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "verdict: Inconclusive"  # the proposal never enters the verdict
+    assert "pad-free shard (spx's proposal for vLLM's sp_shard" in out
+    assert "2049 tokens (pad 7): +18.7 µs / +0.75 ms" in out and "2048 tokens (pad 0): -0.0 µs" in out
+    assert main(["report", str(shutil.copytree(RUN, tmp_path / "h200")), "--no-plot"]) == 0
+    assert "pad-free shard" not in capsys.readouterr().out

@@ -247,8 +247,19 @@ def _report(args: argparse.Namespace) -> int:
         gate_threshold_tokens=spec.gate.threshold_tokens, partial=partial, judgement=j.summary,
         notes=[f"judged with {', '.join(used)}"] if used else (),
     )
+    _print_pad_free(console, result)
     _plot(args, console, kernel, run.directory, plot_args)
     return EXIT_OK
+
+
+def _print_pad_free(console: Console, result: KernelResult | Any) -> None:
+    """The pad-free shard's lines (:func:`spx.analysis.pad_free.describe_pad_free`) after the decision, for a
+    result.json whose points measured it (a proposal for vLLM: it never enters the verdict)."""
+    from spx.analysis.pad_free import describe_pad_free, pad_free_summary
+
+    summary = pad_free_summary(result) if isinstance(result, KernelResult) else None
+    for line in describe_pad_free(summary) if summary is not None else []:
+        console.print(line, highlight=False, markup=False)
 
 
 def _plot(args: argparse.Namespace, console: Console, kernel: KernelStatus, directory: Path,
