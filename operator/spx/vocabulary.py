@@ -381,6 +381,9 @@ RESERVED_MOUNT_PATHS: Final[tuple[str, ...]] = (
 PLUGIN_ENV_THRESHOLD: Final = "SPX_SHARD_FUSED_WQA_WKV_MIN_TOKENS"
 #: :data:`PLUGIN_ENV_THRESHOLD` of a main (unsplit) arm: the split never happens.
 PLUGIN_THRESHOLD_OFF: Final = "off"
+#: The token count ``off`` stands for: 2³¹ − 1, more than any batch holds (vLLM splits when M ≥ the threshold), and
+#: still an int32 should a kernel ever receive it. The plugin, the step A/B's switch and its analysis use this one.
+PLUGIN_OFF_TOKENS: Final = 2**31 - 1
 #: Overrides the module the plugin patches (tests point it at stand-ins).
 PLUGIN_ENV_TARGET: Final = "SPX_SHARD_FUSED_WQA_WKV_TARGET"
 #: Start of the line the plugin logs once it set the threshold (the serving A/B looks for it).

@@ -56,9 +56,10 @@ from spx.analysis.step_stats import (
 )
 from spx.api.status import KernelStatus
 from spx.api.step import StepArm, StepCalibration, StepExpectation, StepPoint, StepResult, StepSpec, StepStatus
+from spx.vocabulary import PLUGIN_OFF_TOKENS
 
-#: The threshold that never splits (vLLM compares M ≥ threshold): 2³¹ − 1.
-OFF = 2**31 - 1
+#: The threshold that never splits (:data:`spx.vocabulary.PLUGIN_OFF_TOKENS`).
+OFF = PLUGIN_OFF_TOKENS
 #: The arms of the curve (the calibration arms are summarised apart).
 CURVE_ARMS: tuple[StepArm, ...] = ("split", "pad-free")
 

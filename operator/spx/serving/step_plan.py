@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from spx.api.step import StepArm, StepRefusal, StepSpec
+from spx.vocabulary import PLUGIN_OFF_TOKENS
 
-#: The threshold meaning "never split" (2³¹ − 1 tokens; :data:`spx.vllm_ext.plugin.OFF_TOKENS`).
-OFF_TOKENS = 2**31 - 1
+#: The threshold meaning "never split" (:data:`spx.vocabulary.PLUGIN_OFF_TOKENS`).
+OFF_TOKENS = PLUGIN_OFF_TOKENS
 #: The worker extension's class (``--worker-extension-cls``); a serving.extraArgs entry of the flag wins (tests).
 EXTENSION_CLS = "spx.vllm_ext.worker.SplitSwitch"
 EXTENSION_FLAG = "--worker-extension-cls"

@@ -44,12 +44,12 @@ from spx.vocabulary import PLUGIN_ENTRY_POINT_NAME as ENTRY_POINT_NAME  # noqa: 
 from spx.vocabulary import PLUGIN_ENV_TARGET as ENV_TARGET
 from spx.vocabulary import PLUGIN_ENV_THRESHOLD as ENV_THRESHOLD
 from spx.vocabulary import PLUGIN_LOG_MARKER as LOG_MARKER
-from spx.vocabulary import PLUGIN_THRESHOLD_OFF
+from spx.vocabulary import PLUGIN_OFF_TOKENS, PLUGIN_THRESHOLD_OFF
 
 DEFAULT_TARGET = "vllm.models.deepseek_v41.attention"
 SYMBOL = "_SHARD_FUSED_WQA_WKV_MIN_TOKENS"
-#: The threshold ``off`` stands for: 2³¹ − 1 tokens, more than any batch holds.
-OFF_TOKENS = 2**31 - 1
+#: The threshold ``off`` stands for (:data:`spx.vocabulary.PLUGIN_OFF_TOKENS`).
+OFF_TOKENS = PLUGIN_OFF_TOKENS
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 
 # A child of vLLM's "vllm" logger, so vLLM's handler and format print it in the server log.
