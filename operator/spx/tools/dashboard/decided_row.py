@@ -27,6 +27,7 @@ Row = tuple[str, list[Any]]
 
 
 def verdict_stat() -> Any:
+    """The Verdict stat: spx_verdict (1 for the current verdict) per experiment, coloured by verdict."""
     from grafana_foundation_sdk.builders import stat
     from grafana_foundation_sdk.models import common
 
@@ -46,6 +47,7 @@ def verdict_stat() -> Any:
 
 
 def decided_by_stat() -> Any:
+    """The "Decided by" stat: spx_verdict's decided_by label (correctness, kernel, step, deployment, serving, accuracy, none)."""
     from grafana_foundation_sdk.builders import stat
     from grafana_foundation_sdk.models import common
 
@@ -63,6 +65,7 @@ def decided_by_stat() -> Any:
 
 
 def recommendation_stat() -> Any:
+    """The recommended threshold (tokens) from what decided: spx_recommended_threshold_tokens, i.e. status.judgement's."""
     from grafana_foundation_sdk.builders import stat
     from grafana_foundation_sdk.models import common
 
@@ -81,6 +84,7 @@ def recommendation_stat() -> Any:
 
 
 def regimes_table() -> Any:
+    """A table of each kernel regime (GPU-bound Δg, host-bound Δh): its own verdict, crossover and threshold (tokens)."""
     from grafana_foundation_sdk.builders import table
     from grafana_foundation_sdk.models import dashboard as model
 
@@ -129,6 +133,7 @@ def _curve(title: str, description: str, expr: str, x: str, *, span: int) -> Any
 
 
 def step_curve() -> Any:
+    """The step A/B's effect (seconds per step) vs prompt tokens, with its interval, aligned and pad path per arm."""
     return _curve(
         "Step effect per layer vs tokens (step A/B)",
         "The split's measured effect on a whole prefill step at each prompt length, per layer "
@@ -140,6 +145,7 @@ def step_curve() -> Any:
 
 
 def delta_curve() -> Any:
+    """Δg and Δh (seconds per call = per layer) vs token count, with their 95 % intervals (spx_kernel_delta_seconds)."""
     return _curve(
         "Δg and Δh per layer vs tokens (kernel)",
         "The split's GPU difference Δg (GPU spans) and host difference Δh (eager host issue times) per call, "
@@ -150,6 +156,7 @@ def delta_curve() -> Any:
 
 
 def expected_table() -> Any:
+    """The expected step effect over the deployment's batch mix per threshold and arm (seconds per step), with its interval."""
     from grafana_foundation_sdk.builders import table
 
     hidden = {"Time": True, "__name__": True, "job": True, "instance": True, "namespace": True, "experiment": True,
