@@ -57,3 +57,15 @@ def test_the_committed_h100_pad_free_run_reports_what_the_pad_free_shard_saves(
     assert "2049 tokens (pad 7): +18.7 µs / +0.75 ms" in out and "2048 tokens (pad 0): -0.0 µs" in out
     assert main(["report", str(shutil.copytree(RUN, tmp_path / "h200")), "--no-plot"]) == 0
     assert "pad-free shard" not in capsys.readouterr().out
+
+
+def test_the_report_states_the_kernel_sweeps_expectation_over_the_batch_mix(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/results/h200-1gpu-eager-step/humming-eager measured 2048 and 2049: the report prints the kernel
+    sweep's expectation over the batch sizes it covers (kernel.mixExpectations) beside the aligned figure (issue #34
+    req 2): −8.6 µs per layer over 2048–2049 against −19.7 at the aligned count alone."""
+    run = shutil.copytree(RUN.parents[1] / "h200-1gpu-eager-step" / "humming-eager", tmp_path / "run")
+    assert main(["report", str(run), "--no-plot"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("expected Δg (GPU-bound)")]
+    assert len(lines) == 1 and "from T=2,048 over the batch mix up to 2,049 tokens" in lines[0]
+    assert "-8.6 µs per layer" in lines[0] and "aligned counts alone say -19.7 µs per layer" in lines[0]

@@ -104,7 +104,11 @@ def print_report(
         console.print(f"{title or 'sweep'}: no points measured", markup=False)
         if caption:
             console.print(caption, markup=False)
-    for line in [*crossover_lines(kernel, gate_threshold_tokens), *uncertainty_lines(kernel, stakes=not cpu)]:
+    from spx.analysis.kernel_mix import mix_expectation_line
+    from spx.api.stage import V41_NUM_LAYERS
+
+    mix = [] if cpu else [mix_expectation_line(e, V41_NUM_LAYERS) for e in kernel.mix_expectations]
+    for line in [*crossover_lines(kernel, gate_threshold_tokens), *uncertainty_lines(kernel, stakes=not cpu), *mix]:
         console.print(line, highlight=False, markup=False)
     if reasons:
         console.print("reasons:", highlight=False, markup=False)
